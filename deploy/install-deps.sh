@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package PHub needs to build, test, run the demo and plot benchmarks.
+# Idempotent: packages already present are skipped, `apt-get update` runs at most once.
+# Each package and why it was chosen: docs/dependencies.md.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libboost-dev             # Boost.Asio (header-only): TCP transport
+  libprotobuf-dev protobuf-compiler  # control-plane messages (proto/phub.proto)
+  libspdlog-dev libfmt-dev # logging with levels
+  libgtest-dev libgmock-dev # unit and integration tests
+  libabsl-dev              # absl::Status / StatusOr for expected errors
+  libcli11-dev             # command-line flags with --help
+  libhwloc-dev             # core topology and pinning
+  libbenchmark-dev         # micro-benchmarks in bench/
+  zlib1g-dev               # gzip'd IDX datasets (worker)
+  python3 python3-matplotlib # PNG plots of benchmark tables
+  iproute2 procps          # ss/ip for tests and emulated racks
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,57 @@
+// Tall aggregation fused with the optimizer step: one pass over memory that averages N
+// workers' gradient copies of a chunk and updates the chunk's weights (and optimizer state)
+// in place. Pure functions over spans; float32; no allocation; thread-compatible (callers
+// give each thread its own chunks).
+//
+// For every element i (g is the mean gradient, wd the weight decay, added as L2 like PyTorch):
+//   g = (1/N) * sum_w inputs[w][i] + wd * w[i]
+//   kSgd:       w -= lr * g
+//   kMomentum:  v = mu*v + g;                 w -= lr * v
+//   kNesterov:  v = mu*v + g;                 w -= lr * (g + mu*v)
+//   kAdam:      m = b1*m + (1-b1)*g;  s = b2*s + (1-b2)*g*g;
+//               w -= lr * (m / (1-b1^t)) / (sqrt(s / (1-b2^t)) + eps)     (t = step, from 1)
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "phub/common/status.h"
+
+namespace phub::kernels {
+
+enum class OptimizerKind { kSgd, kMomentum, kNesterov, kAdam };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.01f;
+  float momentum = 0.9f;     // kMomentum, kNesterov
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;        // kAdam
+  float beta2 = 0.999f;      // kAdam
+  float eps = 1e-8f;         // kAdam
+};
+
+// How many state arrays (each as long as the weights) the optimizer keeps: 0, 1 (velocity) or
+// 2 (Adam's m and s).
+int StateArrays(OptimizerKind kind);
+
+// "sgd", "momentum", "nesterov", "adam" <-> kind. Parse returns InvalidArgument listing the
+// accepted names.
+StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
+std::string OptimizerName(OptimizerKind kind);
+// e.g. "adam(lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0)".
+std::string Describe(const OptimizerConfig& config);
+// InvalidArgument naming the bad hyper-parameter (lr <= 0 or not finite, momentum outside
+// [0,1), betas outside [0,1), eps <= 0, weight_decay < 0).
+Status Validate(const OptimizerConfig& config);
+
+// REQUIRES: inputs.size() >= 1; every input, weights and each used state array have the same
+//           length; state.size() >= StateArrays(config.kind); step >= 1 (Adam's t).
+// `inputs[w]` is worker w's gradient copy of the chunk. Arrays may be of any length and need
+// not be aligned; the inputs are only read.
+void AggregateAndStep(std::span<const float* const> inputs, std::span<float> weights,
+                      std::span<float* const> state, const OptimizerConfig& config,
+                      std::uint64_t step);
+
+}  // namespace phub::kernels
