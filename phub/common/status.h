@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fmt/format.h"
 
 namespace phub {
 
@@ -14,6 +15,18 @@ template <typename T>
 using StatusOr = absl::StatusOr<T>;
 
 }  // namespace phub
+
+// Debian's abseil has its own string_view type (not std::string_view); teach fmt (and so
+// spdlog) to print it, so `spdlog::warn("{}", status.message())` works.
+#if !defined(ABSL_USES_STD_STRING_VIEW)
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename Context>
+  auto format(absl::string_view s, Context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
+#endif
 
 // Returns from the enclosing function if `expr` (a Status) is not ok.
 #define PHUB_RETURN_IF_ERROR(expr)              \

@@ -1,0 +1,373 @@
+#include "phub/client/ps_client.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "phub/common/version.h"
+#include "phub/transport/tcp/control_channel.h"
+#include "phub/transport/tcp/event_loop.h"
+#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/tcp/tcp_connection.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::client {
+
+namespace asio = boost::asio;
+using transport::Connection;
+using transport::Op;
+using transport::WireHeader;
+using transport::tcp::TcpConnection;
+
+// All network I/O runs on one event-loop thread; the caller's threads only post work to it and
+// wait on `cv_` for tensors to complete.
+class PsClient::Impl final : public transport::ConnectionHandler {
+ public:
+  Impl(PsClientOptions options, std::vector<std::span<float>> weights)
+      : options_(std::move(options)),
+        loop_(absl::StrCat("client ", options_.rank), /*pin_core=*/-1),
+        control_(loop_.context()),
+        weights_(std::move(weights)) {}
+
+  ~Impl() override { (void)Close(); }
+
+  Status Handshake(std::vector<keys::TensorSpec> tensors);
+  Status Init();
+  Status Push(std::uint32_t tensor, std::span<const float> grads);
+  Status Wait(std::uint32_t tensor);
+  Status WaitAll();
+  Status Close();
+
+  const keys::KeyTable& table() const { return *table_; }
+  bool weights_from_server() const { return weights_from_server_; }
+  std::uint32_t rank() const { return options_.rank; }
+  std::uint64_t iteration(std::uint32_t t) const {
+    std::lock_guard lock(mu_);
+    return tensors_[t].iteration;
+  }
+
+  // ConnectionHandler, on the loop thread.
+  StatusOr<std::span<std::byte>> ResolveSlot(Connection& connection,
+                                             const WireHeader& header) override;
+  Status OnReceived(Connection& connection, const WireHeader& header) override;
+  void OnClosed(Connection& connection, const Status& why) override;
+
+ private:
+  struct TensorState {
+    std::uint64_t iteration = 0;         // completed pushes
+    std::uint64_t expect_iteration = 0;  // iteration of the weights in flight
+    std::uint32_t pending = 0;           // chunks still to land
+  };
+
+  void RecordError(const Status& status);
+  void WatchControl();
+  void SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
+                  std::uint64_t iteration);
+
+  PsClientOptions options_;
+  transport::tcp::EventLoop loop_;
+  asio::ip::tcp::socket control_;
+  std::optional<keys::KeyTable> table_;  // set by Handshake
+  std::vector<std::span<float>> weights_;
+  std::vector<std::shared_ptr<TcpConnection>> connections_;  // by server core
+  bool weights_from_server_ = false;
+  std::uint64_t session_ = 0;
+  std::atomic<bool> closing_{false};
+  bool closed_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TensorState> tensors_;  // guarded by mu_
+  Status error_;                      // guarded by mu_; first error wins
+};
+
+Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
+  if (weights_.size() != tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", weights_.size(), " weight buffers for ",
+                                                   tensors.size(), " tensors"));
+  }
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    if (weights_[t].size() != tensors[t].elements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight buffer of tensor ", t, " ('", tensors[t].name, "') has ", weights_[t].size(),
+          " floats; the tensor has ", tensors[t].elements));
+    }
+  }
+  PHUB_ASSIGN_OR_RETURN(control_, transport::tcp::ConnectWithRetry(loop_.context(), options_.host,
+                                                                   options_.port,
+                                                                   options_.connect_timeout_ms));
+  proto::ControlMessage hello_message;
+  proto::Hello& hello = *hello_message.mutable_hello();
+  hello.set_protocol_version(kProtocolVersion);
+  hello.set_job_token(options_.job_token);
+  hello.set_rank(options_.rank);
+  hello.set_world_size(options_.world_size);
+  for (const auto& t : tensors) {
+    proto::TensorSpec& spec = *hello.add_tensors();
+    spec.set_name(t.name);
+    spec.set_elements(t.elements);
+  }
+  PHUB_RETURN_IF_ERROR(transport::tcp::WriteControlMessage(control_, hello_message));
+  spdlog::debug("rank {}: Hello sent, waiting for the other workers", options_.rank);
+  PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, transport::tcp::ReadControlMessage(control_));
+  if (reply.has_error()) {
+    return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", options_.rank, ": ",
+                                                   reply.error().message(), "; fix: ",
+                                                   reply.error().fix()));
+  }
+  if (!reply.has_welcome()) {
+    return absl::InvalidArgumentError("phubd answered the Hello with neither Welcome nor Error");
+  }
+  const proto::Welcome& welcome = reply.welcome();
+  std::vector<keys::CoreIndex> owners(welcome.chunk_owner().begin(), welcome.chunk_owner().end());
+  PHUB_ASSIGN_OR_RETURN(table_, keys::KeyTable::WithPlacement(
+                                    std::move(tensors), welcome.chunk_bytes(),
+                                    static_cast<std::uint32_t>(welcome.cores_size()),
+                                    std::move(owners)));
+  weights_from_server_ = welcome.weights_from_server();
+  session_ = welcome.session();
+
+  // Every tensor awaits its iteration-0 weights, which phubd sends once all workers attached.
+  tensors_.assign(table_->tensors().size(), TensorState{});
+  for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
+    tensors_[t].pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(t).size());
+  }
+
+  for (const proto::CoreEndpoint& endpoint : welcome.cores()) {
+    PHUB_ASSIGN_OR_RETURN(auto socket, transport::tcp::ConnectWithRetry(
+                                           loop_.context(), endpoint.host(),
+                                           static_cast<std::uint16_t>(endpoint.port()),
+                                           options_.connect_timeout_ms));
+    auto attach = transport::EncodeWireHeader(
+        WireHeader{Op::kAttach, options_.rank, endpoint.core(), session_, 0});
+    boost::system::error_code ec;
+    asio::write(socket, asio::buffer(attach), ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat("attaching to phubd core ", endpoint.core(),
+                                                 " at ", endpoint.host(), ":", endpoint.port(),
+                                                 ": ", ec.message()));
+    }
+    connections_.push_back(TcpConnection::Create(std::move(socket), this));
+  }
+  loop_.Run([this] {
+    for (auto& c : connections_) c->Start();
+    WatchControl();
+  });
+  spdlog::debug("rank {}: attached to {} server cores, {} chunks", options_.rank,
+                connections_.size(), table_->chunks().size());
+  return absl::OkStatus();
+}
+
+void PsClient::Impl::WatchControl() {
+  transport::tcp::AsyncReadControlMessage(control_, [this](StatusOr<proto::ControlMessage> m) {
+    if (closing_) return;
+    if (!m.ok()) {
+      return RecordError(absl::UnavailableError(
+          absl::StrCat("lost the control connection to phubd: ", m.status().message())));
+    }
+    if (m->has_error()) {
+      RecordError(absl::UnavailableError(
+          absl::StrCat("phubd: ", m->error().message(), "; ", m->error().fix())));
+    }
+    WatchControl();
+  });
+}
+
+void PsClient::Impl::RecordError(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    if (error_.ok()) error_ = status;
+  }
+  spdlog::error("rank {}: {}", options_.rank, status.message());
+  cv_.notify_all();
+}
+
+void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
+                                std::uint64_t iteration) {
+  // Runs on the loop thread.
+  for (const keys::Chunk& chunk : table_->chunks_of_tensor(tensor)) {
+    auto bytes = std::as_bytes(data.subspan(chunk.offset, chunk.elements));
+    WireHeader header{op, options_.rank, chunk.id, iteration,
+                      static_cast<std::uint32_t>(bytes.size())};
+    connections_[table_->owner(chunk.id)]->Send(header, bytes, [this](const Status& s) {
+      if (!s.ok() && !closing_) RecordError(s);
+    });
+  }
+}
+
+Status PsClient::Impl::Init() {
+  if (options_.rank == 0 && !weights_from_server_) {
+    loop_.Post([this] {
+      for (std::uint32_t t = 0; t < tensors_.size(); ++t) SendChunks(Op::kInit, t, weights_[t], 0);
+    });
+  }
+  return WaitAll();
+}
+
+Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) {
+  if (tensor >= weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Push of tensor ", tensor, "; the model has ",
+                                                   weights_.size()));
+  }
+  if (grads.size() != weights_[tensor].size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Push of tensor ", tensor, " with ",
+                                                   grads.size(), " floats; it has ",
+                                                   weights_[tensor].size()));
+  }
+  std::uint64_t iteration;
+  {
+    std::lock_guard lock(mu_);
+    if (!error_.ok()) return error_;
+    TensorState& state = tensors_[tensor];
+    if (state.pending > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Push of tensor ", tensor, " while its previous push or Init is in flight: "
+                       "call Wait(", tensor, ") first"));
+    }
+    iteration = state.iteration + 1;
+    state.expect_iteration = iteration;
+    state.pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(tensor).size());
+    if (state.pending == 0) state.iteration = iteration;  // an empty tensor has nothing to move
+  }
+  loop_.Post([this, tensor, grads, iteration] { SendChunks(Op::kPush, tensor, grads, iteration); });
+  return absl::OkStatus();
+}
+
+Status PsClient::Impl::Wait(std::uint32_t tensor) {
+  if (tensor >= tensors_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Wait for tensor ", tensor, "; the model has ",
+                                                   tensors_.size()));
+  }
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return tensors_[tensor].pending == 0 || !error_.ok(); });
+  return error_;
+}
+
+Status PsClient::Impl::WaitAll() {
+  for (std::uint32_t t = 0; t < tensors_.size(); ++t) PHUB_RETURN_IF_ERROR(Wait(t));
+  return absl::OkStatus();
+}
+
+StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connection,
+                                                           const WireHeader& header) {
+  if (header.op != Op::kWeights) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("phubd sent ", OpName(header.op), "; a worker only receives WEIGHTS"));
+  }
+  if (header.chunk >= table_->chunks().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS for chunk ", header.chunk,
+                                                   " of ", table_->chunks().size()));
+  }
+  const keys::Chunk& chunk = table_->chunks()[header.chunk];
+  {
+    std::lock_guard lock(mu_);
+    const TensorState& state = tensors_[chunk.tensor];
+    if (state.pending == 0 || header.iteration != state.expect_iteration) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected WEIGHTS for chunk ", header.chunk, " of iteration ", header.iteration,
+          " (tensor ", chunk.tensor, " awaits ",
+          state.pending ? absl::StrCat("iteration ", state.expect_iteration) : "nothing", ")"));
+    }
+  }
+  if (header.payload_bytes != chunk.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS of chunk ", header.chunk, " carry ",
+                                                   header.payload_bytes, " bytes, expected ",
+                                                   chunk.bytes()));
+  }
+  return std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
+}
+
+Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& header) {
+  if (header.op != Op::kWeights) {
+    return absl::InvalidArgumentError(absl::StrCat("phubd sent ", OpName(header.op)));
+  }
+  const keys::Chunk& chunk = table_->chunks()[header.chunk];
+  bool done = false;
+  {
+    std::lock_guard lock(mu_);
+    TensorState& state = tensors_[chunk.tensor];
+    if (--state.pending == 0) {
+      state.iteration = state.expect_iteration;
+      done = true;
+    }
+  }
+  if (done) cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void PsClient::Impl::OnClosed(Connection& connection, const Status& why) {
+  if (closing_) return;
+  RecordError(absl::UnavailableError(
+      absl::StrCat("lost the data connection to phubd (", connection.peer(), "): ", why.message())));
+}
+
+Status PsClient::Impl::Close() {
+  if (closed_) return absl::OkStatus();
+  closed_ = true;
+  closing_ = true;
+  std::uint64_t iterations = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& t : tensors_) iterations = std::max(iterations, t.iteration);
+  }
+  // BYE on every data connection, then close it once the BYE is out.
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  std::size_t remaining = connections_.size();
+  loop_.Run([&] {
+    for (auto& c : connections_) {
+      c->Send(WireHeader{Op::kBye, options_.rank, 0, 0, 0}, {}, [&, c](const Status&) {
+        c->Close(absl::OkStatus());
+        std::lock_guard lock(done_mu);
+        --remaining;
+        done_cv.notify_all();
+      });
+    }
+  });
+  {
+    std::unique_lock lock(done_mu);
+    done_cv.wait(lock, [&] { return remaining == 0; });
+  }
+  Status status;
+  loop_.Run([&] {
+    if (control_.is_open()) {
+      proto::ControlMessage goodbye;
+      goodbye.mutable_goodbye()->set_iterations(iterations);
+      status = transport::tcp::WriteControlMessage(control_, goodbye);
+      boost::system::error_code ignored;
+      control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      control_.close(ignored);
+    }
+  });
+  return status;
+}
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOptions& options,
+                                                      std::vector<keys::TensorSpec> tensors,
+                                                      std::vector<std::span<float>> weights) {
+  if (options.world_size == 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank,
+                                                   " is not in 0..world_size-1 (world size ",
+                                                   options.world_size, ")"));
+  }
+  auto impl = std::make_unique<Impl>(options, std::move(weights));
+  PHUB_RETURN_IF_ERROR(impl->Handshake(std::move(tensors)));
+  return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
+}
+
+Status PsClient::Init() { return impl_->Init(); }
+Status PsClient::Push(std::uint32_t t, std::span<const float> g) { return impl_->Push(t, g); }
+Status PsClient::Wait(std::uint32_t t) { return impl_->Wait(t); }
+Status PsClient::WaitAll() { return impl_->WaitAll(); }
+Status PsClient::Close() { return impl_->Close(); }
+const keys::KeyTable& PsClient::key_table() const { return impl_->table(); }
+bool PsClient::weights_from_server() const { return impl_->weights_from_server(); }
+std::uint32_t PsClient::rank() const { return impl_->rank(); }
+std::uint64_t PsClient::iteration(std::uint32_t t) const { return impl_->iteration(t); }
+
+}  // namespace phub::client

@@ -1,0 +1,83 @@
+// PsClient: a worker's connection to phubd. This header is the whole public API.
+//
+//   auto client = PsClient::Connect(options, tensors, weights);   // handshake, one data
+//                                                                 // connection per server core
+//   client->Init();                        // everyone starts from rank 0's (or phubd's) weights
+//   for each iteration:
+//     for each tensor t as backward produces its gradient:  client->Push(t, grads[t]);
+//     for each tensor t before forward reads it:            client->Wait(t);
+//   client->Close();
+//
+// Push is asynchronous and zero-copy: the gradient is sent straight from the caller's buffer,
+// and the fresh weights are received straight into the caller's weight buffer for that tensor.
+// Wait(t) returns once every chunk of t has landed. Buffers: `weights[t]` must stay valid
+// until the client is destroyed and must not be read while tensor t is in flight (between
+// Push(t) and Wait(t)); `grads` must stay valid and unmodified until Wait(t) returns.
+//
+// Thread-safety: Push/Wait/Init/Close may be called from any thread, but one tensor is driven
+// by one thread at a time. Errors (phubd gone, job stalled because another worker died, a
+// refused handshake) come back as a Status from the next call: never as an exception, never
+// as a hang.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "phub/common/status.h"
+#include "phub/keys/key_table.h"
+
+namespace phub::client {
+
+struct PsClientOptions {
+  std::string host = "127.0.0.1";  // phubd's control address
+  std::uint16_t port = 7070;
+  std::string job_token;           // must equal phubd's --token-file contents
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  int connect_timeout_ms = 30000;  // keep retrying a refused connection this long
+};
+
+class PsClient {
+ public:
+  // Connects, sends the Hello and waits for the Welcome (phubd answers once all world_size
+  // workers have joined), then opens one data connection per server core.
+  // `weights[t]` is tensor t's weight buffer (tensors[t].elements floats).
+  // Errors: InvalidArgument for bad arguments or a refused Hello (the message carries phubd's
+  // reason and fix), Unavailable when phubd cannot be reached.
+  static StatusOr<std::unique_ptr<PsClient>> Connect(const PsClientOptions& options,
+                                                     std::vector<keys::TensorSpec> tensors,
+                                                     std::vector<std::span<float>> weights);
+  ~PsClient();  // Close()s if not closed
+
+  // Rank 0 sends its weights as the initial weights (unless phubd loaded them from a file);
+  // every rank then waits until the initial weights have landed in its buffers. Blocks.
+  Status Init();
+
+  // Starts pushing tensor t's gradient. Does not block. REQUIRES: Init() returned OK and the
+  // previous Push(t) was waited for.
+  Status Push(std::uint32_t tensor, std::span<const float> grads);
+  // Blocks until the weights that answer the last Push(t) (or Init) are in weights[t].
+  Status Wait(std::uint32_t tensor);
+  Status WaitAll();
+
+  // Leaves the job cleanly (BYE on every data connection, Goodbye on the control connection)
+  // and closes. Idempotent.
+  Status Close();
+
+  const keys::KeyTable& key_table() const;
+  bool weights_from_server() const;
+  std::uint32_t rank() const;
+  // Number of completed pushes of tensor t.
+  std::uint64_t iteration(std::uint32_t tensor) const;
+
+  class Impl;
+
+ private:
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace phub::client

@@ -1,0 +1,78 @@
+#include "phub/server/hello_check.h"
+
+#include "absl/strings/str_cat.h"
+#include "phub/common/version.h"
+
+namespace phub::server {
+namespace {
+
+proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix) {
+  proto::Error error;
+  error.set_code(code);
+  error.set_message(std::move(message));
+  error.set_fix(std::move(fix));
+  return error;
+}
+
+std::string Describe(const proto::TensorSpec& t) {
+  return absl::StrCat("'", t.name(), "' of ", t.elements(), " elements");
+}
+
+}  // namespace
+
+std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
+                                       const proto::Hello* first,
+                                       const std::vector<bool>& rank_taken) {
+  if (hello.protocol_version() != kProtocolVersion) {
+    return MakeError(proto::Error::VERSION_MISMATCH,
+                     absl::StrCat("worker speaks protocol version ", hello.protocol_version(),
+                                  ", phubd speaks ", kProtocolVersion),
+                     "run phubd and phub-worker from the same PHub release");
+  }
+  if (hello.job_token() != options.job_token) {
+    return MakeError(proto::Error::BAD_TOKEN, "the job token does not match phubd's",
+                     "give the worker the same --token-file as phubd");
+  }
+  if (hello.world_size() != options.world_size) {
+    return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                     absl::StrCat("worker says world size ", hello.world_size(),
+                                  ", phubd was started with --world-size ", options.world_size),
+                     "start every worker and phubd with the same world size");
+  }
+  if (hello.rank() >= options.world_size) {
+    return MakeError(proto::Error::BAD_RANK,
+                     absl::StrCat("rank ", hello.rank(), " is out of range for world size ",
+                                  options.world_size),
+                     absl::StrCat("use ranks 0..", options.world_size - 1));
+  }
+  if (rank_taken[hello.rank()]) {
+    return MakeError(proto::Error::DUPLICATE_RANK,
+                     absl::StrCat("rank ", hello.rank(), " has already joined this job"),
+                     "give every worker a distinct --rank");
+  }
+  if (hello.tensors_size() == 0) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH, "the worker's tensor table is empty",
+                     "register the model's parameters before connecting");
+  }
+  if (first == nullptr) return std::nullopt;
+  const auto& mine = hello.tensors();
+  const auto& theirs = first->tensors();
+  if (mine.size() != theirs.size()) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                     absl::StrCat("rank ", hello.rank(), " has ", mine.size(),
+                                  " tensors, rank ", first->rank(), " has ", theirs.size()),
+                     "run the same model on every worker");
+  }
+  for (int i = 0; i < mine.size(); ++i) {
+    if (mine[i].name() != theirs[i].name() || mine[i].elements() != theirs[i].elements()) {
+      return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                       absl::StrCat("tensor ", i, ": rank ", hello.rank(), " has ",
+                                    Describe(mine[i]), ", rank ", first->rank(), " has ",
+                                    Describe(theirs[i])),
+                       "run the same model, with parameters in the same order, on every worker");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace phub::server

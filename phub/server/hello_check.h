@@ -1,0 +1,20 @@
+// Admission of a worker's Hello: pure checks against phubd's options and the Hellos already
+// accepted for the forming job. Each refusal is a proto::Error that names the mismatch (both
+// values) and how to fix it.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "phub/server/server_options.h"
+#include "proto/phub.pb.h"
+
+namespace phub::server {
+
+// `first` is any Hello already accepted for this job (nullptr if none); `rank_taken[r]` says
+// whether rank r already joined. Returns the Error to send, or nullopt to accept.
+std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
+                                       const proto::Hello* first,
+                                       const std::vector<bool>& rank_taken);
+
+}  // namespace phub::server

@@ -1,0 +1,109 @@
+// phubd: the PHub parameter-server daemon. Flags are parsed here, once, into ServerOptions.
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "phub/common/logging.h"
+#include "phub/server/server.h"
+
+namespace {
+
+// The token file's contents, trailing whitespace trimmed (so `echo secret > f` works).
+phub::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError("cannot read --token-file '" + path +
+                               "': create it (e.g. `head -c 16 /dev/urandom | base64 > " + path +
+                               "`) and give the same file to every worker");
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string token = buffer.str();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  return token;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  phub::server::ServerOptions options;
+  std::string optimizer = "sgd";
+  std::string token_file;
+  std::string log_level = "info";
+  bool no_pin = false;
+
+  CLI::App app{
+      "phubd: PHub parameter server. Workers (PsClient / phub-worker) connect to --port, send "
+      "their model's tensor table, and push gradients; each server core sums all workers' "
+      "copies of its chunks fused with the optimizer step and sends the fresh weights back."};
+  app.add_option("--listen", options.listen_address, "Address to listen on (control and data)")
+      ->capture_default_str();
+  app.add_option("--port", options.port, "Control-plane TCP port workers connect to; 0 = any free port")
+      ->capture_default_str();
+  app.add_option("--port-file", options.port_file,
+                 "Write the control port here once listening (useful with --port 0)");
+  app.add_option("--data-port-base", options.data_port_base,
+                 "Core i takes data connections on this port + i; 0 = any free port (workers learn "
+                 "the ports in the handshake)")
+      ->capture_default_str();
+  app.add_option("--cores", options.cores,
+                 "Server cores: one pinned thread each, owning its share of the chunks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_flag("--no-pin", no_pin, "Do not pin core threads to physical cores");
+  app.add_option("--first-core", options.first_core, "Pin server core i to physical core first+i")
+      ->capture_default_str();
+  app.add_option("--world-size", options.world_size, "Number of workers in a job")
+      ->required()
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--chunk-bytes", options.chunk_bytes,
+                 "Tensors are cut into chunks of this many bytes (multiple of 4); each chunk is "
+                 "owned by one core")
+      ->capture_default_str();
+  app.add_option("--optimizer", optimizer, "sgd, momentum, nesterov or adam")->capture_default_str();
+  app.add_option("--lr", options.optimizer.lr, "Learning rate")->capture_default_str();
+  app.add_option("--momentum", options.optimizer.momentum, "Momentum (momentum, nesterov)")
+      ->capture_default_str();
+  app.add_option("--weight-decay", options.optimizer.weight_decay, "L2 weight decay")
+      ->capture_default_str();
+  app.add_option("--beta1", options.optimizer.beta1, "Adam beta1")->capture_default_str();
+  app.add_option("--beta2", options.optimizer.beta2, "Adam beta2")->capture_default_str();
+  app.add_option("--eps", options.optimizer.eps, "Adam epsilon")->capture_default_str();
+  app.add_option("--token-file", token_file,
+                 "File holding the job token; workers must present the same token");
+  app.add_option("--init-weights", options.initial_weights_path,
+                 "Raw float32 file with the model's initial weights (tensors in table order); "
+                 "without it rank 0 sends its weights");
+  app.add_flag("--one-job", options.one_job, "Exit when the first job ends");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (auto s = phub::SetUpLogging(log_level, "phubd"); !s.ok()) {
+    std::fprintf(stderr, "phubd: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  options.pin = !no_pin;
+  auto kind = phub::kernels::ParseOptimizerKind(optimizer);
+  if (!kind.ok()) {
+    spdlog::error("--optimizer: {}", kind.status().message());
+    return 2;
+  }
+  options.optimizer.kind = *kind;
+  if (!token_file.empty()) {
+    auto token = ReadTokenFile(token_file);
+    if (!token.ok()) {
+      spdlog::error("{}", token.status().message());
+      return 2;
+    }
+    options.job_token = *token;
+  }
+
+  phub::server::Server server(std::move(options));
+  if (auto s = server.Start(); !s.ok()) {
+    spdlog::error("cannot start: {}", s.message());
+    return 1;
+  }
+  server.Run();
+  return 0;
+}

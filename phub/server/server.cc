@@ -1,0 +1,71 @@
+#include "phub/server/server.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::server {
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {}
+
+Server::~Server() {
+  control_.reset();
+  cores_.clear();
+}
+
+Status Server::Start() {
+  PHUB_RETURN_IF_ERROR(kernels::Validate(options_.optimizer));
+  if (options_.world_size == 0) {
+    return absl::InvalidArgumentError("--world-size must be at least 1");
+  }
+  if (options_.cores == 0) return absl::InvalidArgumentError("--cores must be at least 1");
+  for (std::uint32_t i = 0; i < options_.cores; ++i) {
+    std::uint16_t port =
+        options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);
+    int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
+    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin));
+    cores_.push_back(std::move(core));
+  }
+  control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {
+    if (options_.one_job) Stop();
+  });
+  PHUB_RETURN_IF_ERROR(control_->Start());
+  if (!options_.port_file.empty()) {
+    // Write then rename, so a reader never sees a half-written port.
+    std::string tmp = options_.port_file + ".tmp";
+    std::ofstream(tmp) << control_->port() << "\n";
+    if (std::rename(tmp.c_str(), options_.port_file.c_str()) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot write --port-file '", options_.port_file, "'"));
+    }
+  }
+  std::string data_ports;
+  for (auto& core : cores_) absl::StrAppend(&data_ports, data_ports.empty() ? "" : ",", core->port());
+  spdlog::info("phubd listening on {}:{} (data ports {}), world size {}, {} cores{}",
+               options_.listen_address, control_->port(), data_ports, options_.world_size,
+               options_.cores, options_.pin ? ", pinned" : "");
+  return absl::OkStatus();
+}
+
+void Server::Run() {
+  boost::asio::signal_set signals(context_, SIGINT, SIGTERM);
+  signals.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("signal {}: shutting down", signal);
+    Stop();
+  });
+  context_.run();
+  spdlog::info("phubd stopped");
+}
+
+void Server::Stop() {
+  boost::asio::post(context_, [this] {
+    control_->Stop();
+    context_.stop();
+  });
+}
+
+}  // namespace phub::server

@@ -1,0 +1,38 @@
+// phubd as a library object: the cores (one pinned shard thread each) and the control plane
+// on the calling thread. phubd_main.cc parses flags into ServerOptions and calls Run(); tests
+// may embed a Server too.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <vector>
+
+#include "phub/server/control_plane.h"
+#include "phub/server/server_core.h"
+#include "phub/server/server_options.h"
+
+namespace phub::server {
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+
+  // Starts the cores and binds every port; errors (port in use, bad address, bad optimizer)
+  // come back here, before anything runs.
+  Status Start();
+  std::uint16_t control_port() const { return control_->port(); }
+  // Serves on the calling thread until SIGINT/SIGTERM, Stop(), or the first job's end with
+  // --one-job.
+  void Run();
+  // Thread-safe: asks Run() to return.
+  void Stop();
+
+ private:
+  ServerOptions options_;
+  boost::asio::io_context context_;
+  std::vector<std::unique_ptr<ServerCore>> cores_;
+  std::unique_ptr<ControlPlane> control_;
+};
+
+}  // namespace phub::server

@@ -1,0 +1,31 @@
+// Every knob of phubd, declared once: phubd_main.cc binds each to a CLI11 flag with its help
+// text, docs/operations.md lists them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "phub/kernels/aggregate_and_step.h"
+
+namespace phub::server {
+
+// Chunk size used when --chunk-bytes is not given; chosen by measurement (docs/design.md).
+inline constexpr std::uint64_t kDefaultChunkBytes = 512 * 1024;
+
+struct ServerOptions {
+  std::string listen_address = "0.0.0.0";
+  std::uint16_t port = 7070;            // control plane; 0 = any free port (see port_file)
+  std::string port_file;                // where to write the control port once listening
+  std::uint16_t data_port_base = 0;     // core i listens on base+i; 0 = any free port
+  std::uint32_t cores = 1;              // shards, one pinned thread each
+  bool pin = true;
+  int first_core = 0;                   // core i is pinned to physical core first_core+i
+  std::uint32_t world_size = 1;
+  std::uint64_t chunk_bytes = kDefaultChunkBytes;
+  kernels::OptimizerConfig optimizer;
+  std::string job_token;                // contents of --token-file; empty = no token
+  std::string initial_weights_path;     // raw float32 file; empty = rank 0 sends weights
+  bool one_job = false;                 // exit after the first job ends
+};
+
+}  // namespace phub::server

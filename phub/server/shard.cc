@@ -1,0 +1,260 @@
+#include "phub/server/shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::server {
+
+using transport::Connection;
+using transport::Op;
+using transport::WireHeader;
+
+namespace {
+
+std::span<std::byte> AsBytes(float* data, std::size_t elements) {
+  return {reinterpret_cast<std::byte*>(data), elements * sizeof(float)};
+}
+
+}  // namespace
+
+Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink)
+    : job_(std::move(job)), core_(core), sink_(std::move(sink)) {
+  const keys::KeyTable& table = job_->table;
+  const std::uint32_t world = job_->world_size;
+  const int state_arrays = kernels::StateArrays(job_->optimizer.kind);
+
+  // Where each tensor starts in the flattened model, for weights loaded from a file.
+  std::vector<std::uint64_t> tensor_start(table.tensors().size() + 1, 0);
+  for (std::size_t t = 0; t < table.tensors().size(); ++t) {
+    tensor_start[t + 1] = tensor_start[t] + table.tensors()[t].elements;
+  }
+
+  local_index_.assign(table.chunks().size(), -1);
+  const auto& mine = table.chunks_on_core(core_);
+  chunks_.resize(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const keys::Chunk& chunk = table.chunks()[mine[i]];
+    ChunkState& state = chunks_[i];
+    state.chunk = &chunk;
+    state.slots = AlignedBuffer(std::size_t{world} * chunk.elements);
+    state.weights = AlignedBuffer(chunk.elements);
+    for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
+    state.pushed.assign(world, 0);
+    if (!job_->initial_weights.empty()) {
+      std::memcpy(state.weights.data(),
+                  job_->initial_weights.data() + tensor_start[chunk.tensor] + chunk.offset,
+                  chunk.bytes());
+      state.initialized = true;
+    }
+    local_index_[chunk.id] = static_cast<std::int32_t>(i);
+  }
+  workers_.resize(world);
+  said_bye_.assign(world, 0);
+  inputs_.resize(world);
+  state_ptrs_.resize(state_arrays);
+  spdlog::debug("core {}: shard holds {} chunks, {} bytes of weights", core_, chunks_.size(),
+                table.bytes_on_core(core_));
+}
+
+Shard::~Shard() { CloseAll(absl::OkStatus()); }
+
+void Shard::Adopt(std::shared_ptr<Connection> connection) {
+  unattached_.push_back(connection);
+  connection->Start();
+}
+
+void Shard::CloseAll(const Status& why) {
+  closing_ = true;
+  // Close() calls back into OnClosed, which edits these lists: work on copies.
+  auto unattached = unattached_;
+  auto workers = workers_;
+  for (auto& c : unattached) c->Close(why);
+  for (auto& c : workers) {
+    if (c) c->Close(why);
+  }
+}
+
+StatusOr<Shard::ChunkState*> Shard::FindChunk(const WireHeader& header) {
+  if (header.chunk >= local_index_.size() || local_index_[header.chunk] < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(header.op), " for chunk ", header.chunk, " which core ", core_,
+        " does not own (the job has ", local_index_.size(),
+        " chunks): the worker's key table disagrees with phubd's"));
+  }
+  ChunkState& state = chunks_[local_index_[header.chunk]];
+  if (header.payload_bytes != state.chunk->bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(OpName(header.op), " of chunk ", header.chunk,
+                                                   " carries ", header.payload_bytes,
+                                                   " bytes; the chunk has ",
+                                                   state.chunk->bytes()));
+  }
+  return &state;
+}
+
+StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
+                                                  const WireHeader& header) {
+  if (connection.tag() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first message must be ATTACH, got ", OpName(header.op), " with a payload"));
+  }
+  const auto rank = static_cast<std::uint32_t>(connection.tag());
+  if (header.worker != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("header names worker ", header.worker,
+                                                   " on the connection of rank ", rank));
+  }
+  PHUB_ASSIGN_OR_RETURN(ChunkState * state, FindChunk(header));
+  switch (header.op) {
+    case Op::kPush:
+      if (!state->initialized) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "PUSH of chunk ", header.chunk, " before its initial weights arrived from rank 0"));
+      }
+      if (header.iteration != state->iteration + 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PUSH of chunk ", header.chunk, " for iteration ", header.iteration,
+            "; the chunk expects iteration ", state->iteration + 1));
+      }
+      if (state->pushed[rank]) {
+        return absl::InvalidArgumentError(absl::StrCat("second PUSH of chunk ", header.chunk,
+                                                       " in iteration ", header.iteration));
+      }
+      return AsBytes(state->slots.data() + std::size_t{rank} * state->chunk->elements,
+                     state->chunk->elements);
+    case Op::kInit:
+      if (rank != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("INIT from rank ", rank, ": only rank 0 sends initial weights"));
+      }
+      if (state->initialized) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "INIT of chunk ", header.chunk,
+            " which already has weights (sent before, or loaded by phubd from a file)"));
+      }
+      return AsBytes(state->weights.data(), state->chunk->elements);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected ", OpName(header.op), " with a payload from rank ", rank));
+  }
+}
+
+Status Shard::Attach(Connection& connection, const WireHeader& header) {
+  if (header.chunk != core_) {
+    return absl::InvalidArgumentError(absl::StrCat("ATTACH for core ", header.chunk,
+                                                   " reached core ", core_));
+  }
+  if (header.iteration != job_->session) {
+    return absl::PermissionDeniedError(
+        "ATTACH with a session that is not the running job's: connect through the handshake");
+  }
+  if (header.worker >= job_->world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("ATTACH from rank ", header.worker,
+                                                   " in a job of ", job_->world_size));
+  }
+  if (workers_[header.worker]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", header.worker, " is already attached to core ", core_));
+  }
+  auto it = std::find_if(unattached_.begin(), unattached_.end(),
+                         [&](const auto& c) { return c.get() == &connection; });
+  workers_[header.worker] = *it;
+  unattached_.erase(it);
+  connection.set_tag(header.worker);
+  ++attached_;
+  spdlog::debug("core {}: rank {} attached from {} ({}/{})", core_, header.worker,
+                connection.peer(), attached_, job_->world_size);
+  if (all_attached()) {
+    for (ChunkState& state : chunks_) {
+      if (state.initialized && !state.announced) Broadcast(state);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
+  if (connection.tag() < 0) {
+    if (header.op != Op::kAttach) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("first message must be ATTACH, got ", OpName(header.op)));
+    }
+    return Attach(connection, header);
+  }
+  const auto rank = static_cast<std::uint32_t>(connection.tag());
+  switch (header.op) {
+    case Op::kPush: {
+      ChunkState& state = chunks_[local_index_[header.chunk]];
+      state.pushed[rank] = 1;
+      ++state.arrived;
+      stats_.bytes_in += header.payload_bytes;
+      MaybeAggregate(state);
+      return absl::OkStatus();
+    }
+    case Op::kInit: {
+      ChunkState& state = chunks_[local_index_[header.chunk]];
+      state.initialized = true;
+      stats_.bytes_in += header.payload_bytes;
+      if (all_attached()) Broadcast(state);
+      return absl::OkStatus();
+    }
+    case Op::kBye:
+      said_bye_[rank] = 1;
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected ", OpName(header.op), " from rank ", rank));
+  }
+}
+
+void Shard::MaybeAggregate(ChunkState& state) {
+  if (state.arrived < job_->world_size || state.pending_sends > 0) return;
+  const std::uint32_t elements = state.chunk->elements;
+  for (std::uint32_t w = 0; w < job_->world_size; ++w) {
+    inputs_[w] = state.slots.data() + std::size_t{w} * elements;
+  }
+  for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
+  kernels::AggregateAndStep(inputs_, state.weights.span(), state_ptrs_, job_->optimizer,
+                            state.iteration + 1);
+  ++state.iteration;
+  state.arrived = 0;
+  std::fill(state.pushed.begin(), state.pushed.end(), 0);
+  ++stats_.aggregations;
+  Broadcast(state);
+}
+
+void Shard::Broadcast(ChunkState& state) {
+  state.announced = true;
+  auto payload = std::span<const std::byte>(AsBytes(state.weights.data(), state.chunk->elements));
+  for (std::uint32_t w = 0; w < job_->world_size; ++w) {
+    if (!workers_[w] || workers_[w]->closed()) continue;
+    WireHeader header{Op::kWeights, w, state.chunk->id, state.iteration,
+                      static_cast<std::uint32_t>(payload.size())};
+    ++state.pending_sends;
+    workers_[w]->Send(header, payload, [this, &state](const Status& status) {
+      --state.pending_sends;
+      if (status.ok()) stats_.bytes_out += state.chunk->bytes();
+      MaybeAggregate(state);
+    });
+  }
+}
+
+void Shard::OnClosed(Connection& connection, const Status& why) {
+  if (connection.tag() < 0) {
+    auto it = std::find_if(unattached_.begin(), unattached_.end(),
+                           [&](const auto& c) { return c.get() == &connection; });
+    if (it != unattached_.end()) unattached_.erase(it);
+    if (!closing_) {
+      spdlog::warn("core {}: dropped connection from {}: {}", core_, connection.peer(),
+                   why.message());
+      sink_(ShardEvent{ShardEvent::Kind::kBadPeer, core_, -1, std::string(why.message())});
+    }
+    return;
+  }
+  const auto rank = static_cast<std::uint32_t>(connection.tag());
+  if (closing_ || said_bye_[rank]) return;  // the slot in workers_ stays: it marks the rank as seen
+  spdlog::warn("core {}: lost rank {} ({}): {}", core_, rank, connection.peer(), why.message());
+  sink_(ShardEvent{ShardEvent::Kind::kWorkerLost, core_, rank, std::string(why.message())});
+}
+
+}  // namespace phub::server

@@ -1,0 +1,75 @@
+// The chunk mover: the one seam between PHub's logic (server shards, client, ring) and a
+// transport (tcp/ now, verbs/ later). A Connection moves header+payload messages to one peer;
+// the receiving side decides *before the bytes arrive* where a payload lands
+// (ConnectionHandler::ResolveSlot), which is what makes receives zero-copy.
+//
+// Threading: a connection belongs to one thread (its event loop). Every method must be called
+// on that thread and every handler callback is invoked on it. Errors never cross threads as
+// exceptions: a failed connection closes, fails its queued sends, and tells its handler once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "phub/common/status.h"
+#include "phub/transport/wire_header.h"
+
+namespace phub::transport {
+
+class Connection;
+
+// Implemented by the layer above. All calls happen on the connection's thread.
+class ConnectionHandler {
+ public:
+  virtual ~ConnectionHandler() = default;
+
+  // A header arrived with header.payload_bytes > 0: return the buffer its payload must be
+  // received into, exactly payload_bytes long. The buffer must stay valid and untouched by
+  // anyone else until OnReceived. A non-OK status closes the connection with that reason.
+  virtual StatusOr<std::span<std::byte>> ResolveSlot(Connection& connection,
+                                                     const WireHeader& header) = 0;
+
+  // The message (header and, if any, payload) is complete. Non-OK closes the connection.
+  virtual Status OnReceived(Connection& connection, const WireHeader& header) = 0;
+
+  // The connection closed (peer gone, bad input, or Close()). Called exactly once; no other
+  // callback follows. `why` is OK only for a local Close(OkStatus()).
+  virtual void OnClosed(Connection& connection, const Status& why) = 0;
+};
+
+class Connection {
+ public:
+  // Runs on the connection's thread once the message left this process (for TCP: handed to
+  // the kernel), or with an error if the connection closed first.
+  using SendDone = std::function<void(const Status&)>;
+
+  virtual ~Connection() = default;
+
+  // Starts receiving; handler callbacks begin after this.
+  virtual void Start() = 0;
+
+  // Queues one message. Does not block. `payload` must stay valid and unmodified until `done`
+  // runs (no copy is made). Messages go out in the order they were queued.
+  virtual void Send(const WireHeader& header, std::span<const std::byte> payload,
+                    SendDone done) = 0;
+
+  // Closes now; queued sends fail with `why`; OnClosed(why) follows. Idempotent.
+  virtual void Close(const Status& why) = 0;
+
+  virtual bool closed() const = 0;
+  // For logs: "127.0.0.1:51234".
+  virtual std::string peer() const = 0;
+
+  // Free for the handler's use (a shard stores the worker rank once attached; -1 before).
+  std::int64_t tag() const { return tag_; }
+  void set_tag(std::int64_t tag) { tag_ = tag; }
+
+ private:
+  std::int64_t tag_ = -1;
+};
+
+}  // namespace phub::transport

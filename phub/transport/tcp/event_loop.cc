@@ -1,0 +1,46 @@
+#include "phub/transport/tcp/event_loop.h"
+
+#include <boost/asio/post.hpp>
+#include <future>
+
+#include "phub/common/cpu_pinning.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::transport::tcp {
+
+EventLoop::EventLoop(std::string name, int pin_core)
+    : name_(std::move(name)), context_(1), work_(boost::asio::make_work_guard(context_)) {
+  thread_ = std::thread([this, pin_core] {
+    if (pin_core >= 0) {
+      if (Status s = PinThisThreadToCore(pin_core); !s.ok()) {
+        spdlog::warn("{}: not pinned: {}", name_, s.message());
+      } else {
+        spdlog::debug("{}: pinned to core {}", name_, pin_core % CountPhysicalCores());
+      }
+    }
+    context_.run();
+  });
+}
+
+EventLoop::~EventLoop() {
+  work_.reset();
+  context_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EventLoop::Post(std::function<void()> fn) { boost::asio::post(context_, std::move(fn)); }
+
+void EventLoop::Run(const std::function<void()>& fn) {
+  if (on_loop_thread()) {
+    fn();
+    return;
+  }
+  std::promise<void> done;
+  boost::asio::post(context_, [&] {
+    fn();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+}  // namespace phub::transport::tcp

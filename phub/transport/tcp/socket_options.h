@@ -1,0 +1,23 @@
+// Socket settings every PHub TCP connection gets (data and control).
+//
+// TCP_NODELAY: a push is answered by its pull; with Nagle on, the small trailing segment of a
+// message waits for the peer's delayed ACK (~40 ms on Linux loopback) and an iteration stalls.
+// Buffer sizes: left to Linux's autotuning unless `buffer_bytes` > 0, because a fixed
+// SO_SNDBUF/SO_RCVBUF switches autotuning off (measured in bench/exchange, docs/design.md).
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "phub/common/status.h"
+
+namespace phub::transport::tcp {
+
+Status TuneSocket(boost::asio::ip::tcp::socket& socket, int buffer_bytes = 0);
+
+// Connects to host:port, retrying refused connections until `timeout_ms` has passed (a worker
+// may start before phubd is listening). Unavailable with the last error when it gives up.
+StatusOr<boost::asio::ip::tcp::socket> ConnectWithRetry(boost::asio::io_context& context,
+                                                        const std::string& host,
+                                                        std::uint16_t port, int timeout_ms);
+
+}  // namespace phub::transport::tcp

@@ -1,0 +1,143 @@
+#include "phub/transport/tcp/tcp_connection.h"
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace phub::transport::tcp {
+
+namespace asio = boost::asio;
+
+namespace {
+// At most this many messages go into one writev: enough to amortise the syscall over many
+// small chunks, well under IOV_MAX (1024) with two buffers each.
+constexpr std::size_t kMaxBatch = 64;
+}  // namespace
+
+std::shared_ptr<TcpConnection> TcpConnection::Create(asio::ip::tcp::socket socket,
+                                                     ConnectionHandler* handler) {
+  return std::shared_ptr<TcpConnection>(new TcpConnection(std::move(socket), handler));
+}
+
+TcpConnection::TcpConnection(asio::ip::tcp::socket socket, ConnectionHandler* handler)
+    : socket_(std::move(socket)), handler_(handler) {
+  boost::system::error_code ec;
+  auto endpoint = socket_.remote_endpoint(ec);
+  peer_ = ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+}
+
+void TcpConnection::Start() { ReadHeader(); }
+
+void TcpConnection::ReadHeader() {
+  if (closed_) return;
+  asio::async_read(socket_, asio::buffer(header_bytes_),
+                   [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                     self->OnHeader(ec);
+                   });
+}
+
+void TcpConnection::OnHeader(const boost::system::error_code& ec) {
+  if (closed_) return;
+  if (ec) return FailIo("reading a header", ec);
+  bytes_received_ += kWireHeaderBytes;
+  StatusOr<WireHeader> decoded = DecodeWireHeader(header_bytes_);
+  if (!decoded.ok()) {
+    return Close(absl::InvalidArgumentError(
+        absl::StrCat("malformed header from ", peer_, ": ", decoded.status().message())));
+  }
+  header_ = *decoded;
+  if (header_.payload_bytes == 0) {
+    if (Status s = handler_->OnReceived(*this, header_); !s.ok()) return Close(s);
+    return ReadHeader();
+  }
+  StatusOr<std::span<std::byte>> slot = handler_->ResolveSlot(*this, header_);
+  if (!slot.ok()) return Close(slot.status());
+  if (slot->size() != header_.payload_bytes) {
+    return Close(absl::InternalError(absl::StrCat("slot of ", slot->size(), " bytes for a payload of ",
+                                                  header_.payload_bytes, " bytes")));
+  }
+  asio::async_read(socket_, asio::buffer(slot->data(), slot->size()),
+                   [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                     self->OnPayload(ec);
+                   });
+}
+
+void TcpConnection::OnPayload(const boost::system::error_code& ec) {
+  if (closed_) return;
+  if (ec) return FailIo("reading a payload", ec);
+  bytes_received_ += header_.payload_bytes;
+  if (Status s = handler_->OnReceived(*this, header_); !s.ok()) return Close(s);
+  ReadHeader();
+}
+
+void TcpConnection::Send(const WireHeader& header, std::span<const std::byte> payload,
+                         SendDone done) {
+  if (closed_) {
+    if (done) done(absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed")));
+    return;
+  }
+  queue_.push_back(PendingSend{EncodeWireHeader(header), payload, std::move(done)});
+  if (!writing_) WriteQueued();
+}
+
+void TcpConnection::WriteQueued() {
+  std::size_t batch = std::min(queue_.size(), kMaxBatch);
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(batch * 2);
+  for (std::size_t i = 0; i < batch; ++i) {
+    buffers.emplace_back(queue_[i].header.data(), queue_[i].header.size());
+    if (!queue_[i].payload.empty()) {
+      buffers.emplace_back(queue_[i].payload.data(), queue_[i].payload.size());
+    }
+  }
+  writing_ = true;
+  asio::async_write(socket_, buffers,
+                    [self = shared_from_this(), batch](const boost::system::error_code& ec,
+                                                       std::size_t bytes) {
+                      self->bytes_sent_ += bytes;
+                      self->OnWritten(ec, batch);
+                    });
+}
+
+void TcpConnection::OnWritten(const boost::system::error_code& ec, std::size_t batch) {
+  writing_ = false;
+  if (closed_) return;  // Close() already failed the queue.
+  if (ec) return FailIo("writing", ec);
+  for (std::size_t i = 0; i < batch; ++i) {
+    SendDone done = std::move(queue_.front().done);
+    queue_.pop_front();
+    if (done) done(absl::OkStatus());
+    if (closed_) return;  // a completion callback may close us
+  }
+  if (!queue_.empty()) WriteQueued();
+}
+
+void TcpConnection::FailIo(const char* what, const boost::system::error_code& ec) {
+  if (ec == asio::error::eof || ec == asio::error::connection_reset ||
+      ec == asio::error::broken_pipe) {
+    Close(absl::UnavailableError(absl::StrCat("peer ", peer_, " closed the connection (", ec.message(),
+                                              " while ", what, ")")));
+  } else {
+    Close(absl::UnavailableError(
+        absl::StrCat("I/O error with ", peer_, " while ", what, ": ", ec.message())));
+  }
+}
+
+void TcpConnection::Close(const Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  std::deque<PendingSend> failed;
+  failed.swap(queue_);
+  Status send_error = why.ok() ? absl::CancelledError("connection closed locally") : why;
+  for (auto& pending : failed) {
+    if (pending.done) pending.done(send_error);
+  }
+  handler_->OnClosed(*this, why);
+}
+
+}  // namespace phub::transport::tcp

@@ -1,0 +1,37 @@
+// Accepts TCP connections on one address:port (port 0: the kernel picks one, read back with
+// port()) and hands each tuned socket to a callback on the listener's io_context thread.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "phub/common/status.h"
+
+namespace phub::transport::tcp {
+
+class TcpListener {
+ public:
+  using OnAccept = std::function<void(boost::asio::ip::tcp::socket)>;
+
+  // Binds and listens now (so errors surface here, e.g. port in use); accepting starts with
+  // Start(). Must be created, started and destroyed on the context's thread, or before that
+  // thread runs.
+  static StatusOr<std::unique_ptr<TcpListener>> Bind(boost::asio::io_context& context,
+                                                     const std::string& address,
+                                                     std::uint16_t port);
+  void Start(OnAccept on_accept);
+  void Stop();
+  std::uint16_t port() const { return port_; }
+
+ private:
+  explicit TcpListener(boost::asio::io_context& context) : acceptor_(context) {}
+  void AcceptNext();
+
+  boost::asio::ip::tcp::acceptor acceptor_;
+  OnAccept on_accept_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace phub::transport::tcp

@@ -1,0 +1,26 @@
+// Starts a real phubd process for a test, on a free port, with its log in the test's temp dir.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tests/integration/process.h"
+
+namespace phub::testing {
+
+struct RunningPhubd {
+  Process process;
+  std::uint16_t port = 0;
+  std::string log_path;
+};
+
+// `args` are phubd flags besides --port/--port-file. Aborts the test (throws) if phubd does not
+// come up within 20 s; the log is then in the exception's message.
+RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args);
+
+// Paths of the binaries under test, set by CMake.
+std::string PhubdPath();
+std::string TestWorkerPath();
+
+}  // namespace phub::testing

@@ -1,0 +1,48 @@
+// Starting, waiting for and killing real processes in integration tests (phubd, workers).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace phub::testing {
+
+class Process {
+ public:
+  // Starts `argv[0]` with `argv`; stdout and stderr go to `log_path` (appended) if not empty.
+  static Process Start(const std::vector<std::string>& argv, const std::string& log_path = "");
+  Process() = default;
+  Process(Process&& other) noexcept;
+  Process& operator=(Process&& other) noexcept;
+  ~Process();  // SIGKILLs a process still running
+
+  // Exit code, or 128+signal if killed; nullopt if still running after `timeout`.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+  bool Running();
+  void Kill(int signal);
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+// A fresh directory under TMPDIR, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Reads a whole file ("" if missing).
+std::string ReadFile(const std::string& path);
+
+}  // namespace phub::testing

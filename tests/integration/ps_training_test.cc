@@ -1,0 +1,147 @@
+// End to end: a real phubd and N real worker processes train K synchronous iterations of
+// deterministic random gradients; every worker's final weights must be identical and must
+// match an independent float64 simulation of the same training.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "tests/integration/phubd_launcher.h"
+#include "tests/integration/test_data.h"
+#include "tests/reference/optimizer_reference.h"
+
+namespace phub::testing {
+namespace {
+
+struct TrainingCase {
+  std::string name;
+  std::uint32_t workers;
+  std::uint64_t chunk_bytes;
+  std::uint32_t cores;
+  std::string optimizer;
+  RefConfig config;
+  std::uint64_t iterations;
+  std::string sizes;  // tensor sizes; deliberately not multiples of the chunk
+};
+
+void PrintTo(const TrainingCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<std::string> OptimizerFlags(const TrainingCase& c) {
+  auto str = [](double v) {
+    std::ostringstream out;
+    out.precision(17);
+    out << v;
+    return out.str();
+  };
+  return {"--optimizer", c.optimizer, "--lr", str(c.config.lr), "--momentum", str(c.config.momentum),
+          "--weight-decay", str(c.config.weight_decay), "--beta1", str(c.config.beta1),
+          "--beta2", str(c.config.beta2), "--eps", str(c.config.eps)};
+}
+
+// The float64 simulation: rank 0's initial weights, then K steps on the workers' mean gradient.
+std::vector<std::vector<double>> Simulate(const TrainingCase& c, const std::vector<std::uint64_t>& sizes,
+                                          std::uint64_t seed) {
+  std::vector<std::vector<double>> weights(sizes.size());
+  for (std::uint32_t t = 0; t < sizes.size(); ++t) {
+    std::vector<double> w(sizes[t]), v, s;
+    for (std::uint64_t i = 0; i < sizes[t]; ++i) w[i] = TestValue(seed, kInitRank, 0, t, i);
+    for (std::uint64_t it = 1; it <= c.iterations; ++it) {
+      std::vector<std::vector<double>> grads(c.workers, std::vector<double>(sizes[t]));
+      for (std::uint32_t r = 0; r < c.workers; ++r) {
+        for (std::uint64_t i = 0; i < sizes[t]; ++i) grads[r][i] = TestValue(seed, r, it, t, i);
+      }
+      RefStep(c.config, grads, w, v, s, it);
+    }
+    weights[t] = std::move(w);
+  }
+  return weights;
+}
+
+class PsTrainingTest : public ::testing::TestWithParam<TrainingCase> {};
+
+TEST_P(PsTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
+  const TrainingCase& c = GetParam();
+  const std::uint64_t seed = 42 + c.workers;
+  TempDir dir;
+  std::vector<std::string> args = {"--world-size", std::to_string(c.workers), "--cores",
+                                   std::to_string(c.cores), "--chunk-bytes",
+                                   std::to_string(c.chunk_bytes), "--one-job"};
+  auto flags = OptimizerFlags(c);
+  args.insert(args.end(), flags.begin(), flags.end());
+  RunningPhubd phubd = StartPhubd(dir, args);
+
+  std::vector<Process> workers;
+  for (std::uint32_t r = 0; r < c.workers; ++r) {
+    workers.push_back(Process::Start(
+        {TestWorkerPath(), "--port", std::to_string(phubd.port), "--rank", std::to_string(r),
+         "--world", std::to_string(c.workers), "--tensors", c.sizes, "--iters",
+         std::to_string(c.iterations), "--seed", std::to_string(seed), "--out",
+         dir.File("w" + std::to_string(r))},
+        dir.File("worker" + std::to_string(r) + ".log")));
+  }
+  for (std::uint32_t r = 0; r < c.workers; ++r) {
+    auto code = workers[r].Wait(std::chrono::seconds(120));
+    ASSERT_TRUE(code.has_value()) << "worker " << r << " hung";
+    ASSERT_EQ(*code, 0) << "worker " << r << " failed:\n"
+                        << ReadFile(dir.File("worker" + std::to_string(r) + ".log"))
+                        << "\nphubd log:\n" << ReadFile(phubd.log_path);
+  }
+  auto phubd_code = phubd.process.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(phubd_code.has_value()) << "phubd --one-job did not exit after the job";
+  EXPECT_EQ(*phubd_code, 0) << ReadFile(phubd.log_path);
+
+  // Every worker holds exactly the same bytes: they all received phubd's weights.
+  std::string rank0 = ReadFile(dir.File("w0"));
+  for (std::uint32_t r = 1; r < c.workers; ++r) {
+    EXPECT_EQ(ReadFile(dir.File("w" + std::to_string(r))), rank0) << "rank " << r << " differs";
+  }
+  auto sizes = ParseSizes(c.sizes);
+  auto expected = Simulate(c, sizes, seed);
+  std::size_t total = 0;
+  for (auto s : sizes) total += s;
+  ASSERT_EQ(rank0.size(), total * sizeof(float));
+  const float* got = reinterpret_cast<const float*>(rank0.data());
+  std::size_t offset = 0, mismatches = 0;
+  for (std::uint32_t t = 0; t < sizes.size(); ++t) {
+    for (std::uint64_t i = 0; i < sizes[t]; ++i, ++offset) {
+      double want = expected[t][i];
+      double tolerance = 2e-5 + 1e-4 * std::fabs(want);
+      if (!(std::fabs(got[offset] - want) <= tolerance) && mismatches++ < 5) {
+        ADD_FAILURE() << "tensor " << t << " element " << i << ": got " << got[offset]
+                      << ", float64 reference " << want;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+RefConfig Config(RefOptimizer kind, double lr, double weight_decay = 0) {
+  RefConfig c;
+  c.kind = kind;
+  c.lr = lr;
+  c.weight_decay = weight_decay;
+  return c;
+}
+
+// Sizes: a tensor smaller than any chunk, primes, and one of many chunks.
+const std::string kSizes = "1000,37,4099,1,20011";
+
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, PsTrainingTest,
+    ::testing::Values(
+        TrainingCase{"N1_sgd_4KiB_2cores", 1, 4096, 2, "sgd", Config(RefOptimizer::kSgd, 0.1), 3, kSizes},
+        TrainingCase{"N2_momentum_4KiB_2cores", 2, 4096, 2, "momentum",
+                     Config(RefOptimizer::kMomentum, 0.05), 4, kSizes},
+        TrainingCase{"N2_sgd_tiny12B_3cores", 2, 12, 3, "sgd", Config(RefOptimizer::kSgd, 0.1), 2,
+                     "1000,37,5,1"},
+        TrainingCase{"N4_nesterov_wd_64KiB_2cores", 4, 65536, 2, "nesterov",
+                     Config(RefOptimizer::kNesterov, 0.05, 1e-2), 4, kSizes},
+        TrainingCase{"N4_adam_1KiB_3cores", 4, 1024, 3, "adam", Config(RefOptimizer::kAdam, 1e-2),
+                     5, kSizes},
+        TrainingCase{"N2_adam_wd_512KiB_1core", 2, 512 * 1024, 1, "adam",
+                     Config(RefOptimizer::kAdam, 1e-3, 1e-2), 3, "300000,17"}),
+    [](const ::testing::TestParamInfo<TrainingCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace phub::testing
