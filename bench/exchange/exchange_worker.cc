@@ -1,0 +1,181 @@
+// phub_exchange_worker: one worker of the `exchange` benchmark (run_exchange.py drives it).
+//
+// Model: tensor 0 "barrier" (1 float) and tensor 1 "data" (--mib MiB of float32). Each
+// iteration:
+//   Push(barrier); Wait(barrier)    completes only once every worker pushed it: aligns starts
+//   t0 = steady_clock
+//   Push(data);    Wait(data)       the measured push + pull of S bytes
+//   t1 = steady_clock
+// steady_clock is CLOCK_MONOTONIC on Linux, one clock for all processes on the machine, so the
+// driver may also compare t0/t1 across workers.
+//
+// Values: rank 0 starts the weights at w0[i] = 1 + (i % 8) / 8; worker r pushes the constant
+// gradient g_r = 0.01 * (r + 1). With SGD (phubd --optimizer sgd --lr LR) every step moves all
+// weights by -LR * mean_r(g_r). After the run the worker checks a few weights against that
+// (when --lr is given) and writes an FNV-1a checksum of all its weights: every worker must hold
+// the same bytes, which the driver compares.
+//
+// Output (--out, TSV):
+//   # phub_exchange_worker rank=R world=N bytes=B iters=I warmup=W
+//   iter  t0_ns  t1_ns  seconds          one line per timed iteration (warm-up not written)
+//   checksum  <16 hex digits>
+// Exit codes: 0 done; 2 bad flags; 3 a PsClient call failed; 4 wrong weights; 5 cannot write.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "phub/client/ps_client.h"
+#include "phub/common/logging.h"
+
+namespace {
+
+constexpr std::uint32_t kBarrier = 0;
+constexpr std::uint32_t kData = 1;
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// FNV-1a over 64-bit words (not bytes: 8x faster on 100 MiB, and as good for "same bytes?").
+std::uint64_t Fnv1a64(std::span<const float> values, std::uint64_t hash) {
+  const auto bytes = std::as_bytes(values);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, bytes.data() + i, 8);
+    hash = (hash ^ word) * 0x100000001b3ULL;
+  }
+  for (; i < bytes.size(); ++i) {
+    hash = (hash ^ static_cast<std::uint8_t>(bytes[i])) * 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+float InitialWeight(std::uint64_t i) { return 1.0f + static_cast<float>(i % 8) / 8.0f; }
+float Gradient(std::uint32_t rank) { return 0.01f * static_cast<float>(rank + 1); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  phub::client::PsClientOptions options;
+  double mib = 4;
+  std::uint32_t iters = 10, warmup = 2;
+  double lr = 0;
+  std::string out_path, token;
+  CLI::App app{"PHub exchange benchmark worker: timed push+pull of one tensor through phubd"};
+  app.add_option("--host", options.host, "phubd's control address")->capture_default_str();
+  app.add_option("--port", options.port, "phubd's control port")->required();
+  app.add_option("--rank", options.rank, "This worker's rank")->required();
+  app.add_option("--world", options.world_size, "Number of workers")->required();
+  app.add_option("--mib", mib, "Data tensor size S in MiB (rounded down to whole floats)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "Timed iterations")->capture_default_str();
+  app.add_option("--warmup", warmup, "Untimed iterations first")->capture_default_str();
+  app.add_option("--lr", lr, "phubd's SGD learning rate; > 0 turns on the weight check")
+      ->capture_default_str();
+  app.add_option("--token", token, "Job token (phubd's --token-file contents)");
+  app.add_option("--out", out_path, "Per-iteration times and the weight checksum (TSV)")
+      ->required();
+  CLI11_PARSE(app, argc, argv);
+  options.job_token = token;
+  (void)phub::SetUpLogging("warn", "exchange worker " + std::to_string(options.rank));
+
+  const std::uint64_t elements =
+      static_cast<std::uint64_t>(mib * 1024 * 1024) / sizeof(float);
+  if (elements == 0) {
+    std::fprintf(stderr, "exchange worker: --mib %g is less than one float\n", mib);
+    return 2;
+  }
+  std::vector<phub::keys::TensorSpec> tensors = {{"barrier", 1}, {"data", elements}};
+  // Only rank 0's initial weights matter; the others start from NaN so a missing Init shows.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> barrier_w(1, options.rank == 0 ? 1.0f : nan);
+  std::vector<float> data_w(elements);
+  for (std::uint64_t i = 0; i < elements; ++i) {
+    data_w[i] = options.rank == 0 ? InitialWeight(i) : nan;
+  }
+  const std::vector<float> barrier_g(1, Gradient(options.rank));
+  const std::vector<float> data_g(elements, Gradient(options.rank));
+
+  auto fail = [&](const char* what, const phub::Status& s) {
+    std::fprintf(stderr, "exchange worker %u: %s: %s\n", options.rank, what,
+                 std::string(s.message()).c_str());
+    return 3;
+  };
+  auto client = phub::client::PsClient::Connect(options, tensors, {barrier_w, data_w});
+  if (!client.ok()) return fail("Connect", client.status());
+  phub::client::PsClient& ps = **client;
+  if (auto s = ps.Init(); !s.ok()) return fail("Init", s);
+
+  struct Sample {
+    std::int64_t t0, t1;
+  };
+  std::vector<Sample> samples;
+  samples.reserve(iters);
+  for (std::uint32_t it = 0; it < warmup + iters; ++it) {
+    if (auto s = ps.Push(kBarrier, barrier_g); !s.ok()) return fail("Push(barrier)", s);
+    if (auto s = ps.Wait(kBarrier); !s.ok()) return fail("Wait(barrier)", s);
+    const std::int64_t t0 = NowNs();
+    if (auto s = ps.Push(kData, data_g); !s.ok()) return fail("Push(data)", s);
+    if (auto s = ps.Wait(kData); !s.ok()) return fail("Wait(data)", s);
+    const std::int64_t t1 = NowNs();
+    if (it >= warmup) samples.push_back({t0, t1});
+  }
+  if (auto s = ps.Close(); !s.ok()) return fail("Close", s);
+
+  // Every data step moved every weight by -lr * mean gradient. Check a few positions (they
+  // cover all 8 initial values) in double; float rounding stays far below the tolerance.
+  const std::uint64_t steps = warmup + iters;
+  double mean_g = 0;
+  for (std::uint32_t r = 0; r < options.world_size; ++r) mean_g += Gradient(r);
+  mean_g /= options.world_size;
+  for (std::uint64_t i : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3},
+                          std::uint64_t{4}, std::uint64_t{5}, std::uint64_t{6}, std::uint64_t{7},
+                          elements / 2, elements - 1}) {
+    if (i >= elements) continue;
+    const double got = data_w[i];
+    const double want = InitialWeight(i) - lr * static_cast<double>(steps) * mean_g;
+    const double tolerance = 1e-6 * static_cast<double>(steps) + 1e-3 * std::abs(want - InitialWeight(i));
+    if (!std::isfinite(got) || (lr > 0 && std::abs(got - want) > tolerance)) {
+      std::fprintf(stderr,
+                   "exchange worker %u: weight %" PRIu64 " is %.9g after %" PRIu64
+                   " steps, expected %.9g (lr %g, mean gradient %g)\n",
+                   options.rank, i, got, steps, want, lr, mean_g);
+      return 4;
+    }
+  }
+
+  std::ofstream out(out_path);
+  out << "# phub_exchange_worker rank=" << options.rank << " world=" << options.world_size
+      << " bytes=" << elements * sizeof(float) << " iters=" << iters << " warmup=" << warmup
+      << "\n";
+  out << "iter\tt0_ns\tt1_ns\tseconds\n";
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    char line[128];
+    std::snprintf(line, sizeof line, "%zu\t%" PRId64 "\t%" PRId64 "\t%.9f\n", i, samples[i].t0,
+                  samples[i].t1, static_cast<double>(samples[i].t1 - samples[i].t0) * 1e-9);
+    out << line;
+  }
+  char checksum[32];
+  std::snprintf(checksum, sizeof checksum, "%016" PRIx64,
+                Fnv1a64(data_w, Fnv1a64(barrier_w, 0xcbf29ce484222325ULL)));
+  out << "checksum\t" << checksum << "\n";
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "exchange worker %u: cannot write %s\n", options.rank, out_path.c_str());
+    return 5;
+  }
+  return 0;
+}

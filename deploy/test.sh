@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs what is missing, builds, runs every test with
+# ctest. With --sanitize address|thread it does the same in build-asan/ or build-tsan/ with
+# ASan+UBSan or TSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sanitize=""
+if [[ "${1:-}" == "--sanitize" ]]; then sanitize=${2:?"--sanitize needs address or thread"}; fi
+
+bash deploy/install-deps.sh
+if [[ -z "$sanitize" ]]; then
+  export PHUB_BUILD_DIR=${PHUB_BUILD_DIR:-build}
+  bash deploy/build.sh
+else
+  case "$sanitize" in
+    address) export PHUB_BUILD_DIR=build-asan ;;
+    thread) export PHUB_BUILD_DIR=build-tsan ;;
+    *) echo "test.sh: --sanitize takes 'address' or 'thread', not '$sanitize'" >&2; exit 2 ;;
+  esac
+  # Benchmarks are not run under sanitizers; -O1 keeps the instrumented build quick.
+  bash deploy/build.sh -DPHUB_SANITIZE="$sanitize" -DPHUB_BUILD_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+fi
+ctest --test-dir "$PHUB_BUILD_DIR" --output-on-failure -j 2
