@@ -102,15 +102,18 @@ void TcpConnection::WriteQueued() {
 }
 
 void TcpConnection::OnWritten(const boost::system::error_code& ec, std::size_t batch) {
-  writing_ = false;
   if (closed_) return;  // Close() already failed the queue.
   if (ec) return FailIo("writing", ec);
+  // `writing_` stays true while the callbacks run: a callback that Send()s only queues, and the
+  // next write starts below, once. (Clearing it first started a second, overlapping write of
+  // the same messages.)
   for (std::size_t i = 0; i < batch; ++i) {
     SendDone done = std::move(queue_.front().done);
     queue_.pop_front();
     if (done) done(absl::OkStatus());
     if (closed_) return;  // a completion callback may close us
   }
+  writing_ = false;
   if (!queue_.empty()) WriteQueued();
 }
 

@@ -1,0 +1,197 @@
+#include "phub/server/hello_check.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phub/common/version.h"
+
+namespace phub::server {
+namespace {
+
+// A refusal's message and fix together; every check looks for the values it must name here.
+std::string Text(const proto::Error& error) { return error.message() + " | " + error.fix(); }
+
+::testing::AssertionResult Names(const proto::Error& error, const std::string& part) {
+  if (Text(error).find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << Text(error) << "\" lacks \"" << part << "\"";
+}
+
+ServerOptions Options(std::uint32_t world_size = 4, std::string token = "tok-123") {
+  ServerOptions options;
+  options.world_size = world_size;
+  options.job_token = std::move(token);
+  return options;
+}
+
+proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world_size = 4,
+                       std::string token = "tok-123") {
+  proto::Hello hello;
+  hello.set_protocol_version(kProtocolVersion);
+  hello.set_job_token(std::move(token));
+  hello.set_rank(rank);
+  hello.set_world_size(world_size);
+  auto add = [&](const std::string& name, std::uint64_t elements) {
+    proto::TensorSpec* t = hello.add_tensors();
+    t->set_name(name);
+    t->set_elements(elements);
+  };
+  add("conv1.weight", 9408);
+  add("fc.weight", 2048000);
+  add("fc.bias", 1000);
+  return hello;
+}
+
+const std::vector<bool> kNoneTaken(4, false);
+
+TEST(HelloCheckTest, AcceptsTheFirstValidHello) {
+  std::optional<proto::Error> error = CheckHello(MakeHello(0), Options(), nullptr, kNoneTaken);
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, AcceptsAHelloIdenticalToTheFirstButForRank) {
+  const proto::Hello first = MakeHello(0);
+  std::optional<proto::Error> error =
+      CheckHello(MakeHello(3), Options(), &first, {true, false, false, false});
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, AcceptsAnEmptyTokenWhenPhubdHasNone) {
+  std::optional<proto::Error> error =
+      CheckHello(MakeHello(1, 4, ""), Options(4, ""), nullptr, kNoneTaken);
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, RefusesOtherProtocolVersionNamingBoth) {
+  proto::Hello hello = MakeHello(0);
+  hello.set_protocol_version(kProtocolVersion + 6);
+  std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::VERSION_MISMATCH);
+  EXPECT_TRUE(Names(*error, "version " + std::to_string(kProtocolVersion + 6)));
+  EXPECT_TRUE(Names(*error, "phubd speaks " + std::to_string(kProtocolVersion)));
+}
+
+TEST(HelloCheckTest, RefusesAWrongTokenWithoutRevealingEither) {
+  // The token is a secret: the refusal says it differs and how to fix it, but must not echo
+  // phubd's token to whoever connected (nor the worker's, which would end up in logs).
+  std::optional<proto::Error> error =
+      CheckHello(MakeHello(0, 4, "guess-456"), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
+  EXPECT_TRUE(Names(*error, "token"));
+  EXPECT_TRUE(Names(*error, "--token-file"));
+  EXPECT_FALSE(Names(*error, "tok-123"));
+  EXPECT_FALSE(Names(*error, "guess-456"));
+}
+
+TEST(HelloCheckTest, RefusesAMissingTokenWhenPhubdHasOne) {
+  std::optional<proto::Error> error =
+      CheckHello(MakeHello(0, 4, ""), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
+}
+
+TEST(HelloCheckTest, RefusesOtherWorldSizeNamingBoth) {
+  std::optional<proto::Error> error = CheckHello(MakeHello(0, 8), Options(4), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::WORLD_SIZE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "world size 8"));
+  EXPECT_TRUE(Names(*error, "--world-size 4"));
+}
+
+TEST(HelloCheckTest, RefusesRankEqualToWorldSizeNamingRankAndRange) {
+  std::optional<proto::Error> error = CheckHello(MakeHello(4), Options(4), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_RANK);
+  EXPECT_TRUE(Names(*error, "rank 4"));
+  EXPECT_TRUE(Names(*error, "world size 4"));
+  EXPECT_TRUE(Names(*error, "0..3"));
+}
+
+TEST(HelloCheckTest, RefusesAFarOutOfRangeRank) {
+  std::optional<proto::Error> error =
+      CheckHello(MakeHello(4000000000u), Options(4), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_RANK);
+  EXPECT_TRUE(Names(*error, "rank 4000000000"));
+}
+
+TEST(HelloCheckTest, AcceptsTheLastRank) {
+  std::optional<proto::Error> error = CheckHello(MakeHello(3), Options(4), nullptr, kNoneTaken);
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, RefusesADuplicateRankNamingIt) {
+  const proto::Hello first = MakeHello(2);
+  std::optional<proto::Error> error =
+      CheckHello(MakeHello(2), Options(), &first, {false, false, true, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::DUPLICATE_RANK);
+  EXPECT_TRUE(Names(*error, "rank 2"));
+  EXPECT_TRUE(Names(*error, "--rank"));
+}
+
+TEST(HelloCheckTest, RefusesAnEmptyTensorTable) {
+  proto::Hello hello = MakeHello(0);
+  hello.clear_tensors();
+  std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "empty"));
+}
+
+TEST(HelloCheckTest, RefusesATableOfOtherLengthNamingBothCountsAndRanks) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.add_tensors()->set_name("extra");
+  hello.mutable_tensors(3)->set_elements(5);
+  std::optional<proto::Error> error =
+      CheckHello(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "rank 1 has 4 tensors"));
+  EXPECT_TRUE(Names(*error, "rank 0 has 3"));
+}
+
+TEST(HelloCheckTest, RefusesATensorOfOtherNameNamingBoth) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.mutable_tensors(1)->set_name("classifier.weight");
+  std::optional<proto::Error> error =
+      CheckHello(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "tensor 1"));
+  EXPECT_TRUE(Names(*error, "'classifier.weight'"));
+  EXPECT_TRUE(Names(*error, "'fc.weight'"));
+}
+
+TEST(HelloCheckTest, RefusesATensorOfOtherSizeNamingBoth) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.mutable_tensors(2)->set_elements(1001);
+  std::optional<proto::Error> error =
+      CheckHello(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "tensor 2"));
+  EXPECT_TRUE(Names(*error, "1001 elements"));
+  EXPECT_TRUE(Names(*error, "1000 elements"));
+}
+
+TEST(HelloCheckTest, RefusesTheSameTensorsInAnotherOrder) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.mutable_tensors()->SwapElements(0, 2);
+  std::optional<proto::Error> error =
+      CheckHello(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "tensor 0"));
+}
+
+}  // namespace
+}  // namespace phub::server

@@ -1,0 +1,66 @@
+#include "phub/transport/tcp/socket_options.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <string>
+
+namespace phub::transport::tcp {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+::testing::AssertionResult MessageHas(const Status& status, const std::string& part) {
+  if (std::string(status.message()).find(part) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "message \"" << status.message() << "\" lacks \"" << part << "\"";
+}
+
+TEST(ConnectWithRetryTest, GivesUpWithUnavailableNamingTheAddress) {
+  // A port that was free a moment ago: bind one, note it, release it.
+  asio::io_context context;
+  std::uint16_t port = 0;
+  {
+    tcp::acceptor probe(context, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    port = probe.local_endpoint().port();
+  }
+  StatusOr<tcp::socket> socket = ConnectWithRetry(context, "127.0.0.1", port, 50);
+  ASSERT_FALSE(socket.ok());
+  EXPECT_EQ(socket.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(MessageHas(socket.status(), "127.0.0.1:" + std::to_string(port)));
+}
+
+TEST(ConnectWithRetryTest, ConnectedSocketHasNoDelay) {
+  asio::io_context context;
+  tcp::acceptor acceptor(context, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  StatusOr<tcp::socket> socket =
+      ConnectWithRetry(context, "127.0.0.1", acceptor.local_endpoint().port(), 10000);
+  ASSERT_TRUE(socket.ok()) << socket.status();
+  tcp::no_delay no_delay;
+  socket->get_option(no_delay);
+  EXPECT_TRUE(no_delay.value());
+}
+
+TEST(TuneSocketTest, SetsBufferSizesWhenAsked) {
+  asio::io_context context;
+  tcp::socket socket(context);
+  socket.open(tcp::v4());
+  ASSERT_TRUE(TuneSocket(socket, 1 << 20).ok());
+  asio::socket_base::send_buffer_size send;
+  asio::socket_base::receive_buffer_size receive;
+  socket.get_option(send);
+  socket.get_option(receive);
+  // Linux reports twice the requested size (bookkeeping overhead); never less.
+  EXPECT_GE(send.value(), 1 << 20);
+  EXPECT_GE(receive.value(), 1 << 20);
+  tcp::no_delay no_delay;
+  socket.get_option(no_delay);
+  EXPECT_TRUE(no_delay.value());
+}
+
+}  // namespace
+}  // namespace phub::transport::tcp
