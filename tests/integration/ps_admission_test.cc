@@ -156,5 +156,18 @@ TEST(PsAdmission, DuplicateRankAndMismatchedTensorTableAreRefused) {
   EXPECT_TRUE(phubd.process.Running());
 }
 
+TEST(PsAdmission, InitialWeightsFileOfTheWrongSizeIsReportedToEveryWorker) {
+  TempDir dir;
+  std::ofstream(dir.File("init.f32"), std::ios::binary) << "12345678";  // 2 floats; model has 13
+  auto phubd = StartPhubd(dir, {"--world-size", "2", "--init-weights", dir.File("init.f32")});
+  auto workers = ConnectWorkers(Options(phubd, 2), {0, 1}, kTensors);
+  for (auto& w : workers) {
+    EXPECT_EQ(w.status.code(), absl::StatusCode::kInvalidArgument) << w.status;
+    EXPECT_THAT(std::string(w.status.message()), HasSubstr("8 bytes"));
+    EXPECT_THAT(std::string(w.status.message()), HasSubstr("52"));
+  }
+  EXPECT_TRUE(phubd.process.Running());
+}
+
 }  // namespace
 }  // namespace phub::testing

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "tests/integration/phubd_launcher.h"
@@ -23,7 +24,12 @@ struct TrainingCase {
   RefConfig config;
   std::uint64_t iterations;
   std::string sizes;  // tensor sizes; deliberately not multiples of the chunk
+  bool init_from_file = false;  // phubd loads --init-weights instead of taking rank 0's
 };
+
+// Initial weights in the --init-weights file come from another seed than rank 0's buffer, so
+// the result proves which one was used.
+constexpr std::uint64_t kFileSeed = 777;
 
 void PrintTo(const TrainingCase& c, std::ostream* os) { *os << c.name; }
 
@@ -45,7 +51,8 @@ std::vector<std::vector<double>> Simulate(const TrainingCase& c, const std::vect
   std::vector<std::vector<double>> weights(sizes.size());
   for (std::uint32_t t = 0; t < sizes.size(); ++t) {
     std::vector<double> w(sizes[t]), v, s;
-    for (std::uint64_t i = 0; i < sizes[t]; ++i) w[i] = TestValue(seed, kInitRank, 0, t, i);
+    const std::uint64_t init_seed = c.init_from_file ? kFileSeed : seed;
+    for (std::uint64_t i = 0; i < sizes[t]; ++i) w[i] = TestValue(init_seed, kInitRank, 0, t, i);
     for (std::uint64_t it = 1; it <= c.iterations; ++it) {
       std::vector<std::vector<double>> grads(c.workers, std::vector<double>(sizes[t]));
       for (std::uint32_t r = 0; r < c.workers; ++r) {
@@ -69,6 +76,17 @@ TEST_P(PsTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
                                    std::to_string(c.chunk_bytes), "--one-job"};
   auto flags = OptimizerFlags(c);
   args.insert(args.end(), flags.begin(), flags.end());
+  if (c.init_from_file) {
+    std::ofstream file(dir.File("init.f32"), std::ios::binary);
+    auto sizes = ParseSizes(c.sizes);
+    for (std::uint32_t t = 0; t < sizes.size(); ++t) {
+      for (std::uint64_t i = 0; i < sizes[t]; ++i) {
+        float v = TestValue(kFileSeed, kInitRank, 0, t, i);
+        file.write(reinterpret_cast<const char*>(&v), sizeof v);
+      }
+    }
+    args.insert(args.end(), {"--init-weights", dir.File("init.f32")});
+  }
   RunningPhubd phubd = StartPhubd(dir, args);
 
   std::vector<Process> workers;
@@ -140,7 +158,9 @@ INSTANTIATE_TEST_SUITE_P(
         TrainingCase{"N4_adam_1KiB_3cores", 4, 1024, 3, "adam", Config(RefOptimizer::kAdam, 1e-2),
                      5, kSizes},
         TrainingCase{"N2_adam_wd_512KiB_1core", 2, 512 * 1024, 1, "adam",
-                     Config(RefOptimizer::kAdam, 1e-3, 1e-2), 3, "300000,17"}),
+                     Config(RefOptimizer::kAdam, 1e-3, 1e-2), 3, "300000,17"},
+        TrainingCase{"N2_momentum_initial_weights_from_file", 2, 4096, 2, "momentum",
+                     Config(RefOptimizer::kMomentum, 0.05), 3, kSizes, /*init_from_file=*/true}),
     [](const ::testing::TestParamInfo<TrainingCase>& info) { return info.param.name; });
 
 }  // namespace
