@@ -62,6 +62,9 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   };
 
   void RecordError(const Status& status);
+  transport::tcp::SocketTuning tuning() const {
+    return {options_.tcp_no_delay, options_.socket_buffer_bytes};
+  }
   void WatchControl();
   void SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
                   std::uint64_t iteration);
@@ -97,7 +100,8 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   }
   PHUB_ASSIGN_OR_RETURN(control_, transport::tcp::ConnectWithRetry(loop_.context(), options_.host,
                                                                    options_.port,
-                                                                   options_.connect_timeout_ms));
+                                                                   options_.connect_timeout_ms,
+                                                                   tuning()));
   proto::ControlMessage hello_message;
   proto::Hello& hello = *hello_message.mutable_hello();
   hello.set_protocol_version(kProtocolVersion);
@@ -139,7 +143,7 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
     PHUB_ASSIGN_OR_RETURN(auto socket, transport::tcp::ConnectWithRetry(
                                            loop_.context(), endpoint.host(),
                                            static_cast<std::uint16_t>(endpoint.port()),
-                                           options_.connect_timeout_ms));
+                                           options_.connect_timeout_ms, tuning()));
     auto attach = transport::EncodeWireHeader(
         WireHeader{Op::kAttach, options_.rank, endpoint.core(), session_, 0});
     boost::system::error_code ec;

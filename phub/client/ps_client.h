@@ -38,6 +38,8 @@ struct PsClientOptions {
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
   int connect_timeout_ms = 30000;  // keep retrying a refused connection this long
+  bool tcp_no_delay = true;        // TCP_NODELAY (off only to measure what it is worth)
+  int socket_buffer_bytes = 0;     // fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning
 };
 
 class PsClient {

@@ -40,12 +40,12 @@ constexpr std::size_t kGroup = 4;
 
 // Hyper-parameters prepared once per call.
 struct StepConstants {
-  float inv_n;         // 1/N
-  float wd;            // weight decay (L2)
+  float inv_n;  // 1/N
+  float wd;     // weight decay (L2)
   float lr;
-  float mu;            // momentum
-  float b1, omb1;      // beta1, 1 - beta1
-  float b2, omb2;      // beta2, 1 - beta2
+  float mu;        // momentum
+  float b1, omb1;  // beta1, 1 - beta1
+  float b2, omb2;  // beta2, 1 - beta2
   float eps;
   float adam_step;     // lr / (1 - beta1^t)
   float adam_inv_bc2;  // 1 / (1 - beta2^t)
@@ -54,10 +54,10 @@ struct StepConstants {
 // w[j] (and state) updated from the sum of K inputs a..e at j (inputs beyond K are unused and
 // may be null). All pointers are distinct arrays, hence __restrict.
 template <OptimizerKind kKind, int K>
-void UpdateRange(const float* __restrict a, const float* __restrict b,
-                 const float* __restrict c, const float* __restrict d,
-                 const float* __restrict e, float* __restrict w, float* __restrict s0,
-                 float* __restrict s1, std::size_t n, const StepConstants& k) {
+void UpdateRange(const float* __restrict a, const float* __restrict b, const float* __restrict c,
+                 const float* __restrict d, const float* __restrict e, float* __restrict w,
+                 float* __restrict s0, float* __restrict s1, std::size_t n,
+                 const StepConstants& k) {
   static_assert(K >= 1 && K <= 5);
   // Locals, so the compiler need not reload them after stores through w/s0/s1.
   const float inv_n = k.inv_n, wd = k.wd, lr = k.lr, mu = k.mu;

@@ -83,26 +83,26 @@ std::string Describe(const OptimizerConfig& c) {
       return fmt::format("{}(lr={}, momentum={}, weight_decay={})", OptimizerName(c.kind), c.lr,
                          c.momentum, c.weight_decay);
     case OptimizerKind::kAdam:
-      return fmt::format("adam(lr={}, beta1={}, beta2={}, eps={}, weight_decay={})", c.lr,
-                         c.beta1, c.beta2, c.eps, c.weight_decay);
+      return fmt::format("adam(lr={}, beta1={}, beta2={}, eps={}, weight_decay={})", c.lr, c.beta1,
+                         c.beta2, c.eps, c.weight_decay);
   }
   return OptimizerName(c.kind);
 }
 
 Status Validate(const OptimizerConfig& c) {
   if (!IsKnown(c.kind)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "optimizer kind {} is not known: use one of {}", static_cast<int>(c.kind), AcceptedNames()));
+    return absl::InvalidArgumentError(fmt::format("optimizer kind {} is not known: use one of {}",
+                                                  static_cast<int>(c.kind), AcceptedNames()));
   }
   const std::string where = OptimizerName(c.kind);
   if (!(c.lr > 0.0f) || !std::isfinite(c.lr)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "{}: lr={} is invalid: the learning rate must be finite and > 0", where, c.lr));
+    return absl::InvalidArgumentError(
+        fmt::format("{}: lr={} is invalid: the learning rate must be finite and > 0", where, c.lr));
   }
   if (!(c.weight_decay >= 0.0f) || !std::isfinite(c.weight_decay)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "{}: weight_decay={} is invalid: it must be finite and >= 0 (0 turns it off)", where,
-        c.weight_decay));
+    return absl::InvalidArgumentError(
+        fmt::format("{}: weight_decay={} is invalid: it must be finite and >= 0 (0 turns it off)",
+                    where, c.weight_decay));
   }
   if (c.kind == OptimizerKind::kMomentum || c.kind == OptimizerKind::kNesterov) {
     if (!InUnitInterval(c.momentum)) {
@@ -112,16 +112,16 @@ Status Validate(const OptimizerConfig& c) {
   }
   if (c.kind == OptimizerKind::kAdam) {
     if (!InUnitInterval(c.beta1)) {
-      return absl::InvalidArgumentError(fmt::format(
-          "adam: beta1={} is invalid: it must be in [0, 1) (0.9 is usual)", c.beta1));
+      return absl::InvalidArgumentError(
+          fmt::format("adam: beta1={} is invalid: it must be in [0, 1) (0.9 is usual)", c.beta1));
     }
     if (!InUnitInterval(c.beta2)) {
-      return absl::InvalidArgumentError(fmt::format(
-          "adam: beta2={} is invalid: it must be in [0, 1) (0.999 is usual)", c.beta2));
+      return absl::InvalidArgumentError(
+          fmt::format("adam: beta2={} is invalid: it must be in [0, 1) (0.999 is usual)", c.beta2));
     }
     if (!(c.eps > 0.0f) || !std::isfinite(c.eps)) {
-      return absl::InvalidArgumentError(fmt::format(
-          "adam: eps={} is invalid: it must be finite and > 0 (1e-8 is usual)", c.eps));
+      return absl::InvalidArgumentError(
+          fmt::format("adam: eps={} is invalid: it must be finite and > 0 (1e-8 is usual)", c.eps));
     }
   }
   return absl::OkStatus();

@@ -47,7 +47,8 @@ ControlPlane::~ControlPlane() { *alive_ = false; }
 
 Status ControlPlane::Start() {
   PHUB_ASSIGN_OR_RETURN(listener_, transport::tcp::TcpListener::Bind(
-                                       context_, options_.listen_address, options_.port));
+                                       context_, options_.listen_address, options_.port,
+                                       options_.tcp));
   listener_->Start([this](asio::ip::tcp::socket socket) { OnAccept(std::move(socket)); });
   return absl::OkStatus();
 }

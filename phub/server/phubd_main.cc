@@ -75,6 +75,12 @@ int main(int argc, char** argv) {
                  "Raw float32 file with the model's initial weights (tensors in table order); "
                  "without it rank 0 sends its weights");
   app.add_flag("--one-job", options.one_job, "Exit when the first job ends");
+  bool nagle = false;
+  app.add_flag("--tcp-nagle", nagle,
+               "Leave Nagle's algorithm on (no TCP_NODELAY); only to measure what NODELAY is worth");
+  app.add_option("--socket-buffer-bytes", options.tcp.buffer_bytes,
+                 "Fixed SO_SNDBUF/SO_RCVBUF per connection; 0 = Linux autotuning (recommended)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -84,6 +90,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.pin = !no_pin;
+  options.tcp.no_delay = !nagle;
   auto kind = phub::kernels::ParseOptimizerKind(optimizer);
   if (!kind.ok()) {
     spdlog::error("--optimizer: {}", kind.status().message());

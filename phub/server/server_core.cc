@@ -14,11 +14,12 @@ ServerCore::ServerCore(keys::CoreIndex index, int pin_core)
 
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
                                                          const std::string& address,
-                                                         std::uint16_t port, int pin_core) {
+                                                         std::uint16_t port, int pin_core,
+                                                         const transport::tcp::SocketTuning& tcp) {
   std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core));
   Status status;
   core->loop_.Run([&] {
-    auto listener = TcpListener::Bind(core->loop_.context(), address, port);
+    auto listener = TcpListener::Bind(core->loop_.context(), address, port, tcp);
     if (!listener.ok()) {
       status = listener.status();
       return;

@@ -16,7 +16,8 @@ class ServerCore {
   // pin_core < 0: not pinned. port 0: any free port.
   static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index,
                                                       const std::string& address,
-                                                      std::uint16_t port, int pin_core);
+                                                      std::uint16_t port, int pin_core,
+                                                      const transport::tcp::SocketTuning& tcp);
   ~ServerCore();
 
   keys::CoreIndex index() const { return index_; }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/transport/tcp/socket_options.h"
 
 namespace phub::server {
 
@@ -26,6 +27,7 @@ struct ServerOptions {
   std::string job_token;                // contents of --token-file; empty = no token
   std::string initial_weights_path;     // raw float32 file; empty = rank 0 sends weights
   bool one_job = false;                 // exit after the first job ends
+  transport::tcp::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
 };
 
 }  // namespace phub::server

@@ -11,9 +11,10 @@ namespace phub::transport::tcp {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-Status TuneSocket(tcp::socket& socket, int buffer_bytes) {
+Status TuneSocket(tcp::socket& socket, const SocketTuning& tuning) {
+  const int buffer_bytes = tuning.buffer_bytes;
   boost::system::error_code ec;
-  socket.set_option(tcp::no_delay(true), ec);
+  socket.set_option(tcp::no_delay(tuning.no_delay), ec);
   if (ec) return absl::InternalError(absl::StrCat("setsockopt(TCP_NODELAY): ", ec.message()));
   if (buffer_bytes > 0) {
     socket.set_option(asio::socket_base::send_buffer_size(buffer_bytes), ec);
@@ -24,7 +25,8 @@ Status TuneSocket(tcp::socket& socket, int buffer_bytes) {
 }
 
 StatusOr<tcp::socket> ConnectWithRetry(asio::io_context& context, const std::string& host,
-                                       std::uint16_t port, int timeout_ms) {
+                                       std::uint16_t port, int timeout_ms,
+                                       const SocketTuning& tuning) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   tcp::resolver resolver(context);
   boost::system::error_code ec;
@@ -38,7 +40,7 @@ StatusOr<tcp::socket> ConnectWithRetry(asio::io_context& context, const std::str
     tcp::socket socket(context);
     asio::connect(socket, endpoints, ec);
     if (!ec) {
-      PHUB_RETURN_IF_ERROR(TuneSocket(socket));
+      PHUB_RETURN_IF_ERROR(TuneSocket(socket, tuning));
       return socket;
     }
     if (std::chrono::steady_clock::now() + backoff > deadline) {

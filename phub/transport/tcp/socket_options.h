@@ -12,12 +12,20 @@
 
 namespace phub::transport::tcp {
 
-Status TuneSocket(boost::asio::ip::tcp::socket& socket, int buffer_bytes = 0);
+// Per-socket settings. Defaults are what production uses; the other values exist so that
+// bench/exchange can measure what each setting is worth (docs/design.md).
+struct SocketTuning {
+  bool no_delay = true;  // TCP_NODELAY
+  int buffer_bytes = 0;  // SO_SNDBUF and SO_RCVBUF; 0 = leave Linux's autotuning on
+};
+
+Status TuneSocket(boost::asio::ip::tcp::socket& socket, const SocketTuning& tuning = {});
 
 // Connects to host:port, retrying refused connections until `timeout_ms` has passed (a worker
 // may start before phubd is listening). Unavailable with the last error when it gives up.
 StatusOr<boost::asio::ip::tcp::socket> ConnectWithRetry(boost::asio::io_context& context,
                                                         const std::string& host,
-                                                        std::uint16_t port, int timeout_ms);
+                                                        std::uint16_t port, int timeout_ms,
+                                                        const SocketTuning& tuning = {});
 
 }  // namespace phub::transport::tcp

@@ -11,7 +11,8 @@ using asio::ip::tcp;
 
 StatusOr<std::unique_ptr<TcpListener>> TcpListener::Bind(asio::io_context& context,
                                                          const std::string& address,
-                                                         std::uint16_t port) {
+                                                         std::uint16_t port,
+                                                         const SocketTuning& tuning) {
   boost::system::error_code ec;
   auto ip = asio::ip::make_address(address, ec);
   if (ec) {
@@ -31,6 +32,7 @@ StatusOr<std::unique_ptr<TcpListener>> TcpListener::Bind(asio::io_context& conte
                                                "; pick a free port or stop the other process"));
   }
   listener->port_ = listener->acceptor_.local_endpoint().port();
+  listener->tuning_ = tuning;
   return listener;
 }
 
@@ -50,7 +52,7 @@ void TcpListener::AcceptNext() {
     if (ec) {
       // EMFILE and friends: log and keep accepting; the daemon must not die of a busy moment.
       spdlog::warn("accept on port {} failed: {}", port_, ec.message());
-    } else if (Status s = TuneSocket(socket); !s.ok()) {
+    } else if (Status s = TuneSocket(socket, tuning_); !s.ok()) {
       spdlog::warn("dropping a connection on port {}: {}", port_, s.message());
     } else {
       on_accept_(std::move(socket));

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "phub/common/status.h"
+#include "phub/transport/tcp/socket_options.h"
 
 namespace phub::transport::tcp {
 
@@ -20,7 +21,8 @@ class TcpListener {
   // thread runs.
   static StatusOr<std::unique_ptr<TcpListener>> Bind(boost::asio::io_context& context,
                                                      const std::string& address,
-                                                     std::uint16_t port);
+                                                     std::uint16_t port,
+                                                     const SocketTuning& tuning = {});
   void Start(OnAccept on_accept);
   void Stop();
   std::uint16_t port() const { return port_; }
@@ -32,6 +34,7 @@ class TcpListener {
   boost::asio::ip::tcp::acceptor acceptor_;
   OnAccept on_accept_;
   std::uint16_t port_ = 0;
+  SocketTuning tuning_;
 };
 
 }  // namespace phub::transport::tcp

@@ -45,11 +45,21 @@ TEST(ConnectWithRetryTest, ConnectedSocketHasNoDelay) {
   EXPECT_TRUE(no_delay.value());
 }
 
+TEST(TuneSocketTest, LeavesNagleOnWhenAskedTo) {
+  asio::io_context context;
+  tcp::socket socket(context);
+  socket.open(tcp::v4());
+  ASSERT_TRUE(TuneSocket(socket, SocketTuning{.no_delay = false}).ok());
+  tcp::no_delay no_delay;
+  socket.get_option(no_delay);
+  EXPECT_FALSE(no_delay.value());
+}
+
 TEST(TuneSocketTest, SetsBufferSizesWhenAsked) {
   asio::io_context context;
   tcp::socket socket(context);
   socket.open(tcp::v4());
-  ASSERT_TRUE(TuneSocket(socket, 1 << 20).ok());
+  ASSERT_TRUE(TuneSocket(socket, SocketTuning{.no_delay = true, .buffer_bytes = 1 << 20}).ok());
   asio::socket_base::send_buffer_size send;
   asio::socket_base::receive_buffer_size receive;
   socket.get_option(send);
