@@ -86,14 +86,20 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "phubd's SGD learning rate; > 0 turns on the weight check")
       ->capture_default_str();
   app.add_option("--token", token, "Job token (phubd's --token-file contents)");
+  bool nagle = false;
+  app.add_flag("--tcp-nagle", nagle,
+               "Leave Nagle's algorithm on (no TCP_NODELAY), as phubd's flag");
+  app.add_option("--socket-buffer-bytes", options.socket_buffer_bytes,
+                 "Fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning")
+      ->capture_default_str();
   app.add_option("--out", out_path, "Per-iteration times and the weight checksum (TSV)")
       ->required();
   CLI11_PARSE(app, argc, argv);
   options.job_token = token;
+  options.tcp_no_delay = !nagle;
   (void)phub::SetUpLogging("warn", "exchange worker " + std::to_string(options.rank));
 
-  const std::uint64_t elements =
-      static_cast<std::uint64_t>(mib * 1024 * 1024) / sizeof(float);
+  const std::uint64_t elements = static_cast<std::uint64_t>(mib * 1024 * 1024) / sizeof(float);
   if (elements == 0) {
     std::fprintf(stderr, "exchange worker: --mib %g is less than one float\n", mib);
     return 2;
@@ -141,13 +147,14 @@ int main(int argc, char** argv) {
   double mean_g = 0;
   for (std::uint32_t r = 0; r < options.world_size; ++r) mean_g += Gradient(r);
   mean_g /= options.world_size;
-  for (std::uint64_t i : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3},
-                          std::uint64_t{4}, std::uint64_t{5}, std::uint64_t{6}, std::uint64_t{7},
-                          elements / 2, elements - 1}) {
+  for (std::uint64_t i :
+       {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{4},
+        std::uint64_t{5}, std::uint64_t{6}, std::uint64_t{7}, elements / 2, elements - 1}) {
     if (i >= elements) continue;
     const double got = data_w[i];
     const double want = InitialWeight(i) - lr * static_cast<double>(steps) * mean_g;
-    const double tolerance = 1e-6 * static_cast<double>(steps) + 1e-3 * std::abs(want - InitialWeight(i));
+    const double tolerance =
+        1e-6 * static_cast<double>(steps) + 1e-3 * std::abs(want - InitialWeight(i));
     if (!std::isfinite(got) || (lr > 0 && std::abs(got - want) > tolerance)) {
       std::fprintf(stderr,
                    "exchange worker %u: weight %" PRIu64 " is %.9g after %" PRIu64

@@ -17,7 +17,8 @@
 //            part c from all N connections (poll, whichever is ready), then writes part c back
 //            to all N (poll, whichever is writable).
 //   t1       once all of a client's threads read their part back
-// TCP_NODELAY is on everywhere; socket buffers are the kernel defaults, as in phubd.
+// TCP_NODELAY is on everywhere; socket buffers are left to Linux's autotuning, as in phubd,
+// unless --socket-buffer-bytes fixes them.
 //
 // Client output (--out, TSV): the same format as phub_exchange_worker (no checksum line):
 //   # phub_tcp_blaster rank=R world=N bytes=B iters=I warmup=W
@@ -84,10 +85,17 @@ std::int64_t NowNs() {
       .count();
 }
 
-void SetNoDelay(int fd) {
+// TCP_NODELAY, and fixed SO_SNDBUF/SO_RCVBUF when buffer_bytes > 0 (as phubd's
+// --socket-buffer-bytes; 0 leaves Linux's autotuning on).
+void TuneSocket(int fd, int buffer_bytes) {
   int one = 1;
   if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
     ThrowErrno("setsockopt(TCP_NODELAY)");
+  }
+  if (buffer_bytes > 0 &&
+      (::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes) != 0 ||
+       ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes) != 0)) {
+    ThrowErrno("setsockopt(SO_SNDBUF/SO_RCVBUF)");
   }
 }
 
@@ -174,6 +182,7 @@ struct Options {
   double mib = 4;
   std::uint32_t iters = 10;
   std::uint32_t warmup = 2;
+  int buffer_bytes = 0;
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(mib * 1024 * 1024) / 4 * 4; }
 };
 
@@ -238,7 +247,7 @@ int Serve(const Options& o) {
     for (std::uint32_t w = 0; w < o.world; ++w) {
       Fd fd(::accept(listeners[c].get(), nullptr, nullptr));
       if (fd.get() < 0) ThrowErrno("accept");
-      SetNoDelay(fd.get());
+      TuneSocket(fd.get(), o.buffer_bytes);
       conns.push_back(std::move(fd));
     }
     const std::size_t part = PartBytes(total, o.cores, c);
@@ -264,7 +273,8 @@ int Connect(const Options& o) {
   {
     std::stringstream in(o.ports_csv);
     std::string item;
-    while (std::getline(in, item, ',')) ports.push_back(static_cast<std::uint16_t>(std::stoi(item)));
+    while (std::getline(in, item, ','))
+      ports.push_back(static_cast<std::uint16_t>(std::stoi(item)));
   }
   const auto cores = static_cast<std::uint32_t>(ports.size());
   const std::uint64_t total = o.bytes();
@@ -282,7 +292,7 @@ int Connect(const Options& o) {
       Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
       if (fd.get() < 0) ThrowErrno("socket");
       if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-        SetNoDelay(fd.get());
+        TuneSocket(fd.get(), o.buffer_bytes);
         conns[c] = std::move(fd);
         break;
       }
@@ -322,8 +332,8 @@ int Connect(const Options& o) {
   out << "iter\tt0_ns\tt1_ns\tseconds\n";
   for (std::uint32_t it = o.warmup; it < rounds; ++it) {
     char line[128];
-    std::snprintf(line, sizeof line, "%u\t%" PRId64 "\t%" PRId64 "\t%.9f\n", it - o.warmup,
-                  t0[it], t1[it], static_cast<double>(t1[it] - t0[it]) * 1e-9);
+    std::snprintf(line, sizeof line, "%u\t%" PRId64 "\t%" PRId64 "\t%.9f\n", it - o.warmup, t0[it],
+                  t1[it], static_cast<double>(t1[it] - t0[it]) * 1e-9);
     out << line;
   }
   out.close();
@@ -349,14 +359,21 @@ int main(int argc, char** argv) {
   app.add_option("--cores", o.cores, "Server: threads (= connections per client)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  app.add_option("--world", o.world, "Number of clients")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--world", o.world, "Number of clients")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--host", o.host, "Client: server's IPv4 address")->capture_default_str();
   app.add_option("--ports", o.ports_csv, "Client: the server's ports, comma-separated");
   app.add_option("--rank", o.rank, "Client: rank (for the output only)")->capture_default_str();
   app.add_option("--out", o.out_path, "Client: per-iteration times (TSV)");
-  app.add_option("--mib", o.mib, "S in MiB per client each way")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--mib", o.mib, "S in MiB per client each way")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--iters", o.iters, "Timed iterations")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Untimed iterations first")->capture_default_str();
+  app.add_option("--socket-buffer-bytes", o.buffer_bytes,
+                 "Fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.serve == o.connect) {
     std::fprintf(stderr, "tcp_blaster: give exactly one of --serve, --connect\n");

@@ -49,7 +49,9 @@ Status Validate(const OptimizerConfig& config);
 // REQUIRES: inputs.size() >= 1; every input, weights and each used state array have the same
 //           length; state.size() >= StateArrays(config.kind); step >= 1 (Adam's t).
 // `inputs[w]` is worker w's gradient copy of the chunk. Arrays may be of any length and need
-// not be aligned; the inputs are only read.
+// not be aligned; the inputs are only read. No array may overlap another (the kernel is
+// compiled with __restrict); an input may repeat in `inputs` (it is only read).
+// Single-threaded, no heap allocation (an 8 KiB stack block when N > 4).
 void AggregateAndStep(std::span<const float* const> inputs, std::span<float> weights,
                       std::span<float* const> state, const OptimizerConfig& config,
                       std::uint64_t step);

@@ -162,19 +162,22 @@ void ControlPlane::StartJob() {
     return FailForming(MakeError(proto::Error::BAD_REQUEST, std::string(table.status().message()),
                                  "fix phubd's --chunk-bytes or the model"));
   }
-  auto job = std::make_shared<JobSpec>(JobSpec{std::move(*table)});
-  job->world_size = options_.world_size;
-  job->optimizer = options_.optimizer;
-  job->session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32);
+  std::vector<float> initial_weights;
   if (!options_.initial_weights_path.empty()) {
-    auto weights = LoadInitialWeights(options_.initial_weights_path, job->table);
+    auto weights = LoadInitialWeights(options_.initial_weights_path, *table);
     if (!weights.ok()) {
       return FailForming(MakeError(proto::Error::BAD_INITIAL_WEIGHTS,
                                    std::string(weights.status().message()),
                                    "give phubd an --init-weights file made for this model"));
     }
-    job->initial_weights = std::move(*weights);
+    initial_weights = std::move(*weights);
   }
+  auto job = std::make_shared<JobSpec>(JobSpec{
+      .table = std::move(*table),
+      .world_size = options_.world_size,
+      .optimizer = options_.optimizer,
+      .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
+      .initial_weights = std::move(initial_weights)});
   std::shared_ptr<const JobSpec> spec = job;
   auto sink = [this, alive = alive_](ShardEvent event) {
     asio::post(context_, [this, alive, event = std::move(event)] {
