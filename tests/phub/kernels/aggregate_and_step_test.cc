@@ -3,6 +3,8 @@
 // Random inputs (fixed seeds), every optimizer with and without weight decay, N in {1,2,3,8}
 // (plus the other buffered-path shapes), lengths that hit the edges of vector width and block,
 // several steps in a row so the state carries over, and pointers that are not 64-byte aligned.
+#include "phub/kernels/aggregate_and_step.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "phub/kernels/aggregate_and_step.h"
 
 namespace phub::kernels {
 namespace {
@@ -94,8 +95,8 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(static_cast<double>(got[i]) - want[i]);
     if (!(err <= atol + rtol * std::abs(want[i]))) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
-                    << " (error " << err << ")";
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (error "
+                    << err << ")";
       if (++reported == 5) return;
     }
   }
@@ -139,18 +140,17 @@ void CheckAgainstReference(OptimizerConfig c, std::size_t n_inputs, std::size_t 
     ReferenceStep(grads, ref, c, static_cast<std::uint64_t>(t));
 
     const std::string at = " after step " + std::to_string(t);
-    ExpectClose(std::vector<float>(w_store.begin() + offset, w_store.end()), ref.w,
-                "weights" + at);
+    ExpectClose(std::vector<float>(w_store.begin() + offset, w_store.end()), ref.w, "weights" + at);
     if (c.kind == OptimizerKind::kMomentum || c.kind == OptimizerKind::kNesterov) {
-      ExpectClose(std::vector<float>(state_store[0].begin() + offset, state_store[0].end()),
-                  ref.v, "velocity" + at);
+      ExpectClose(std::vector<float>(state_store[0].begin() + offset, state_store[0].end()), ref.v,
+                  "velocity" + at);
     }
     if (c.kind == OptimizerKind::kAdam) {
-      ExpectClose(std::vector<float>(state_store[0].begin() + offset, state_store[0].end()),
-                  ref.m, "adam m" + at);
+      ExpectClose(std::vector<float>(state_store[0].begin() + offset, state_store[0].end()), ref.m,
+                  "adam m" + at);
       // s is a mean of squares of order 1e-3..1: relative tolerance, tiny absolute floor.
-      ExpectClose(std::vector<float>(state_store[1].begin() + offset, state_store[1].end()),
-                  ref.s, "adam s" + at, 1e-5, 1e-9);
+      ExpectClose(std::vector<float>(state_store[1].begin() + offset, state_store[1].end()), ref.s,
+                  "adam s" + at, 1e-5, 1e-9);
     }
     if (::testing::Test::HasFailure()) return;
   }
@@ -177,8 +177,8 @@ struct Case {
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return OptimizerName(info.param.kind) + (info.param.weight_decay > 0 ? "_wd" : "_nowd") +
-         "_N" + std::to_string(info.param.n_inputs);
+  return OptimizerName(info.param.kind) + (info.param.weight_decay > 0 ? "_wd" : "_nowd") + "_N" +
+         std::to_string(info.param.n_inputs);
 }
 
 class AggregateAndStepTest : public ::testing::TestWithParam<Case> {};
@@ -220,8 +220,7 @@ TEST(AggregateAndStepBlockedTest, EveryInputCountUpToThirteenMatchesReference) {
   std::uint32_t seed = 7;
   for (std::size_t n = 1; n <= 13; ++n) {
     for (OptimizerKind kind : kAllKinds) {
-      CheckAgainstReference(Config(kind, 0.01f), n, 10007, /*steps=*/2, /*offset=*/n % 2,
-                            seed++);
+      CheckAgainstReference(Config(kind, 0.01f), n, 10007, /*steps=*/2, /*offset=*/n % 2, seed++);
     }
   }
 }
