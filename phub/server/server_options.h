@@ -11,7 +11,7 @@
 namespace phub::server {
 
 // Chunk size used when --chunk-bytes is not given; chosen by measurement (docs/design.md).
-inline constexpr std::uint64_t kDefaultChunkBytes = 512 * 1024;
+inline constexpr std::uint64_t kDefaultChunkBytes = 1024 * 1024;
 
 struct ServerOptions {
   std::string listen_address = "0.0.0.0";
