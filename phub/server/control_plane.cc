@@ -19,14 +19,6 @@ using transport::tcp::FrameControlMessage;
 
 namespace {
 
-proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix) {
-  proto::Error error;
-  error.set_code(code);
-  error.set_message(std::move(message));
-  error.set_fix(std::move(fix));
-  return error;
-}
-
 std::vector<keys::TensorSpec> TensorsOf(const proto::Hello& hello) {
   std::vector<keys::TensorSpec> tensors;
   tensors.reserve(hello.tensors_size());

@@ -4,8 +4,6 @@
 #include "phub/common/version.h"
 
 namespace phub::server {
-namespace {
-
 proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix) {
   proto::Error error;
   error.set_code(code);
@@ -13,6 +11,8 @@ proto::Error MakeError(proto::Error::Code code, std::string message, std::string
   error.set_fix(std::move(fix));
   return error;
 }
+
+namespace {
 
 std::string Describe(const proto::TensorSpec& t) {
   return absl::StrCat("'", t.name(), "' of ", t.elements(), " elements");

@@ -4,12 +4,16 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "phub/server/server_options.h"
 #include "proto/phub.pb.h"
 
 namespace phub::server {
+
+// An Error for a worker: `message` says what is wrong, `fix` how to fix it.
+proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix);
 
 // `first` is any Hello already accepted for this job (nullptr if none); `rank_taken[r]` says
 // whether rank r already joined. Returns the Error to send, or nullopt to accept.
