@@ -1,0 +1,429 @@
+#include "phub/ring/ring_allreduce.h"
+
+#include <boost/asio/write.hpp>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "phub/transport/tcp/event_loop.h"
+#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/tcp/tcp_connection.h"
+#include "phub/transport/tcp/tcp_listener.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::ring {
+
+namespace asio = boost::asio;
+using transport::Connection;
+using transport::Op;
+using transport::WireHeader;
+using transport::tcp::TcpConnection;
+
+namespace {
+// Steps of one call are numbered within its sequence number: iteration = seq * kStepSpan + step.
+constexpr std::uint64_t kStepSpan = 1 << 16;
+}  // namespace
+
+// Runs every connection on one event-loop thread; a call's state lives on that thread, the
+// caller only waits on `cv_`.
+class RingAllreduce::Impl final : public transport::ConnectionHandler {
+ public:
+  explicit Impl(RingOptions options)
+      : options_(std::move(options)),
+        loop_(absl::StrCat("ring ", options_.rank), /*pin_core=*/-1),
+        world_(options_.world_size),
+        rank_(options_.rank) {}
+  ~Impl() override {
+    // Leave cleanly: BYE to both neighbours, so that a neighbour still finishing its own last
+    // call tells "left after its calls" from "died".
+    std::mutex bye_mu;
+    std::condition_variable bye_cv;
+    int byes = 0;
+    loop_.Run([&] {
+      if (listener_) listener_->Stop();
+      for (auto& c : {next_, prev_}) {
+        if (!c || c->closed()) continue;
+        ++byes;
+        c->Send(WireHeader{Op::kBye, rank_, 0, 0, 0}, {}, [&](const Status&) {
+          std::lock_guard lock(bye_mu);
+          --byes;
+          bye_cv.notify_all();
+        });
+      }
+    });
+    {
+      std::unique_lock lock(bye_mu);
+      bye_cv.wait_for(lock, std::chrono::seconds(5), [&] { return byes == 0; });
+    }
+    closing_ = true;
+    loop_.Run([this] {
+      if (next_) next_->Close(absl::OkStatus());
+      if (prev_) prev_->Close(absl::OkStatus());
+      for (auto& c : pending_accepts_) c->Close(absl::OkStatus());
+    });
+  }
+
+  Status Setup();
+  Status Allreduce(std::span<float> data, ReduceOp op);
+
+  StatusOr<std::span<std::byte>> ResolveSlot(Connection& connection,
+                                             const WireHeader& header) override;
+  Status OnReceived(Connection& connection, const WireHeader& header) override;
+  void OnClosed(Connection& connection, const Status& why) override;
+
+ private:
+  // A message of the next call that arrived before this rank started it.
+  struct Early {
+    WireHeader header;
+    std::vector<float> payload;
+  };
+
+  std::uint32_t Segment(std::int64_t x) const {
+    const std::int64_t n = world_;
+    return static_cast<std::uint32_t>(((x % n) + n) % n);
+  }
+  std::uint64_t SegmentBegin(std::uint32_t s) const { return s * data_.size() / world_; }
+  std::uint64_t SegmentSize(std::uint32_t s) const { return SegmentBegin(s + 1) - SegmentBegin(s); }
+  std::uint64_t Pieces(std::uint32_t s) const {
+    return (SegmentSize(s) + piece_elems_ - 1) / piece_elems_;
+  }
+  std::span<float> Piece(std::uint32_t s, std::uint64_t j) const {
+    std::uint64_t offset = j * piece_elems_;
+    return data_.subspan(SegmentBegin(s) + offset, std::min(piece_elems_, SegmentSize(s) - offset));
+  }
+
+  void Start();
+  void SendPiece(Op op, std::uint32_t step, std::uint32_t segment, std::uint64_t piece);
+  StatusOr<std::span<float>> Locate(const WireHeader& header) const;
+  Status Consume(const WireHeader& header, const float* staged);
+  void CheckDone();
+  void Fail(const Status& status);
+
+  RingOptions options_;
+  transport::tcp::EventLoop loop_;
+  const std::uint32_t world_;
+  const std::uint32_t rank_;
+  const std::uint64_t piece_elems_ = std::max<std::uint64_t>(1, options_.piece_bytes / 4);
+  std::unique_ptr<transport::tcp::TcpListener> listener_;
+  std::vector<std::shared_ptr<TcpConnection>> pending_accepts_;  // until they ATTACH
+  std::shared_ptr<TcpConnection> next_, prev_;
+  std::atomic<bool> closing_{false};
+  std::vector<const Connection*> said_bye_;  // neighbours that left cleanly
+  std::string gone_;                         // non-empty once a neighbour has left
+
+  // The call in progress, owned by the loop thread.
+  std::span<float> data_;
+  ReduceOp op_ = ReduceOp::kSum;
+  std::uint64_t calls_started_ = 0;
+  bool active_ = false;
+  std::vector<float> scratch_;
+  std::deque<Early> early_;
+  // The last entry of early_ is still being received (its payload has not fully landed).
+  bool receiving_early_ = false;
+  std::uint64_t gather_expected_ = 0, gathered_ = 0, pending_sends_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool prev_attached_ = false;  // guarded by mu_
+  bool call_done_ = false;      // guarded by mu_
+  Status error_;                // guarded by mu_
+};
+
+Status RingAllreduce::Impl::Setup() {
+  if (options_.piece_bytes < 4 || options_.piece_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("piece_bytes must be a positive multiple of 4, got ",
+                                                   options_.piece_bytes));
+  }
+  if (world_ == 0 || rank_ >= world_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, " is not in 0..world_size-1 (world size ", world_, ")"));
+  }
+  if (world_ == 1) return absl::OkStatus();
+  FileRendezvous rendezvous(options_.rendezvous_dir);
+  Status status;
+  loop_.Run([&] {
+    auto listener = transport::tcp::TcpListener::Bind(loop_.context(), options_.listen_host, 0);
+    if (!listener.ok()) {
+      status = listener.status();
+      return;
+    }
+    listener_ = std::move(*listener);
+    listener_->Start([this](asio::ip::tcp::socket socket) {
+      auto c = TcpConnection::Create(std::move(socket), this);
+      pending_accepts_.push_back(c);
+      c->Start();
+    });
+  });
+  PHUB_RETURN_IF_ERROR(status);
+  PHUB_RETURN_IF_ERROR(rendezvous.Publish(rank_, {options_.listen_host, listener_->port()}));
+
+  const std::uint32_t next = (rank_ + 1) % world_;
+  PHUB_ASSIGN_OR_RETURN(PeerAddress address, rendezvous.Lookup(next, options_.connect_timeout_ms));
+  PHUB_ASSIGN_OR_RETURN(auto socket,
+                        transport::tcp::ConnectWithRetry(loop_.context(), address.host, address.port,
+                                                         options_.connect_timeout_ms));
+  auto attach = transport::EncodeWireHeader(WireHeader{Op::kAttach, rank_, next, 0, 0});
+  boost::system::error_code ec;
+  asio::write(socket, asio::buffer(attach), ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("ring rank ", rank_, ": attaching to rank ", next,
+                                               ": ", ec.message()));
+  }
+  loop_.Run([&] {
+    next_ = TcpConnection::Create(std::move(socket), this);
+    next_->set_tag(next);
+    next_->Start();
+  });
+
+  std::unique_lock lock(mu_);
+  bool attached = cv_.wait_for(lock, std::chrono::milliseconds(options_.connect_timeout_ms),
+                               [&] { return prev_attached_ || !error_.ok(); });
+  if (!error_.ok()) return error_;
+  if (!attached) {
+    return absl::DeadlineExceededError(absl::StrCat("ring rank ", rank_, ": rank ",
+                                                    (rank_ + world_ - 1) % world_,
+                                                    " did not connect within ",
+                                                    options_.connect_timeout_ms, " ms"));
+  }
+  return absl::OkStatus();
+}
+
+Status RingAllreduce::Impl::Allreduce(std::span<float> data, ReduceOp op) {
+  if (world_ == 1) return absl::OkStatus();  // sum and mean of one copy are the copy
+  {
+    std::lock_guard lock(mu_);
+    if (!error_.ok()) return error_;
+    call_done_ = false;
+  }
+  loop_.Post([this, data, op] {
+    data_ = data;
+    op_ = op;
+    Start();
+  });
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return call_done_ || !error_.ok(); });
+  return error_;
+}
+
+void RingAllreduce::Impl::Start() {
+  ++calls_started_;
+  active_ = true;
+  scratch_.resize(piece_elems_);
+  gathered_ = 0;
+  gather_expected_ = 0;
+  for (std::uint32_t s = 0; s < world_; ++s) {
+    if (s != Segment(rank_ + 1)) gather_expected_ += Pieces(s);
+  }
+  if (!gone_.empty() && !data_.empty()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat("ring rank ", rank_, ": ", gone_,
+                                                           "; every rank must make the same calls")));
+  }
+  // Reduce-scatter step 0: this rank's own segment, straight from the caller's buffer.
+  for (std::uint64_t j = 0; j < Pieces(rank_); ++j) SendPiece(Op::kPush, 0, rank_, j);
+  // Messages of this call that came before it started (all but one still in flight).
+  std::deque<Early> early;
+  early.swap(early_);
+  if (receiving_early_) {
+    early_.push_back(std::move(early.back()));
+    early.pop_back();
+  }
+  for (Early& e : early) {
+    auto slot = Locate(e.header);
+    Status s = slot.ok() && slot->size() * sizeof(float) != e.header.payload_bytes
+                   ? absl::InvalidArgumentError("early ring message of the wrong size")
+                   : slot.status();
+    if (s.ok()) s = Consume(e.header, e.payload.data());
+    if (!s.ok()) return Fail(s);
+  }
+  CheckDone();
+}
+
+void RingAllreduce::Impl::SendPiece(Op op, std::uint32_t step, std::uint32_t segment,
+                                    std::uint64_t piece) {
+  std::span<const float> values = Piece(segment, piece);
+  auto bytes = std::as_bytes(values);
+  WireHeader header{op, rank_, static_cast<std::uint32_t>(piece),
+                    (calls_started_ - 1) * kStepSpan + step, static_cast<std::uint32_t>(bytes.size())};
+  ++pending_sends_;
+  next_->Send(header, bytes, [this](const Status& s) {
+    --pending_sends_;
+    if (!s.ok()) return Fail(s);
+    CheckDone();
+  });
+}
+
+// Where a message of the current call belongs in the caller's buffer.
+StatusOr<std::span<float>> RingAllreduce::Impl::Locate(const WireHeader& header) const {
+  const std::uint64_t step = header.iteration % kStepSpan;
+  if (step + 1 >= world_) {
+    return absl::InvalidArgumentError(absl::StrCat("ring step ", step, " in a ring of ", world_));
+  }
+  std::uint32_t segment;
+  if (header.op == Op::kPush) {
+    segment = Segment(static_cast<std::int64_t>(rank_) - static_cast<std::int64_t>(step) - 1);
+  } else if (header.op == Op::kWeights) {
+    segment = Segment(static_cast<std::int64_t>(rank_) - static_cast<std::int64_t>(step));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected ", OpName(header.op), " in the ring"));
+  }
+  if (header.chunk >= Pieces(segment)) {
+    return absl::InvalidArgumentError(absl::StrCat("piece ", header.chunk, " of segment ", segment,
+                                                   " which has ", Pieces(segment),
+                                                   ": ranks called Allreduce with different lengths?"));
+  }
+  return Piece(segment, header.chunk);
+}
+
+StatusOr<std::span<std::byte>> RingAllreduce::Impl::ResolveSlot(Connection& connection,
+                                                                 const WireHeader& header) {
+  if (&connection != prev_.get()) {
+    return absl::InvalidArgumentError("ring data from a connection that is not the previous rank's");
+  }
+  const std::uint64_t seq = header.iteration / kStepSpan;
+  if (seq == calls_started_) {  // the next call, not started here yet: stage it
+    early_.push_back(Early{header, std::vector<float>(header.payload_bytes / sizeof(float))});
+    receiving_early_ = true;
+    return std::as_writable_bytes(std::span<float>(early_.back().payload));
+  }
+  if (!active_ || seq + 1 != calls_started_) {
+    return absl::InvalidArgumentError(absl::StrCat("ring message of call ", seq, " during call ",
+                                                   calls_started_ - 1));
+  }
+  PHUB_ASSIGN_OR_RETURN(std::span<float> piece, Locate(header));
+  if (piece.size() * sizeof(float) != header.payload_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("ring piece of ", header.payload_bytes,
+                                                   " bytes, expected ", piece.size() * sizeof(float),
+                                                   ": ranks called Allreduce with different lengths?"));
+  }
+  // Reduce-scatter pieces are added to the buffer, so they land in scratch; allgather pieces
+  // are final values and land in place.
+  if (header.op == Op::kPush) return std::as_writable_bytes(std::span<float>(scratch_).first(piece.size()));
+  return std::as_writable_bytes(piece);
+}
+
+Status RingAllreduce::Impl::OnReceived(Connection& connection, const WireHeader& header) {
+  if (header.op == Op::kAttach) {
+    const std::uint32_t expected_prev = (rank_ + world_ - 1) % world_;
+    if (prev_ || header.worker != expected_prev || header.chunk != rank_) {
+      return absl::InvalidArgumentError(absl::StrCat("ring ATTACH from rank ", header.worker,
+                                                     " to rank ", header.chunk, "; expected rank ",
+                                                     expected_prev, " to rank ", rank_));
+    }
+    auto it = std::find_if(pending_accepts_.begin(), pending_accepts_.end(),
+                           [&](const auto& c) { return c.get() == &connection; });
+    if (it == pending_accepts_.end()) return absl::InternalError("ATTACH on an unknown connection");
+    prev_ = *it;
+    prev_->set_tag(expected_prev);
+    pending_accepts_.erase(it);
+    {
+      std::lock_guard lock(mu_);
+      prev_attached_ = true;
+    }
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  if (header.op == Op::kBye) {
+    said_bye_.push_back(&connection);
+    gone_ = absl::StrCat("rank ", connection.tag(), " has left the ring");
+    // BYE follows all of prev's data on this stream: a piece not here now never comes.
+    if (&connection == prev_.get() && active_ && gathered_ < gather_expected_) {
+      Fail(absl::FailedPreconditionError(absl::StrCat("ring rank ", rank_, ": ", gone_,
+                                                      " in the middle of a call")));
+    }
+    return absl::OkStatus();
+  }
+  if (&connection != prev_.get()) {
+    return absl::InvalidArgumentError("ring data from a connection that is not the previous rank's");
+  }
+  if (receiving_early_) {
+    receiving_early_ = false;
+    const std::uint64_t seq = header.iteration / kStepSpan;
+    if (seq == calls_started_) return absl::OkStatus();  // consumed when its call starts
+    // Its call started while the payload was landing: consume it now, in order.
+    Early early = std::move(early_.back());
+    early_.pop_back();
+    PHUB_ASSIGN_OR_RETURN(std::span<float> piece, Locate(early.header));
+    if (piece.size() * sizeof(float) != early.header.payload_bytes) {
+      return absl::InvalidArgumentError("ring piece of the wrong size");
+    }
+    return Consume(early.header, early.payload.data());
+  }
+  return Consume(header, header.op == Op::kPush ? scratch_.data() : nullptr);
+}
+
+// A piece of the current call has arrived in `staged` (scratch or an early copy), or in place
+// (`staged` null, allgather only): reduce or store it, and pass it on.
+Status RingAllreduce::Impl::Consume(const WireHeader& header, const float* staged) {
+  PHUB_ASSIGN_OR_RETURN(std::span<float> piece, Locate(header));
+  const auto step = static_cast<std::uint32_t>(header.iteration % kStepSpan);
+  const std::uint64_t j = header.chunk;
+  if (header.op == Op::kPush) {
+    const std::uint32_t segment = Segment(static_cast<std::int64_t>(rank_) - step - 1);
+    float* __restrict out = piece.data();
+    for (std::size_t i = 0; i < piece.size(); ++i) out[i] += staged[i];
+    if (step + 2 < world_) {
+      SendPiece(Op::kPush, step + 1, segment, j);
+    } else {  // the segment is complete here: start its allgather
+      if (op_ == ReduceOp::kMean) {
+        const float scale = 1.0f / static_cast<float>(world_);
+        for (float& v : piece) v *= scale;
+      }
+      SendPiece(Op::kWeights, 0, segment, j);
+    }
+  } else {
+    const std::uint32_t segment = Segment(static_cast<std::int64_t>(rank_) - step);
+    if (staged != nullptr) std::copy(staged, staged + piece.size(), piece.data());
+    ++gathered_;
+    if (step + 2 < world_) SendPiece(Op::kWeights, step + 1, segment, j);
+  }
+  CheckDone();
+  return absl::OkStatus();
+}
+
+void RingAllreduce::Impl::CheckDone() {
+  if (!active_ || gathered_ < gather_expected_ || pending_sends_ > 0) return;
+  active_ = false;
+  {
+    std::lock_guard lock(mu_);
+    call_done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void RingAllreduce::Impl::Fail(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    if (error_.ok()) error_ = status;
+  }
+  spdlog::error("ring rank {}: {}", rank_, status.message());
+  cv_.notify_all();
+}
+
+void RingAllreduce::Impl::OnClosed(Connection& connection, const Status& why) {
+  if (closing_) return;
+  if (connection.tag() < 0) {  // a connection that never attached
+    std::erase_if(pending_accepts_, [&](const auto& c) { return c.get() == &connection; });
+    return;
+  }
+  if (std::find(said_bye_.begin(), said_bye_.end(), &connection) != said_bye_.end()) {
+    return;  // a clean leave; a later call that needs this neighbour fails in Start()
+  }
+  Fail(absl::UnavailableError(absl::StrCat("ring rank ", rank_, " lost its connection to rank ",
+                                           connection.tag(), ": ", why.message())));
+}
+
+RingAllreduce::RingAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RingAllreduce::~RingAllreduce() = default;
+
+StatusOr<std::unique_ptr<RingAllreduce>> RingAllreduce::Connect(const RingOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  PHUB_RETURN_IF_ERROR(impl->Setup());
+  return std::unique_ptr<RingAllreduce>(new RingAllreduce(std::move(impl)));
+}
+
+Status RingAllreduce::Allreduce(std::span<float> data, ReduceOp op) {
+  return impl_->Allreduce(data, op);
+}
+
+}  // namespace phub::ring

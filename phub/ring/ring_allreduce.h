@@ -1,0 +1,56 @@
+// Bandwidth-optimal ring allreduce (Baidu / Patarasuk-Yuan) over PHub's transport seam: the
+// baseline the parameter server is measured against.
+//
+// The buffer is cut into N segments (sizes differ by at most one element; some may be empty);
+// reduce-scatter runs N-1 steps (rank r sends segment r-s at step s to rank r+1 and adds what
+// rank r-1 sends), then allgather runs N-1 steps circulating the completed segments. Each
+// segment is cut into pieces of `piece_bytes`, and a piece is forwarded the moment it has been
+// received and reduced, so sending, receiving and reducing overlap (pipelining). Every rank
+// moves 2(N-1)/N of the buffer each way. Receives of the allgather land straight in the
+// caller's buffer; reduce-scatter receives go to one piece-sized scratch buffer and are added
+// in place. Sends go straight from the caller's buffer.
+//
+// Threading: one event-loop thread per RingAllreduce; Allreduce() blocks the calling thread.
+// A lost neighbour fails the current and every later call with Unavailable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "phub/common/status.h"
+#include "phub/ring/file_rendezvous.h"
+
+namespace phub::ring {
+
+struct RingOptions {
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  std::string rendezvous_dir;           // shared by all ranks (FileRendezvous)
+  std::string listen_host = "127.0.0.1";  // address this rank listens on and publishes
+  std::uint64_t piece_bytes = 1 << 20;  // pipelining granularity (multiple of 4)
+  int connect_timeout_ms = 30000;
+};
+
+enum class ReduceOp { kSum, kMean };
+
+class RingAllreduce {
+ public:
+  // Listens, publishes its address, connects to rank+1 and accepts rank-1. Blocks until both
+  // neighbours are connected (or the timeout).
+  static StatusOr<std::unique_ptr<RingAllreduce>> Connect(const RingOptions& options);
+  ~RingAllreduce();
+
+  // In place: on return `data` holds the element-wise sum (or mean) over all ranks. Every rank
+  // must call with the same length, in the same order of calls.
+  Status Allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum);
+
+  class Impl;
+
+ private:
+  explicit RingAllreduce(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace phub::ring
