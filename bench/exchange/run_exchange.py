@@ -240,6 +240,32 @@ def run_ps(args, bins, n, mib, rounds_dir, tag, chunk_bytes=None):
     return times, checksums[0]
 
 
+def run_ring(args, bins, n, mib, rounds_dir, tag):
+    """Our own ring allreduce (phub/ring) on the same machine: the PS's baseline."""
+    d = os.path.join(rounds_dir, tag)
+    shutil.rmtree(d, ignore_errors=True)
+    rendezvous = os.path.join(d, "rendezvous")
+    os.makedirs(rendezvous)
+    procs, outs = [], []
+    try:
+        for r in range(n):
+            out = os.path.join(d, f"rank{r}.tsv")
+            rank_log = os.path.join(d, f"rank{r}.log")
+            procs.append((f"ring rank {r}",
+                          start([bins["ring"], "--rank", str(r), "--world", str(n), "--rendezvous",
+                                 rendezvous, "--mib", f"{mib:g}", "--iters", str(args.iters),
+                                 "--warmup", str(args.warmup), "--out", out], rank_log),
+                          rank_log))
+            outs.append(out)
+        wait_all(procs, run_timeout(n, mib, args.iters + args.warmup))
+    finally:
+        kill_children()
+    times, checksums = per_iteration(outs)
+    if None in checksums or len(set(checksums)) != 1:
+        raise BenchError(f"ring ranks' results differ (N={n}, S={mib} MiB): {checksums}; files in {d}")
+    return times
+
+
 # ---- experiments --------------------------------------------------------------------------
 
 def fmt_ms(times):
@@ -250,6 +276,7 @@ def measure(args, bins, n, mib, raw_dir, chunk_bytes=None):
     """Alternates raw TCP and PS --reps times. Returns (ps_reps, raw_reps): per repetition, the
     per-iteration times."""
     ps_reps, raw_reps, checksums = [], [], set()
+    ring_reps = []
     chunk_tag = f"-c{chunk_bytes}" if chunk_bytes else ""
     for rep in range(args.reps):
         where = f"N={n} S={mib:g} MiB{' chunk=' + str(chunk_bytes) if chunk_bytes else ''} " \
@@ -262,14 +289,19 @@ def measure(args, bins, n, mib, raw_dir, chunk_bytes=None):
         ps_reps.append(t)
         checksums.add(checksum)
         log(f"  PS      {where}: {fmt_ms(t)}  (weights identical on all {n} workers)")
+        if args.ring and chunk_bytes is None:
+            t = run_ring(args, bins, n, mib, raw_dir, f"ring-n{n}-s{mib:g}-r{rep}")
+            ring_reps.append(t)
+            log(f"  ring    {where}: {fmt_ms(t)}  (result checked on all {n} ranks)")
     if len(checksums) != 1:
         # Same inputs, same reduction order per chunk: the repetitions must agree too.
         raise BenchError(f"final weights differ between repetitions (N={n}, S={mib} MiB): "
                          f"{sorted(checksums)}")
+    measure.ring_reps = ring_reps  # read by the caller when --ring
     return ps_reps, raw_reps
 
 
-def row_for(n, mib, ps_reps, raw_reps, chunk_bytes=None):
+def row_for(n, mib, ps_reps, raw_reps, chunk_bytes=None, ring_reps=None):
     """ps_reps, raw_reps: per repetition, the per-iteration times (s). Medians pool all
     iterations; ratio_paired is the median over repetitions of raw/PS for runs made back to back,
     which cancels load that drifts slowly (other jobs on a shared machine)."""
@@ -289,6 +321,9 @@ def row_for(n, mib, ps_reps, raw_reps, chunk_bytes=None):
         if len(raw_reps) == len(ps_reps):
             row["ratio_paired"] = statistics.median(
                 statistics.median(r) / statistics.median(p) for r, p in zip(raw_reps, ps_reps))
+    if ring_reps:
+        t_ring = statistics.median([t for rep in ring_reps for t in rep])
+        row.update({"ring_ms": t_ring * 1e3, "ring_vs_ps": t_ring / t_ps})
     return row
 
 
@@ -296,6 +331,7 @@ MAIN_COLUMNS = [("workers", "N", "{}"), ("mib", "S MiB", "{:g}"), ("ps_ms", "PS 
                 ("algbw", "PS algbw GB/s", "{:.3f}"), ("ps_rate", "PS byte rate GB/s", "{:.3f}"),
                 ("raw_rate", "raw TCP GB/s", "{:.3f}"), ("ratio", "PS/raw", "{:.0%}"),
                 ("ratio_paired", "PS/raw paired", "{:.0%}")]
+RING_COLUMNS = [("ring_ms", "ring time ms", "{:.1f}"), ("ring_vs_ps", "ring/PS time", "{:.2f}")]
 SWEEP_COLUMNS = [("chunk_bytes", "chunk bytes", "{}"), ("ps_ms", "PS time ms", "{:.1f}"),
                  ("ps_rate", "PS byte rate GB/s", "{:.3f}"), ("raw_rate", "raw TCP GB/s", "{:.3f}"),
                  ("ratio", "PS/raw", "{:.0%}"), ("ratio_paired", "PS/raw paired", "{:.0%}")]
@@ -425,6 +461,9 @@ def main():
                    help="fixed SO_SNDBUF/SO_RCVBUF for PS and raw TCP alike (default: 0 = autotuning)")
     p.add_argument("--lr", type=float, default=1e-3, help="phubd's SGD learning rate (default: 1e-3)")
     p.add_argument("--out", default="results/exchange", help="output dir (default: results/exchange)")
+    p.add_argument("--ring", action="store_true",
+                   help="also run our ring allreduce (phub_ring_worker) on the same sizes: "
+                        "adds 'ring ms' and 'ring/PS' (time ratio, > 1: the PS is faster)")
     p.add_argument("--quick", action="store_true", help="defaults of sizes 4,32 and 5 iterations")
     p.add_argument("--sweep-chunk", nargs="?", const=DEFAULT_SWEEP, default=None, metavar="BYTES,...",
                    help=f"also run the chunk-size sweep (N={SWEEP_WORKERS}, S={SWEEP_MIB} MiB); "
@@ -446,6 +485,8 @@ def main():
     bins = {"phubd": os.path.join(args.build, "phub", "server", "phubd"),
             "worker": os.path.join(args.build, "bench", "exchange", "phub_exchange_worker"),
             "blaster": os.path.join(args.build, "bench", "exchange", "phub_tcp_blaster")}
+    if args.ring:
+        bins["ring"] = os.path.join(args.build, "bench", "exchange", "phub_ring_worker")
     missing = [b for b in bins.values() if not os.access(b, os.X_OK)]
     if missing:
         p.error(f"not built: {', '.join(missing)}; run "
@@ -474,7 +515,8 @@ def main():
                 for mib in sizes:
                     log(f"[N={n} S={mib:g} MiB]")
                     ps_reps, raw_reps = measure(args, bins, n, mib, raw_dir, args.chunk_bytes)
-                    row = row_for(n, mib, ps_reps, raw_reps)
+                    row = row_for(n, mib, ps_reps, raw_reps,
+                                  ring_reps=measure.ring_reps if args.ring else None)
                     main_rows.append(row)
                     log(f"  => PS {row['ps_ms']:.1f} ms, {row['ps_rate']:.3f} GB/s; raw TCP "
                         f"{row['raw_rate']:.3f} GB/s; PS/raw {row['ratio']:.0%}")
@@ -517,8 +559,9 @@ def main():
         md += [f"N + {args.cores} server threads > {cpus} CPUs oversubscribes the machine; "
                "both columns share the CPUs the same way.", ""]
     if main_rows:
-        md += [markdown_table(main_rows, MAIN_COLUMNS), ""]
-        write_tsv(os.path.join(args.out, "exchange.tsv"), main_rows, MAIN_COLUMNS)
+        columns = MAIN_COLUMNS + (RING_COLUMNS if args.ring else [])
+        md += [markdown_table(main_rows, columns), ""]
+        write_tsv(os.path.join(args.out, "exchange.tsv"), main_rows, columns)
     if sweep_rows:
         md += [f"## Chunk size sweep (N={SWEEP_WORKERS}, S={SWEEP_MIB} MiB)", "",
                markdown_table(sweep_rows, SWEEP_COLUMNS), ""]

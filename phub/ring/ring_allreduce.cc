@@ -121,6 +121,9 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
   std::deque<Early> early_;
   // The last entry of early_ is still being received (its payload has not fully landed).
   bool receiving_early_ = false;
+  // A call is done when every piece this rank must receive has arrived (reduce-scatter: all
+  // segments but its own; allgather: all but the one it completed) and every send has left.
+  std::uint64_t reduce_expected_ = 0, reduced_ = 0;
   std::uint64_t gather_expected_ = 0, gathered_ = 0, pending_sends_ = 0;
 
   std::mutex mu_;
@@ -210,10 +213,11 @@ void RingAllreduce::Impl::Start() {
   ++calls_started_;
   active_ = true;
   scratch_.resize(piece_elems_);
-  gathered_ = 0;
-  gather_expected_ = 0;
+  gathered_ = reduced_ = 0;
+  gather_expected_ = reduce_expected_ = 0;
   for (std::uint32_t s = 0; s < world_; ++s) {
     if (s != Segment(rank_ + 1)) gather_expected_ += Pieces(s);
+    if (s != rank_) reduce_expected_ += Pieces(s);
   }
   if (!gone_.empty() && !data_.empty()) {
     return Fail(absl::FailedPreconditionError(absl::StrCat("ring rank ", rank_, ": ", gone_,
@@ -327,7 +331,8 @@ Status RingAllreduce::Impl::OnReceived(Connection& connection, const WireHeader&
     said_bye_.push_back(&connection);
     gone_ = absl::StrCat("rank ", connection.tag(), " has left the ring");
     // BYE follows all of prev's data on this stream: a piece not here now never comes.
-    if (&connection == prev_.get() && active_ && gathered_ < gather_expected_) {
+    if (&connection == prev_.get() && active_ &&
+        (reduced_ < reduce_expected_ || gathered_ < gather_expected_)) {
       Fail(absl::FailedPreconditionError(absl::StrCat("ring rank ", rank_, ": ", gone_,
                                                       " in the middle of a call")));
     }
@@ -362,6 +367,7 @@ Status RingAllreduce::Impl::Consume(const WireHeader& header, const float* stage
     const std::uint32_t segment = Segment(static_cast<std::int64_t>(rank_) - step - 1);
     float* __restrict out = piece.data();
     for (std::size_t i = 0; i < piece.size(); ++i) out[i] += staged[i];
+    ++reduced_;
     if (step + 2 < world_) {
       SendPiece(Op::kPush, step + 1, segment, j);
     } else {  // the segment is complete here: start its allgather
@@ -382,7 +388,10 @@ Status RingAllreduce::Impl::Consume(const WireHeader& header, const float* stage
 }
 
 void RingAllreduce::Impl::CheckDone() {
-  if (!active_ || gathered_ < gather_expected_ || pending_sends_ > 0) return;
+  if (!active_ || reduced_ < reduce_expected_ || gathered_ < gather_expected_ ||
+      pending_sends_ > 0) {
+    return;
+  }
   active_ = false;
   {
     std::lock_guard lock(mu_);
