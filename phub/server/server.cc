@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "phub/transport/wire_header.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
@@ -22,6 +23,12 @@ Status Server::Start() {
     return absl::InvalidArgumentError("--world-size must be at least 1");
   }
   if (options_.cores == 0) return absl::InvalidArgumentError("--cores must be at least 1");
+  if (options_.chunk_bytes == 0 || options_.chunk_bytes % sizeof(float) != 0 ||
+      options_.chunk_bytes > transport::kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--chunk-bytes ", options_.chunk_bytes, " must be a positive multiple of 4 up to ",
+        transport::kMaxPayloadBytes, " (e.g. 1048576)"));
+  }
   for (std::uint32_t i = 0; i < options_.cores; ++i) {
     std::uint16_t port =
         options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);

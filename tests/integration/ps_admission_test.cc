@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -154,6 +155,34 @@ TEST(PsAdmission, DuplicateRankAndMismatchedTensorTableAreRefused) {
   t0.join();
   EXPECT_EQ(second[0].weights[0], first.weights[0]);  // rank 1 received rank 0's weights
   EXPECT_TRUE(phubd.process.Running());
+}
+
+// phubd's own flags: a bad value exits non-zero with a message naming the flag.
+TEST(PhubdFlags, BadValuesExitNonZeroNamingTheFlag) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string mentions;
+  };
+  const std::vector<Case> cases = {
+      {{"--world-size", "2", "--chunk-bytes", "3"}, 1, "--chunk-bytes 3"},
+      {{"--world-size", "2", "--optimizer", "rmsprop"}, 2, "rmsprop"},
+      {{"--world-size", "2", "--optimizer", "sgd", "--lr", "-1"}, 1, "lr"},
+      {{"--world-size", "0"}, 105, "--world-size"},
+      {{"--world-size", "2", "--token-file", "/nonexistent/token"}, 2, "/nonexistent/token"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {PhubdPath(), "--port", "0", "--log-level", "warn"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const std::string log = dir.File("flags.log");
+    std::remove(log.c_str());
+    Process phubd = Process::Start(argv, log);
+    auto code = phubd.Wait(std::chrono::seconds(10));
+    ASSERT_TRUE(code.has_value()) << "phubd kept running with " << c.args.back();
+    EXPECT_EQ(*code, c.code) << ReadFile(log);
+    EXPECT_THAT(ReadFile(log), HasSubstr(c.mentions));
+  }
 }
 
 TEST(PsAdmission, InitialWeightsFileOfTheWrongSizeIsReportedToEveryWorker) {
