@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "phub/client/ps_client.h"
+#include "spdlog/spdlog.h"
 #include "tests/integration/test_data.h"
 
 namespace phub::testing {
@@ -31,6 +32,9 @@ inline std::vector<InProcessWorker> ConnectWorkers(const client::PsClientOptions
                                                    const std::vector<keys::TensorSpec>& tensors,
                                                    std::uint64_t seed = 1) {
   std::vector<InProcessWorker> workers(ranks.size());
+  // Create spdlog's registry before the threads race to (TSan cannot see the guard inside the
+  // uninstrumented libspdlog, and reports the first-use initialisation as a race).
+  spdlog::default_logger_raw();
   std::vector<std::thread> threads;
   for (std::size_t k = 0; k < ranks.size(); ++k) {
     threads.emplace_back([&, k] {

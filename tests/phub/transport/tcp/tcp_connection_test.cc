@@ -35,8 +35,10 @@ TEST_F(TcpConnectionTest, PayloadLandsInTheBufferResolveSlotReturned) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
 
   const std::vector<std::byte> payload = Pattern(mine.size(), 1);
-  ClientSend(WireHeader{Op::kPush, 5, 9, 42, 4096}, payload, nullptr);
+  SendResults sent;  // the payload must outlive its send (the write may still be completing)
+  ClientSend(WireHeader{Op::kPush, 5, 9, 42, 4096}, payload, sent.Callback());
   ASSERT_TRUE(server_handler_.WaitForMessages(1));
+  ASSERT_TRUE(sent.WaitFor(1));
 
   std::vector<RecordingHandler::Message> got = server_handler_.messages();
   ASSERT_EQ(got.size(), 1u);
@@ -71,12 +73,14 @@ TEST_F(TcpConnectionTest, PayloadsLandInDistinctSlotsWithoutSpillingOver) {
 
   std::vector<std::vector<std::byte>> payloads;
   for (std::size_t i = 0; i < sizes.size(); ++i) payloads.push_back(Pattern(sizes[i], 100 + i));
+  SendResults sent;  // the payloads must outlive their sends
   client_loop_.Run([&] {
     for (std::uint32_t i = 0; i < sizes.size(); ++i) {
-      client_->Send(WireHeader{Op::kPush, 0, i, 1, sizes[i]}, payloads[i], nullptr);
+      client_->Send(WireHeader{Op::kPush, 0, i, 1, sizes[i]}, payloads[i], sent.Callback());
     }
   });
   ASSERT_TRUE(server_handler_.WaitForMessages(sizes.size()));
+  ASSERT_TRUE(sent.WaitFor(sizes.size()));
 
   std::vector<std::byte> expected(arena_bytes, std::byte{0xA5});
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -166,10 +170,12 @@ TEST_F(TcpConnectionTest, MessagesFlowBothWays) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   const std::vector<std::byte> up = Pattern(100, 1);
   const std::vector<std::byte> down = Pattern(200, 2);
-  ClientSend(WireHeader{Op::kPush, 1, 4, 8, 100}, up, nullptr);
-  server_loop_.Run([&] { server_->Send(WireHeader{Op::kWeights, 1, 4, 9, 200}, down, nullptr); });
+  SendResults sent;  // the payloads must outlive their sends
+  ClientSend(WireHeader{Op::kPush, 1, 4, 8, 100}, up, sent.Callback());
+  server_loop_.Run([&] { server_->Send(WireHeader{Op::kWeights, 1, 4, 9, 200}, down, sent.Callback()); });
   ASSERT_TRUE(server_handler_.WaitForMessages(1));
   ASSERT_TRUE(client_handler_.WaitForMessages(1));
+  ASSERT_TRUE(sent.WaitFor(2));
 
   RecordingHandler::Message at_server = server_handler_.messages().at(0);
   RecordingHandler::Message at_client = client_handler_.messages().at(0);
@@ -298,8 +304,10 @@ TEST_F(TcpConnectionTest, ResolveSlotErrorClosesWithThatReason) {
       [&](const WireHeader&) -> StatusOr<std::span<std::byte>> { return refusal; });
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   const std::vector<std::byte> payload = Pattern(16, 0);
-  ClientSend(WireHeader{Op::kPush, 0, 9, 3, 16}, payload, nullptr);
+  SendResults sent;  // the payload must outlive its send
+  ClientSend(WireHeader{Op::kPush, 0, 9, 3, 16}, payload, sent.Callback());
 
+  ASSERT_TRUE(sent.WaitFor(1));
   ASSERT_TRUE(server_handler_.WaitForClosed());
   EXPECT_EQ(server_handler_.why(), refusal);
   EXPECT_TRUE(server_handler_.messages().empty());  // no OnReceived for the refused message
@@ -317,8 +325,10 @@ TEST_F(TcpConnectionTest, SlotOfTheWrongSizeClosesWithInternal) {
   });
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   const std::vector<std::byte> payload = Pattern(16, 0);
-  ClientSend(WireHeader{Op::kPush, 0, 0, 0, 16}, payload, nullptr);
+  SendResults sent;  // the payload must outlive its send
+  ClientSend(WireHeader{Op::kPush, 0, 0, 0, 16}, payload, sent.Callback());
 
+  ASSERT_TRUE(sent.WaitFor(1));
   ASSERT_TRUE(server_handler_.WaitForClosed());
   EXPECT_EQ(server_handler_.why().code(), absl::StatusCode::kInternal);
   EXPECT_TRUE(MessageHas(server_handler_.why(), "slot of 8 bytes for a payload of 16 bytes"));
