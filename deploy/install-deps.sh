@@ -17,6 +17,8 @@ PACKAGES=(
   zlib1g-dev               # gzip'd IDX datasets (worker)
   python3 python3-matplotlib # PNG plots of benchmark tables
   iproute2 procps          # ss/ip for tests and emulated racks
+  libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)
+  openmpi-bin libopenmpi-dev # Open MPI (mpirun, MPI_Allreduce): baseline (phub_mpi_worker)
 )
 
 missing=()

@@ -19,6 +19,13 @@ checksum of them: the run fails if any worker's weights are wrong or differ from
 --tcp-nagle and --socket-buffer-bytes pass phubd's TCP knobs through (to phubd and the
 workers; the buffer size to the raw-TCP reference too), to measure what each is worth.
 
+--ring, --gloo and --mpi add allreduce baselines to the same repetitions (after raw TCP and
+the PS): our ring (phub_ring_worker), Gloo's AllreduceRingChunked and gloo::allreduce
+(phub_gloo_worker), Open MPI's MPI_Allreduce with its own algorithm choice and with the ring
+forced (phub_mpi_worker under mpirun, TCP loopback only). Each adds "<name> ms" and
+"<name>/PS time"; with --ring and --gloo also "ring/gloo-ring-chunked time". All of them end
+with the same buffer (the mean (N + 1) / 2): the run fails if any rank's differs.
+
 --sweep-chunk adds a table for choosing phubd's --chunk-bytes: N=2, S=32 MiB, PS time per
 chunk size, against raw TCP measured in the same loop.
 
@@ -30,6 +37,8 @@ exit, error or Ctrl-C.
 
   ninja -C build phubd phub_exchange_worker phub_tcp_blaster
   bench/exchange/run_exchange.py --build build            # S = 4,32,100 MiB; N = 2,4
+  ninja -C build phub_ring_worker phub_gloo_worker phub_mpi_worker
+  bench/exchange/run_exchange.py --build build --ring --gloo --mpi
   bench/exchange/run_exchange.py --quick                  # S = 4,32 MiB; 5 iterations
   bench/exchange/run_exchange.py --skip-main --sweep-chunk
 """
@@ -64,11 +73,39 @@ def log(msg):
 _children = []  # every Popen started, so they can all be killed on the way out
 
 
+def session_members(sid):
+    """Pids in session `sid`: a child started with start_new_session=True and everything it
+    started (mpirun puts each rank in a process group of its own, but in its session)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # fields after "(comm)": state ppid pgrp session ...
+            pids.append(int(entry))
+    return pids
+
+
 def kill_children():
-    for proc in _children:
-        if proc.poll() is None:
+    # SIGTERM first: mpirun forwards it to its ranks and reaps them; after a grace period,
+    # SIGKILL to whatever is left in each child's session (ranks of a killed mpirun included).
+    live = [proc for proc in _children if proc.poll() is None]
+    for proc in live:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # each child leads its own process group
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and any(proc.poll() is None for proc in live):
+        time.sleep(0.02)
+    for proc in _children:  # an mpirun that exited may have left ranks behind
+        for pid in session_members(proc.pid):
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # each child leads its own process group
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     for proc in _children:
@@ -240,30 +277,78 @@ def run_ps(args, bins, n, mib, rounds_dir, tag, chunk_bytes=None):
     return times, checksums[0]
 
 
-def run_ring(args, bins, n, mib, rounds_dir, tag):
-    """Our own ring allreduce (phub/ring) on the same machine: the PS's baseline."""
+class Baseline:
+    """An allreduce system timed beside the PS. All write ring_worker.cc's per-rank TSV (same
+    timing rule, data and checksum); they differ in binary and how their ranks are started:
+    "ranks" starts N processes meeting in a rendezvous directory (--rank --world
+    --rendezvous), "mpirun" starts them through Open MPI's mpirun."""
+
+    def __init__(self, key, flag, name, binary, launch, extra=(), titles=None):
+        self.key = key          # row keys KEY_ms, KEY_vs_ps
+        self.flag = flag        # the driver flag that enables it (--ring, --gloo, --mpi)
+        self.name = name        # in logs and column titles
+        self.binary = binary    # target in bench/exchange
+        self.launch = launch    # "ranks" or "mpirun"
+        self.extra = list(extra)  # more arguments: the worker's for "ranks", mpirun's for "mpirun"
+        self.titles = titles or (f"{name} ms", f"{name}/PS time")
+
+
+# Open MPI on loopback TCP only (no shared memory, no UCX), ranks not bound to cores (nor
+# are the other systems' processes); --allow-run-as-root is a no-op when not root.
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+          "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
+# 4 = ring in Open MPI 4.1's coll_tuned_allreduce_algorithm
+# (`ompi_info --param coll tuned --level 9`); without these MPI picks by size.
+MPI_RING = ["--mca", "coll_tuned_use_dynamic_rules", "1",
+            "--mca", "coll_tuned_allreduce_algorithm", "4"]
+
+BASELINES = [
+    Baseline("ring", "ring", "ring", "phub_ring_worker", "ranks",
+             titles=("ring time ms", "ring/PS time")),
+    Baseline("gloo_chunked", "gloo", "gloo-ring-chunked", "phub_gloo_worker", "ranks",
+             ["--algo", "ring-chunked"]),
+    Baseline("gloo_allreduce", "gloo", "gloo-allreduce", "phub_gloo_worker", "ranks",
+             ["--algo", "allreduce"]),
+    Baseline("mpi", "mpi", "mpi", "phub_mpi_worker", "mpirun"),
+    Baseline("mpi_ring", "mpi", "mpi-ring", "phub_mpi_worker", "mpirun", MPI_RING),
+]
+
+
+def run_baseline(args, bins, base, n, mib, rounds_dir, tag):
+    """One run of an allreduce baseline: N ranks on this machine. Returns (per-iteration times,
+    checksum), after checking that every rank holds the same result."""
     d = os.path.join(rounds_dir, tag)
     shutil.rmtree(d, ignore_errors=True)
-    rendezvous = os.path.join(d, "rendezvous")
-    os.makedirs(rendezvous)
+    os.makedirs(d)
+    common = ["--mib", f"{mib:g}", "--iters", str(args.iters), "--warmup", str(args.warmup)]
     procs, outs = [], []
     try:
-        for r in range(n):
-            out = os.path.join(d, f"rank{r}.tsv")
-            rank_log = os.path.join(d, f"rank{r}.log")
-            procs.append((f"ring rank {r}",
-                          start([bins["ring"], "--rank", str(r), "--world", str(n), "--rendezvous",
-                                 rendezvous, "--mib", f"{mib:g}", "--iters", str(args.iters),
-                                 "--warmup", str(args.warmup), "--out", out], rank_log),
-                          rank_log))
-            outs.append(out)
+        if base.launch == "mpirun":
+            prefix = os.path.join(d, "rank")
+            outs = [f"{prefix}{r}.tsv" for r in range(n)]
+            log_path = os.path.join(d, "mpirun.log")
+            procs.append((f"{base.name} mpirun",
+                          start(MPIRUN + base.extra + ["-np", str(n), bins[base.binary]] + common
+                                + ["--out", prefix], log_path), log_path))
+        else:
+            rendezvous = os.path.join(d, "rendezvous")
+            os.makedirs(rendezvous)
+            for r in range(n):
+                out = os.path.join(d, f"rank{r}.tsv")
+                rank_log = os.path.join(d, f"rank{r}.log")
+                procs.append((f"{base.name} rank {r}",
+                              start([bins[base.binary], "--rank", str(r), "--world", str(n),
+                                     "--rendezvous", rendezvous] + base.extra + common
+                                    + ["--out", out], rank_log), rank_log))
+                outs.append(out)
         wait_all(procs, run_timeout(n, mib, args.iters + args.warmup))
     finally:
         kill_children()
     times, checksums = per_iteration(outs)
     if None in checksums or len(set(checksums)) != 1:
-        raise BenchError(f"ring ranks' results differ (N={n}, S={mib} MiB): {checksums}; files in {d}")
-    return times
+        raise BenchError(f"{base.name} ranks' results differ (N={n}, S={mib} MiB): {checksums}; "
+                         f"files in {d}")
+    return times, checksums[0]
 
 
 # ---- experiments --------------------------------------------------------------------------
@@ -272,11 +357,12 @@ def fmt_ms(times):
     return f"{statistics.median(times) * 1e3:.1f} ms"
 
 
-def measure(args, bins, n, mib, raw_dir, chunk_bytes=None):
-    """Alternates raw TCP and PS --reps times. Returns (ps_reps, raw_reps): per repetition, the
-    per-iteration times."""
+def measure(args, bins, baselines, n, mib, raw_dir, chunk_bytes=None):
+    """Alternates raw TCP, PS and each of `baselines` --reps times. Returns (ps_reps, raw_reps,
+    baseline_reps): per repetition, the per-iteration times; baseline_reps by Baseline.key."""
     ps_reps, raw_reps, checksums = [], [], set()
-    ring_reps = []
+    baseline_reps = {base.key: [] for base in baselines}
+    results = set()  # every baseline ends with the same mean, bit for bit: one checksum
     chunk_tag = f"-c{chunk_bytes}" if chunk_bytes else ""
     for rep in range(args.reps):
         where = f"N={n} S={mib:g} MiB{' chunk=' + str(chunk_bytes) if chunk_bytes else ''} " \
@@ -289,22 +375,28 @@ def measure(args, bins, n, mib, raw_dir, chunk_bytes=None):
         ps_reps.append(t)
         checksums.add(checksum)
         log(f"  PS      {where}: {fmt_ms(t)}  (weights identical on all {n} workers)")
-        if args.ring and chunk_bytes is None:
-            t = run_ring(args, bins, n, mib, raw_dir, f"ring-n{n}-s{mib:g}-r{rep}")
-            ring_reps.append(t)
-            log(f"  ring    {where}: {fmt_ms(t)}  (result checked on all {n} ranks)")
+        for base in baselines:
+            t, result = run_baseline(args, bins, base, n, mib, raw_dir,
+                                     f"{base.key}-n{n}-s{mib:g}-r{rep}")
+            baseline_reps[base.key].append(t)
+            results.add(result)
+            log(f"  {base.name:<7} {where}: {fmt_ms(t)}  (result checked on all {n} ranks)")
     if len(checksums) != 1:
         # Same inputs, same reduction order per chunk: the repetitions must agree too.
         raise BenchError(f"final weights differ between repetitions (N={n}, S={mib} MiB): "
                          f"{sorted(checksums)}")
-    measure.ring_reps = ring_reps  # read by the caller when --ring
-    return ps_reps, raw_reps
+    if len(results) > 1:
+        # All sums are of small integers (exact in float), all scale by 1.0f / N: same bytes.
+        raise BenchError(f"allreduce baselines' final buffers differ (N={n}, S={mib} MiB): "
+                         f"{sorted(results)}; files in {raw_dir}")
+    return ps_reps, raw_reps, baseline_reps
 
 
-def row_for(n, mib, ps_reps, raw_reps, chunk_bytes=None, ring_reps=None):
-    """ps_reps, raw_reps: per repetition, the per-iteration times (s). Medians pool all
-    iterations; ratio_paired is the median over repetitions of raw/PS for runs made back to back,
-    which cancels load that drifts slowly (other jobs on a shared machine)."""
+def row_for(n, mib, ps_reps, raw_reps, chunk_bytes=None, baseline_reps=None):
+    """ps_reps, raw_reps: per repetition, the per-iteration times (s); baseline_reps: the same
+    by Baseline.key. Medians pool all iterations; ratio_paired is the median over repetitions
+    of raw/PS for runs made back to back, which cancels load that drifts slowly (other jobs on
+    a shared machine)."""
     s = mib * MIB
     ps_times = [t for rep in ps_reps for t in rep]
     raw_times = [t for rep in raw_reps for t in rep]
@@ -321,9 +413,11 @@ def row_for(n, mib, ps_reps, raw_reps, chunk_bytes=None, ring_reps=None):
         if len(raw_reps) == len(ps_reps):
             row["ratio_paired"] = statistics.median(
                 statistics.median(r) / statistics.median(p) for r, p in zip(raw_reps, ps_reps))
-    if ring_reps:
-        t_ring = statistics.median([t for rep in ring_reps for t in rep])
-        row.update({"ring_ms": t_ring * 1e3, "ring_vs_ps": t_ring / t_ps})
+    for key, reps in (baseline_reps or {}).items():
+        t_base = statistics.median([t for rep in reps for t in rep])
+        row.update({f"{key}_ms": t_base * 1e3, f"{key}_vs_ps": t_base / t_ps})
+    if "ring_ms" in row and "gloo_chunked_ms" in row:
+        row["ring_vs_gloo_chunked"] = row["ring_ms"] / row["gloo_chunked_ms"]
     return row
 
 
@@ -331,7 +425,20 @@ MAIN_COLUMNS = [("workers", "N", "{}"), ("mib", "S MiB", "{:g}"), ("ps_ms", "PS 
                 ("algbw", "PS algbw GB/s", "{:.3f}"), ("ps_rate", "PS byte rate GB/s", "{:.3f}"),
                 ("raw_rate", "raw TCP GB/s", "{:.3f}"), ("ratio", "PS/raw", "{:.0%}"),
                 ("ratio_paired", "PS/raw paired", "{:.0%}")]
-RING_COLUMNS = [("ring_ms", "ring time ms", "{:.1f}"), ("ring_vs_ps", "ring/PS time", "{:.2f}")]
+RING_VS_GLOO_COLUMN = ("ring_vs_gloo_chunked", "ring/gloo-ring-chunked time", "{:.2f}")
+
+
+def baseline_columns(baselines):
+    columns = []
+    for base in baselines:
+        columns += [(f"{base.key}_ms", base.titles[0], "{:.1f}"),
+                    (f"{base.key}_vs_ps", base.titles[1], "{:.2f}")]
+    keys = {base.key for base in baselines}
+    if {"ring", "gloo_chunked"} <= keys:
+        columns.append(RING_VS_GLOO_COLUMN)
+    return columns
+
+
 SWEEP_COLUMNS = [("chunk_bytes", "chunk bytes", "{}"), ("ps_ms", "PS time ms", "{:.1f}"),
                  ("ps_rate", "PS byte rate GB/s", "{:.3f}"), ("raw_rate", "raw TCP GB/s", "{:.3f}"),
                  ("ratio", "PS/raw", "{:.0%}"), ("ratio_paired", "PS/raw paired", "{:.0%}")]
@@ -464,6 +571,12 @@ def main():
     p.add_argument("--ring", action="store_true",
                    help="also run our ring allreduce (phub_ring_worker) on the same sizes: "
                         "adds 'ring ms' and 'ring/PS' (time ratio, > 1: the PS is faster)")
+    p.add_argument("--gloo", action="store_true",
+                   help="also run Gloo's allreduce (phub_gloo_worker): AllreduceRingChunked and "
+                        "gloo::allreduce, columns 'gloo-ring-chunked' and 'gloo-allreduce'")
+    p.add_argument("--mpi", action="store_true",
+                   help="also run Open MPI's MPI_Allreduce (phub_mpi_worker under mpirun, TCP "
+                        "loopback): MPI's own choice and the forced ring, columns 'mpi', 'mpi-ring'")
     p.add_argument("--quick", action="store_true", help="defaults of sizes 4,32 and 5 iterations")
     p.add_argument("--sweep-chunk", nargs="?", const=DEFAULT_SWEEP, default=None, metavar="BYTES,...",
                    help=f"also run the chunk-size sweep (N={SWEEP_WORKERS}, S={SWEEP_MIB} MiB); "
@@ -485,12 +598,17 @@ def main():
     bins = {"phubd": os.path.join(args.build, "phub", "server", "phubd"),
             "worker": os.path.join(args.build, "bench", "exchange", "phub_exchange_worker"),
             "blaster": os.path.join(args.build, "bench", "exchange", "phub_tcp_blaster")}
-    if args.ring:
-        bins["ring"] = os.path.join(args.build, "bench", "exchange", "phub_ring_worker")
+    baselines = [base for base in BASELINES if getattr(args, base.flag)]
+    for base in baselines:
+        bins[base.binary] = os.path.join(args.build, "bench", "exchange", base.binary)
     missing = [b for b in bins.values() if not os.access(b, os.X_OK)]
     if missing:
-        p.error(f"not built: {', '.join(missing)}; run "
-                f"`ninja -C {args.build} phubd phub_exchange_worker phub_tcp_blaster`")
+        targets = " ".join(os.path.basename(b) for b in bins.values())
+        p.error(f"not built: {', '.join(missing)}; run `ninja -C {args.build} {targets}` "
+                f"(phub_gloo_worker and phub_mpi_worker need libgloo-dev and libopenmpi-dev: "
+                f"deploy/install-deps.sh, then re-run cmake)")
+    if args.mpi and shutil.which(MPIRUN[0]) is None:
+        p.error("--mpi: mpirun not on PATH (apt-get install openmpi-bin)")
 
     os.makedirs(args.out, exist_ok=True)
     raw_dir = os.path.join(args.out, "raw")
@@ -514,9 +632,9 @@ def main():
                         f"oversubscribed, both PS and raw TCP share the CPUs")
                 for mib in sizes:
                     log(f"[N={n} S={mib:g} MiB]")
-                    ps_reps, raw_reps = measure(args, bins, n, mib, raw_dir, args.chunk_bytes)
-                    row = row_for(n, mib, ps_reps, raw_reps,
-                                  ring_reps=measure.ring_reps if args.ring else None)
+                    ps_reps, raw_reps, baseline_reps = measure(args, bins, baselines, n, mib,
+                                                               raw_dir, args.chunk_bytes)
+                    row = row_for(n, mib, ps_reps, raw_reps, baseline_reps=baseline_reps)
                     main_rows.append(row)
                     log(f"  => PS {row['ps_ms']:.1f} ms, {row['ps_rate']:.3f} GB/s; raw TCP "
                         f"{row['raw_rate']:.3f} GB/s; PS/raw {row['ratio']:.0%}")
@@ -558,8 +676,16 @@ def main():
     if any(n + args.cores > cpus for n in workers) and main_rows:
         md += [f"N + {args.cores} server threads > {cpus} CPUs oversubscribes the machine; "
                "both columns share the CPUs the same way.", ""]
+    if baselines and main_rows:
+        md += ["Allreduce baselines, run in the same repetitions after raw TCP and the PS: "
+               + ", ".join(f"{b.name} ({b.binary}{' ' + ' '.join(b.extra) if b.extra else ''})"
+                           for b in baselines)
+               + ". Each: a 1-float allreduce (MPI: MPI_Barrier) aligns the ranks, then the "
+               "S-byte sum is timed (Gloo and MPI scale to the mean after the timed span; our "
+               "ring's time includes it); time = median of the max over ranks. X/PS time > 1: "
+               "the PS is faster. MPI runs under `" + " ".join(MPIRUN) + "`.", ""]
     if main_rows:
-        columns = MAIN_COLUMNS + (RING_COLUMNS if args.ring else [])
+        columns = MAIN_COLUMNS + baseline_columns(baselines)
         md += [markdown_table(main_rows, columns), ""]
         write_tsv(os.path.join(args.out, "exchange.tsv"), main_rows, columns)
     if sweep_rows:
