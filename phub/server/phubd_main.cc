@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "phub/common/logging.h"
+#include "phub/kernels/optimizer_flags.h"
 #include "phub/server/server.h"
 
 namespace {
@@ -27,7 +28,6 @@ phub::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 
 int main(int argc, char** argv) {
   phub::server::ServerOptions options;
-  std::string optimizer = "sgd";
   std::string token_file;
   std::string log_level = "info";
   bool no_pin = false;
@@ -60,15 +60,7 @@ int main(int argc, char** argv) {
                  "Tensors are cut into chunks of this many bytes (multiple of 4); each chunk is "
                  "owned by one core")
       ->capture_default_str();
-  app.add_option("--optimizer", optimizer, "sgd, momentum, nesterov or adam")->capture_default_str();
-  app.add_option("--lr", options.optimizer.lr, "Learning rate")->capture_default_str();
-  app.add_option("--momentum", options.optimizer.momentum, "Momentum (momentum, nesterov)")
-      ->capture_default_str();
-  app.add_option("--weight-decay", options.optimizer.weight_decay, "L2 weight decay")
-      ->capture_default_str();
-  app.add_option("--beta1", options.optimizer.beta1, "Adam beta1")->capture_default_str();
-  app.add_option("--beta2", options.optimizer.beta2, "Adam beta2")->capture_default_str();
-  app.add_option("--eps", options.optimizer.eps, "Adam epsilon")->capture_default_str();
+  phub::kernels::AddOptimizerFlags(app, options.optimizer);
   app.add_option("--token-file", token_file,
                  "File holding the job token; workers must present the same token");
   app.add_option("--init-weights", options.initial_weights_path,
@@ -91,12 +83,6 @@ int main(int argc, char** argv) {
   }
   options.pin = !no_pin;
   options.tcp.no_delay = !nagle;
-  auto kind = phub::kernels::ParseOptimizerKind(optimizer);
-  if (!kind.ok()) {
-    spdlog::error("--optimizer: {}", kind.status().message());
-    return 2;
-  }
-  options.optimizer.kind = *kind;
   if (!token_file.empty()) {
     auto token = ReadTokenFile(token_file);
     if (!token.ok()) {

@@ -167,7 +167,7 @@ TEST(PhubdFlags, BadValuesExitNonZeroNamingTheFlag) {
   };
   const std::vector<Case> cases = {
       {{"--world-size", "2", "--chunk-bytes", "3"}, 1, "--chunk-bytes 3"},
-      {{"--world-size", "2", "--optimizer", "rmsprop"}, 2, "rmsprop"},
+      {{"--world-size", "2", "--optimizer", "rmsprop"}, 105, "rmsprop"},
       {{"--world-size", "2", "--optimizer", "sgd", "--lr", "-1"}, 1, "lr"},
       {{"--world-size", "0"}, 105, "--world-size"},
       {{"--world-size", "2", "--token-file", "/nonexistent/token"}, 2, "/nonexistent/token"},

@@ -1,28 +1,36 @@
-// phub_test_worker: a real worker process for the integration tests. It connects to phubd
-// with PsClient, starts from rank 0's deterministic weights, pushes K iterations of
-// deterministic gradients (tests/integration/test_data.h) and writes its final weights, as raw
-// float32 in table order, to --out. The test recomputes everything in float64 and compares.
+// phub_test_worker: a real worker process for the integration tests. It joins the job through
+// the GradientExchange chosen by --comm (ps: one phubd; ps-colocated: several; ring: ring
+// allreduce with the optimizer applied here), starts from rank 0's deterministic weights,
+// pushes K iterations of deterministic gradients (tests/integration/test_data.h) and writes
+// its final weights, as raw float32 in table order, to --out. The test recomputes everything
+// in float64 and compares.
 //
-// Exit codes: 0 done; 2 bad flags; 3 a PsClient call failed (message on stderr).
+// Exit codes: 0 done; 2 bad flags; 3 an exchange call failed (message on stderr).
 // --die-at K: in iteration K, push half of the tensors and then SIGKILL itself (a dying worker).
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <fstream>
 
-#include "phub/client/ps_client.h"
+#include "absl/strings/str_split.h"
 #include "phub/common/logging.h"
+#include "phub/exchange/make_exchange.h"
+#include "phub/kernels/optimizer_flags.h"
 #include "tests/integration/test_data.h"
 
 using phub::testing::TestValue;
 
 int main(int argc, char** argv) {
-  phub::client::PsClientOptions options;
-  std::string sizes_csv, out_path, token;
+  phub::exchange::ExchangeOptions options;
+  std::string comm = "ps", host = "127.0.0.1", servers_csv, sizes_csv, out_path, token;
+  std::uint16_t port = 0;
   std::uint64_t iterations = 3, seed = 1;
   std::int64_t die_at = -1;
   CLI::App app{"PHub integration-test worker"};
-  app.add_option("--host", options.host);
-  app.add_option("--port", options.port)->required();
+  app.add_option("--comm", comm, "ps, ps-colocated or ring");
+  app.add_option("--host", host, "phubd's host (--comm ps)");
+  app.add_option("--port", port, "phubd's port (--comm ps)");
+  app.add_option("--servers", servers_csv, "HOST:PORT,... of every phubd (instead of --host/--port)");
+  app.add_option("--rendezvous", options.ring.ring.rendezvous_dir, "shared directory (--comm ring)");
   app.add_option("--rank", options.rank)->required();
   app.add_option("--world", options.world_size)->required();
   app.add_option("--tensors", sizes_csv, "comma-separated tensor sizes (floats)")->required();
@@ -31,9 +39,26 @@ int main(int argc, char** argv) {
   app.add_option("--token", token);
   app.add_option("--out", out_path);
   app.add_option("--die-at", die_at);
+  phub::kernels::AddOptimizerFlags(app, options.ring.optimizer);
   CLI11_PARSE(app, argc, argv);
-  options.job_token = token;
   (void)phub::SetUpLogging("warn", "worker " + std::to_string(options.rank));
+  auto fail = [&](const phub::Status& s) {
+    std::fprintf(stderr, "worker %u: %s\n", options.rank, std::string(s.message()).c_str());
+    return 3;
+  };
+
+  auto kind = phub::exchange::ParseExchangeKind(comm);
+  if (!kind.ok()) return fail(kind.status());
+  options.kind = *kind;
+  options.ps.client.job_token = token;
+  if (servers_csv.empty() && port != 0) servers_csv = host + ":" + std::to_string(port);
+  for (const auto& text : absl::StrSplit(servers_csv, ',', absl::SkipEmpty())) {
+    auto endpoint = phub::exchange::ParseEndpoint(std::string(text));
+    if (!endpoint.ok()) return fail(endpoint.status());
+    options.ps.servers.push_back(*endpoint);
+  }
+  // Small partitions so the colocated tests spread even small tensors over every server.
+  options.ps.partition_bytes = 4096;
 
   auto sizes = phub::testing::ParseSizes(sizes_csv);
   std::vector<phub::keys::TensorSpec> tensors;
@@ -52,13 +77,9 @@ int main(int argc, char** argv) {
     spans.emplace_back(weights[t]);
   }
 
-  auto fail = [&](const phub::Status& s) {
-    std::fprintf(stderr, "worker %u: %s\n", options.rank, std::string(s.message()).c_str());
-    return 3;
-  };
-  auto client = phub::client::PsClient::Connect(options, tensors, spans);
-  if (!client.ok()) return fail(client.status());
-  if (auto s = (*client)->Init(); !s.ok()) return fail(s);
+  auto exchange = phub::exchange::MakeExchange(options, tensors, spans);
+  if (!exchange.ok()) return fail(exchange.status());
+  if (auto s = (*exchange)->Init(); !s.ok()) return fail(s);
 
   for (std::uint64_t it = 1; it <= iterations; ++it) {
     // Last tensor first, as backward produces them.
@@ -68,11 +89,11 @@ int main(int argc, char** argv) {
         std::raise(SIGKILL);
       }
       for (std::uint64_t i = 0; i < sizes[t]; ++i) grads[t][i] = TestValue(seed, options.rank, it, t, i);
-      if (auto s = (*client)->Push(t, grads[t]); !s.ok()) return fail(s);
+      if (auto s = (*exchange)->Push(t, grads[t]); !s.ok()) return fail(s);
     }
-    if (auto s = (*client)->WaitAll(); !s.ok()) return fail(s);
+    if (auto s = (*exchange)->WaitAll(); !s.ok()) return fail(s);
   }
-  if (auto s = (*client)->Close(); !s.ok()) return fail(s);
+  if (auto s = (*exchange)->Close(); !s.ok()) return fail(s);
 
   if (!out_path.empty()) {
     std::ofstream out(out_path, std::ios::binary);

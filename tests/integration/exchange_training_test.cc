@@ -1,6 +1,8 @@
-// End to end: a real phubd and N real worker processes train K synchronous iterations of
-// deterministic random gradients; every worker's final weights must be identical and must
-// match an independent float64 simulation of the same training.
+// End to end: N real worker processes train K synchronous iterations of deterministic random
+// gradients through each GradientExchange: one real phubd (ps), one phubd per worker with the
+// model spread over them (ps-colocated), and ring allreduce with the optimizer on the worker
+// (ring). Every worker's final weights must be identical and must match an independent
+// float64 simulation of the same training.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,7 +27,15 @@ struct TrainingCase {
   std::uint64_t iterations;
   std::string sizes;  // tensor sizes; deliberately not multiples of the chunk
   bool init_from_file = false;  // phubd loads --init-weights instead of taking rank 0's
+  std::string comm = "ps";      // the worker's --comm
 };
+
+TrainingCase With(TrainingCase c, std::string comm) {
+  c.name += "_" + comm;
+  for (char& ch : c.name) ch = ch == '-' ? '_' : ch;
+  c.comm = std::move(comm);
+  return c;
+}
 
 // Initial weights in the --init-weights file come from another seed than rank 0's buffer, so
 // the result proves which one was used.
@@ -65,9 +75,9 @@ std::vector<std::vector<double>> Simulate(const TrainingCase& c, const std::vect
   return weights;
 }
 
-class PsTrainingTest : public ::testing::TestWithParam<TrainingCase> {};
+class ExchangeTrainingTest : public ::testing::TestWithParam<TrainingCase> {};
 
-TEST_P(PsTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
+TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
   const TrainingCase& c = GetParam();
   const std::uint64_t seed = 42 + c.workers;
   TempDir dir;
@@ -87,29 +97,49 @@ TEST_P(PsTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     }
     args.insert(args.end(), {"--init-weights", dir.File("init.f32")});
   }
-  RunningPhubd phubd = StartPhubd(dir, args);
+  // ps: one phubd; ps-colocated: one per worker ("host"); ring: none.
+  std::vector<RunningPhubd> servers;
+  const std::uint32_t num_servers = c.comm == "ring" ? 0 : c.comm == "ps" ? 1 : c.workers;
+  std::string servers_csv;
+  for (std::uint32_t s = 0; s < num_servers; ++s) {
+    servers.push_back(StartPhubd(dir, args));
+    servers_csv += (s ? "," : "") + std::string("127.0.0.1:") + std::to_string(servers.back().port);
+  }
 
   std::vector<Process> workers;
   for (std::uint32_t r = 0; r < c.workers; ++r) {
-    workers.push_back(Process::Start(
-        {TestWorkerPath(), "--port", std::to_string(phubd.port), "--rank", std::to_string(r),
-         "--world", std::to_string(c.workers), "--tensors", c.sizes, "--iters",
-         std::to_string(c.iterations), "--seed", std::to_string(seed), "--out",
-         dir.File("w" + std::to_string(r))},
-        dir.File("worker" + std::to_string(r) + ".log")));
+    std::vector<std::string> argv = {
+        TestWorkerPath(), "--comm", c.comm, "--rank", std::to_string(r), "--world",
+        std::to_string(c.workers), "--tensors", c.sizes, "--iters", std::to_string(c.iterations),
+        "--seed", std::to_string(seed), "--out", dir.File("w" + std::to_string(r))};
+    if (c.comm == "ring") {
+      argv.insert(argv.end(), {"--rendezvous", dir.path()});
+      argv.insert(argv.end(), flags.begin(), flags.end());  // the optimizer runs on the worker
+    } else {
+      argv.insert(argv.end(), {"--servers", servers_csv});
+    }
+    workers.push_back(Process::Start(argv, dir.File("worker" + std::to_string(r) + ".log")));
   }
+  auto server_logs = [&] {
+    std::string logs;
+    for (auto& s : servers) logs += "\n" + s.log_path + ":\n" + ReadFile(s.log_path);
+    return logs;
+  };
   for (std::uint32_t r = 0; r < c.workers; ++r) {
     auto code = workers[r].Wait(std::chrono::seconds(120));
     ASSERT_TRUE(code.has_value()) << "worker " << r << " hung";
     ASSERT_EQ(*code, 0) << "worker " << r << " failed:\n"
                         << ReadFile(dir.File("worker" + std::to_string(r) + ".log"))
-                        << "\nphubd log:\n" << ReadFile(phubd.log_path);
+                        << "\nphubd logs:" << server_logs();
   }
-  auto phubd_code = phubd.process.Wait(std::chrono::seconds(30));
-  ASSERT_TRUE(phubd_code.has_value()) << "phubd --one-job did not exit after the job";
-  EXPECT_EQ(*phubd_code, 0) << ReadFile(phubd.log_path);
+  for (auto& server : servers) {
+    auto phubd_code = server.process.Wait(std::chrono::seconds(30));
+    ASSERT_TRUE(phubd_code.has_value()) << "phubd --one-job did not exit after the job";
+    EXPECT_EQ(*phubd_code, 0) << ReadFile(server.log_path);
+  }
 
-  // Every worker holds exactly the same bytes: they all received phubd's weights.
+  // Every worker holds exactly the same bytes: they all received phubd's weights (ring: the
+  // allgather hands every rank the same reduced bytes and each applies the same step).
   std::string rank0 = ReadFile(dir.File("w0"));
   for (std::uint32_t r = 1; r < c.workers; ++r) {
     EXPECT_EQ(ReadFile(dir.File("w" + std::to_string(r))), rank0) << "rank " << r << " differs";
@@ -145,9 +175,10 @@ RefConfig Config(RefOptimizer kind, double lr, double weight_decay = 0) {
 // Sizes: a tensor smaller than any chunk, primes, and one of many chunks.
 const std::string kSizes = "1000,37,4099,1,20011";
 
-INSTANTIATE_TEST_SUITE_P(
-    Configurations, PsTrainingTest,
-    ::testing::Values(
+// The foundation's cases on the dedicated PS; the colocated PS and the ring on the cases
+// their code paths differ on (optimizers, ragged sizes, several workers).
+std::vector<TrainingCase> Cases() {
+  const std::vector<TrainingCase> ps = {
         TrainingCase{"N1_sgd_4KiB_2cores", 1, 4096, 2, "sgd", Config(RefOptimizer::kSgd, 0.1), 3, kSizes},
         TrainingCase{"N2_momentum_4KiB_2cores", 2, 4096, 2, "momentum",
                      Config(RefOptimizer::kMomentum, 0.05), 4, kSizes},
@@ -160,7 +191,19 @@ INSTANTIATE_TEST_SUITE_P(
         TrainingCase{"N2_adam_wd_512KiB_1core", 2, 512 * 1024, 1, "adam",
                      Config(RefOptimizer::kAdam, 1e-3, 1e-2), 3, "300000,17"},
         TrainingCase{"N2_momentum_initial_weights_from_file", 2, 4096, 2, "momentum",
-                     Config(RefOptimizer::kMomentum, 0.05), 3, kSizes, /*init_from_file=*/true}),
+                     Config(RefOptimizer::kMomentum, 0.05), 3, kSizes, /*init_from_file=*/true}};
+  std::vector<TrainingCase> all;
+  for (const TrainingCase& c : ps) all.push_back(With(c, "ps"));
+  for (const TrainingCase& c : ps) {
+    if (c.init_from_file) continue;  // phubd's file only exists with a PS
+    if (c.workers > 1) all.push_back(With(c, "ps-colocated"));
+    all.push_back(With(c, "ring"));
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, ExchangeTrainingTest, ::testing::ValuesIn(Cases()),
     [](const ::testing::TestParamInfo<TrainingCase>& info) { return info.param.name; });
 
 }  // namespace

@@ -1,0 +1,52 @@
+#include "phub/exchange/make_exchange.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace phub::exchange {
+
+StatusOr<ExchangeKind> ParseExchangeKind(const std::string& name) {
+  if (name == "ps") return ExchangeKind::kPs;
+  if (name == "ps-colocated") return ExchangeKind::kPsColocated;
+  if (name == "ring") return ExchangeKind::kRing;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown exchange '", name, "': use ps, ps-colocated or ring"));
+}
+
+StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options,
+                                                         std::vector<keys::TensorSpec> tensors,
+                                                         std::vector<std::span<float>> weights) {
+  switch (options.kind) {
+    case ExchangeKind::kPs:
+    case ExchangeKind::kPsColocated: {
+      const std::size_t servers = options.ps.servers.size();
+      if (options.kind == ExchangeKind::kPs && servers != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--comm ps takes exactly one server (HOST:PORT of phubd), got ", servers,
+            "; for one phubd per host use --comm ps-colocated"));
+      }
+      if (servers == 0) {
+        return absl::InvalidArgumentError(
+            "--comm ps-colocated needs the HOST:PORT of every host's phubd, got none");
+      }
+      options.ps.client.rank = options.rank;
+      options.ps.client.world_size = options.world_size;
+      PHUB_ASSIGN_OR_RETURN(auto ps,
+                            PsExchange::Connect(options.ps, std::move(tensors), std::move(weights)));
+      return std::unique_ptr<GradientExchange>(std::move(ps));
+    }
+    case ExchangeKind::kRing: {
+      if (options.ring.ring.rendezvous_dir.empty()) {
+        return absl::InvalidArgumentError(
+            "--comm ring needs a rendezvous directory shared by all workers");
+      }
+      options.ring.ring.rank = options.rank;
+      options.ring.ring.world_size = options.world_size;
+      PHUB_ASSIGN_OR_RETURN(
+          auto ring, RingExchange::Connect(options.ring, std::move(tensors), std::move(weights)));
+      return std::unique_ptr<GradientExchange>(std::move(ring));
+    }
+  }
+  return absl::InvalidArgumentError("unknown exchange kind");
+}
+
+}  // namespace phub::exchange

@@ -1,0 +1,136 @@
+#include "phub/exchange/ps_exchange.h"
+
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::exchange {
+
+StatusOr<PsEndpoint> ParseEndpoint(const std::string& text) {
+  const std::size_t colon = text.rfind(':');
+  PsEndpoint endpoint;
+  unsigned port = 0;
+  const char* end = text.data() + text.size();
+  if (colon == std::string::npos || colon == 0 ||
+      std::from_chars(text.data() + colon + 1, end, port).ptr != end || port == 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server address '", text, "' is not HOST:PORT with a port in 1..65535, e.g. 10.0.0.5:7070"));
+  }
+  endpoint.host = text.substr(0, colon);
+  endpoint.port = static_cast<std::uint16_t>(port);
+  return endpoint;
+}
+
+StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOptions& options,
+                                                          std::vector<keys::TensorSpec> tensors,
+                                                          std::vector<std::span<float>> weights) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("PsExchange: no servers given: pass at least one HOST:PORT");
+  }
+  if (weights.size() != tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("PsExchange: ", weights.size(),
+                                                   " weight buffers for ", tensors.size(),
+                                                   " tensors: give one buffer per tensor"));
+  }
+  const auto num_servers = static_cast<std::uint32_t>(options.servers.size());
+  PHUB_ASSIGN_OR_RETURN(std::vector<keys::ServerShare> shares,
+                        keys::SpreadOverServers(tensors, options.partition_bytes, num_servers));
+  for (std::uint32_t s = 0; s < num_servers; ++s) {
+    if (shares[s].slices.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PsExchange: server ", s, " (", options.servers[s].host, ":", options.servers[s].port,
+          ") would own nothing: the model has fewer ", options.partition_bytes,
+          "-byte partitions than the ", num_servers,
+          " servers; use fewer servers or a smaller partition size"));
+    }
+  }
+
+  std::unique_ptr<PsExchange> exchange(new PsExchange());
+  exchange->pieces_.resize(tensors.size());
+  for (const keys::TensorSpec& t : tensors) exchange->elements_.push_back(t.elements);
+  for (std::uint32_t s = 0; s < num_servers; ++s) {
+    std::vector<std::span<float>> server_weights;
+    for (std::uint32_t i = 0; i < shares[s].slices.size(); ++i) {
+      const keys::TensorSlice& slice = shares[s].slices[i];
+      if (weights[slice.tensor].size() != tensors[slice.tensor].elements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PsExchange: the weight buffer of tensor ", slice.tensor, " ('",
+            tensors[slice.tensor].name, "') holds ", weights[slice.tensor].size(),
+            " floats; the tensor table says ", tensors[slice.tensor].elements));
+      }
+      server_weights.push_back(weights[slice.tensor].subspan(slice.offset, slice.elements));
+      exchange->pieces_[slice.tensor].push_back({s, i, slice.offset, slice.elements});
+    }
+    client::PsClientOptions client_options = options.client;
+    client_options.host = options.servers[s].host;
+    client_options.port = options.servers[s].port;
+    auto client = client::PsClient::Connect(client_options, shares[s].tensors,
+                                            std::move(server_weights));
+    if (!client.ok()) {
+      return Status(client.status().code(),
+                    absl::StrCat("server ", s, " (", client_options.host, ":", client_options.port,
+                                 "): ", client.status().message()));
+    }
+    exchange->clients_.push_back(*std::move(client));
+  }
+  if (num_servers > 1) {
+    spdlog::info("model spread over {} servers ({} slices)", num_servers, [&] {
+      std::size_t n = 0;
+      for (const auto& share : shares) n += share.slices.size();
+      return n;
+    }());
+  }
+  return exchange;
+}
+
+PsExchange::~PsExchange() { (void)Close(); }
+
+Status PsExchange::Init() {
+  // Every worker visits the servers in the same order, so no two wait on each other.
+  for (auto& client : clients_) PHUB_RETURN_IF_ERROR(client->Init());
+  return absl::OkStatus();
+}
+
+Status PsExchange::Push(std::uint32_t tensor, std::span<const float> grads) {
+  if (tensor >= pieces_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Push: tensor ", tensor, " does not exist (", pieces_.size(), " tensors)"));
+  }
+  if (grads.size() != elements_[tensor]) {
+    return absl::InvalidArgumentError(absl::StrCat("Push: tensor ", tensor, "'s gradient has ",
+                                                   grads.size(), " floats; the tensor has ",
+                                                   elements_[tensor]));
+  }
+  for (const Piece& p : pieces_[tensor]) {
+    PHUB_RETURN_IF_ERROR(
+        clients_[p.server]->Push(p.server_tensor, grads.subspan(p.offset, p.elements)));
+  }
+  return absl::OkStatus();
+}
+
+Status PsExchange::Wait(std::uint32_t tensor) {
+  if (tensor >= pieces_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Wait: tensor ", tensor, " does not exist (", pieces_.size(), " tensors)"));
+  }
+  for (const Piece& p : pieces_[tensor]) PHUB_RETURN_IF_ERROR(clients_[p.server]->Wait(p.server_tensor));
+  return absl::OkStatus();
+}
+
+Status PsExchange::WaitAll() {
+  for (auto& client : clients_) PHUB_RETURN_IF_ERROR(client->WaitAll());
+  return absl::OkStatus();
+}
+
+Status PsExchange::Close() {
+  Status first;
+  for (auto& client : clients_) {
+    Status s = client->Close();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace phub::exchange

@@ -1,0 +1,71 @@
+// The parameter server behind the GradientExchange API: one phubd (a dedicated PS box), or
+// several phubd that each own a share of the model (colocated: one on every worker host,
+// ps-lite/BytePS style). With several, the model's chunks are spread over the servers by
+// keys::SpreadOverServers, each server sees its share as its own tensor table, and this class
+// runs one PsClient per server, pushing each slice of a tensor to its owner.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "phub/client/ps_client.h"
+#include "phub/exchange/gradient_exchange.h"
+#include "phub/keys/server_placement.h"
+
+namespace phub::exchange {
+
+struct PsEndpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// "host:port" (an IPv4 address or a name). InvalidArgument names the bad text and the format.
+StatusOr<PsEndpoint> ParseEndpoint(const std::string& text);
+
+struct PsExchangeOptions {
+  // rank, world_size, job token, timeouts and TCP tuning; its host/port are not used.
+  client::PsClientOptions client;
+  // Every server of the job, in the same order on every worker. One = a dedicated PS.
+  std::vector<PsEndpoint> servers;
+  // Granularity of the split over several servers (ignored with one): chunk-aligned with
+  // phubd's default --chunk-bytes, so no server chunk straddles two slices.
+  std::uint64_t partition_bytes = 1 << 20;
+};
+
+class PsExchange final : public GradientExchange {
+ public:
+  // Connects to every server in order (each answers once all workers have joined it).
+  // InvalidArgument: no servers, a server that would own nothing (more servers than the
+  // model has partitions), or a refused handshake; Unavailable: a server cannot be reached.
+  static StatusOr<std::unique_ptr<PsExchange>> Connect(const PsExchangeOptions& options,
+                                                       std::vector<keys::TensorSpec> tensors,
+                                                       std::vector<std::span<float>> weights);
+  ~PsExchange() override;
+
+  Status Init() override;
+  Status Push(std::uint32_t tensor, std::span<const float> grads) override;
+  Status Wait(std::uint32_t tensor) override;
+  Status WaitAll() override;
+  Status Close() override;
+  std::string name() const override { return clients_.size() == 1 ? "ps" : "ps-colocated"; }
+
+  std::size_t num_servers() const { return clients_.size(); }
+
+ private:
+  // Where one slice of a caller tensor lives: server, the server-side tensor index, the range.
+  struct Piece {
+    std::uint32_t server;
+    std::uint32_t server_tensor;
+    std::uint64_t offset;
+    std::uint64_t elements;
+  };
+  PsExchange() = default;
+
+  std::vector<std::unique_ptr<client::PsClient>> clients_;
+  std::vector<std::vector<Piece>> pieces_;  // by caller tensor
+  std::vector<std::uint64_t> elements_;     // by caller tensor
+};
+
+}  // namespace phub::exchange
