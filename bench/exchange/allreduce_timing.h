@@ -1,6 +1,7 @@
 // The timing loop, data, result check and output of an allreduce rank in the `exchange`
-// benchmark, written once for the external baselines (gloo_worker.cc, mpi_worker.cc). It
-// follows ring_worker.cc (our own ring) rule for rule, so their numbers and files compare:
+// benchmark, written once for the external baselines (gloo_worker.cc, mpi_worker.cc,
+// nccl_worker.cc). It follows ring_worker.cc (our own ring) rule for rule, so their numbers and
+// files compare:
 //
 //   data      rank r's buffer starts at r + 1 everywhere;
 //   iteration barrier() (a 1-float allreduce, or the library's barrier), t0, sum(), t1, then
@@ -14,6 +15,10 @@
 // Why the scaling is not timed: Gloo and MPI have no mean, a user would sum and then scale.
 // Leaving that pass out of their time favours them slightly, which is the safe direction for
 // a baseline (our ring's time includes its fused scaling).
+//
+// A library whose buffer is not `data` (NCCL: GPU memory) passes its own `scale()`: it brings
+// the sum into `data`, applies ScaleToMean and puts the result back, all untimed, so the
+// check and checksum read the same bytes as everyone else's.
 //
 // Exit codes (the worker's return value): 0 done; 3 a library call failed; 4 wrong result;
 // 5 cannot write the output. Bad flags: 2, or CLI11's own non-zero code.
@@ -31,6 +36,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace phub::bench {
@@ -72,26 +78,32 @@ inline std::vector<float> InitialData(const AllreduceRun& run) {
   return std::vector<float>(n, static_cast<float>(run.rank + 1));
 }
 
+// The untimed pass after each sum: every element times 1.0f / N, exactly as phub::ring's kMean.
+inline void ScaleToMean(const AllreduceRun& run, std::span<float> data) {
+  const float scale = 1.0f / static_cast<float>(run.world);
+  for (float& v : data) v *= scale;
+}
+
 // Runs the loop above on `data` (from InitialData; the libraries may hold pointers into it, so
 // it is never reallocated). `barrier()` must return only once every rank has called it;
-// `sum()` must replace data with the element-wise sum over ranks. Both return a Status and are
+// `sum()` must replace data with the element-wise sum over ranks; `scale()` (untimed) must
+// leave the mean in `data` (and wherever sum() reads from). All three return a Status and are
 // called warmup + iters times, in the same order on every rank. Returns the exit code.
-template <typename Barrier, typename Sum>
+template <typename Barrier, typename Sum, typename Scale>
 int RunTimedAllreduce(const AllreduceRun& run, std::vector<float>& data, Barrier&& barrier,
-                      Sum&& sum) {
+                      Sum&& sum, Scale&& scale) {
   const std::size_t n = data.size();
   std::FILE* out = std::fopen(run.out_path.c_str(), "w");
   if (out == nullptr) return Fail(absl::UnavailableError("cannot open --out " + run.out_path), 5);
   std::fprintf(out, "# %s rank=%d world=%d bytes=%zu iters=%d warmup=%d\n", run.label.c_str(),
                run.rank, run.world, n * sizeof(float), run.iters, run.warmup);
   std::fprintf(out, "iter\tt0_ns\tt1_ns\tseconds\n");
-  const float scale = 1.0f / static_cast<float>(run.world);
   for (int it = 0; it < run.warmup + run.iters; ++it) {
     if (absl::Status s = barrier(); !s.ok()) return Fail(s, 3);
     const std::int64_t t0 = NowNs();
     if (absl::Status s = sum(); !s.ok()) return Fail(s, 3);
     const std::int64_t t1 = NowNs();
-    for (float& v : data) v *= scale;
+    if (absl::Status s = scale(); !s.ok()) return Fail(s, 3);
     if (it >= run.warmup) {
       std::fprintf(out, "%d\t%" PRId64 "\t%" PRId64 "\t%.9f\n", it - run.warmup, t0, t1,
                    (t1 - t0) * 1e-9);
@@ -107,6 +119,17 @@ int RunTimedAllreduce(const AllreduceRun& run, std::vector<float>& data, Barrier
   }
   std::fprintf(out, "checksum\t%016" PRIx64 "\n", Fnv1a64(data));
   return std::fclose(out) == 0 ? 0 : 5;
+}
+
+// The same, for libraries that sum in `data` itself: scale() is ScaleToMean on `data`.
+template <typename Barrier, typename Sum>
+int RunTimedAllreduce(const AllreduceRun& run, std::vector<float>& data, Barrier&& barrier,
+                      Sum&& sum) {
+  return RunTimedAllreduce(run, data, std::forward<Barrier>(barrier), std::forward<Sum>(sum),
+                           [&] {
+                             ScaleToMean(run, data);
+                             return absl::OkStatus();
+                           });
 }
 
 }  // namespace phub::bench

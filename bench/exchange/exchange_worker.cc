@@ -1,4 +1,6 @@
-// phub_exchange_worker: one worker of the `exchange` benchmark (run_exchange.py drives it).
+// phub_exchange_worker: one worker of the `exchange` benchmark (run_exchange.py drives it),
+// through one phubd (--host/--port) or one phubd per host with the model spread over them
+// (--servers HOST:PORT,..., the colocated PS).
 //
 // Model: tensor 0 "barrier" (1 float) and tensor 1 "data" (--mib MiB of float32). Each
 // iteration:
@@ -33,7 +35,8 @@
 #include <string>
 #include <vector>
 
-#include "phub/client/ps_client.h"
+#include "absl/strings/str_split.h"
+#include "phub/exchange/ps_exchange.h"
 #include "phub/common/logging.h"
 
 namespace {
@@ -68,14 +71,21 @@ float Gradient(std::uint32_t rank) { return 0.01f * static_cast<float>(rank + 1)
 }  // namespace
 
 int main(int argc, char** argv) {
-  phub::client::PsClientOptions options;
+  phub::exchange::PsExchangeOptions exchange_options;
+  phub::client::PsClientOptions& options = exchange_options.client;
+  std::string servers_csv;
   double mib = 4;
   std::uint32_t iters = 10, warmup = 2;
   double lr = 0;
   std::string out_path, token;
   CLI::App app{"PHub exchange benchmark worker: timed push+pull of one tensor through phubd"};
   app.add_option("--host", options.host, "phubd's control address")->capture_default_str();
-  app.add_option("--port", options.port, "phubd's control port")->required();
+  app.add_option("--port", options.port, "phubd's control port");
+  app.add_option("--servers", servers_csv,
+                 "HOST:PORT,... of every phubd when the PS is spread over several (colocated)");
+  app.add_option("--partition-bytes", exchange_options.partition_bytes,
+                 "With several servers: granularity of the split")
+      ->capture_default_str();
   app.add_option("--rank", options.rank, "This worker's rank")->required();
   app.add_option("--world", options.world_size, "Number of workers")->required();
   app.add_option("--mib", mib, "Data tensor size S in MiB (rounded down to whole floats)")
@@ -120,9 +130,21 @@ int main(int argc, char** argv) {
                  std::string(s.message()).c_str());
     return 3;
   };
-  auto client = phub::client::PsClient::Connect(options, tensors, {barrier_w, data_w});
+  if (servers_csv.empty()) {
+    if (options.port == 0) {
+      std::fprintf(stderr, "exchange worker: give --port (one phubd) or --servers\n");
+      return 2;
+    }
+    servers_csv = options.host + ":" + std::to_string(options.port);
+  }
+  for (const auto& text : absl::StrSplit(servers_csv, ',')) {
+    auto endpoint = phub::exchange::ParseEndpoint(std::string(text));
+    if (!endpoint.ok()) return fail("--servers", endpoint.status());
+    exchange_options.servers.push_back(*endpoint);
+  }
+  auto client = phub::exchange::PsExchange::Connect(exchange_options, tensors, {barrier_w, data_w});
   if (!client.ok()) return fail("Connect", client.status());
-  phub::client::PsClient& ps = **client;
+  phub::exchange::PsExchange& ps = **client;
   if (auto s = ps.Init(); !s.ok()) return fail("Init", s);
 
   struct Sample {

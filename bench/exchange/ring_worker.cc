@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters", run.iters)->capture_default_str();
   app.add_option("--warmup", run.warmup)->capture_default_str();
   app.add_option("--piece-bytes", options.piece_bytes, "Pipelining granularity")->capture_default_str();
+  app.add_option("--host", options.listen_host, "Address this rank listens on and publishes")
+      ->capture_default_str();
   app.add_option("--out", run.out_path)->required();
   CLI11_PARSE(app, argc, argv);
   (void)phub::SetUpLogging("warn", "ring " + std::to_string(options.rank));

@@ -1,0 +1,107 @@
+"""Where the `exchange` driver's processes run: loopback (every host is 127.0.0.1) or an
+emulated rack (deploy/netns/rack.sh; addresses, command wrapping and physical limits from
+bench/topo/topology.py). A Net answers: a host's address, how to run a command on a host, the
+physical limit of one iteration of a system, and how to start MPI ranks on the hosts."""
+
+import os
+import shutil
+
+try:
+    import topology  # bench/topo, on sys.path (run_exchange.py puts it there)
+except ImportError:  # only the racks need it
+    topology = None
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def rack_problem():
+    """Why racks cannot be built here, or None."""
+    if os.geteuid() != 0:
+        return "emulated racks need root (ip netns, tc): run with sudo, or --topologies loopback"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "`ip` and `tc` are missing: apt-get install iproute2"
+    return None
+
+
+class LoopbackNet:
+    name = "loopback"
+
+    def __init__(self, n):
+        self.n = n
+
+    def describe(self):
+        return "every host is 127.0.0.1; no link limit (raw TCP is the reference)"
+
+    def ip(self, host):
+        return "127.0.0.1"
+
+    def wrap(self, host, argv):
+        return list(argv)
+
+    def limit_s(self, system, n, size_bytes):
+        return None
+
+    def mpi_launch(self, run_dir):
+        # (mpirun arguments, environment, command before each rank's binary)
+        return ["--mca", "btl_tcp_if_include", "lo"], None, []
+
+    def close(self):
+        pass
+
+
+class RackNet:
+    """A rack built by rack.sh for one (topology, N); close() tears it down."""
+
+    def __init__(self, name, n, rate):
+        self.name = name
+        self.n = n
+        self.rate = rate
+        topology.up(name, n, rate)
+        self.bits = topology.rate_bits_per_s(rate)
+
+    def describe(self):
+        return topology.describe()
+
+    def ip(self, host):
+        return topology.ip_of(host)
+
+    def wrap(self, host, argv):
+        return topology.wrap(host, argv)
+
+    def limit_s(self, system, n, size_bytes):
+        return topology.limit_s(self.name, system, n, size_bytes, self.bits)
+
+    def mpi_launch(self, run_dir):
+        # Each rank enters its host's namespace (rank r on host w<r>); MPI's data goes over the
+        # rack's shaped links. mpirun's PMIx server stays in this (the root) namespace and
+        # listens on the rack's unshaped management bridge, which every host also reaches.
+        wrapper = os.path.join(run_dir, "in_host.sh")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nexec ip netns exec "phub-w${OMPI_COMM_WORLD_RANK}" "$@"\n')
+        os.chmod(wrapper, 0o755)
+        mgmt = topology.management_interface()
+        args = ["--mca", "btl_tcp_if_include", topology.data_subnet(),
+                "--mca", "oob_tcp_if_include", mgmt]
+        env = {"PMIX_MCA_ptl_tcp_if_include": mgmt, "PMIX_MCA_ptl_tcp_remote_connections": "1"}
+        return args, env, [wrapper]
+
+    def close(self):
+        topology.down()
+
+
+def make(name, n, rate):
+    return LoopbackNet(n) if name == "loopback" else RackNet(name, n, rate)
+
+
+def cleanup():
+    """Leaves no rack behind (after an error or Ctrl-C); harmless when there is none."""
+    if topology is not None and rack_problem() is None and any(
+            ns.startswith("phub-") for ns in _namespaces()):
+        topology.down()
+
+
+def _namespaces():
+    try:
+        return os.listdir("/run/netns")
+    except OSError:
+        return []

@@ -1,0 +1,173 @@
+"""The systems the `exchange` driver compares, and how each is started on a network.
+
+Every system moves one S-byte float32 tensor per iteration among N workers and writes, per
+worker, the same TSV (iter, t0_ns, t1_ns, seconds, then a checksum): one timing rule for all
+(barrier-aligned start, per-iteration max over workers, median over iterations, warm-up
+excluded, result checked). Hosts are named as on the emulated rack: "ps" (the dedicated PS
+box) and "w0".."w{N-1}" (worker hosts); a Net says which address a host has and how to run a
+command on it (on loopback: 127.0.0.1 and as is).
+
+  raw-tcp            phub_tcp_blaster: the PS's exact bytes over the same streams, no work
+                     (the reference: what TCP itself achieves here)
+  ps                 phubd on host ps + N phub_exchange_worker
+  ps-colocated       one phubd on every worker host (the model spread over all of them)
+  ring               our ring allreduce (phub_ring_worker)
+  gloo-ring-chunked  Gloo's AllreduceRingChunked (phub_gloo_worker)
+  gloo-allreduce     gloo::allreduce (phub_gloo_worker)
+  mpi, mpi-ring      Open MPI's MPI_Allreduce, its own algorithm choice and the ring forced
+                     (phub_mpi_worker under mpirun; on a rack each rank runs on its host via
+                     `ip netns exec`, MPI's data on the rack's links, its launcher's control
+                     traffic on the rack's unshaped management network)
+"""
+
+import os
+import shutil
+
+from harness import BenchError, kill_children, per_iteration, run_timeout, start, wait_all, \
+    wait_port_file
+
+# Open MPI over TCP only (no shared memory, no UCX), ranks not bound to cores (nor are the other
+# systems' processes); --allow-run-as-root is a no-op when not root.
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+          "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
+# 4 = ring in Open MPI 4.1's coll_tuned_allreduce_algorithm
+# (`ompi_info --param coll tuned --level 9`); without these MPI picks by size.
+MPI_RING = ["--mca", "coll_tuned_use_dynamic_rules", "1",
+            "--mca", "coll_tuned_allreduce_algorithm", "4"]
+
+
+class System:
+    def __init__(self, key, binary, kind, needs_ps_host=False, extra=(), allreduce=False):
+        self.key = key                  # name in tables, files and --systems
+        self.binary = binary            # target in bench/exchange (phubd is found separately)
+        self.kind = kind                # how its processes start: see run()
+        self.needs_ps_host = needs_ps_host
+        self.extra = list(extra)        # more arguments (mpirun's for kind "mpirun")
+        self.allreduce = allreduce      # ends with the mean (N + 1) / 2 on every rank
+
+
+SYSTEMS = [
+    System("raw-tcp", "phub_tcp_blaster", "blaster", needs_ps_host=True),
+    System("ps", "phub_exchange_worker", "ps", needs_ps_host=True),
+    System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
+    System("ring", "phub_ring_worker", "ranks", allreduce=True),
+    System("gloo-ring-chunked", "phub_gloo_worker", "ranks", extra=["--algo", "ring-chunked"],
+           allreduce=True),
+    System("gloo-allreduce", "phub_gloo_worker", "ranks", extra=["--algo", "allreduce"],
+           allreduce=True),
+    System("mpi", "phub_mpi_worker", "mpirun", allreduce=True),
+    System("mpi-ring", "phub_mpi_worker", "mpirun", extra=MPI_RING, allreduce=True),
+]
+BY_KEY = {s.key: s for s in SYSTEMS}
+RINGS = [s.key for s in SYSTEMS if s.allreduce]
+
+
+class Settings:
+    """What every run shares: binaries, iterations, phubd's knobs."""
+
+    def __init__(self, bins, iters, warmup, cores, lr, chunk_bytes=None, tcp_nagle=False,
+                 socket_buffer_bytes=0):
+        self.bins = bins
+        self.iters = iters
+        self.warmup = warmup
+        self.cores = cores
+        self.lr = lr
+        self.chunk_bytes = chunk_bytes
+        self.tcp_nagle = tcp_nagle
+        self.socket_buffer_bytes = socket_buffer_bytes
+
+    def tcp_flags(self):
+        flags = ["--socket-buffer-bytes", str(self.socket_buffer_bytes)]
+        return flags + (["--tcp-nagle"] if self.tcp_nagle else [])
+
+
+def colocated_partition_bytes(n, mib):
+    """The split of the tensor over N servers: phubd's default 1 MiB chunk, smaller when S/N is
+    less, so every server owns a share (4 KiB-aligned)."""
+    share = int(mib * (1 << 20)) // n
+    return max(4096, min(1 << 20, share // 4096 * 4096))
+
+
+def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
+    """One run of `system` with N workers and S = mib MiB on `net`. Returns (per-iteration
+    times in s, checksum). Raises BenchError on any failure or inconsistent result."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    s = settings
+    common = ["--mib", f"{mib:g}", "--iters", str(s.iters), "--warmup", str(s.warmup)]
+    timeout = run_timeout(n, mib, s.iters + s.warmup, limit_s)
+    workers = [f"w{r}" for r in range(n)]
+    procs, outs = [], []
+
+    def launch(name, host, argv, log_name, env=None):
+        log_path = os.path.join(run_dir, log_name)
+        proc = start(net.wrap(host, argv), log_path, env)
+        procs.append((name, proc, log_path))
+        return proc, log_path
+
+    def phubd(host, cores, tag):
+        port_file = os.path.join(run_dir, f"{tag}.port")
+        argv = [s.bins["phubd"], "--port", "0", "--port-file", port_file, "--listen",
+                net.ip(host), "--world-size", str(n), "--cores", str(cores), "--one-job",
+                "--no-pin", "--log-level", "warn", "--optimizer", "sgd", "--lr", str(s.lr)]
+        if chunk_bytes or s.chunk_bytes:
+            argv += ["--chunk-bytes", str(chunk_bytes or s.chunk_bytes)]
+        proc, log_path = launch(tag, host, argv + s.tcp_flags(), f"{tag}.log")
+        return f"{net.ip(host)}:{wait_port_file(port_file, proc, tag, log_path)}"
+
+    try:
+        if system.kind == "blaster":
+            port_file = os.path.join(run_dir, "ports")
+            flags = ["--world", str(n), "--socket-buffer-bytes", str(s.socket_buffer_bytes)] + common
+            proc, log_path = launch("tcp_blaster server", "ps",
+                                    [s.bins[system.binary], "--serve", "--listen", net.ip("ps"),
+                                     "--cores", str(s.cores), "--port-file", port_file] + flags,
+                                    "server.log")
+            ports = wait_port_file(port_file, proc, "tcp_blaster server", log_path)
+            for r, host in enumerate(workers):
+                outs.append(os.path.join(run_dir, f"client{r}.tsv"))
+                launch(f"tcp_blaster client {r}", host,
+                       [s.bins[system.binary], "--connect", "--host", net.ip("ps"), "--ports",
+                        ports, "--rank", str(r), "--out", outs[-1]] + flags, f"client{r}.log")
+        elif system.kind in ("ps", "ps-colocated"):
+            if system.kind == "ps":
+                servers = [phubd("ps", s.cores, "phubd")]
+                placement = []
+            else:
+                # One core each: N daemons and N workers already share this machine's CPUs.
+                servers = [phubd(host, 1, f"phubd-{host}") for host in workers]
+                placement = ["--partition-bytes", str(colocated_partition_bytes(n, mib))]
+            for r, host in enumerate(workers):
+                outs.append(os.path.join(run_dir, f"worker{r}.tsv"))
+                launch(f"{system.key} worker {r}", host,
+                       [s.bins[system.binary], "--servers", ",".join(servers), "--rank", str(r),
+                        "--world", str(n), "--lr", str(s.lr), "--out", outs[-1]]
+                       + placement + common + s.tcp_flags(), f"worker{r}.log")
+        elif system.kind == "ranks":
+            rendezvous = os.path.join(run_dir, "rendezvous")
+            os.makedirs(rendezvous)
+            for r, host in enumerate(workers):
+                outs.append(os.path.join(run_dir, f"rank{r}.tsv"))
+                launch(f"{system.key} rank {r}", host,
+                       [s.bins[system.binary], "--rank", str(r), "--world", str(n),
+                        "--rendezvous", rendezvous, "--host", net.ip(host)]
+                       + system.extra + common + ["--out", outs[-1]], f"rank{r}.log")
+        elif system.kind == "mpirun":
+            prefix = os.path.join(run_dir, "rank")
+            outs = [f"{prefix}{r}.tsv" for r in range(n)]
+            mpirun, env, rank_prefix = net.mpi_launch(run_dir)
+            log_path = os.path.join(run_dir, "mpirun.log")
+            procs.append((f"{system.key} mpirun",
+                          start(MPIRUN + mpirun + system.extra + ["-np", str(n)] + rank_prefix
+                                + [s.bins[system.binary]] + common + ["--out", prefix],
+                                log_path, env), log_path))
+        else:
+            raise BenchError(f"unknown system kind {system.kind}")
+        wait_all(procs, timeout)
+    finally:
+        kill_children()
+    times, checksums = per_iteration(outs)
+    if system.kind != "blaster" and (None in checksums or len(set(checksums)) != 1):
+        raise BenchError(f"{system.key}: the workers' results differ (N={n}, S={mib:g} MiB): "
+                         f"checksums {checksums}; files in {run_dir}")
+    return times, checksums[0]

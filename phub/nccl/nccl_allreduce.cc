@@ -1,0 +1,303 @@
+#include "phub/nccl/nccl_allreduce.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "phub/nccl/detail/checks.h"
+#include "phub/nccl/unique_id_file.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::nccl {
+
+using detail::CudaError;
+using detail::NcclError;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status ValidateOptions(const NcclOptions& o) {
+  if (o.world_size == 0) {
+    return absl::InvalidArgumentError("world_size is 0: it must be the number of ranks (>= 1)");
+  }
+  if (o.world_size > static_cast<std::uint32_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size ", o.world_size, " is more ranks than NCCL supports"));
+  }
+  if (o.rank >= o.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", o.rank, " is outside a world of ",
+                                                   o.world_size, " ranks (0..", o.world_size - 1,
+                                                   ")"));
+  }
+  if (o.world_size > 1 && o.rendezvous_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous_dir is empty: ", o.world_size,
+                     " ranks need a directory they all share to exchange the NCCL id"));
+  }
+  if (o.device < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device ", o.device, " is not a CUDA device ordinal: use >= 0, or -1 for rank % devices"));
+  }
+  if (o.timeout_ms <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout_ms is ", o.timeout_ms, ": it must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+const char* VisibleDevices() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v != nullptr ? v : "(unset)";
+}
+
+// A non-blocking communicator runs init, enqueue and finalize in the background and reports
+// ncclInProgress until done. Polls until it is done (ok), fails (NCCL's error for `what()`) or
+// `deadline` passes (DeadlineExceeded, with `on_timeout()` appended). Sleeps `pause` between
+// polls (zero: yield, for short waits where latency matters). The messages are built only on
+// failure: this sits on every call's path.
+template <typename What, typename OnTimeout>
+Status WaitForComm(ncclComm_t comm, Clock::time_point deadline, What&& what,
+                   std::chrono::microseconds pause, OnTimeout&& on_timeout) {
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) {
+      return NcclError(r, comm, "ncclCommGetAsyncError", __FILE__, __LINE__);
+    }
+    if (state == ncclSuccess) return absl::OkStatus();
+    if (state != ncclInProgress) return NcclError(state, comm, what().c_str(), __FILE__, __LINE__);
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what(), " did not finish in time", on_timeout()));
+    }
+    if (pause.count() == 0) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<int> CudaDeviceCount() {
+  // No driver at all (no libcuda, or only its stub): cudaDriverGetVersion reports 0.
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error == cudaErrorNoDevice) {  // a driver, but no GPU (or CUDA_VISIBLE_DEVICES hides all)
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (error != cudaSuccess) return CudaError(error, "cudaGetDeviceCount", __FILE__, __LINE__);
+  return count;
+}
+
+std::string NcclVersion() {
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
+  return absl::StrCat(code / 10000, ".", code / 100 % 100, ".", code % 100);
+}
+
+// Owns the stream and the communicator. Not thread-safe (the public contract).
+class NcclAllreduce::Impl {
+ public:
+  Impl(NcclOptions options, int device) : options_(std::move(options)), device_(device) {}
+  ~Impl();
+
+  Status Init();
+  Status Allreduce(float* data, std::size_t count, ReduceOp op);
+
+  const NcclOptions options_;
+  const int device_;
+
+ private:
+  std::string Where() const {
+    return absl::StrCat("rank ", options_.rank, " of ", options_.world_size, ", device ", device_);
+  }
+  // Aborts the communicator after `status` (a failed or timed-out operation) and remembers it:
+  // NCCL cannot resume a communicator whose peers may be stuck mid-collective.
+  Status Abort(Status status);
+
+  cudaStream_t stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  Status aborted_by_;  // not ok once the communicator was aborted
+};
+
+NcclAllreduce::Impl::~Impl() {
+  if (comm_ != nullptr) {
+    (void)cudaSetDevice(device_);
+    // Finalize flushes outstanding work and releases the network resources; on a peer that no
+    // longer answers it would wait, so it is bounded and falls back to abort.
+    bool finalized = false;
+    if (const ncclResult_t r = ncclCommFinalize(comm_); r == ncclSuccess || r == ncclInProgress) {
+      const Status s = WaitForComm(
+          comm_, Clock::now() + std::chrono::milliseconds(options_.timeout_ms),
+          [] { return std::string("ncclCommFinalize"); }, std::chrono::milliseconds(1),
+          [this] { return absl::StrCat(" (", options_.timeout_ms, " ms)"); });
+      finalized = s.ok();
+      if (!s.ok()) spdlog::warn("nccl {}: {}; aborting the communicator", Where(), s.message());
+    }
+    if (finalized) {
+      (void)ncclCommDestroy(comm_);
+    } else {
+      (void)ncclCommAbort(comm_);
+    }
+  }
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+Status NcclAllreduce::Impl::Abort(Status status) {
+  if (comm_ != nullptr) {
+    (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  aborted_by_ = status;
+  return status;
+}
+
+Status NcclAllreduce::Impl::Init() {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  PHUB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  // Blocking (default flags): ordered after the caller's work on the legacy default stream.
+  PHUB_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&stream_));
+
+  const UniqueIdFile id_file(options_.rendezvous_dir);
+  ncclUniqueId id;
+  if (options_.rank == 0) {
+    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      return NcclError(r, nullptr, "ncclGetUniqueId", __FILE__, __LINE__);
+    }
+    if (options_.world_size > 1) {
+      UniqueIdBytes bytes;
+      std::memcpy(bytes.data(), id.internal, bytes.size());
+      PHUB_RETURN_IF_ERROR(id_file.Publish(bytes));
+    }
+  } else {
+    PHUB_ASSIGN_OR_RETURN(const UniqueIdBytes bytes, id_file.Wait(options_.timeout_ms));
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // so that joining (and every call) can be bounded by timeout_ms
+  const auto what = [this] { return absl::StrCat("ncclCommInitRankConfig (", Where(), ")"); };
+  const ncclResult_t r = ncclCommInitRankConfig(&comm_, static_cast<int>(options_.world_size), id,
+                                                static_cast<int>(options_.rank), &config);
+  Status joined;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    joined = NcclError(r, comm_, what().c_str(), __FILE__, __LINE__);
+  } else {
+    joined = WaitForComm(comm_, deadline, what, std::chrono::milliseconds(1), [&] {
+      return absl::StrCat(" (", options_.timeout_ms, " ms): are all ", options_.world_size,
+                          " ranks running, with the same rendezvous directory? A '", id_file.path(),
+                          "' left by an earlier job misleads late ranks: use a fresh directory");
+    });
+  }
+  // Every rank has read the id once the communicator is complete; removing it lets the next
+  // job reuse the directory. Removed on failure too: the id names a communicator that is gone.
+  if (options_.rank == 0 && options_.world_size > 1) {
+    if (Status s = id_file.Remove(); !s.ok()) spdlog::warn("nccl {}: {}", Where(), s.message());
+  }
+  if (!joined.ok()) return Abort(joined);
+  return absl::OkStatus();
+}
+
+Status NcclAllreduce::Impl::Allreduce(float* data, std::size_t count, ReduceOp op) {
+  if (!aborted_by_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("nccl ", Where(), ": the communicator was aborted after an earlier failure (",
+                     aborted_by_.message(), "); restart the job"));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl ", Where(), ": Allreduce of ", count, " floats at a null pointer"));
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  PHUB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const auto what = [&] {
+    return absl::StrCat("ncclAllReduce of ", count, " floats (", Where(), ")");
+  };
+  const auto on_timeout = [this] {
+    return absl::StrCat(" (", options_.timeout_ms,
+                        " ms): has a peer rank died, or not made the same call? Every rank must "
+                        "call Allreduce with the same count, in the same order");
+  };
+  const ncclResult_t r = ncclAllReduce(data, data, count, ncclFloat,
+                                       op == ReduceOp::kMean ? ncclAvg : ncclSum, comm_, stream_);
+  if (r == ncclInProgress) {  // non-blocking communicator: the enqueue finishes in background
+    if (Status s = WaitForComm(comm_, deadline, what, std::chrono::microseconds(0), on_timeout);
+        !s.ok()) {
+      return Abort(s);
+    }
+  } else if (r != ncclSuccess) {
+    return Abort(NcclError(r, comm_, what().c_str(), __FILE__, __LINE__));
+  }
+  // Not cudaStreamSynchronize: it cannot be interrupted, so a dead peer would hang this thread
+  // forever. Polling the stream and NCCL's async error bounds the wait; yield keeps latency low.
+  while (true) {
+    const cudaError_t e = cudaStreamQuery(stream_);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) return Abort(CudaError(e, what().c_str(), __FILE__, __LINE__));
+    ncclResult_t state = ncclSuccess;
+    if (const ncclResult_t q = ncclCommGetAsyncError(comm_, &state); q != ncclSuccess) {
+      return Abort(NcclError(q, comm_, "ncclCommGetAsyncError", __FILE__, __LINE__));
+    }
+    if (state != ncclSuccess && state != ncclInProgress) {
+      return Abort(NcclError(state, comm_, what().c_str(), __FILE__, __LINE__));
+    }
+    if (Clock::now() >= deadline) {
+      return Abort(
+          absl::DeadlineExceededError(absl::StrCat(what(), " did not finish", on_timeout())));
+    }
+    std::this_thread::yield();
+  }
+}
+
+StatusOr<std::unique_ptr<NcclAllreduce>> NcclAllreduce::Connect(const NcclOptions& options) {
+  PHUB_RETURN_IF_ERROR(ValidateOptions(options));  // before anything touches CUDA
+  PHUB_ASSIGN_OR_RETURN(const int devices, CudaDeviceCount());
+  if (devices == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("nccl rank ", options.rank,
+                     ": no CUDA device (no NVIDIA driver, or no GPU visible; "
+                     "CUDA_VISIBLE_DEVICES=",
+                     VisibleDevices(),
+                     "): the NCCL allreduce needs one GPU per "
+                     "rank; run it on a GPU machine (nvidia-smi lists the GPUs)"));
+  }
+  const int device =
+      options.device >= 0 ? options.device : static_cast<int>(options.rank % devices);
+  if (device >= devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl rank ", options.rank, ": device ", device,
+                     " does not exist: this process sees ", devices, " CUDA device(s), 0..",
+                     devices - 1, " (CUDA_VISIBLE_DEVICES=", VisibleDevices(), ")"));
+  }
+  auto impl = std::make_unique<Impl>(options, device);
+  PHUB_RETURN_IF_ERROR(impl->Init());  // on failure, ~Impl releases what Init created
+  return std::unique_ptr<NcclAllreduce>(new NcclAllreduce(std::move(impl)));
+}
+
+NcclAllreduce::NcclAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NcclAllreduce::~NcclAllreduce() = default;
+
+Status NcclAllreduce::Allreduce(float* device_data, std::size_t count, ReduceOp op) {
+  return impl_->Allreduce(device_data, count, op);
+}
+
+int NcclAllreduce::device() const { return impl_->device_; }
+std::uint32_t NcclAllreduce::rank() const { return impl_->options_.rank; }
+std::uint32_t NcclAllreduce::world_size() const { return impl_->options_.world_size; }
+
+}  // namespace phub::nccl

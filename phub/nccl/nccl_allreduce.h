@@ -1,0 +1,81 @@
+// NCCL allreduce: the GPU twin of phub::ring::RingAllreduce, and the GPU ring a user would
+// otherwise pick. Each rank is one process (or thread) driving one GPU; buffers live in that
+// GPU's memory and NCCL sums them in place (its own ring/tree algorithms over NVLink, PCIe or
+// the network). Ranks find each other like the ring's: rank 0 publishes the communicator's id
+// under a shared directory (UniqueIdFile) and every rank joins the communicator with it.
+//
+// This header is free of CUDA and NCCL headers (they stay in the .cc), so users need neither
+// to compile against it; they link phub_nccl, which brings libcudart and libnccl.
+//
+// Threading and CUDA state: one NcclAllreduce may be used by one thread at a time. Connect()
+// and Allreduce() make the rank's device the calling thread's current CUDA device
+// (cudaSetDevice), as a training loop on that GPU does anyway. The object owns one CUDA
+// stream, created blocking: work the caller queued on the legacy default stream (gradient
+// kernels, cudaMemcpy) finishes before an allreduce reads the buffer. Work on the caller's
+// own non-blocking streams must be synchronized by the caller before the call.
+//
+// Failures never hang: initialisation and every call are bounded by `timeout_ms`. A call that
+// fails or times out aborts the communicator (ncclCommAbort); that and every later call
+// return the error, and the job must be restarted (NCCL communicators cannot be repaired).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "phub/common/status.h"
+
+namespace phub::nccl {
+
+struct NcclOptions {
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  std::string rendezvous_dir;  // shared by all ranks (UniqueIdFile); may be empty if world is 1
+  int device = -1;             // CUDA device ordinal; -1: rank % CudaDeviceCount()
+  int timeout_ms = 30000;      // bounds Connect (rank 0's id, every rank joining) and each call
+};
+
+// Same meaning as phub::ring::ReduceOp. kMean is NCCL's ncclAvg: the division is fused into
+// the reduction, as in our ring.
+enum class ReduceOp { kSum, kMean };
+
+// The number of CUDA devices this process can use. 0 — not an error — when there is no NVIDIA
+// driver or no GPU is visible (CUDA_VISIBLE_DEVICES), so that tests can skip. An error when a
+// driver is there but unusable (e.g. older than the CUDA runtime). Never called at static
+// initialisation by this library.
+StatusOr<int> CudaDeviceCount();
+
+// NCCL's version as "major.minor.patch" (of the library loaded at run time).
+std::string NcclVersion();
+
+class NcclAllreduce {
+ public:
+  // Validates `options` (InvalidArgument, before touching CUDA), picks the device, creates the
+  // stream, exchanges the id and joins the communicator. Blocks until every rank has joined,
+  // or timeout_ms. FailedPrecondition when there is no usable GPU.
+  static StatusOr<std::unique_ptr<NcclAllreduce>> Connect(const NcclOptions& options);
+  // Tears the communicator down (bounded by timeout_ms; aborted if a peer does not respond).
+  ~NcclAllreduce();
+  NcclAllreduce(const NcclAllreduce&) = delete;
+  NcclAllreduce& operator=(const NcclAllreduce&) = delete;
+
+  // In place: on return `device_data[0, count)` holds the element-wise sum (or mean) over all
+  // ranks. Blocks until the GPU has finished. Every rank must call with the same count, in the
+  // same order of calls.
+  // REQUIRES: device_data points to `count` floats in the memory of device(); the caller does
+  // not touch them until the call returns.
+  Status Allreduce(float* device_data, std::size_t count, ReduceOp op = ReduceOp::kSum);
+
+  int device() const;  // the CUDA device ordinal this rank runs on
+  std::uint32_t rank() const;
+  std::uint32_t world_size() const;
+
+  class Impl;
+
+ private:
+  explicit NcclAllreduce(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace phub::nccl
