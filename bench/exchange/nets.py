@@ -53,34 +53,43 @@ class RackNet:
     """A rack built by rack.sh for one (topology, N); close() tears it down."""
 
     def __init__(self, name, n, rate):
+        if topology is None:
+            raise RuntimeError("bench/topo/topology.py is missing")
         self.name = name
         self.n = n
         self.rate = rate
-        topology.up(name, n, rate)
-        self.bits = topology.rate_bits_per_s(rate)
+        self.topo = topology.up(name, n, rate)
 
     def describe(self):
-        return topology.describe()
+        links = ", ".join(f"{h} {self.topo.link_bits_per_s(h) / 1e9:g} Gbit/s"
+                          for h in self.topo.hosts)
+        return f"rack.sh {self.name}: {links}"
 
     def ip(self, host):
-        return topology.ip_of(host)
+        return self.topo.ip_of(host)
 
     def wrap(self, host, argv):
-        return topology.wrap(host, argv)
+        return self.topo.wrap(host, argv)
 
     def limit_s(self, system, n, size_bytes):
-        return topology.limit_s(self.name, system, n, size_bytes, self.bits)
+        b = self.topo.rate_bits
+        if system in ("ps", "raw-tcp"):  # raw-tcp moves the PS's bytes between the same hosts
+            return self.topo.ps_limit_s(size_bytes)
+        if system == "ps-colocated":
+            return topology.colocated_ps_limit_s(size_bytes, n, b)
+        return topology.ring_limit_s(size_bytes, n, b)
 
     def mpi_launch(self, run_dir):
         # Each rank enters its host's namespace (rank r on host w<r>); MPI's data goes over the
-        # rack's shaped links. mpirun's PMIx server stays in this (the root) namespace and
-        # listens on the rack's unshaped management bridge, which every host also reaches.
+        # rack's shaped links. mpirun's PMIx server stays in this (the root) namespace, where
+        # the ranks cannot reach its 127.0.0.1: it listens on the rack's unshaped management
+        # bridge instead, which every host also has a leg on (rack.sh).
         wrapper = os.path.join(run_dir, "in_host.sh")
         with open(wrapper, "w") as f:
             f.write('#!/bin/sh\nexec ip netns exec "phub-w${OMPI_COMM_WORLD_RANK}" "$@"\n')
         os.chmod(wrapper, 0o755)
-        mgmt = topology.management_interface()
-        args = ["--mca", "btl_tcp_if_include", topology.data_subnet(),
+        mgmt = topology.MGMT_BRIDGE
+        args = ["--mca", "btl_tcp_if_include", topology.DATA_SUBNET,
                 "--mca", "oob_tcp_if_include", mgmt]
         env = {"PMIX_MCA_ptl_tcp_if_include": mgmt, "PMIX_MCA_ptl_tcp_remote_connections": "1"}
         return args, env, [wrapper]
