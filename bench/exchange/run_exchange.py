@@ -10,8 +10,8 @@ ps-colocated, ring (ours), gloo-ring-chunked, gloo-allreduce, mpi, mpi-ring. Top
 The racks are network namespaces with veth links shaped by tc (deploy/netns/rack.sh), built
 for each (topology, N) and torn down after (also on error or Ctrl-C).
 
-Which system runs where: loopback all; pbox and cloud raw-tcp, ps and the allreduces (on the
-worker hosts); colocated ps-colocated and the allreduces.
+Which system runs where: loopback all; pbox and cloud ps and the allreduces (on the worker
+hosts); colocated ps-colocated and the allreduces.
 
 Timing rule, all systems: barrier-aligned start, per-iteration max over workers of
 (first byte sent -> last byte of the result in place), median over all timed iterations of
@@ -28,7 +28,7 @@ Writes OUT/exchange.tsv (every run), OUT/exchange.md (tables per topology), OUT/
 OUT/raw/. Progress on stderr. Exit 1 if any process fails, times out or computes a wrong result.
 
   deploy/build.sh                                   # builds everything, incl. the workers
-  sudo bench/exchange/run_exchange.py --quick       # < 5 min: S 4,32; N 2,4; 3 topologies
+  sudo bench/exchange/run_exchange.py --quick       # < 5 min: S 4,32; N 2,4; 1 repetition
   sudo bench/exchange/run_exchange.py               # the full grid (about an hour on 2 cores)
   bench/exchange/run_exchange.py --topologies loopback --systems raw-tcp,ps,ring
   bench/exchange/run_exchange.py --skip-main --sweep-chunk   # choose phubd's --chunk-bytes
@@ -57,8 +57,10 @@ MIB = 1 << 20
 TOPOLOGIES = ["loopback", "pbox", "cloud", "colocated"]
 TOPOLOGY_SYSTEMS = {
     "loopback": [s.key for s in systems.SYSTEMS],
-    "pbox": ["raw-tcp", "ps"] + systems.RINGS,
-    "cloud": ["raw-tcp", "ps"] + systems.RINGS,
+    # On a rack the reference is the links' physical limit; raw-tcp (push all, then pull all)
+    # would not be one: it does not overlap the two directions as the PS does.
+    "pbox": ["ps"] + systems.RINGS,
+    "cloud": ["ps"] + systems.RINGS,
     "colocated": ["ps-colocated"] + systems.RINGS,
 }
 # The PS of each topology, compared with the best allreduce.
@@ -369,8 +371,7 @@ def main():
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--build", default="build", help="CMake build dir with the binaries (default: build)")
     p.add_argument("--topologies", default=None,
-                   help=f"comma list of {','.join(TOPOLOGIES)} (default: all; --quick: "
-                        "loopback,pbox,colocated)")
+                   help=f"comma list of {','.join(TOPOLOGIES)} (default: all)")
     p.add_argument("--systems", default=",".join(s.key for s in systems.SYSTEMS),
                    help="comma list of systems (default: all)")
     p.add_argument("--sizes", default=None, help="tensor sizes S in MiB (default: 4,32,100; --quick: 4,32)")
@@ -393,7 +394,7 @@ def main():
     p.add_argument("--skip-main", action="store_true", help="run only the chunk sweep")
     args = p.parse_args()
     q = args.quick
-    args.topologies = args.topologies or ("loopback,pbox,colocated" if q else ",".join(TOPOLOGIES))
+    args.topologies = args.topologies or ",".join(TOPOLOGIES)
     args.sizes = args.sizes or ("4,32" if q else "4,32,100")
     args.workers = args.workers or ("2,4" if q else "2,4,8")
     args.iters = args.iters if args.iters is not None else (3 if q else 5)

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""The emulated rack (deploy/netns/rack.sh) as seen by benchmark drivers. Stdlib only.
+
+rack.sh writes a state file (default /run/phub-rack/topology, or $PHUB_RACK_STATE_DIR/topology)
+of key=value lines: topology, workers, rate, rate_bits, hosts, ip.<host>, link_bits.<host>, ...
+This module reads it and tells a driver where each host is and how to start a process there:
+
+    import topology as topo
+    topo.up("pbox", 4, "1gbit")              # rack.sh up --topology pbox --workers 4 --rate 1gbit
+    topo.hosts()                             # ['ps', 'w0', 'w1', 'w2', 'w3']
+    topo.ip_of("ps")                         # '10.77.0.100'
+    subprocess.Popen(topo.wrap("w0", ["build/.../phub_exchange_worker", ...]))
+    topo.ps_limit_s(100 << 20)               # link-bound lower limit of one PS iteration
+    topo.ring_limit_s(100 << 20)             # ... of one ring allreduce (N, B from the rack)
+    topo.down()
+
+Without a rack, `use_loopback(n)` selects the 'loopback' topology: every host is 127.0.0.1,
+`wrap` returns argv unchanged and links are unlimited (limits are None).
+
+Limits. For S bytes per worker per iteration, N workers, per-worker link rate B bits/s, the
+*_limit_s functions give the time the links alone need (seconds), assuming full-duplex links
+(a link carries B in each direction at once), a non-blocking switch, and no other cost. They
+are lower bounds for a measured iteration; measured / limit says how close a system gets to
+its network. Each function's docstring derives its formula.
+"""
+
+import os
+import subprocess
+import sys
+
+STATE_DIR_ENV = "PHUB_RACK_STATE_DIR"
+DEFAULT_STATE_DIR = "/run/phub-rack"
+NS_PREFIX = "phub-"
+RACK_SH = os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "netns",
+                 "rack.sh"))
+
+# Launcher control traffic (MPI's PMIx) uses the unshaped management bridge in the root
+# namespace; data uses the rack's shaped links (rack.sh).
+MGMT_BRIDGE = NS_PREFIX + "mgmt"
+DATA_SUBNET = "10.77.0.0/24"
+
+_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+
+
+def parse_rate(rate):
+    """'1gbit' / '2.5gbit' / 100e6 -> bits per second (int). tc's SI units, as rack.sh."""
+    if isinstance(rate, (int, float)):
+        return int(rate)
+    r = rate.strip().lower()
+    for unit in sorted(_UNITS, key=len, reverse=True):
+        if r.endswith(unit):
+            return int(round(float(r[: -len(unit)]) * _UNITS[unit]))
+    raise ValueError("bad rate %r (examples: 100mbit, 1gbit)" % rate)
+
+
+def state_file():
+    return os.path.join(os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR), "topology")
+
+
+class Topology:
+    """One rack: topology name, worker count, hosts, their IPs and link rates."""
+
+    def __init__(self, topology, workers, hosts, ips, link_bits, rate_bits, raw=None):
+        self.topology = topology
+        self.workers = workers
+        self.hosts = list(hosts)
+        self.ips = dict(ips)
+        self.link_bits = dict(link_bits)
+        self.rate_bits = rate_bits
+        self.raw = dict(raw or {})
+
+    @classmethod
+    def from_state(cls, path=None):
+        path = path or state_file()
+        try:
+            with open(path) as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                "no rack state file %s: run deploy/netns/rack.sh up ... (or use_loopback(n))"
+                % path) from None
+        kv = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                kv[k.strip()] = v.strip()
+        hosts = kv.get("hosts", "").split()
+        ips = {h: kv["ip." + h] for h in hosts}
+        bits = {h: int(kv["link_bits." + h]) for h in hosts if "link_bits." + h in kv}
+        return cls(kv["topology"], int(kv["workers"]), hosts, ips, bits,
+                   int(kv["rate_bits"]) if "rate_bits" in kv else None, kv)
+
+    @classmethod
+    def loopback(cls, workers, ps=True, rate_bits=None):
+        hosts = (["ps"] if ps else []) + ["w%d" % i for i in range(workers)]
+        return cls("loopback", workers, hosts, {h: "127.0.0.1" for h in hosts},
+                   {h: rate_bits for h in hosts} if rate_bits else {}, rate_bits)
+
+    def check_host(self, host):
+        if host not in self.hosts:
+            raise KeyError("no host %r in the %s rack (hosts: %s)"
+                           % (host, self.topology, " ".join(self.hosts)))
+
+    def ip_of(self, host):
+        self.check_host(host)
+        return self.ips[host]
+
+    def wrap(self, host, argv):
+        self.check_host(host)
+        if self.topology == "loopback":
+            return list(argv)
+        return ["ip", "netns", "exec", NS_PREFIX + host] + list(argv)
+
+    def link_bits_per_s(self, host):
+        self.check_host(host)
+        return self.link_bits.get(host)
+
+    def ps_limit_s(self, size_bytes):
+        """Link-bound time of one PS iteration on this rack (None on loopback)."""
+        if self.rate_bits is None:
+            return None
+        n, b = self.workers, self.rate_bits
+        if self.topology == "pbox":
+            return pbox_ps_limit_s(size_bytes, n, b)
+        if self.topology == "cloud":
+            return cloud_ps_limit_s(size_bytes, n, b)
+        if self.topology == "colocated":
+            return colocated_ps_limit_s(size_bytes, n, b)
+        return None
+
+    def ring_limit_s(self, size_bytes):
+        if self.rate_bits is None:
+            return None
+        return ring_limit_s(size_bytes, self.workers, self.rate_bits)
+
+
+# --- physical limits --------------------------------------------------------------------------
+# n and bits_per_s default to the current rack's worker count and per-worker rate B.
+
+def _nb(n, bits_per_s):
+    if n is None or bits_per_s is None:
+        t = current()
+        n = t.workers if n is None else n
+        bits_per_s = t.rate_bits if bits_per_s is None else bits_per_s
+        if bits_per_s is None:
+            raise ValueError("no link rate: the %s topology has unlimited links" % t.topology)
+    return n, bits_per_s
+
+
+def pbox_ps_limit_s(size_bytes, n=None, bits_per_s=None):
+    """PS on a balanced PBox: S / B.
+
+    Every worker pushes its S-byte gradient up its link and pulls S bytes of weights down the
+    same link; full duplex, so each worker link needs S/B (in each direction, concurrently).
+    The PS link has N·B and carries N·S in each direction: N·S / (N·B) = S/B. The PS link is
+    not the bottleneck; the iteration is bounded by one worker link's S/B. (Pipelining by
+    chunks lets the pull overlap the push, so the two directions do not add up.)
+    """
+    n, bits_per_s = _nb(n, bits_per_s)
+    return 8.0 * size_bytes / bits_per_s
+
+
+def cloud_ps_limit_s(size_bytes, n=None, bits_per_s=None):
+    """PS on an ordinary host (link B): N·S / B.
+
+    The PS receives N·S bytes of gradients through its single link of B (and sends N·S bytes of
+    weights back, concurrently in the other direction): N·S/B. The worker links (S/B each) are
+    N times less loaded; the PS link is the bottleneck.
+    """
+    n, bits_per_s = _nb(n, bits_per_s)
+    return 8.0 * n * size_bytes / bits_per_s
+
+
+def ring_limit_s(size_bytes, n=None, bits_per_s=None):
+    """Ring allreduce over N workers with links B: 2(N−1)/N · S / B.
+
+    Reduce-scatter takes N−1 steps, each sending one S/N block to the next worker; allgather
+    takes another N−1 steps of S/N. So every worker sends 2(N−1)·S/N bytes out of its link (and
+    receives as many, concurrently, from its predecessor): 2(N−1)/N · S/B. All links are equally
+    loaded; no switch port carries more than one link's worth.
+    """
+    n, bits_per_s = _nb(n, bits_per_s)
+    if n <= 1:
+        return 0.0
+    return 8.0 * 2.0 * (n - 1) / n * size_bytes / bits_per_s
+
+
+def colocated_ps_limit_s(size_bytes, n=None, bits_per_s=None):
+    """Colocated PS (every worker host also runs the shard owning S/N): 2(N−1)/N · S / B.
+
+    A host's link carries, outwards: its worker's pushes to the N−1 remote shards, (N−1)·S/N
+    bytes (the local shard's S/N never leaves the host), plus its shard's answers (S/N of
+    fresh weights) to the N−1 remote workers, (N−1)·S/N bytes: 2(N−1)/N · S in all, and the
+    same inwards (remote workers' pushes to this shard plus remote shards' answers to this
+    worker). So 2(N−1)/N · S/B, the same as the ring: both move the minimum bytes per link.
+    """
+    n, bits_per_s = _nb(n, bits_per_s)
+    if n <= 1:
+        return 0.0
+    return 8.0 * 2.0 * (n - 1) / n * size_bytes / bits_per_s
+
+
+def limits(size_bytes, n, bits_per_s):
+    """All four limits (seconds) for one S, N, B, keyed by name."""
+    return {
+        "ps_pbox": pbox_ps_limit_s(size_bytes, n, bits_per_s),
+        "ps_cloud": cloud_ps_limit_s(size_bytes, n, bits_per_s),
+        "ring": ring_limit_s(size_bytes, n, bits_per_s),
+        "ps_colocated": colocated_ps_limit_s(size_bytes, n, bits_per_s),
+    }
+
+
+# --- module-level API on the current rack ------------------------------------------------------
+
+_current = None
+
+
+def current():
+    """The topology in use: the one set by use_loopback(), else the state file (re-read)."""
+    if _current is not None:
+        return _current
+    return Topology.from_state()
+
+
+def use_loopback(workers, ps=True, rate_bits=None):
+    """Select the 'loopback' topology (no rack; every host is 127.0.0.1)."""
+    global _current
+    _current = Topology.loopback(workers, ps, rate_bits)
+    return _current
+
+
+def use_state():
+    """Go back to reading the rack's state file."""
+    global _current
+    _current = None
+
+
+def hosts():
+    return current().hosts
+
+
+def ip_of(host):
+    return current().ip_of(host)
+
+
+def wrap(host, argv):
+    return current().wrap(host, argv)
+
+
+def link_bits_per_s(host):
+    return current().link_bits_per_s(host)
+
+
+def ps_limit_s(size_bytes):
+    """The current rack's PS limit: pbox, cloud or colocated formula (None on loopback)."""
+    return current().ps_limit_s(size_bytes)
+
+
+def up(topology, n, rate="1gbit", delay=None, qdisc=None, extra=None):
+    """rack.sh up --topology T --workers N --rate R [...]; returns the new Topology."""
+    argv = [RACK_SH, "up", "--topology", topology, "--workers", str(n),
+            "--rate", rate if isinstance(rate, str) else "%dbit" % int(rate)]
+    if delay is not None:
+        argv += ["--delay", delay]
+    if qdisc is not None:
+        argv += ["--qdisc", qdisc]
+    argv += list(extra or [])
+    subprocess.run(argv, check=True)
+    use_state()
+    return current()
+
+
+def down():
+    """rack.sh down (succeeds when nothing is up)."""
+    subprocess.run([RACK_SH, "down"], check=True)
+
+
+def _self_check():
+    mib = 1 << 20
+    size, bits = 100 * mib, 10**9
+    print("Link-bound time per iteration, S = 100 MiB, B = 1 Gbit/s (seconds):")
+    print("%3s  %9s  %9s  %9s  %12s" % ("N", "PS pbox", "PS cloud", "ring", "PS colocated"))
+    for n in (2, 4, 8):
+        lim = limits(size, n, bits)
+        print("%3d  %9.3f  %9.3f  %9.3f  %12.3f"
+              % (n, lim["ps_pbox"], lim["ps_cloud"], lim["ring"], lim["ps_colocated"]))
+        s_over_b = 8.0 * size / bits
+        assert abs(lim["ps_pbox"] - s_over_b) < 1e-9
+        assert abs(lim["ps_cloud"] - n * s_over_b) < 1e-9
+        assert abs(lim["ring"] - 2.0 * (n - 1) / n * s_over_b) < 1e-9
+        assert abs(lim["ps_colocated"] - lim["ring"]) < 1e-9
+
+    assert parse_rate("1gbit") == 10**9 and parse_rate("2.5gbit") == 2500000000
+    assert parse_rate("100mbit") == 10**8
+    lo = Topology.loopback(2)
+    assert lo.hosts == ["ps", "w0", "w1"] and lo.ip_of("w1") == "127.0.0.1"
+    assert lo.wrap("w0", ["true"]) == ["true"] and lo.ps_limit_s(size) is None
+    rack = Topology("pbox", 2, ["ps", "w0", "w1"],
+                    {"ps": "10.77.0.100", "w0": "10.77.0.10", "w1": "10.77.0.11"},
+                    {"ps": 2 * bits, "w0": bits, "w1": bits}, bits)
+    assert rack.wrap("ps", ["x", "-y"]) == ["ip", "netns", "exec", "phub-ps", "x", "-y"]
+    assert rack.link_bits_per_s("ps") == 2 * bits
+
+    try:
+        t = Topology.from_state()
+    except FileNotFoundError:
+        print("\nNo rack is up (%s absent)." % state_file())
+    else:
+        print("\nRack up: %s, %d workers, B = %s bit/s" % (t.topology, t.workers, t.rate_bits))
+        for h in t.hosts:
+            print("  %-4s %-12s link %s bit/s" % (h, t.ip_of(h), t.link_bits_per_s(h)))
+        lim = t.ps_limit_s(size)
+        if lim is not None:
+            print("  PS limit at S = 100 MiB: %.3f s; ring: %.3f s" % (lim, t.ring_limit_s(size)))
+    print("self-check OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_self_check())

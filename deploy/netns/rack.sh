@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# rack.sh: an emulated rack on one machine. Every host is a network namespace, every host has
+# one rate-limited link to a switch namespace holding a Linux bridge. --help says everything.
+set -Eeuo pipefail
+
+PREFIX=phub-
+SW=${PREFIX}sw
+BRIDGE=br0
+SUBNET=10.77.0
+PS_IP=${SUBNET}.100
+# Management network: an unshaped bridge in the root namespace with one leg (mgmt0) in every
+# host, for launcher control traffic only (mpirun's PMIx server lives in the root namespace).
+MGMT_BRIDGE=${PREFIX}mgmt
+MGMT_SUBNET=10.78.0
+STATE_DIR=${PHUB_RACK_STATE_DIR:-/run/phub-rack}
+STATE_FILE=${STATE_DIR}/topology
+LOCK_FILE=${PHUB_RACK_LOCK:-/run/phub-rack.lock}
+MAX_WORKERS=90   # worker i = 10.77.0.(10+i) must stay below the PS's .100
+
+usage() {
+  cat <<'EOF'
+rack.sh: an emulated rack of hosts on one machine (network namespaces + rate-limited veths)
+
+USAGE
+  rack.sh up --topology pbox|cloud|colocated --workers N [--rate 1gbit] [--delay 0ms]
+             [--qdisc htb|tbf|tbf-nogso|none] [--burst BYTES] [--queue BYTES]
+  rack.sh down
+  rack.sh status
+  rack.sh exec HOST -- CMD [ARGS...]        HOST = ps, w0, w1, ...
+  rack.sh --help
+
+WHAT `up` BUILDS
+  Namespaces phub-w0 .. phub-w{N-1} (worker hosts), phub-ps (the PS host, pbox and cloud
+  only) and phub-sw (the switch: one Linux bridge br0, STP off). Each host gets one veth pair:
+  `eth0` inside the host namespace, the other end (named after the host: w0, w1, ..., ps)
+  inside phub-sw, enslaved to br0. `lo` is up everywhere.
+
+      phub-w0 [eth0 10.77.0.10] ==B== [w0]--+
+      phub-w1 [eth0 10.77.0.11] ==B== [w1]--+-- br0 (phub-sw)
+      ...                                   |
+      phub-ps [eth0 10.77.0.100] ==P== [ps]-+
+
+  Addresses: 10.77.0.0/24, PS = 10.77.0.100, worker i = 10.77.0.(10+i) (N <= 90).
+  Management: an unshaped bridge phub-mgmt (10.78.0.1/24) in the root namespace and a leg
+  mgmt0 in every host (10.78.0.x, same x as on eth0), for launcher control traffic only
+  (mpirun's PMIx server runs in the root namespace). Benchmarks send no data over it.
+
+  Topologies (B = --rate):
+    pbox       PS link P = N*B  (a balanced PBox: one NIC-worth per worker)
+    cloud      PS link P = B    (the PS is an ordinary host)
+    colocated  no PS host; N worker hosts with links B (each worker host also runs a shard)
+
+  Every link is shaped in BOTH directions: host egress by a qdisc on the host-side eth0, host
+  ingress by a qdisc on the switch-side veth's egress (the switch port towards the host).
+
+OPTIONS
+  --topology T   pbox, cloud or colocated (required)
+  --workers N    number of worker hosts, 1..90 (required)
+  --rate R       per-worker link rate B, tc units: bit, kbit, mbit, gbit, tbit (SI, 1000-based,
+                 decimals allowed: 2.5gbit). Default 1gbit.
+  --delay D      one-way host-to-host delay (e.g. 0ms, 250us, 2ms). Added by netem at each
+                 host's egress only, so host->host one way = D and RTT = 2*D. Needs sch_netem in
+                 the kernel; `up` fails with a clear message if it is missing. Default 0ms (no
+                 netem at all).
+  --qdisc Q      how a link is shaped (default htb; see deploy/netns/README.md for figures):
+                   htb        htb root, one class rate=ceil=R, burst=cburst=--burst, bfifo leaf
+                              of --queue bytes. GSO/TSO stay on (64 KB super-packets).
+                   tbf        tbf rate R burst --burst limit --queue. GSO/TSO stay on.
+                   tbf-nogso  GSO/TSO/GRO off on every veth (MTU-size packets, more CPU), then
+                              tbf rate R burst --burst limit --queue.
+                   none       no shaping at all (to measure what the machine itself can move);
+                              link_bits in the state file still says the nominal rate.
+  --burst BYTES  token-bucket depth per shaped link. Default: max(256 KiB, 1 ms at the link
+                 rate), i.e. at least four 64 KB GSO packets.
+  --queue BYTES  queue limit per shaped link (the switch port buffer). Default: max(512 KiB,
+                 10 ms at the link rate).
+
+COMMANDS
+  up      Removes whatever an earlier run left (as `down`), then builds the rack and writes the
+          state file. Safe to run again: it always starts from a clean slate.
+  down    Kills processes still running inside phub-* namespaces (TERM, then KILL after 2 s),
+          deletes every phub-* namespace (which deletes their veths and the bridge), deletes
+          any link named phub-* in the root namespace (none is ever created there), removes
+          the state directory. Succeeds when nothing is there.
+  status  Prints the state file, then each phub-* namespace's addresses, qdiscs and classes.
+  exec    Runs CMD inside host HOST's namespace (`ip netns exec phub-HOST CMD...`); its exit
+          status is CMD's.
+
+STATE FILE
+  ${PHUB_RACK_STATE_DIR:-/run/phub-rack}/topology, key=value lines (read by
+  bench/topo/topology.py):
+    topology=pbox  workers=N  rate=1gbit  rate_bits=1000000000  delay=0ms  qdisc=htb
+    burst_bytes=...  queue_bytes=...  hosts=ps w0 w1 ...
+    ip.<host>=10.77.0.x   link_bits.<host>=<bits/s of that host's link>   ns.<host>=phub-<host>
+
+ENVIRONMENT
+  PHUB_RACK_STATE_DIR   state directory (default /run/phub-rack)
+  PHUB_RACK_LOCK        lock file serialising up/down (default /run/phub-rack.lock)
+
+Needs root, iproute2 (ip, tc); ethtool for --qdisc tbf-nogso. Touches only the phub-*
+namespaces it creates: no root-namespace interface, route or sysctl is changed.
+EOF
+}
+
+die() { echo "rack.sh: $*" >&2; exit 1; }
+log() { echo "rack.sh: $*" >&2; }
+
+need_root() {
+  [[ $(id -u) -eq 0 ]] || die "must run as root"
+  command -v ip >/dev/null || die "ip (iproute2) not found: apt-get install -y iproute2"
+  command -v tc >/dev/null || die "tc (iproute2) not found: apt-get install -y iproute2"
+}
+
+take_lock() {
+  if command -v flock >/dev/null; then
+    exec 9>"$LOCK_FILE"
+    flock -w 60 9 || die "could not lock $LOCK_FILE within 60 s (another rack.sh running?)"
+  fi
+}
+
+# "2.5gbit" -> 2500000000 (integer bits/s)
+rate_to_bits() {
+  local r=${1,,}
+  [[ $r =~ ^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit|tbit)$ ]] ||
+    die "bad rate '$1' (examples: 100mbit, 1gbit, 2.5gbit)"
+  local num=${BASH_REMATCH[1]} mult
+  case ${BASH_REMATCH[3]} in
+    bit) mult=1 ;; kbit) mult=1000 ;; mbit) mult=1000000 ;; gbit) mult=1000000000 ;;
+    tbit) mult=1000000000000 ;;
+  esac
+  awk -v n="$num" -v m="$mult" 'BEGIN { printf "%.0f\n", n * m }'
+}
+
+# "0ms" / "0" / "250us" -> microseconds
+delay_to_us() {
+  local d=${1,,}
+  [[ $d =~ ^([0-9]+(\.[0-9]+)?)(us|ms|s)?$ ]] || die "bad delay '$1' (examples: 0ms, 250us, 2ms)"
+  local num=${BASH_REMATCH[1]} mult
+  case ${BASH_REMATCH[3]:-ms} in us) mult=1 ;; ms) mult=1000 ;; s) mult=1000000 ;; esac
+  awk -v n="$num" -v m="$mult" 'BEGIN { printf "%.0f\n", n * m }'
+}
+
+# reach NS IP: true when IP answers from inside NS. ping when installed, else a TCP connect to
+# port 9 (discard): "connection refused" also proves the host is there.
+reach() {
+  local ns=$1 ip=$2 err
+  if command -v ping >/dev/null; then
+    ip netns exec "$ns" ping -c1 -W1 -q "$ip" >/dev/null 2>&1
+  else
+    err=$(ip netns exec "$ns" timeout 1 bash -c "exec 3<>/dev/tcp/$ip/9" 2>&1) && return 0
+    [[ $err == *refused* ]]
+  fi
+}
+
+max() { if (( $1 > $2 )); then echo "$1"; else echo "$2"; fi; }
+
+rack_namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep "^${PREFIX}" || true; }
+
+cmd_down() {
+  local nss ns pids any
+  nss=$(rack_namespaces)
+  if [[ -n $nss ]]; then
+    any=0
+    for ns in $nss; do
+      pids=$(ip netns pids "$ns" 2>/dev/null || true)
+      if [[ -n $pids ]]; then
+        log "stopping processes left in $ns:" "${pids//$'\n'/ }"
+        # shellcheck disable=SC2086
+        kill -TERM $pids 2>/dev/null || true
+        any=1
+      fi
+    done
+    if (( any )); then
+      for _ in $(seq 20); do
+        pids=""
+        for ns in $nss; do pids+=" $(ip netns pids "$ns" 2>/dev/null || true)"; done
+        [[ -z ${pids// /} ]] && break
+        sleep 0.1
+      done
+      # shellcheck disable=SC2086
+      [[ -n ${pids// /} ]] && { log "killing" $pids; kill -KILL $pids 2>/dev/null || true; }
+    fi
+    for ns in $nss; do
+      ip netns del "$ns" 2>/dev/null || log "warning: could not delete namespace $ns"
+    done
+  fi
+  # The management bridge and its host legs (phub-mgmt, phub-m<host>) are the only links in
+  # the root namespace; remove every phub-* link there.
+  local l
+  for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^${PREFIX}" || true); do
+    ip link del "$l" 2>/dev/null || true
+  done
+  rm -rf "$STATE_DIR"
+  local left
+  left=$(rack_namespaces)
+  [[ -z $left ]] || die "namespaces still present after down: $left"
+}
+
+# shape NS DEV RATE_BITS  (egress of DEV inside NS)
+shape() {
+  local ns=$1 dev=$2 bits=$3 with_delay=$4
+  local bytes_per_s=$(( bits / 8 ))
+  local burst=${BURST:-$(max 262144 $(( bytes_per_s / 1000 )))}
+  local queue=${QUEUE:-$(max 524288 $(( bytes_per_s / 100 )))}
+  local leaf
+  case $QDISC in
+    none)
+      (( with_delay )) && (( DELAY_US > 0 )) && tc -n "$ns" qdisc add dev "$dev" root netem \
+        delay "${DELAY_US}us" limit $(( queue / 1500 + 1000 ))
+      return 0
+      ;;
+    htb)
+      tc -n "$ns" qdisc add dev "$dev" root handle 1: htb default 1
+      # quantum only matters between sibling classes; set it to avoid the r2q warning.
+      tc -n "$ns" class add dev "$dev" parent 1: classid 1:1 htb rate "${bits}bit" \
+        ceil "${bits}bit" burst "$burst" cburst "$burst" quantum 65536
+      leaf="parent 1:1 handle 10:"
+      ;;
+    tbf|tbf-nogso)
+      tc -n "$ns" qdisc add dev "$dev" root handle 1: tbf rate "${bits}bit" burst "$burst" \
+        limit "$queue"
+      leaf="parent 1:1 handle 10:"
+      ;;
+  esac
+  if (( with_delay )) && (( DELAY_US > 0 )); then
+    # shellcheck disable=SC2086
+    tc -n "$ns" qdisc add dev "$dev" $leaf netem delay "${DELAY_US}us" \
+      limit $(( queue / 1500 + 1000 ))
+  elif [[ $QDISC == htb ]]; then
+    # shellcheck disable=SC2086
+    tc -n "$ns" qdisc add dev "$dev" $leaf bfifo limit "$queue"
+  fi
+}
+
+cmd_up() {
+  local topology="" workers="" rate=1gbit delay=0ms
+  QDISC=htb BURST="" QUEUE=""
+  while (( $# )); do
+    case $1 in
+      --topology) topology=${2:?--topology needs a value}; shift 2 ;;
+      --workers) workers=${2:?--workers needs a value}; shift 2 ;;
+      --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+      --delay) delay=${2:?--delay needs a value}; shift 2 ;;
+      --qdisc) QDISC=${2:?--qdisc needs a value}; shift 2 ;;
+      --burst) BURST=${2:?--burst needs a value}; shift 2 ;;
+      --queue) QUEUE=${2:?--queue needs a value}; shift 2 ;;
+      -h|--help) usage; exit 0 ;;
+      *) die "up: unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  case $topology in pbox|cloud|colocated) ;; "") die "up: --topology is required" ;;
+    *) die "up: --topology must be pbox, cloud or colocated, not '$topology'" ;; esac
+  if ! [[ $workers =~ ^[0-9]+$ ]] || (( workers < 1 || workers > MAX_WORKERS )); then
+    die "up: --workers must be 1..$MAX_WORKERS"
+  fi
+  case $QDISC in htb|tbf|tbf-nogso|none) ;; *) die "up: --qdisc must be htb, tbf, tbf-nogso or none" ;; esac
+  [[ -z $BURST || $BURST =~ ^[0-9]+$ ]] || die "up: --burst takes bytes (an integer)"
+  [[ -z $QUEUE || $QUEUE =~ ^[0-9]+$ ]] || die "up: --queue takes bytes (an integer)"
+  local rate_bits
+  rate_bits=$(rate_to_bits "$rate")
+  (( rate_bits >= 8000 )) || die "up: --rate too small"
+  DELAY_US=$(delay_to_us "$delay")
+  if [[ $QDISC == tbf-nogso ]]; then
+    command -v ethtool >/dev/null || die "--qdisc tbf-nogso needs ethtool: apt-get install -y ethtool"
+  fi
+
+  cmd_down
+
+  local hosts=() i h
+  [[ $topology != colocated ]] && hosts+=(ps)
+  for (( i = 0; i < workers; i++ )); do hosts+=("w$i"); done
+
+  # From here on a failure leaves a half-built rack: tear it down before exiting.
+  trap 'log "up failed; cleaning up"; cmd_down || true' ERR
+
+  ip netns add "$SW"
+  ip -n "$SW" link set lo up
+  ip -n "$SW" link add "$BRIDGE" type bridge stp_state 0 forward_delay 0
+  ip -n "$SW" link set "$BRIDGE" up
+  # Host namespaces: no IPv6 (no DAD/RS chatter on the links).
+  ip netns exec "$SW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+  ip link add "$MGMT_BRIDGE" type bridge stp_state 0 forward_delay 0
+  ip addr add "${MGMT_SUBNET}.1/24" dev "$MGMT_BRIDGE"
+  ip link set "$MGMT_BRIDGE" up
+
+  if (( DELAY_US > 0 )); then
+    # Probe for netem: try it on the bridge, then remove it.
+    if ! tc -n "$SW" qdisc add dev "$BRIDGE" root netem delay 1us 2>/dev/null; then
+      cmd_down
+      die "up: --delay $delay needs the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM); use --delay 0ms"
+    fi
+    tc -n "$SW" qdisc del dev "$BRIDGE" root
+  fi
+
+  local state
+  state="topology=$topology
+mgmt_bridge=$MGMT_BRIDGE
+mgmt_subnet=${MGMT_SUBNET}.0/24
+data_subnet=${SUBNET}.0/24
+workers=$workers
+rate=$rate
+rate_bits=$rate_bits
+delay=$delay
+delay_us=$DELAY_US
+qdisc=$QDISC
+burst_bytes=${BURST:-auto}
+queue_bytes=${QUEUE:-auto}
+hosts=${hosts[*]}
+"
+  for h in "${hosts[@]}"; do
+    local ns=${PREFIX}$h ip bits
+    if [[ $h == ps ]]; then
+      ip=$PS_IP
+      if [[ $topology == pbox ]]; then bits=$(( rate_bits * workers )); else bits=$rate_bits; fi
+    else
+      ip=${SUBNET}.$(( 10 + ${h#w} ))
+      bits=$rate_bits
+    fi
+    ip netns add "$ns"
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+    ip -n "$ns" link set lo up
+    ip link add eth0 netns "$ns" type veth peer name "$h" netns "$SW"
+    ip -n "$SW" link set "$h" master "$BRIDGE"
+    if [[ $QDISC == tbf-nogso ]]; then
+      ip netns exec "$ns" ethtool -K eth0 gso off tso off gro off >/dev/null 2>&1 || true
+      ip netns exec "$SW" ethtool -K "$h" gso off tso off gro off >/dev/null 2>&1 || true
+    fi
+    ip -n "$ns" addr add "$ip/24" dev eth0
+    shape "$ns" eth0 "$bits" 1        # host egress (+ netem delay)
+    shape "$SW" "$h" "$bits" 0        # host ingress = switch port egress
+    ip -n "$SW" link set "$h" up
+    ip -n "$ns" link set eth0 up
+    ip link add mgmt0 netns "$ns" type veth peer name "${PREFIX}m$h"
+    ip link set "${PREFIX}m$h" master "$MGMT_BRIDGE" up
+    ip -n "$ns" addr add "${MGMT_SUBNET}.${ip##*.}/24" dev mgmt0
+    ip -n "$ns" link set mgmt0 up
+    state+="ip.$h=$ip
+link_bits.$h=$bits
+ns.$h=$ns
+"
+  done
+  trap - ERR
+
+  mkdir -p "$STATE_DIR"
+  printf '%s' "$state" >"$STATE_FILE.tmp"
+  mv "$STATE_FILE.tmp" "$STATE_FILE"
+
+  # Wait until every host reaches the bridge (first ping also fills the ARP tables).
+  local first=${hosts[0]} target ok
+  for h in "${hosts[@]:1}"; do
+    target=$(awk -F= -v k="ip.$h" '$1 == k {print $2}' "$STATE_FILE")
+    ok=0
+    for _ in $(seq 50); do
+      if reach "${PREFIX}$first" "$target"; then ok=1; break; fi
+      sleep 0.1
+    done
+    (( ok )) || log "warning: $first cannot ping $h ($target) yet"
+  done
+  local pslink=none
+  [[ $topology == pbox ]] && pslink="N*B"
+  [[ $topology == cloud ]] && pslink="B"
+  log "up: $topology, $workers workers, B=$rate, PS link $pslink, qdisc $QDISC, delay $delay;" \
+      "state in $STATE_FILE"
+}
+
+cmd_status() {
+  if [[ -f $STATE_FILE ]]; then
+    echo "== state ($STATE_FILE)"
+    cat "$STATE_FILE"
+  else
+    echo "== no state file ($STATE_FILE): rack is down"
+  fi
+  local ns
+  for ns in $(rack_namespaces); do
+    echo "== $ns"
+    ip -n "$ns" -br addr show | sed 's/^/  addr   /'
+    tc -n "$ns" qdisc show | grep -v "qdisc noqueue" | sed 's/^/  qdisc  /' || true
+    local dev
+    for dev in $(ip -n "$ns" -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do
+      tc -n "$ns" class show dev "$dev" | sed "s/^/  class  $dev: /"
+    done
+  done
+}
+
+cmd_exec() {
+  (( $# >= 1 )) || die "exec: usage: rack.sh exec HOST -- CMD [ARGS...]"
+  local host=$1; shift
+  [[ ${1:-} == -- ]] && shift
+  (( $# >= 1 )) || die "exec: no command given"
+  local ns=${PREFIX}${host}
+  rack_namespaces | grep -qx "$ns" || die "exec: no namespace $ns (is the rack up? hosts: $(rack_namespaces | sed "s/^$PREFIX//" | grep -v '^sw$' | tr '\n' ' '))"
+  exec ip netns exec "$ns" "$@"
+}
+
+main() {
+  (( $# )) || { usage; exit 2; }
+  local cmd=$1; shift
+  case $cmd in
+    -h|--help|help) usage ;;
+    up) need_root; take_lock; cmd_up "$@" ;;
+    down) need_root; take_lock; cmd_down; log "down: no phub-* namespace left" ;;
+    status) need_root; cmd_status ;;
+    exec) need_root; cmd_exec "$@" ;;
+    *) die "unknown command '$cmd' (see --help)" ;;
+  esac
+}
+
+main "$@"
