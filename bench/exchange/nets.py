@@ -72,12 +72,7 @@ class RackNet:
         return self.topo.wrap(host, argv)
 
     def limit_s(self, system, n, size_bytes):
-        b = self.topo.rate_bits
-        if system in ("ps", "raw-tcp"):  # raw-tcp moves the PS's bytes between the same hosts
-            return self.topo.ps_limit_s(size_bytes)
-        if system == "ps-colocated":
-            return topology.colocated_ps_limit_s(size_bytes, n, b)
-        return topology.ring_limit_s(size_bytes, n, b)
+        return limit_s(self.name, system, n, size_bytes, self.rate)
 
     def mpi_launch(self, run_dir):
         # Each rank enters its host's namespace (rank r on host w<r>); MPI's data goes over the
@@ -96,6 +91,20 @@ class RackNet:
 
     def close(self):
         topology.down()
+
+
+def limit_s(topo, system, n, size_bytes, rate):
+    """The physical limit (s) of one iteration of `system` on rack `topo` with links `rate`;
+    None on loopback."""
+    if topo == "loopback" or topology is None:
+        return None
+    b = topology.parse_rate(rate)
+    if system in ("ps", "raw-tcp"):  # raw-tcp moves the PS's bytes between the same hosts
+        return {"pbox": topology.pbox_ps_limit_s,
+                "cloud": topology.cloud_ps_limit_s}[topo](size_bytes, n, b)
+    if system == "ps-colocated":
+        return topology.colocated_ps_limit_s(size_bytes, n, b)
+    return topology.ring_limit_s(size_bytes, n, b)
 
 
 def make(name, n, rate):

@@ -44,6 +44,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import re
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,7 +52,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "topo"))
 
 import nets  # noqa: E402
 import systems  # noqa: E402
-from harness import BenchError, kill_children, log  # noqa: E402
+from harness import BenchError, kill_children, log, per_iteration  # noqa: E402
 
 MIB = 1 << 20
 TOPOLOGIES = ["loopback", "pbox", "cloud", "colocated"]
@@ -137,6 +138,33 @@ def grid(args, settings, topologies, sizes, workers, chosen, raw_dir):
             finally:
                 kill_children()
                 net.close()
+
+
+def rows_from_raw(raw_dirs, rate):
+    """Summary rows rebuilt from the per-run timing files of earlier runs (e.g. one stopped
+    half-way, plus a run of what was missing): each run directory is named
+    TOPOLOGY-SYSTEM-nN-sS-rREP and holds the workers' TSVs."""
+    runs = {}
+    for raw in raw_dirs:
+        for name in sorted(os.listdir(raw)):
+            m = re.fullmatch(r"(loopback|pbox|cloud|colocated)-(.+)-n(\d+)-s([\d.]+)-r(\d+)", name)
+            if not m or m.group(2) not in systems.BY_KEY:
+                continue
+            d = os.path.join(raw, name)
+            files = sorted(os.path.join(d, f) for f in os.listdir(d)
+                           if re.fullmatch(r"(worker|rank|client)\d+\.tsv", f))
+            try:
+                times, sums = per_iteration(files)
+            except (BenchError, OSError, ValueError, IndexError):
+                log(f"skipping {d}: incomplete")
+                continue
+            key = (m.group(1), m.group(2), int(m.group(3)), float(m.group(4)))
+            runs.setdefault(key, []).append((times, sums[0]))
+    rows = []
+    for (topo, system, n, mib), reps in sorted(runs.items()):
+        limit = nets.limit_s(topo, system, n, mib * MIB, rate)
+        rows.append(summarize(topo, system, n, mib, [t for t, _ in reps], reps[0][1], limit))
+    return rows
 
 
 # ---- tables -------------------------------------------------------------------------------
@@ -392,6 +420,9 @@ def main():
                    help=f"also run the chunk-size sweep (loopback, N={SWEEP_WORKERS}, S={SWEEP_MIB} MiB); "
                         f"without a value: {DEFAULT_SWEEP}")
     p.add_argument("--skip-main", action="store_true", help="run only the chunk sweep")
+    p.add_argument("--from-raw", default=None, metavar="DIR,...",
+                   help="run nothing: rebuild the tables and plots from the raw/ folders of "
+                        "earlier runs (with the same --rate)")
     args = p.parse_args()
     q = args.quick
     args.topologies = args.topologies or ",".join(TOPOLOGIES)
@@ -415,6 +446,15 @@ def main():
         p.error("--workers: every N must be >= 2")
     if args.skip_main and not sweep:
         p.error("--skip-main needs --sweep-chunk")
+    if args.from_raw:
+        rows = rows_from_raw(parse_list(args.from_raw, str), args.rate)
+        if not rows:
+            p.error(f"--from-raw: no complete runs under {args.from_raw}")
+        sizes = sorted({r["mib"] for r in rows})
+        workers = sorted({r["workers"] for r in rows})
+        topologies = [t for t in TOPOLOGIES if any(r["topology"] == t for r in rows)]
+        return report(args, rows, [], topologies, sizes, workers,
+                      f"rebuilt from {args.from_raw} on {datetime.date.today()}")
     racks = [t for t in topologies if t != "loopback"] if not args.skip_main else []
     if racks:
         problem = nets.rack_problem()
@@ -467,7 +507,13 @@ def main():
         kill_children()
         nets.cleanup()
 
-    md = ["# exchange: PS vs ring allreduce", "", machine_notes(args, start_load), "",
+    return report(args, rows, sweep_rows, topologies, sizes, workers,
+                  machine_notes(args, start_load))
+
+
+def report(args, rows, sweep_rows, topologies, sizes, workers, notes):
+    os.makedirs(args.out, exist_ok=True)
+    md = ["# exchange: PS vs ring allreduce", "", notes, "",
           "Time = median over iterations of the max over workers of one iteration "
           "(barrier-aligned), warm-up excluded, results checked. Speed-up = best allreduce "
           "time / the PS's time (> 1: the PS is faster). MiB = 2^20 B.", ""]
@@ -490,7 +536,7 @@ def main():
     with open(os.path.join(args.out, "exchange.md"), "w") as f:
         f.write("\n".join(md))
     print("\n".join(md[2:]))
-    log(f"wrote {args.out}/exchange.md, .tsv, PNGs; logs and raw timings in {raw_dir}")
+    log(f"wrote {args.out}/exchange.md, .tsv, PNGs")
     return 0
 
 
