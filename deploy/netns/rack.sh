@@ -210,6 +210,9 @@ shape() {
       return 0
       ;;
     htb)
+      # The default, chosen by measurement (deploy/netns/README.md): 100 % of the rate on the
+      # wire with GSO kept on, whatever the burst (htb sends a 64 KB GSO packet into token
+      # debt where tbf with a smaller bucket has to segment or drop it).
       tc -n "$ns" qdisc add dev "$dev" root handle 1: htb default 1
       # quantum only matters between sibling classes; set it to avoid the r2q warning.
       tc -n "$ns" class add dev "$dev" parent 1: classid 1:1 htb rate "${bits}bit" \
