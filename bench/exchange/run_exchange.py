@@ -274,7 +274,7 @@ def machine_notes(args, start_load):
             f"phubd --cores {args.cores} (colocated: 1 per host)"
             f"{' --chunk-bytes ' + str(args.chunk_bytes) if args.chunk_bytes else ''}"
             f"{', Nagle on (PS)' if args.tcp_nagle else ''}"
-            f"{', socket buffers ' + str(args.socket_buffer_bytes) + ' B' if args.socket_buffer_bytes else ''}"
+            f"{', socket buffers ' + str(args.socket_buffer_bytes) + ' B' if args.socket_buffer_bytes else ', colocated PS on racks: socket buffers ' + str(systems.COLOCATED_SOCKET_BUFFER_BYTES) + ' B'}"
             f", SGD lr {args.lr}; rack links B = {args.rate}; {args.iters} timed + "
             f"{args.warmup} warm-up iterations x {args.reps} repetitions")
 

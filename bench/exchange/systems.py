@@ -62,6 +62,16 @@ BY_KEY = {s.key: s for s in SYSTEMS}
 RINGS = [s.key for s in SYSTEMS if s.allreduce]
 
 
+# Colocated incast: the N shards answer one worker at the same moment (and N workers push to
+# one shard), so N TCP windows pour into one switch port. With autotuned windows they overflow
+# the port buffer (rack.sh: 512 KiB) and fast-retransmit rounds cost 250-450 ms per iteration at
+# N = 8 (measured: 292 ms at S = 4 MiB; 8 MiB port buffers gave 102 ms). Capping each
+# connection's buffers bounds what N senders can have in flight: 64 KiB measured 90 ms (4 MiB)
+# and 1723 vs 1888 ms (100 MiB); 256 KiB did not help. Racks only (no ports on loopback);
+# docs/operations.md tells users the same.
+COLOCATED_SOCKET_BUFFER_BYTES = 64 * 1024
+
+
 class Settings:
     """What every run shares: binaries, iterations, phubd's knobs."""
 
@@ -76,9 +86,11 @@ class Settings:
         self.tcp_nagle = tcp_nagle
         self.socket_buffer_bytes = socket_buffer_bytes
 
-    def tcp_flags(self):
-        flags = ["--socket-buffer-bytes", str(self.socket_buffer_bytes)]
-        return flags + (["--tcp-nagle"] if self.tcp_nagle else [])
+    def tcp_flags(self, colocated=False):
+        """phubd's and the worker's TCP flags; colocated runs cap the socket buffers unless
+        --socket-buffer-bytes was given (COLOCATED_SOCKET_BUFFER_BYTES says why)."""
+        buf = self.socket_buffer_bytes or (COLOCATED_SOCKET_BUFFER_BYTES if colocated else 0)
+        return ["--socket-buffer-bytes", str(buf)] + (["--tcp-nagle"] if self.tcp_nagle else [])
 
 
 def colocated_partition_bytes(n, mib):
@@ -105,6 +117,9 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
         procs.append((name, proc, log_path))
         return proc, log_path
 
+    # Only racks have switch ports to overflow; on loopback the cap would just slow TCP.
+    colocated = system.kind == "ps-colocated" and net.name != "loopback"
+
     def phubd(host, cores, tag):
         port_file = os.path.join(run_dir, f"{tag}.port")
         argv = [s.bins["phubd"], "--port", "0", "--port-file", port_file, "--listen",
@@ -112,7 +127,7 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 "--no-pin", "--log-level", "warn", "--optimizer", "sgd", "--lr", str(s.lr)]
         if chunk_bytes or s.chunk_bytes:
             argv += ["--chunk-bytes", str(chunk_bytes or s.chunk_bytes)]
-        proc, log_path = launch(tag, host, argv + s.tcp_flags(), f"{tag}.log")
+        proc, log_path = launch(tag, host, argv + s.tcp_flags(colocated), f"{tag}.log")
         return f"{net.ip(host)}:{wait_port_file(port_file, proc, tag, log_path)}"
 
     try:
@@ -142,7 +157,7 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 launch(f"{system.key} worker {r}", host,
                        [s.bins[system.binary], "--servers", ",".join(servers), "--rank", str(r),
                         "--world", str(n), "--lr", str(s.lr), "--out", outs[-1]]
-                       + placement + common + s.tcp_flags(), f"worker{r}.log")
+                       + placement + common + s.tcp_flags(colocated), f"worker{r}.log")
         elif system.kind == "ranks":
             rendezvous = os.path.join(run_dir, "rendezvous")
             os.makedirs(rendezvous)
