@@ -15,6 +15,7 @@ PACKAGES=(
   libhwloc-dev             # core topology and pinning
   libbenchmark-dev         # micro-benchmarks in bench/
   zlib1g-dev               # gzip'd IDX datasets (worker)
+  libdnnl-dev              # oneDNN: the worker's CPU backend (worker/backend/onednn)
   python3 python3-matplotlib # PNG plots of benchmark tables
   iproute2 procps          # ss/ip for tests and emulated racks
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)

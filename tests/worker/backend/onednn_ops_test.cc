@@ -1,0 +1,299 @@
+// Every oneDNN op against the float64 reference (tests/reference/nn_reference.h): forward on
+// random inputs vs the naive loop, backward vs central finite differences of the reference
+// forward, for f = sum(y * r) with a random r (so dy = r).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "tests/reference/finite_difference.h"
+#include "tests/reference/nn_reference.h"
+#include "worker/backend/onednn/onednn_backend.h"
+
+namespace phub::worker {
+namespace {
+
+using reference::CentralDifferenceGradient;
+using reference::GradientsNear;
+using Vec = std::vector<double>;
+
+// Random values rounded to float, so the float32 op and the float64 reference see the same.
+Vec RandomFloats(std::int64_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
+  Vec v = reference::RandomVector(static_cast<std::size_t>(n), seed, lo, hi);
+  for (double& x : v) x = static_cast<float>(x);
+  return v;
+}
+
+Tensor ToTensor(const Vec& v, const Shape& shape) {
+  Tensor t = Tensor::Empty(shape);
+  for (std::size_t i = 0; i < v.size(); ++i) t.data()[i] = static_cast<float>(v[i]);
+  return t;
+}
+
+Vec ToVec(const Tensor& t) { return Vec(t.data(), t.data() + t.numel()); }
+
+double Dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// d/d(arg) of sum(forward(arg) * r), numerically.
+Vec NumericGrad(const std::function<Vec(const Vec&)>& forward, const Vec& arg, const Vec& r) {
+  return CentralDifferenceGradient([&](const Vec& a) { return Dot(forward(a), r); }, arg);
+}
+
+::testing::AssertionResult ForwardNear(const Tensor& y, const Vec& expected) {
+  return GradientsNear(y.span(), expected, 1e-5, 1e-4);
+}
+
+// float32 backward sums many products: looser than the forward.
+::testing::AssertionResult BackwardNear(const Tensor& g, const Vec& numeric) {
+  return GradientsNear(g.span(), numeric, 1e-4, 1e-3);
+}
+
+class OnednnOpsTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend_ = MakeOnednnBackend();
+};
+
+TEST_F(OnednnOpsTest, DescribesItself) {
+  EXPECT_THAT(backend_->Describe(), ::testing::StartsWith("oneDNN 2."));
+  EXPECT_EQ(backend_->device(), Device::kCpu);
+}
+
+struct ConvCase {
+  Conv2dSpec spec;
+  const char* name;
+};
+
+class Conv2dTest : public OnednnOpsTest, public ::testing::WithParamInterface<ConvCase> {};
+
+TEST_P(Conv2dTest, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
+  const Conv2dSpec s = GetParam().spec;
+  const Shape xs{s.batch, s.in_channels, s.height, s.width};
+  const Shape ws{s.out_channels, s.in_channels, s.kernel_h, s.kernel_w};
+  const Shape ys{s.batch, s.out_channels, s.out_height(), s.out_width()};
+  const Vec x = RandomFloats(xs.numel(), 1), w = RandomFloats(ws.numel(), 2),
+            b = RandomFloats(s.out_channels, 3), r = RandomFloats(ys.numel(), 4);
+  auto op = backend_->MakeConv2d(s);
+  Tensor xt = ToTensor(x, xs), wt = ToTensor(w, ws), bt = ToTensor(b, {s.out_channels});
+  Tensor y = Tensor::Empty(ys);
+  op->Forward(xt, wt, bt, y);
+  EXPECT_TRUE(ForwardNear(y, reference::Conv2dForward(s, x, w, b)));
+
+  Tensor dy = ToTensor(r, ys), dx = Tensor::Empty(xs), dw = Tensor::Empty(ws),
+         db = Tensor::Empty({s.out_channels});
+  op->Backward(xt, wt, dy, &dx, dw, db);
+  EXPECT_TRUE(BackwardNear(
+      dx, NumericGrad([&](const Vec& v) { return reference::Conv2dForward(s, v, w, b); }, x, r)));
+  EXPECT_TRUE(BackwardNear(
+      dw, NumericGrad([&](const Vec& v) { return reference::Conv2dForward(s, x, v, b); }, w, r)));
+  if (s.bias) {
+    EXPECT_TRUE(BackwardNear(
+        db, NumericGrad([&](const Vec& v) { return reference::Conv2dForward(s, x, w, v); }, b,
+                        r)));
+  }
+  // Without dx (a first layer): the weight gradient is the same.
+  Tensor dw2 = Tensor::Empty(ws);
+  op->Backward(xt, wt, dy, nullptr, dw2, db);
+  EXPECT_TRUE(GradientsNear(dw2.span(), ToVec(dw), 0, 0));
+}
+
+Conv2dSpec Conv(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t k,
+                std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t pad,
+                bool bias) {
+  Conv2dSpec s;
+  s.batch = n, s.in_channels = c, s.height = h, s.width = w, s.out_channels = k;
+  s.kernel_h = kh, s.kernel_w = kw, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad;
+  s.bias = bias;
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Conv2dTest,
+    ::testing::Values(ConvCase{Conv(2, 3, 7, 7, 4, 3, 3, 1, 1, true), "same3x3"},
+                      ConvCase{Conv(1, 2, 8, 6, 3, 3, 3, 2, 1, true), "stride2"},
+                      ConvCase{Conv(2, 3, 5, 5, 2, 1, 1, 1, 0, false), "pointwise_no_bias"},
+                      ConvCase{Conv(1, 2, 9, 9, 3, 5, 3, 2, 2, true), "rect_kernel_pad2"},
+                      ConvCase{Conv(1, 1, 5, 5, 2, 2, 2, 2, 0, true), "floor_drops_last_row"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(OnednnOpsTest, LinearForwardAndBackward) {
+  for (bool bias : {true, false}) {
+    LinearSpec s{.batch = 3, .in_features = 7, .out_features = 5, .bias = bias};
+    const Vec x = RandomFloats(21, 5), w = RandomFloats(35, 6), b = RandomFloats(5, 7),
+              r = RandomFloats(15, 8);
+    auto op = backend_->MakeLinear(s);
+    Tensor xt = ToTensor(x, {3, 7}), wt = ToTensor(w, {5, 7}), bt = ToTensor(b, {5});
+    Tensor y = Tensor::Empty({3, 5});
+    op->Forward(xt, wt, bt, y);
+    EXPECT_TRUE(ForwardNear(y, reference::LinearForward(s, x, w, b))) << "bias " << bias;
+    Tensor dy = ToTensor(r, {3, 5}), dx = Tensor::Empty({3, 7}), dw = Tensor::Empty({5, 7}),
+           db = Tensor::Empty({5});
+    op->Backward(xt, wt, dy, &dx, dw, db);
+    EXPECT_TRUE(BackwardNear(
+        dx, NumericGrad([&](const Vec& v) { return reference::LinearForward(s, v, w, b); }, x, r)));
+    EXPECT_TRUE(BackwardNear(
+        dw, NumericGrad([&](const Vec& v) { return reference::LinearForward(s, x, v, b); }, w, r)));
+    if (bias) {
+      EXPECT_TRUE(BackwardNear(
+          db, NumericGrad([&](const Vec& v) { return reference::LinearForward(s, x, w, v); }, b,
+                          r)));
+    }
+  }
+}
+
+TEST_F(OnednnOpsTest, BatchNormTrainingInferenceAndBackward) {
+  for (auto [h, w] : {std::pair<std::int64_t, std::int64_t>{3, 4}, {1, 1}}) {
+    BatchNormSpec s{.batch = 4, .channels = 3, .height = h, .width = w};
+    const Shape xs{4, 3, h, w};
+    const Vec x = RandomFloats(xs.numel(), 9, -2, 3), gamma = RandomFloats(3, 10, 0.5, 1.5),
+              beta = RandomFloats(3, 11), r = RandomFloats(xs.numel(), 12);
+    auto op = backend_->MakeBatchNorm(s);
+    Tensor xt = ToTensor(x, xs), gt = ToTensor(gamma, {3}), bt = ToTensor(beta, {3});
+    Tensor y = Tensor::Empty(xs), mean = Tensor::Empty({3}), var = Tensor::Empty({3});
+    Tensor run_mean = Tensor::Filled({3}, 0.5f), run_var = Tensor::Filled({3}, 2.0f);
+    op->ForwardTraining(xt, gt, bt, y, mean, var, run_mean, run_var);
+    Vec ref_mean, ref_var;
+    EXPECT_TRUE(ForwardNear(
+        y, reference::BatchNormTrainingForward(s, x, gamma, beta, &ref_mean, &ref_var)));
+    EXPECT_TRUE(ForwardNear(mean, ref_mean));
+    EXPECT_TRUE(ForwardNear(var, ref_var));
+    Vec ref_run_mean(3, 0.5), ref_run_var(3, 2.0);
+    reference::BatchNormRunningUpdate(s, ref_mean, ref_var, ref_run_mean, ref_run_var);
+    EXPECT_TRUE(ForwardNear(run_mean, ref_run_mean));
+    EXPECT_TRUE(ForwardNear(run_var, ref_run_var));
+
+    Tensor dy = ToTensor(r, xs), dx = Tensor::Empty(xs), dg = Tensor::Empty({3}),
+           dbeta = Tensor::Empty({3});
+    op->Backward(xt, gt, mean, var, dy, dx, dg, dbeta);
+    auto train = [&](const Vec& xv, const Vec& gv, const Vec& bv) {
+      return reference::BatchNormTrainingForward(s, xv, gv, bv);
+    };
+    EXPECT_TRUE(BackwardNear(
+        dx, NumericGrad([&](const Vec& v) { return train(v, gamma, beta); }, x, r)));
+    EXPECT_TRUE(BackwardNear(
+        dg, NumericGrad([&](const Vec& v) { return train(x, v, beta); }, gamma, r)));
+    EXPECT_TRUE(BackwardNear(
+        dbeta, NumericGrad([&](const Vec& v) { return train(x, gamma, v); }, beta, r)));
+
+    Tensor yi = Tensor::Empty(xs);
+    op->ForwardInference(xt, gt, bt, run_mean, run_var, yi);
+    EXPECT_TRUE(ForwardNear(yi, reference::BatchNormInferenceForward(s, x, gamma, beta,
+                                                                     ToVec(run_mean),
+                                                                     ToVec(run_var))));
+  }
+}
+
+TEST_F(OnednnOpsTest, ReluForwardInPlaceAndBackward) {
+  const Shape shape{2, 3, 4, 5};
+  Vec x = RandomFloats(shape.numel(), 13);
+  for (double& v : x) v += v < 0 ? -0.01 : 0.01;  // keep finite differences off the kink
+  const Vec r = RandomFloats(shape.numel(), 14);
+  auto op = backend_->MakeRelu(shape);
+  Tensor t = ToTensor(x, shape);
+  op->Forward(t, t);  // in place
+  EXPECT_TRUE(ForwardNear(t, reference::ReluForward(x)));
+  Tensor dy = ToTensor(r, shape);
+  op->Backward(t, dy, dy);  // in place
+  EXPECT_TRUE(BackwardNear(
+      dy, NumericGrad([](const Vec& v) { return reference::ReluForward(v); }, x, r)));
+}
+
+TEST_F(OnednnOpsTest, PoolingMaxAndAverageWithPadding) {
+  for (PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
+    for (auto [k, stride, pad] : {std::tuple<int, int, int>{2, 2, 0}, {3, 2, 1}, {3, 1, 1}}) {
+      PoolSpec s{.kind = kind, .batch = 2, .channels = 3, .height = 7, .width = 6,
+                 .kernel_h = k, .kernel_w = k, .stride_h = stride, .stride_w = stride,
+                 .pad_h = pad, .pad_w = pad};
+      const Shape xs{2, 3, 7, 6}, ys{2, 3, s.out_height(), s.out_width()};
+      const Vec x = RandomFloats(xs.numel(), 15 + k), r = RandomFloats(ys.numel(), 16);
+      auto op = backend_->MakePool(s);
+      Tensor xt = ToTensor(x, xs), y = Tensor::Empty(ys);
+      op->Forward(xt, y);
+      const std::string what = std::string(kind == PoolKind::kMax ? "max" : "avg") + " k" +
+                               std::to_string(k) + " s" + std::to_string(stride) + " p" +
+                               std::to_string(pad);
+      EXPECT_TRUE(ForwardNear(y, reference::PoolForward(s, x))) << what;
+      Tensor dy = ToTensor(r, ys), dx = Tensor::Empty(xs);
+      op->Backward(xt, y, dy, dx);
+      EXPECT_TRUE(BackwardNear(
+          dx, NumericGrad([&](const Vec& v) { return reference::PoolForward(s, v); }, x, r)))
+          << what;
+    }
+  }
+}
+
+TEST_F(OnednnOpsTest, LocalResponseNormForwardAndBackward) {
+  LrnSpec s{.batch = 2, .channels = 7, .height = 3, .width = 2, .size = 5, .alpha = 0.5f,
+            .beta = 0.75f, .k = 2.0f};  // a large alpha so the normalisation matters
+  const Shape xs{2, 7, 3, 2};
+  const Vec x = RandomFloats(xs.numel(), 17, -2, 2), r = RandomFloats(xs.numel(), 18);
+  auto op = backend_->MakeLrn(s);
+  Tensor xt = ToTensor(x, xs), y = Tensor::Empty(xs);
+  op->Forward(xt, y);
+  EXPECT_TRUE(ForwardNear(y, reference::LrnForward(s, x)));
+  Tensor dy = ToTensor(r, xs), dx = Tensor::Empty(xs);
+  op->Backward(xt, y, dy, dx);
+  EXPECT_TRUE(BackwardNear(
+      dx, NumericGrad([&](const Vec& v) { return reference::LrnForward(s, v); }, x, r)));
+}
+
+TEST_F(OnednnOpsTest, SoftmaxCrossEntropyLossAndGradient) {
+  SoftmaxCrossEntropySpec s{.batch = 4, .classes = 10};
+  const Vec logits = RandomFloats(40, 19, -3, 3);
+  const Vec labels = {3, 0, 9, 3};
+  auto op = backend_->MakeSoftmaxCrossEntropy(s);
+  Tensor lt = ToTensor(logits, {4, 10}), lab = ToTensor(labels, {4});
+  const double loss = op->Forward(lt, lab);
+  EXPECT_NEAR(loss, reference::SoftmaxCrossEntropyForward(s, logits, labels), 1e-5);
+  Tensor d = Tensor::Empty({4, 10});
+  op->Backward(lab, d);
+  const Vec numeric = CentralDifferenceGradient(
+      [&](const Vec& v) { return reference::SoftmaxCrossEntropyForward(s, v, labels); }, logits);
+  EXPECT_TRUE(BackwardNear(d, numeric));
+}
+
+TEST_F(OnednnOpsTest, AddAndAccumulate) {
+  const Vec a = RandomFloats(1000, 20), b = RandomFloats(1000, 21);
+  Tensor at = ToTensor(a, {10, 100}), bt = ToTensor(b, {10, 100}), y = Tensor::Empty({10, 100});
+  backend_->Add(at, bt, y);
+  Vec sum(1000);
+  for (int i = 0; i < 1000; ++i) sum[i] = static_cast<float>(a[i] + b[i]);
+  EXPECT_TRUE(GradientsNear(y.span(), sum, 0, 0));
+  backend_->Accumulate(bt, at);  // a += b
+  EXPECT_TRUE(GradientsNear(at.span(), sum, 0, 0));
+}
+
+TEST_F(OnednnOpsTest, BadSpecsAndShapesAreRefusedNamingWhatIsWrong) {
+  Conv2dSpec bad = Conv(1, 3, 5, 5, 4, 7, 7, 1, 0, true);
+  EXPECT_THAT([&] { backend_->MakeConv2d(bad); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("kernel_h = 7 is larger than the padded input")));
+  bad = Conv(1, 3, 5, 5, 0, 3, 3, 1, 1, true);
+  EXPECT_THAT([&] { backend_->MakeConv2d(bad); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("out_channels = 0")));
+  LrnSpec even{.size = 4};
+  EXPECT_THAT([&] { backend_->MakeLrn(even); },
+              ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr("size = 4")));
+
+  auto op = backend_->MakeConv2d(Conv(1, 3, 5, 5, 4, 3, 3, 1, 1, true));
+  Tensor x = Tensor::Zeros({1, 3, 5, 4}), w = Tensor::Zeros({4, 3, 3, 3}), b = Tensor::Zeros({4}),
+         y = Tensor::Empty({1, 4, 5, 5});
+  EXPECT_THAT([&] { op->Forward(x, w, b, y); },
+              ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr(
+                  "Conv2d forward: x is [1, 3, 5, 4] cpu, expected [1, 3, 5, 5]")));
+
+  auto ce = backend_->MakeSoftmaxCrossEntropy({.batch = 2, .classes = 3});
+  Tensor logits = Tensor::Zeros({2, 3}), labels = ToTensor({1, 3}, {2});
+  EXPECT_THAT([&] { ce->Forward(logits, labels); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("label 1 is 3, must be a class index in [0, 3)")));
+}
+
+}  // namespace
+}  // namespace phub::worker

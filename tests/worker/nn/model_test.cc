@@ -1,0 +1,164 @@
+// The Model's wiring (fan-out accumulation, residual add, order of the gradient hook) against
+// finite differences of its own loss, the zoo's parameter counts against published figures,
+// and a few SGD steps (phub/kernels' optimizer, the one the PS runs) that must lower the loss.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "phub/kernels/aggregate_and_step.h"
+#include "tests/reference/finite_difference.h"
+#include "worker/backend/onednn/onednn_backend.h"
+#include "worker/nn/layers/layers.h"
+#include "worker/nn/models/models.h"
+
+namespace phub::worker {
+namespace {
+
+Tensor RandomTensor(const Shape& shape, std::uint64_t seed) {
+  Tensor t = Tensor::Empty(shape);
+  auto v = reference::RandomVector(static_cast<std::size_t>(shape.numel()), seed);
+  for (std::size_t i = 0; i < v.size(); ++i) t.data()[i] = static_cast<float>(v[i]);
+  return t;
+}
+
+Tensor Labels(std::vector<float> v) {
+  Tensor t = Tensor::Empty({static_cast<std::int64_t>(v.size())});
+  for (std::size_t i = 0; i < v.size(); ++i) t.data()[i] = v[i];
+  return t;
+}
+
+// conv -> BN -> ReLU (a) -> conv -> Add(., a) -> maxpool -> Linear: `a` feeds two layers, so
+// its gradient is a sum; the Add sends dy down both paths.
+std::unique_ptr<Model> TinyResidual() {
+  auto m = std::make_unique<Model>("tiny", Shape{2, 2, 6, 6});
+  auto x = m->Add(std::make_unique<Conv2d>("c1", Conv2dOptions{.out_channels = 3, .pad = 1}),
+                  Model::kInput);
+  x = m->Add(std::make_unique<BatchNorm>("bn"), x);
+  auto a = m->Add(std::make_unique<Relu>("r"), x);
+  auto y = m->Add(std::make_unique<Conv2d>("c2", Conv2dOptions{.out_channels = 3, .pad = 1}), a);
+  auto s = m->Add(std::make_unique<Add>("add"), {y, a});
+  auto p = m->Add(std::make_unique<Pool>("pool", PoolOptions{}), s);
+  m->Add(std::make_unique<Linear>("fc", 4), p);
+  return m;
+}
+
+TEST(ModelTest, BackwardMatchesFiniteDifferencesOfTheLoss) {
+  auto backend = MakeOnednnBackend();
+  auto m = TinyResidual();
+  m->Build(*backend, 42);
+  const Tensor x = RandomTensor(m->input_shape(), 7);
+  const Tensor labels = Labels({1, 3});
+  m->Forward(x, true);
+  m->Loss(labels);
+  std::vector<std::string> hooked;
+  m->Backward(labels, [&](Layer& l) { hooked.push_back(l.name()); });
+  EXPECT_THAT(hooked, ::testing::ElementsAre("fc", "c2", "bn", "c1"));
+
+  // Float32 forward: a step large enough for its rounding (~1e-4 here), small enough to cross
+  // few ReLU kinks; 6 elements of every parameter.
+  const double h = 1e-3;
+  for (Parameter* p : m->parameters()) {
+    for (std::int64_t i = 0; i < p->value.numel(); i += std::max<std::int64_t>(1, p->value.numel() / 6)) {
+      float& w = p->value.data()[i];
+      const float saved = w;
+      w = saved + static_cast<float>(h);
+      m->Forward(x, true);
+      const double plus = m->Loss(labels);
+      w = saved - static_cast<float>(h);
+      m->Forward(x, true);
+      const double minus = m->Loss(labels);
+      w = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      EXPECT_NEAR(p->grad.data()[i], numeric, 2e-3 + 3e-2 * std::abs(numeric))
+          << p->name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(ModelTest, SgdStepsOnAFixedBatchLowerTheLoss) {
+  auto backend = MakeOnednnBackend();
+  auto m = MakeFashionCnn(8);
+  m->Build(*backend, 1);
+  const Tensor x = RandomTensor(m->input_shape(), 3);
+  const Tensor labels = Labels({0, 1, 2, 3, 4, 5, 6, 7});
+  kernels::OptimizerConfig sgd{.kind = kernels::OptimizerKind::kMomentum, .lr = 0.05f};
+  std::vector<std::vector<float>> velocity;
+  for (Parameter* p : m->parameters()) velocity.emplace_back(p->value.numel(), 0.0f);
+  double first = 0, last = 0;
+  for (int step = 1; step <= 25; ++step) {
+    m->Forward(x, true);
+    last = m->Loss(labels);
+    if (step == 1) first = last;
+    m->Backward(labels);
+    auto params = m->parameters();
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const float* grad = params[k]->grad.data();
+      float* state = velocity[k].data();
+      kernels::AggregateAndStep(std::span<const float* const>(&grad, 1), params[k]->value.span(),
+                                std::span<float* const>(&state, 1), sgd, step);
+    }
+  }
+  EXPECT_NEAR(first, std::log(10.0), 0.5);  // near-uniform predictions at the start
+  EXPECT_LT(last, 0.5 * first) << "loss went from " << first << " to " << last;
+}
+
+TEST(ModelTest, ParameterCountsMatchThePublishedFigures) {
+  auto backend = MakeOnednnBackend();
+  auto resnet = MakeResNet50(1);
+  resnet->Build(*backend, 0);
+  EXPECT_EQ(resnet->ParameterCount(), 25'557'032);  // torchvision resnet50
+  EXPECT_THAT(resnet->Describe(), ::testing::HasSubstr("total parameters: 25557032"));
+  auto cnn = MakeFashionCnn(1);
+  cnn->Build(*backend, 0);
+  // conv1 32*25+32, conv2 64*32*25+64, fc1 3136*1024+1024, fc2 1024*10+10
+  EXPECT_EQ(cnn->ParameterCount(), 832 + 51264 + 3212288 + 10250);
+}
+
+TEST(ModelTest, ParametersComeInAStableOrderWithUniqueNames) {
+  auto backend = MakeOnednnBackend();
+  auto m = TinyResidual();
+  m->Build(*backend, 0);
+  std::vector<std::string> names;
+  for (Parameter* p : m->parameters()) names.push_back(p->name);
+  EXPECT_THAT(names, ::testing::ElementsAre("c1.weight", "c1.bias", "bn.weight", "bn.bias",
+                                            "c2.weight", "c2.bias", "fc.weight", "fc.bias"));
+}
+
+TEST(ModelTest, BadModelsAndInputsAreRefusedNamingTheProblem) {
+  auto backend = MakeOnednnBackend();
+  Model dup("dup", Shape{1, 1, 4, 4});
+  dup.Add(std::make_unique<Relu>("r"), Model::kInput);
+  EXPECT_THAT([&] { dup.Add(std::make_unique<Relu>("r"), Model::kInput); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("two layers are named 'r'")));
+  EXPECT_THAT([&] { dup.Add(std::make_unique<Relu>("q"), 5); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("takes node 5, but only nodes 0..1 exist")));
+
+  Model no_logits("no-logits", Shape{1, 1, 4, 4});
+  no_logits.Add(std::make_unique<Relu>("r"), Model::kInput);
+  EXPECT_THAT([&] { no_logits.Build(*backend, 0); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("the last layer must give [N, classes] logits")));
+
+  Model big_kernel("big", Shape{1, 1, 4, 4});
+  big_kernel.Add(std::make_unique<Conv2d>("c", Conv2dOptions{.kernel = 7}), Model::kInput);
+  EXPECT_THAT([&] { big_kernel.Build(*backend, 0); },
+              ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr(
+                  "Conv2d 'c': input [1, 1, 4, 4]: Conv2d: kernel_h = 7 is larger")));
+
+  auto cnn = MakeFashionCnn(2);
+  cnn->Build(*backend, 0);
+  EXPECT_THAT([&] { cnn->Forward(Tensor::Zeros({2, 1, 28, 27}), true); },
+              ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr(
+                  "input is [2, 1, 28, 27], built for [2, 1, 28, 28]")));
+  EXPECT_THAT([] { MakeModel("vgg", 1); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                               ::testing::HasSubstr("unknown model 'vgg'")));
+}
+
+}  // namespace
+}  // namespace phub::worker

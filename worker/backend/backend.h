@@ -1,0 +1,46 @@
+// Backend: makes the ops of worker/backend/ops.h for one device, plus the few elementwise
+// helpers every model needs. onednn/ (CPU) and cudnn/ (GPU) implement it; worker/nn/ layers
+// only see this interface.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "worker/backend/ops.h"
+#include "worker/tensor/tensor.h"
+
+namespace phub::worker {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // e.g. "oneDNN 2.6.3 (cpu, 2 threads)"; printed by phub-worker and the benchmarks.
+  virtual std::string Describe() const = 0;
+
+  virtual std::unique_ptr<Conv2dOp> MakeConv2d(const Conv2dSpec& spec) = 0;
+  virtual std::unique_ptr<LinearOp> MakeLinear(const LinearSpec& spec) = 0;
+  virtual std::unique_ptr<BatchNormOp> MakeBatchNorm(const BatchNormSpec& spec) = 0;
+  // `shape` is the shape of the tensors it will see.
+  virtual std::unique_ptr<ReluOp> MakeRelu(const Shape& shape) = 0;
+  virtual std::unique_ptr<PoolOp> MakePool(const PoolSpec& spec) = 0;
+  virtual std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& spec) = 0;
+  virtual std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
+      const SoftmaxCrossEntropySpec& spec) = 0;
+
+  // y = a + b (y may alias a or b): residual connections.
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  // y += x: gradients of a tensor used twice.
+  virtual void Accumulate(const Tensor& x, Tensor& y) = 0;
+  // A tensor on this backend's device; copies between host and device.
+  virtual Tensor Allocate(const Shape& shape) = 0;
+  virtual void CopyFromHost(const Tensor& host, Tensor& mine) = 0;
+  virtual void CopyToHost(const Tensor& mine, Tensor& host) = 0;
+  // Between two tensors of this device.
+  virtual void Copy(const Tensor& from, Tensor& to) = 0;
+  // Waits for every op issued so far (no-op on the CPU).
+  virtual void Synchronize() = 0;
+};
+
+}  // namespace phub::worker

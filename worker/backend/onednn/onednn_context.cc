@@ -1,0 +1,73 @@
+#include "worker/backend/onednn/onednn_context.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace phub::worker::onednn {
+namespace {
+
+tag PlainTag(std::size_t rank) {
+  switch (rank) {
+    case 1: return tag::a;
+    case 2: return tag::ab;
+    case 3: return tag::abc;
+    case 4: return tag::abcd;
+    default: throw std::invalid_argument(absl::StrCat("oneDNN backend: rank ", rank,
+                                                      " tensors are not supported (1 to 4)"));
+  }
+}
+
+std::int64_t Product(const dims& d) {
+  std::int64_t n = 1;
+  for (auto x : d) n *= x;
+  return n;
+}
+
+}  // namespace
+
+dnnl::memory::desc PlainDesc(const dims& shape) {
+  return dnnl::memory::desc(shape, dnnl::memory::data_type::f32, PlainTag(shape.size()));
+}
+
+dnnl::memory::desc AnyDesc(const dims& shape) {
+  return dnnl::memory::desc(shape, dnnl::memory::data_type::f32, tag::any);
+}
+
+void Check(const char* op, const char* arg, const Tensor& t, const dims& shape) {
+  if (t.device() != Device::kCpu || t.numel() != Product(shape)) {
+    throw std::invalid_argument(absl::StrCat(op, ": ", arg, " is ", t.ToString(), ", expected [",
+                                             absl::StrJoin(shape, ", "), "] cpu"));
+  }
+}
+
+dnnl::memory Wrap(Context& ctx, const dims& shape, const Tensor& t) {
+  // oneDNN takes a non-const handle; inputs are only read by the primitives they are given to.
+  return dnnl::memory(PlainDesc(shape), ctx.engine, const_cast<float*>(t.data()));
+}
+
+Staged::Staged(Context& ctx, const dims& shape, const dnnl::memory::desc& wanted)
+    : shape_(shape), plain_(PlainDesc(shape)), wanted_(wanted) {
+  if (wanted_ == plain_) return;
+  scratch_ = dnnl::memory(wanted_, ctx.engine);
+  to_wanted_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, plain_, ctx.engine, wanted_));
+  to_plain_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, wanted_, ctx.engine, plain_));
+}
+
+dnnl::memory Staged::In(Context& ctx, const Tensor& t) {
+  dnnl::memory user = Wrap(ctx, shape_, t);
+  if (!scratch_) return user;
+  to_wanted_.execute(ctx.stream, user, scratch_);
+  return scratch_;
+}
+
+dnnl::memory Staged::Out(Context& ctx, Tensor& t) {
+  return scratch_ ? scratch_ : Wrap(ctx, shape_, t);
+}
+
+void Staged::Finish(Context& ctx, Tensor& t) {
+  if (!scratch_) return;
+  dnnl::memory user = Wrap(ctx, shape_, t);
+  to_plain_.execute(ctx.stream, scratch_, user);
+}
+
+}  // namespace phub::worker::onednn

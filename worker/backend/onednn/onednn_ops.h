@@ -1,0 +1,21 @@
+// The oneDNN op factories (one file each); OnednnBackend hands them its Context. Each validates
+// its spec (ops.h) and builds its primitives once.
+#pragma once
+
+#include <memory>
+
+#include "worker/backend/ops.h"
+#include "worker/backend/onednn/onednn_context.h"
+
+namespace phub::worker::onednn {
+
+std::unique_ptr<Conv2dOp> MakeConv2d(Context& ctx, const Conv2dSpec& spec);
+std::unique_ptr<LinearOp> MakeLinear(Context& ctx, const LinearSpec& spec);
+std::unique_ptr<BatchNormOp> MakeBatchNorm(Context& ctx, const BatchNormSpec& spec);
+std::unique_ptr<ReluOp> MakeRelu(Context& ctx, const Shape& shape);
+std::unique_ptr<PoolOp> MakePool(Context& ctx, const PoolSpec& spec);
+std::unique_ptr<LrnOp> MakeLrn(Context& ctx, const LrnSpec& spec);
+std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(Context& ctx,
+                                                               const SoftmaxCrossEntropySpec& spec);
+
+}  // namespace phub::worker::onednn

@@ -1,0 +1,76 @@
+// Softmax + cross-entropy: oneDNN's logsoftmax gives log-probabilities (stable); the loss and
+// its gradient are a pass over N x K values that no library offers fused on the CPU.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "worker/backend/onednn/onednn_ops.h"
+
+namespace phub::worker::onednn {
+namespace {
+
+using namespace dnnl;
+
+class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
+ public:
+  SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s)
+      : ctx_(ctx), s_(s), logits_({s.batch, s.classes}), labels_({s.batch}),
+        log_probs_(Tensor::Empty(Shape{s.batch, s.classes})) {
+    const auto md = PlainDesc(logits_);
+    fwd_ = logsoftmax_forward(logsoftmax_forward::primitive_desc(
+        logsoftmax_forward::desc(prop_kind::forward_inference, md, 1), ctx.engine));
+  }
+
+  double Forward(const Tensor& logits, const Tensor& labels) override {
+    Check("SoftmaxCrossEntropy forward", "logits", logits, logits_);
+    CheckLabels(labels);
+    fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, logits_, logits)},
+                               {DNNL_ARG_DST, Wrap(ctx_, logits_, log_probs_)}});
+    ctx_.stream.wait();
+    double loss = 0;
+    for (std::int64_t n = 0; n < s_.batch; ++n) {
+      loss -= log_probs_.data()[n * s_.classes + static_cast<std::int64_t>(labels.data()[n])];
+    }
+    return loss / static_cast<double>(s_.batch);
+  }
+
+  void Backward(const Tensor& labels, Tensor& dlogits) override {
+    Check("SoftmaxCrossEntropy backward", "dlogits", dlogits, logits_);
+    CheckLabels(labels);
+    const float inv_n = 1.0f / static_cast<float>(s_.batch);
+    const float* lp = log_probs_.data();
+    float* d = dlogits.data();
+    for (std::int64_t i = 0; i < s_.batch * s_.classes; ++i) d[i] = std::exp(lp[i]) * inv_n;
+    for (std::int64_t n = 0; n < s_.batch; ++n) {
+      d[n * s_.classes + static_cast<std::int64_t>(labels.data()[n])] -= inv_n;
+    }
+  }
+
+ private:
+  void CheckLabels(const Tensor& labels) const {
+    Check("SoftmaxCrossEntropy", "labels", labels, labels_);
+    for (std::int64_t n = 0; n < s_.batch; ++n) {
+      const float l = labels.data()[n];
+      if (!(l >= 0 && l < static_cast<float>(s_.classes)) || l != std::floor(l)) {
+        throw std::invalid_argument(absl::StrCat("SoftmaxCrossEntropy: label ", n, " is ", l,
+                                                 ", must be a class index in [0, ", s_.classes,
+                                                 ")"));
+      }
+    }
+  }
+
+  Context& ctx_;
+  SoftmaxCrossEntropySpec s_;
+  dims logits_, labels_;
+  Tensor log_probs_;
+  logsoftmax_forward fwd_;
+};
+
+}  // namespace
+
+std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
+    Context& ctx, const SoftmaxCrossEntropySpec& spec) {
+  Validate(spec);
+  return std::make_unique<SoftmaxCrossEntropy>(ctx, spec);
+}
+
+}  // namespace phub::worker::onednn

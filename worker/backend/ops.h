@@ -1,0 +1,151 @@
+// The operations a backend provides, one interface per op. A layer (worker/nn/) holds its
+// parameters and asks its Backend for the op objects it needs, once, for its shapes; the op
+// object keeps whatever the library wants to keep per shape (oneDNN primitives, cuDNN
+// descriptors and the autotuned algorithm, workspaces). Same ops for oneDNN and cuDNN: a model
+// is built once and runs on either.
+//
+// Conventions (the float64 reference in tests/reference/nn_reference.h follows them exactly):
+// - Images are [N, C, H, W]; weights of a convolution [Cout, Cin, KH, KW]; a Linear layer's
+//   weights [Out, In] (y = x W^T + b), x is [N, In] (trailing dims flattened by the caller).
+// - Backward ops take dy and write dx (when asked: dx may be null for the first layer) and
+//   OVERWRITE the parameter gradients (accumulation across layers is the model's job).
+// - Every tensor is on the backend's device; shapes are checked once when the op is made.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "worker/tensor/tensor.h"
+
+namespace phub::worker {
+
+struct Conv2dSpec {
+  std::int64_t batch = 1, in_channels = 1, height = 1, width = 1;
+  std::int64_t out_channels = 1, kernel_h = 1, kernel_w = 1;
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool bias = true;
+  std::int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  std::int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+};
+
+class Conv2dOp {
+ public:
+  virtual ~Conv2dOp() = default;
+  // x [N,Cin,H,W], w [Cout,Cin,KH,KW], b [Cout] (ignored without bias) -> y [N,Cout,OH,OW].
+  virtual void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  // dx (if non-null), dw, db (if bias).
+  virtual void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                        Tensor& dw, Tensor& db) = 0;
+};
+
+struct LinearSpec {
+  std::int64_t batch = 1, in_features = 1, out_features = 1;
+  bool bias = true;
+};
+
+class LinearOp {
+ public:
+  virtual ~LinearOp() = default;
+  // x [N,In], w [Out,In], b [Out] -> y [N,Out].
+  virtual void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  virtual void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                        Tensor& dw, Tensor& db) = 0;
+};
+
+// Batch normalisation over N, H, W per channel (x [N,C,H,W], or [N,C] with height = width = 1).
+// Training: normalises with the batch's mean and biased variance, saves them for backward and
+// updates running stats as PyTorch does (running = (1-m) running + m batch, the running variance
+// with the unbiased batch variance). Inference: normalises with the running stats.
+struct BatchNormSpec {
+  std::int64_t batch = 1, channels = 1, height = 1, width = 1;
+  float eps = 1e-5f;
+  float momentum = 0.1f;
+};
+
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  // gamma, beta, running_mean, running_var: [C]. Training also fills save_mean and
+  // save_var ([C], the batch's mean and biased variance) and updates the running stats.
+  virtual void ForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               Tensor& y, Tensor& save_mean, Tensor& save_var,
+                               Tensor& running_mean, Tensor& running_var) = 0;
+  virtual void ForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& running_mean, const Tensor& running_var,
+                                Tensor& y) = 0;
+  // After ForwardTraining with the same x: dx, dgamma, dbeta.
+  virtual void Backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                        const Tensor& save_var, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                        Tensor& dbeta) = 0;
+};
+
+// Elementwise max(x, 0) on any shape; y may be x (in place). Backward uses y: dx = dy * (y > 0);
+// dx may be dy (in place).
+class ReluOp {
+ public:
+  virtual ~ReluOp() = default;
+  virtual void Forward(const Tensor& x, Tensor& y) = 0;
+  virtual void Backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+enum class PoolKind { kMax, kAverage };
+
+// Average pooling divides by the window's elements inside the image (padding excluded).
+// Max pooling sends each window's gradient to its first maximum.
+struct PoolSpec {
+  PoolKind kind = PoolKind::kMax;
+  std::int64_t batch = 1, channels = 1, height = 1, width = 1;
+  std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  std::int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  std::int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+};
+
+class PoolOp {
+ public:
+  virtual ~PoolOp() = default;
+  virtual void Forward(const Tensor& x, Tensor& y) = 0;
+  // After Forward with the same x (max pooling keeps the argmax from it).
+  virtual void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+// Across-channel local response normalisation as in AlexNet and PyTorch's LocalResponseNorm:
+// y = x / (k + alpha/size * sum over the `size` channels centred on c of x^2)^beta.
+struct LrnSpec {
+  std::int64_t batch = 1, channels = 1, height = 1, width = 1;
+  std::int64_t size = 5;
+  float alpha = 1e-4f, beta = 0.75f, k = 2.0f;
+};
+
+class LrnOp {
+ public:
+  virtual ~LrnOp() = default;
+  virtual void Forward(const Tensor& x, Tensor& y) = 0;
+  virtual void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+// Softmax over the last dimension of logits [N, K] with cross-entropy against class labels;
+// the loss is the batch mean. Labels are a host tensor of N class indices stored as floats
+// (exact up to 2^24 classes), so the Tensor type stays one.
+struct SoftmaxCrossEntropySpec {
+  std::int64_t batch = 1, classes = 1;
+};
+
+class SoftmaxCrossEntropyOp {
+ public:
+  virtual ~SoftmaxCrossEntropyOp() = default;
+  // Returns the mean loss; keeps the probabilities for Backward.
+  virtual double Forward(const Tensor& logits, const Tensor& labels) = 0;
+  // dlogits = (softmax - onehot(labels)) / N.
+  virtual void Backward(const Tensor& labels, Tensor& dlogits) = 0;
+};
+
+// Throw std::invalid_argument naming the bad field and its value (non-positive sizes, a kernel
+// larger than the padded input, negative padding, padding >= kernel, an even LRN size...).
+void Validate(const Conv2dSpec& spec);
+void Validate(const LinearSpec& spec);
+void Validate(const BatchNormSpec& spec);
+void Validate(const PoolSpec& spec);
+void Validate(const LrnSpec& spec);
+void Validate(const SoftmaxCrossEntropySpec& spec);
+
+}  // namespace phub::worker

@@ -1,0 +1,139 @@
+// The layers models are built from. Each .cc next to this file implements one.
+#pragma once
+
+#include <memory>
+
+#include "worker/nn/layer.h"
+
+namespace phub::worker {
+
+struct Conv2dOptions {
+  std::int64_t out_channels = 1;
+  std::int64_t kernel = 3;  // square kernels: every dlbench model uses them
+  std::int64_t stride = 1;
+  std::int64_t pad = 0;
+  bool bias = true;
+};
+
+class Conv2d final : public Layer {
+ public:
+  Conv2d(std::string name, Conv2dOptions options) : Layer(std::move(name)), o_(options) {}
+  std::string Kind() const override { return "Conv2d"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  Conv2dOptions o_;
+  std::int64_t fan_in_ = 1;
+  std::unique_ptr<Conv2dOp> op_;
+  Tensor no_bias_;  // an empty tensor passed as the bias when there is none
+};
+
+// y = x W^T + b; a rank-4 input [N, C, H, W] is flattened to [N, C*H*W].
+class Linear final : public Layer {
+ public:
+  Linear(std::string name, std::int64_t out_features, bool bias = true)
+      : Layer(std::move(name)), out_(out_features), bias_(bias) {}
+  std::string Kind() const override { return "Linear"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  std::int64_t out_;
+  bool bias_;
+  Shape flat_;
+  std::unique_ptr<LinearOp> op_;
+  Tensor no_bias_;
+};
+
+// Parameters weight (gamma, init 1) and bias (beta, init 0); running mean and variance are
+// buffers (not parameters: they are not exchanged, as in PyTorch DDP).
+class BatchNorm final : public Layer {
+ public:
+  explicit BatchNorm(std::string name, float eps = 1e-5f, float momentum = 0.1f)
+      : Layer(std::move(name)), eps_(eps), momentum_(momentum) {}
+  std::string Kind() const override { return "BatchNorm"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+  const Tensor& running_mean() const { return running_mean_; }
+  const Tensor& running_var() const { return running_var_; }
+
+ private:
+  float eps_, momentum_;
+  std::unique_ptr<BatchNormOp> op_;
+  Tensor running_mean_, running_var_, save_mean_, save_var_;
+};
+
+class Relu final : public Layer {
+ public:
+  explicit Relu(std::string name) : Layer(std::move(name)) {}
+  std::string Kind() const override { return "ReLU"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  std::unique_ptr<ReluOp> op_;
+};
+
+struct PoolOptions {
+  PoolKind kind = PoolKind::kMax;
+  std::int64_t kernel = 2, stride = 2, pad = 0;
+  bool global = false;  // kernel = the whole image: [N, C, H, W] -> [N, C, 1, 1]
+};
+
+class Pool final : public Layer {
+ public:
+  Pool(std::string name, PoolOptions options) : Layer(std::move(name)), o_(options) {}
+  std::string Kind() const override {
+    return o_.global ? "GlobalAvgPool" : o_.kind == PoolKind::kMax ? "MaxPool" : "AvgPool";
+  }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  PoolOptions o_;
+  std::unique_ptr<PoolOp> op_;
+};
+
+class LocalResponseNorm final : public Layer {
+ public:
+  LocalResponseNorm(std::string name, LrnSpec params) : Layer(std::move(name)), p_(params) {}
+  std::string Kind() const override { return "LocalResponseNorm"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  LrnSpec p_;  // size, alpha, beta, k; the shape fields are filled by Setup
+  std::unique_ptr<LrnOp> op_;
+};
+
+// y = a + b (residual connections).
+class Add final : public Layer {
+ public:
+  explicit Add(std::string name) : Layer(std::move(name)) {}
+  std::string Kind() const override { return "Add"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  Backend* backend_ = nullptr;
+};
+
+}  // namespace phub::worker

@@ -1,0 +1,45 @@
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "worker/nn/layers/layers.h"
+
+namespace phub::worker {
+
+Shape Linear::Setup(Backend& backend, std::span<const Shape> inputs) {
+  ExpectInputs(inputs, 1, 0);
+  const Shape& x = inputs[0];
+  if (x.rank() != 2 && x.rank() != 4) Fail("expects [N, In] or [N, C, H, W], got " + x.ToString());
+  const std::int64_t in = x.numel() / x[0];
+  flat_ = Shape{x[0], in};
+  LinearSpec s{.batch = x[0], .in_features = in, .out_features = out_, .bias = bias_};
+  try {
+    op_ = backend.MakeLinear(s);
+  } catch (const std::invalid_argument& e) {
+    Fail(absl::StrCat("input ", x.ToString(), ": ", e.what()));
+  }
+  AddParameter(backend, "weight", {out_, in});
+  if (bias_) AddParameter(backend, "bias", {out_});
+  return {x[0], out_};
+}
+
+void Linear::InitParameters(Backend& backend, std::mt19937_64& rng) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(flat_[1]));  // PyTorch's default
+  for (Parameter& p : parameters()) FillUniform(backend, p, bound, rng);
+}
+
+void Linear::Forward(std::span<const Tensor* const> inputs, Tensor& y, bool) {
+  auto p = parameters();
+  op_->Forward(inputs[0]->Reshaped(flat_), p[0].value, bias_ ? p[1].value : no_bias_, y);
+}
+
+void Linear::Backward(std::span<const Tensor* const> inputs, const Tensor&, const Tensor& dy,
+                      std::span<Tensor* const> dinputs) {
+  auto p = parameters();
+  Tensor dx_flat;
+  if (dinputs[0] != nullptr) dx_flat = dinputs[0]->Reshaped(flat_);
+  op_->Backward(inputs[0]->Reshaped(flat_), p[0].value, dy,
+                dinputs[0] != nullptr ? &dx_flat : nullptr, p[0].grad,
+                bias_ ? p[1].grad : no_bias_);
+}
+
+}  // namespace phub::worker

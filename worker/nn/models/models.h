@@ -1,0 +1,25 @@
+// The model zoo: dlbench's models and a small CNN for Fashion-MNIST, built from worker/nn/layers.
+// Each builder returns an unbuilt Model (call Build with a backend).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/nn/model.h"
+
+namespace phub::worker {
+
+// Two conv(5x5)+ReLU+maxpool stages (32, 64 channels), a 1024-unit hidden layer, 10 classes;
+// input [N, 1, 28, 28].
+std::unique_ptr<Model> MakeFashionCnn(std::int64_t batch);
+// ResNet-50 for ImageNet (He et al. 2016, torchvision's v1.5 layout: the stride on the 3x3 of
+// each bottleneck), input [N, 3, 224, 224], 1000 classes: 25,557,032 parameters.
+std::unique_ptr<Model> MakeResNet50(std::int64_t batch, std::int64_t image = 224);
+
+// By name ("fashion-cnn", "resnet50"); std::invalid_argument listing the names otherwise.
+std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch);
+std::vector<std::string> ModelNames();
+
+}  // namespace phub::worker
