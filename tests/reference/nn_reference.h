@@ -192,6 +192,13 @@ void BatchNormRunningUpdate(const phub::worker::BatchNormSpec& s, const std::vec
 // max(x, 0) elementwise. Written as "x < 0 ? 0 : x" so that a NaN stays NaN (as in PyTorch and
 // oneDNN) instead of silently becoming 0.
 template <class T>
+std::vector<T> SigmoidForward(const std::vector<T>& x) {
+  std::vector<T> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
+  return y;
+}
+
+template <class T>
 std::vector<T> ReluForward(const std::vector<T>& x) {
   std::vector<T> y(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] < T(0) ? T(0) : x[i];

@@ -23,8 +23,10 @@ class Backend {
   virtual std::unique_ptr<LinearOp> MakeLinear(const LinearSpec& spec) = 0;
   virtual std::unique_ptr<BatchNormOp> MakeBatchNorm(const BatchNormSpec& spec) = 0;
   // `shape` is the shape of the tensors it will see.
-  virtual std::unique_ptr<ReluOp> MakeRelu(const Shape& shape) = 0;
+  virtual std::unique_ptr<ActivationOp> MakeActivation(ActivationKind kind, const Shape& shape) = 0;
   virtual std::unique_ptr<PoolOp> MakePool(const PoolSpec& spec) = 0;
+  // p in [0, 1).
+  virtual std::unique_ptr<DropoutOp> MakeDropout(const Shape& shape, float p) = 0;
   virtual std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& spec) = 0;
   virtual std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
       const SoftmaxCrossEntropySpec& spec) = 0;

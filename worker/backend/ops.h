@@ -79,11 +79,13 @@ class BatchNormOp {
                         Tensor& dbeta) = 0;
 };
 
-// Elementwise max(x, 0) on any shape; y may be x (in place). Backward uses y: dx = dy * (y > 0);
-// dx may be dy (in place).
-class ReluOp {
+// Elementwise activation on any shape; y may be x (in place). Backward uses y, not x:
+// ReLU dx = dy * (y > 0), sigmoid dx = dy * y * (1 - y); dx may be dy (in place).
+enum class ActivationKind { kRelu, kSigmoid };
+
+class ActivationOp {
  public:
-  virtual ~ReluOp() = default;
+  virtual ~ActivationOp() = default;
   virtual void Forward(const Tensor& x, Tensor& y) = 0;
   virtual void Backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
 };
@@ -137,6 +139,16 @@ class SoftmaxCrossEntropyOp {
   virtual double Forward(const Tensor& logits, const Tensor& labels) = 0;
   // dlogits = (softmax - onehot(labels)) / N.
   virtual void Backward(const Tensor& labels, Tensor& dlogits) = 0;
+};
+
+// Inverted dropout: in training each element is kept with probability 1 - p and scaled by
+// 1/(1 - p), else zeroed; Backward applies the same mask to dy. The mask is drawn from `seed`
+// (the layer passes a new one each step), so runs are reproducible. Inference is a copy.
+class DropoutOp {
+ public:
+  virtual ~DropoutOp() = default;
+  virtual void Forward(const Tensor& x, Tensor& y, std::uint64_t seed) = 0;
+  virtual void Backward(const Tensor& dy, Tensor& dx) = 0;
 };
 
 // Throw std::invalid_argument naming the bad field and its value (non-positive sizes, a kernel

@@ -188,19 +188,24 @@ TEST_F(OnednnOpsTest, BatchNormTrainingInferenceAndBackward) {
   }
 }
 
-TEST_F(OnednnOpsTest, ReluForwardInPlaceAndBackward) {
+TEST_F(OnednnOpsTest, ActivationsForwardInPlaceAndBackward) {
   const Shape shape{2, 3, 4, 5};
-  Vec x = RandomFloats(shape.numel(), 13);
-  for (double& v : x) v += v < 0 ? -0.01 : 0.01;  // keep finite differences off the kink
+  Vec x = RandomFloats(shape.numel(), 13, -3, 3);
+  for (double& v : x) v = static_cast<float>(v + (v < 0 ? -0.01 : 0.01));  // off ReLU's kink
   const Vec r = RandomFloats(shape.numel(), 14);
-  auto op = backend_->MakeRelu(shape);
-  Tensor t = ToTensor(x, shape);
-  op->Forward(t, t);  // in place
-  EXPECT_TRUE(ForwardNear(t, reference::ReluForward(x)));
-  Tensor dy = ToTensor(r, shape);
-  op->Backward(t, dy, dy);  // in place
-  EXPECT_TRUE(BackwardNear(
-      dy, NumericGrad([](const Vec& v) { return reference::ReluForward(v); }, x, r)));
+  for (ActivationKind kind : {ActivationKind::kRelu, ActivationKind::kSigmoid}) {
+    auto reference = [kind](const Vec& v) {
+      return kind == ActivationKind::kRelu ? reference::ReluForward(v)
+                                           : reference::SigmoidForward(v);
+    };
+    auto op = backend_->MakeActivation(kind, shape);
+    Tensor t = ToTensor(x, shape);
+    op->Forward(t, t);  // in place
+    EXPECT_TRUE(ForwardNear(t, reference(x)));
+    Tensor dy = ToTensor(r, shape);
+    op->Backward(t, dy, dy);  // in place
+    EXPECT_TRUE(BackwardNear(dy, NumericGrad(reference, x, r)));
+  }
 }
 
 TEST_F(OnednnOpsTest, PoolingMaxAndAverageWithPadding) {
@@ -255,6 +260,37 @@ TEST_F(OnednnOpsTest, SoftmaxCrossEntropyLossAndGradient) {
   const Vec numeric = CentralDifferenceGradient(
       [&](const Vec& v) { return reference::SoftmaxCrossEntropyForward(s, v, labels); }, logits);
   EXPECT_TRUE(BackwardNear(d, numeric));
+}
+
+TEST_F(OnednnOpsTest, DropoutKeepsAboutOneMinusPScaledAndBackwardUsesTheSameMask) {
+  const Shape shape{4, 1000};
+  const float p = 0.3f;
+  auto op = backend_->MakeDropout(shape, p);
+  const Vec x = RandomFloats(shape.numel(), 22, 0.5, 1.5);  // never 0: a zero means dropped
+  Tensor xt = ToTensor(x, shape), y = Tensor::Empty(shape);
+  op->Forward(xt, y, 7);
+  std::int64_t kept = 0;
+  for (std::int64_t i = 0; i < shape.numel(); ++i) {
+    if (y.data()[i] != 0) {
+      ++kept;
+      EXPECT_FLOAT_EQ(y.data()[i], static_cast<float>(x[i]) / (1 - p)) << i;
+    }
+  }
+  // 4000 Bernoulli(0.7) draws: mean 2800, sd 29; 5 sd either way.
+  EXPECT_NEAR(kept, 2800, 145);
+  Tensor dy = Tensor::Filled(shape, 2.0f), dx = Tensor::Empty(shape);
+  op->Backward(dy, dx);
+  for (std::int64_t i = 0; i < shape.numel(); ++i) {
+    EXPECT_FLOAT_EQ(dx.data()[i], y.data()[i] == 0 ? 0.0f : 2.0f / (1 - p)) << i;
+  }
+  Tensor y2 = Tensor::Empty(shape);
+  op->Forward(xt, y2, 7);  // same seed, same mask
+  EXPECT_TRUE(GradientsNear(y2.span(), ToVec(y), 0, 0));
+  op->Forward(xt, y2, 8);  // another seed, another mask
+  EXPECT_FALSE(GradientsNear(y2.span(), ToVec(y), 0, 0));
+  EXPECT_THAT([&] { backend_->MakeDropout(shape, 1.0f); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("Dropout: p = 1, must be in [0, 1)")));
 }
 
 TEST_F(OnednnOpsTest, AddAndAccumulate) {

@@ -112,6 +112,12 @@ TEST(ModelTest, ParameterCountsMatchThePublishedFigures) {
   resnet->Build(*backend, 0);
   EXPECT_EQ(resnet->ParameterCount(), 25'557'032);  // torchvision resnet50
   EXPECT_THAT(resnet->Describe(), ::testing::HasSubstr("total parameters: 25557032"));
+  auto alexnet = MakeAlexNet(1);
+  alexnet->Build(*backend, 0);
+  EXPECT_EQ(alexnet->ParameterCount(), 61'100'840);  // torchvision alexnet (LRN has none)
+  auto fcn5 = MakeFcn5(1);
+  fcn5->Build(*backend, 0);
+  EXPECT_EQ(fcn5->ParameterCount(), 14'205'962);  // 784*2048+2048 + 2048*4096+4096 + ...
   auto cnn = MakeFashionCnn(1);
   cnn->Build(*backend, 0);
   // conv1 32*25+32, conv2 64*32*25+64, fc1 3136*1024+1024, fc2 1024*10+10

@@ -44,11 +44,14 @@ class OnednnBackend final : public Backend {
   std::unique_ptr<BatchNormOp> MakeBatchNorm(const BatchNormSpec& s) override {
     return onednn::MakeBatchNorm(ctx_, s);
   }
-  std::unique_ptr<ReluOp> MakeRelu(const Shape& shape) override {
-    return onednn::MakeRelu(ctx_, shape);
+  std::unique_ptr<ActivationOp> MakeActivation(ActivationKind kind, const Shape& shape) override {
+    return onednn::MakeActivation(ctx_, kind, shape);
   }
   std::unique_ptr<PoolOp> MakePool(const PoolSpec& s) override {
     return onednn::MakePool(ctx_, s);
+  }
+  std::unique_ptr<DropoutOp> MakeDropout(const Shape& shape, float p) override {
+    return onednn::MakeDropout(ctx_, shape, p);
   }
   std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& s) override { return onednn::MakeLrn(ctx_, s); }
   std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(

@@ -73,17 +73,28 @@ class BatchNorm final : public Layer {
   Tensor running_mean_, running_var_, save_mean_, save_var_;
 };
 
-class Relu final : public Layer {
+class Activation : public Layer {
  public:
-  explicit Relu(std::string name) : Layer(std::move(name)) {}
-  std::string Kind() const override { return "ReLU"; }
+  Activation(std::string name, ActivationKind kind) : Layer(std::move(name)), kind_(kind) {}
+  std::string Kind() const override { return kind_ == ActivationKind::kRelu ? "ReLU" : "Sigmoid"; }
   Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
   void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
   void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
                 std::span<Tensor* const> dinputs) override;
 
  private:
-  std::unique_ptr<ReluOp> op_;
+  ActivationKind kind_;
+  std::unique_ptr<ActivationOp> op_;
+};
+
+class Relu final : public Activation {
+ public:
+  explicit Relu(std::string name) : Activation(std::move(name), ActivationKind::kRelu) {}
+};
+
+class Sigmoid final : public Activation {
+ public:
+  explicit Sigmoid(std::string name) : Activation(std::move(name), ActivationKind::kSigmoid) {}
 };
 
 struct PoolOptions {
@@ -120,6 +131,26 @@ class LocalResponseNorm final : public Layer {
  private:
   LrnSpec p_;  // size, alpha, beta, k; the shape fields are filled by Setup
   std::unique_ptr<LrnOp> op_;
+};
+
+// Inverted dropout in training (a new mask every step, from the model's seed), identity in
+// inference.
+class Dropout final : public Layer {
+ public:
+  Dropout(std::string name, float p) : Layer(std::move(name)), p_(p) {}
+  std::string Kind() const override { return "Dropout"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void InitParameters(Backend& backend, std::mt19937_64& rng) override { seed_ = rng(); }
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  float p_;
+  std::uint64_t seed_ = 0, step_ = 0;
+  bool trained_ = false;  // whether the last forward applied a mask
+  Backend* backend_ = nullptr;
+  std::unique_ptr<DropoutOp> op_;
 };
 
 // y = a + b (residual connections).

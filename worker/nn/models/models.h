@@ -14,11 +14,17 @@ namespace phub::worker {
 // Two conv(5x5)+ReLU+maxpool stages (32, 64 channels), a 1024-unit hidden layer, 10 classes;
 // input [N, 1, 28, 28].
 std::unique_ptr<Model> MakeFashionCnn(std::int64_t batch);
+// dlbench's FCN-5 (its Torch/Caffe definition): 784 -> 2048 -> 4096 -> 1024 -> 10 with
+// sigmoids, input [N, 784]: 14,205,962 parameters.
+std::unique_ptr<Model> MakeFcn5(std::int64_t batch);
+// AlexNet, one tower as in torchvision (61,100,840 parameters), with the paper's two
+// LocalResponseNorm layers; input [N, 3, 224, 224], 1000 classes.
+std::unique_ptr<Model> MakeAlexNet(std::int64_t batch);
 // ResNet-50 for ImageNet (He et al. 2016, torchvision's v1.5 layout: the stride on the 3x3 of
 // each bottleneck), input [N, 3, 224, 224], 1000 classes: 25,557,032 parameters.
 std::unique_ptr<Model> MakeResNet50(std::int64_t batch, std::int64_t image = 224);
 
-// By name ("fashion-cnn", "resnet50"); std::invalid_argument listing the names otherwise.
+// By name ("fashion-cnn", "fcn5", "alexnet", "resnet50"); std::invalid_argument listing the names otherwise.
 std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch);
 std::vector<std::string> ModelNames();
 

@@ -1,5 +1,5 @@
-// ReLU on oneDNN's eltwise, seen as one flat array. The backward reads y (the "use dst"
-// algorithm), so x need not be kept and the forward may run in place.
+// ReLU and sigmoid on oneDNN's eltwise, seen as one flat array. The backward reads y (the
+// "use dst" algorithms), so x need not be kept and the forward may run in place.
 #include "worker/backend/onednn/onednn_ops.h"
 
 namespace phub::worker::onednn {
@@ -7,32 +7,35 @@ namespace {
 
 using namespace dnnl;
 
-class Relu final : public ReluOp {
+class Activation final : public ActivationOp {
  public:
-  Relu(Context& ctx, const Shape& shape) : ctx_(ctx), flat_({shape.numel()}) {
+  Activation(Context& ctx, ActivationKind kind, const Shape& shape)
+      : ctx_(ctx), flat_({shape.numel()}) {
     const auto md = PlainDesc(flat_);
+    const auto alg = kind == ActivationKind::kRelu ? algorithm::eltwise_relu_use_dst_for_bwd
+                                                   : algorithm::eltwise_logistic_use_dst_for_bwd;
     fwd_pd_ = eltwise_forward::primitive_desc(
         eltwise_forward::desc(prop_kind::forward_training,
-                              algorithm::eltwise_relu_use_dst_for_bwd, md, 0.0f, 0.0f),
+                              alg, md, 0.0f, 0.0f),
         ctx.engine);
     fwd_ = eltwise_forward(fwd_pd_);
     bwd_ = eltwise_backward(eltwise_backward::primitive_desc(
-        eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, md, md, 0.0f, 0.0f),
+        eltwise_backward::desc(alg, md, md, 0.0f, 0.0f),
         ctx.engine, fwd_pd_));
   }
 
   void Forward(const Tensor& x, Tensor& y) override {
-    Check("ReLU forward", "x", x, flat_);
-    Check("ReLU forward", "y", y, flat_);
+    Check("activation forward", "x", x, flat_);
+    Check("activation forward", "y", y, flat_);
     fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, flat_, x)},
                                {DNNL_ARG_DST, Wrap(ctx_, flat_, y)}});
     ctx_.stream.wait();
   }
 
   void Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    Check("ReLU backward", "y", y, flat_);
-    Check("ReLU backward", "dy", dy, flat_);
-    Check("ReLU backward", "dx", dx, flat_);
+    Check("activation backward", "y", y, flat_);
+    Check("activation backward", "dy", dy, flat_);
+    Check("activation backward", "dx", dx, flat_);
     bwd_.execute(ctx_.stream, {{DNNL_ARG_DST, Wrap(ctx_, flat_, y)},
                                {DNNL_ARG_DIFF_DST, Wrap(ctx_, flat_, dy)},
                                {DNNL_ARG_DIFF_SRC, Wrap(ctx_, flat_, dx)}});
@@ -49,9 +52,9 @@ class Relu final : public ReluOp {
 
 }  // namespace
 
-std::unique_ptr<ReluOp> MakeRelu(Context& ctx, const Shape& shape) {
-  if (shape.numel() < 1) throw std::invalid_argument("ReLU: empty shape " + shape.ToString());
-  return std::make_unique<Relu>(ctx, shape);
+std::unique_ptr<ActivationOp> MakeActivation(Context& ctx, ActivationKind kind, const Shape& shape) {
+  if (shape.numel() < 1) throw std::invalid_argument("activation: empty shape " + shape.ToString());
+  return std::make_unique<Activation>(ctx, kind, shape);
 }
 
 }  // namespace phub::worker::onednn
