@@ -284,6 +284,26 @@ std::vector<T> LrnForward(const phub::worker::LrnSpec& s, const std::vector<T>& 
 // logits [N,K], labels [N] (class indices stored as T, checked to be integers in [0, K)):
 // mean over the batch of logsumexp(logits_n) - logits_n[label_n]. The log-sum-exp subtracts the
 // row's maximum first, so large logits do not overflow.
+// Option-A shortcut, written as its definition: output channel c holds input channel
+// c - pad_front subsampled as x[:, :, ::stride, ::stride], or zeros.
+template <class T>
+std::vector<T> ShortcutForward(const phub::worker::ShortcutSpec& s, const std::vector<T>& x) {
+  detail::CheckSize(x, s.batch * s.in_channels * s.height * s.width, "ShortcutForward x");
+  const std::int64_t oh = s.out_height(), ow = s.out_width();
+  std::vector<T> y(detail::Idx(s.batch * s.out_channels * oh * ow), T(0));
+  for (std::int64_t n = 0; n < s.batch; ++n)
+    for (std::int64_t c = 0; c < s.out_channels; ++c) {
+      const std::int64_t src = c - s.pad_front();
+      if (src < 0 || src >= s.in_channels) continue;
+      for (std::int64_t h = 0; h < oh; ++h)
+        for (std::int64_t w = 0; w < ow; ++w)
+          y[detail::Idx(((n * s.out_channels + c) * oh + h) * ow + w)] =
+              x[detail::Idx(((n * s.in_channels + src) * s.height + h * s.stride) * s.width +
+                            w * s.stride)];
+    }
+  return y;
+}
+
 template <class T>
 T SoftmaxCrossEntropyForward(const phub::worker::SoftmaxCrossEntropySpec& s,
                              const std::vector<T>& logits, const std::vector<T>& labels) {

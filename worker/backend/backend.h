@@ -25,6 +25,7 @@ class Backend {
   // `shape` is the shape of the tensors it will see.
   virtual std::unique_ptr<ActivationOp> MakeActivation(ActivationKind kind, const Shape& shape) = 0;
   virtual std::unique_ptr<PoolOp> MakePool(const PoolSpec& spec) = 0;
+  virtual std::unique_ptr<ShortcutOp> MakeShortcut(const ShortcutSpec& spec) = 0;
   // p in [0, 1).
   virtual std::unique_ptr<DropoutOp> MakeDropout(const Shape& shape, float p) = 0;
   virtual std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& spec) = 0;

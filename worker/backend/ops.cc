@@ -80,6 +80,17 @@ void Validate(const LrnSpec& s) {
   if (!(s.k > 0)) throw std::invalid_argument(absl::StrCat(op, ": k = ", s.k, ", must be > 0"));
 }
 
+void Validate(const ShortcutSpec& s) {
+  const char* op = "Shortcut";
+  PositiveImage(op, s.batch, s.in_channels, s.height, s.width, "in_channels");
+  Positive(op, "stride", s.stride);
+  if (s.out_channels < s.in_channels) {
+    throw std::invalid_argument(absl::StrCat(op, ": out_channels = ", s.out_channels,
+                                             " < in_channels = ", s.in_channels,
+                                             " (it only pads channels)"));
+  }
+}
+
 void Validate(const SoftmaxCrossEntropySpec& s) {
   Positive("SoftmaxCrossEntropy", "batch", s.batch);
   Positive("SoftmaxCrossEntropy", "classes", s.classes);

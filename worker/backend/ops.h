@@ -151,6 +151,24 @@ class DropoutOp {
   virtual void Backward(const Tensor& dy, Tensor& dx) = 0;
 };
 
+// The parameter-free shortcut of CIFAR ResNets (He et al. 2016, option A): x subsampled by
+// `stride` (every stride-th row and column from the first, as x[:, :, ::s, ::s]) and padded
+// with zero channels, (out - in) / 2 before and the rest after.
+struct ShortcutSpec {
+  std::int64_t batch = 1, in_channels = 1, height = 1, width = 1;
+  std::int64_t out_channels = 1, stride = 1;
+  std::int64_t out_height() const { return (height + stride - 1) / stride; }
+  std::int64_t out_width() const { return (width + stride - 1) / stride; }
+  std::int64_t pad_front() const { return (out_channels - in_channels) / 2; }
+};
+
+class ShortcutOp {
+ public:
+  virtual ~ShortcutOp() = default;
+  virtual void Forward(const Tensor& x, Tensor& y) = 0;
+  virtual void Backward(const Tensor& dy, Tensor& dx) = 0;
+};
+
 // Throw std::invalid_argument naming the bad field and its value (non-positive sizes, a kernel
 // larger than the padded input, negative padding, padding >= kernel, an even LRN size...).
 void Validate(const Conv2dSpec& spec);
@@ -159,5 +177,6 @@ void Validate(const BatchNormSpec& spec);
 void Validate(const PoolSpec& spec);
 void Validate(const LrnSpec& spec);
 void Validate(const SoftmaxCrossEntropySpec& spec);
+void Validate(const ShortcutSpec& spec);
 
 }  // namespace phub::worker

@@ -293,6 +293,26 @@ TEST_F(OnednnOpsTest, DropoutKeepsAboutOneMinusPScaledAndBackwardUsesTheSameMask
                   ::testing::HasSubstr("Dropout: p = 1, must be in [0, 1)")));
 }
 
+TEST_F(OnednnOpsTest, ShortcutSubsamplesPadsAndSendsGradientsBack) {
+  for (auto [h, stride, out] : {std::tuple<int, int, int>{6, 2, 8}, {5, 2, 7}, {4, 1, 4}}) {
+    ShortcutSpec s{.batch = 2, .in_channels = 4, .height = h, .width = h + 1,
+                   .out_channels = out, .stride = stride};
+    const Shape xs{2, 4, h, h + 1}, ys{2, out, s.out_height(), s.out_width()};
+    const Vec x = RandomFloats(xs.numel(), 23), r = RandomFloats(ys.numel(), 24);
+    auto op = backend_->MakeShortcut(s);
+    Tensor xt = ToTensor(x, xs), y = Tensor::Empty(ys);
+    op->Forward(xt, y);
+    EXPECT_TRUE(ForwardNear(y, reference::ShortcutForward(s, x))) << "h " << h;
+    Tensor dy = ToTensor(r, ys), dx = Tensor::Empty(xs);
+    op->Backward(dy, dx);
+    EXPECT_TRUE(BackwardNear(
+        dx, NumericGrad([&](const Vec& v) { return reference::ShortcutForward(s, v); }, x, r)));
+  }
+  EXPECT_THAT([&] { backend_->MakeShortcut({.in_channels = 8, .out_channels = 4}); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  ::testing::HasSubstr("out_channels = 4 < in_channels = 8")));
+}
+
 TEST_F(OnednnOpsTest, AddAndAccumulate) {
   const Vec a = RandomFloats(1000, 20), b = RandomFloats(1000, 21);
   Tensor at = ToTensor(a, {10, 100}), bt = ToTensor(b, {10, 100}), y = Tensor::Empty({10, 100});

@@ -53,6 +53,9 @@ class OnednnBackend final : public Backend {
   std::unique_ptr<DropoutOp> MakeDropout(const Shape& shape, float p) override {
     return onednn::MakeDropout(ctx_, shape, p);
   }
+  std::unique_ptr<ShortcutOp> MakeShortcut(const ShortcutSpec& s) override {
+    return onednn::MakeShortcut(ctx_, s);
+  }
   std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& s) override { return onednn::MakeLrn(ctx_, s); }
   std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
       const SoftmaxCrossEntropySpec& s) override {

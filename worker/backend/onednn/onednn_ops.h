@@ -15,6 +15,7 @@ std::unique_ptr<BatchNormOp> MakeBatchNorm(Context& ctx, const BatchNormSpec& sp
 std::unique_ptr<ActivationOp> MakeActivation(Context& ctx, ActivationKind kind, const Shape& shape);
 std::unique_ptr<PoolOp> MakePool(Context& ctx, const PoolSpec& spec);
 std::unique_ptr<DropoutOp> MakeDropout(Context& ctx, const Shape& shape, float p);
+std::unique_ptr<ShortcutOp> MakeShortcut(Context& ctx, const ShortcutSpec& spec);
 std::unique_ptr<LrnOp> MakeLrn(Context& ctx, const LrnSpec& spec);
 std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(Context& ctx,
                                                                const SoftmaxCrossEntropySpec& spec);

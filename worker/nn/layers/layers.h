@@ -153,6 +153,22 @@ class Dropout final : public Layer {
   std::unique_ptr<DropoutOp> op_;
 };
 
+// CIFAR ResNets' parameter-free shortcut (option A): subsample by `stride`, zero-pad channels.
+class Shortcut final : public Layer {
+ public:
+  Shortcut(std::string name, std::int64_t out_channels, std::int64_t stride)
+      : Layer(std::move(name)), out_(out_channels), stride_(stride) {}
+  std::string Kind() const override { return "Shortcut"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  std::int64_t out_, stride_;
+  std::unique_ptr<ShortcutOp> op_;
+};
+
 // y = a + b (residual connections).
 class Add final : public Layer {
  public:

@@ -20,11 +20,14 @@ std::unique_ptr<Model> MakeFcn5(std::int64_t batch);
 // AlexNet, one tower as in torchvision (61,100,840 parameters), with the paper's two
 // LocalResponseNorm layers; input [N, 3, 224, 224], 1000 classes.
 std::unique_ptr<Model> MakeAlexNet(std::int64_t batch);
+// ResNet-56 for CIFAR-10 (He et al. 2016, section 4.2: 3 stages of 9 basic blocks, 16/32/64
+// channels, parameter-free option-A shortcuts), input [N, 3, 32, 32]: 853,018 parameters.
+std::unique_ptr<Model> MakeResNet56(std::int64_t batch);
 // ResNet-50 for ImageNet (He et al. 2016, torchvision's v1.5 layout: the stride on the 3x3 of
 // each bottleneck), input [N, 3, 224, 224], 1000 classes: 25,557,032 parameters.
 std::unique_ptr<Model> MakeResNet50(std::int64_t batch, std::int64_t image = 224);
 
-// By name ("fashion-cnn", "fcn5", "alexnet", "resnet50"); std::invalid_argument listing the names otherwise.
+// By name ("fashion-cnn", "fcn5", "alexnet", "resnet56", "resnet50"); std::invalid_argument listing the names otherwise.
 std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch);
 std::vector<std::string> ModelNames();
 

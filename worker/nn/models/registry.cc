@@ -5,13 +5,14 @@
 
 namespace phub::worker {
 
-std::vector<std::string> ModelNames() { return {"fashion-cnn", "fcn5", "alexnet", "resnet50"}; }
+std::vector<std::string> ModelNames() { return {"fashion-cnn", "fcn5", "alexnet", "resnet56", "resnet50"}; }
 
 std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch) {
   if (batch < 1) throw std::invalid_argument("batch must be >= 1");
   if (name == "fashion-cnn") return MakeFashionCnn(batch);
   if (name == "fcn5") return MakeFcn5(batch);
   if (name == "alexnet") return MakeAlexNet(batch);
+  if (name == "resnet56") return MakeResNet56(batch);
   if (name == "resnet50") return MakeResNet50(batch);
   throw std::invalid_argument("unknown model '" + name + "': use one of " +
                               absl::StrJoin(ModelNames(), ", "));

@@ -30,7 +30,33 @@ Model::NodeId Bottleneck(Model& m, const std::string& name, Model::NodeId x, std
   return m.Add(std::make_unique<Relu>(name + ".out"), sum);
 }
 
+// 3x3 (out, stride) -> 3x3 (out), plus the option-A shortcut where the shape changes, then ReLU.
+Model::NodeId Basic(Model& m, const std::string& name, Model::NodeId x, std::int64_t out,
+                    std::int64_t stride, bool reshape) {
+  Model::NodeId y = ConvBn(m, name + ".a", x, out, 3, stride, true);
+  y = ConvBn(m, name + ".b", y, out, 3, 1, false);
+  Model::NodeId shortcut =
+      reshape ? m.Add(std::make_unique<Shortcut>(name + ".shortcut", out, stride), x) : x;
+  Model::NodeId sum = m.Add(std::make_unique<Add>(name + ".add"), {y, shortcut});
+  return m.Add(std::make_unique<Relu>(name + ".out"), sum);
+}
+
 }  // namespace
+
+std::unique_ptr<Model> MakeResNet56(std::int64_t batch) {
+  auto m = std::make_unique<Model>("resnet56", Shape{batch, 3, 32, 32});
+  Model::NodeId x = ConvBn(*m, "stem", Model::kInput, 16, 3, 1, true);
+  std::int64_t width = 16;
+  for (int stage = 0; stage < 3; ++stage, width *= 2) {
+    for (int b = 0; b < 9; ++b) {  // 6n + 2 = 56 layers with n = 9
+      const bool first = b == 0 && stage > 0;
+      x = Basic(*m, absl::StrCat("layer", stage + 1, ".", b), x, width, first ? 2 : 1, first);
+    }
+  }
+  x = m->Add(std::make_unique<Pool>("avgpool", PoolOptions{.global = true}), x);
+  m->Add(std::make_unique<Linear>("fc", 10), x);
+  return m;
+}
 
 std::unique_ptr<Model> MakeResNet50(std::int64_t batch, std::int64_t image) {
   auto m = std::make_unique<Model>("resnet50", Shape{batch, 3, image, image});
