@@ -1,0 +1,99 @@
+// phub-worker: one training process. This build trains alone (single worker, the optimizer
+// applied locally with phub/kernels) on synthetic data shaped for the model, or describes a
+// model; the exchange (--comm ps|ring|nccl) and real data join it in the end-to-end issue.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "phub/common/logging.h"
+#include "phub/kernels/optimizer_flags.h"
+#include "worker/backend/onednn/onednn_backend.h"
+#include "worker/nn/models/models.h"
+#include "worker/train/local_optimizer.h"
+
+namespace {
+
+using phub::worker::Tensor;
+
+// Uniform [-1, 1) images and labels 0..classes-1: what dlbench's synthetic runs feed.
+void FillSynthetic(Tensor& x, Tensor& labels, std::int64_t classes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (float& v : x.span()) v = value(rng);
+  std::uniform_int_distribution<std::int64_t> label(0, classes - 1);
+  for (float& l : labels.span()) l = static_cast<float>(label(rng));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_name = "fashion-cnn", log_level = "info";
+  std::int64_t batch = 32;
+  int iters = 20, warmup = 3;
+  std::uint64_t seed = 1;
+  bool describe = false;
+  phub::kernels::OptimizerConfig optimizer{.kind = phub::kernels::OptimizerKind::kMomentum,
+                                           .lr = 0.01f};
+
+  CLI::App app{"phub-worker: trains a model (forward, backward, optimizer step) and reports the "
+               "time per mini-batch. This build runs one worker on the CPU (oneDNN) with "
+               "synthetic data; --describe prints the model's layers and parameter count."};
+  app.add_option("--model", model_name, "Model: fashion-cnn, fcn5, alexnet, resnet56, resnet50")
+      ->capture_default_str();
+  app.add_option("--batch", batch, "Mini-batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_flag("--describe", describe, "Print the layers, their output shapes and parameters; exit");
+  app.add_option("--iters", iters, "Timed iterations")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--warmup", warmup, "Untimed iterations first")->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_option("--seed", seed, "Seed of the weights and of the synthetic data")->capture_default_str();
+  phub::kernels::AddOptimizerFlags(app, optimizer);
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (auto s = phub::SetUpLogging(log_level, "phub-worker"); !s.ok()) {
+    std::fprintf(stderr, "phub-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  try {
+    auto backend = phub::worker::MakeOnednnBackend();
+    auto model = phub::worker::MakeModel(model_name, batch);
+    model->Build(*backend, seed);
+    if (describe) {
+      std::printf("%s", model->Describe().c_str());
+      return 0;
+    }
+    phub::worker::LocalOptimizer opt(model->parameters(), optimizer);
+    spdlog::info("{} batch {} on {}: {} parameters, {} ({} warm-up + {} timed iterations)",
+                 model_name, batch, backend->Describe(), model->ParameterCount(),
+                 phub::kernels::Describe(optimizer), warmup, iters);
+    Tensor x = Tensor::Empty(model->input_shape());
+    Tensor labels = Tensor::Empty({batch});
+    std::vector<double> times;
+    for (int i = 0; i < warmup + iters; ++i) {
+      FillSynthetic(x, labels, model->output_shape()[1], seed + static_cast<std::uint64_t>(i));
+      const auto start = std::chrono::steady_clock::now();
+      model->Forward(x, true);
+      const double loss = model->Loss(labels);
+      model->Backward(labels);
+      opt.Step();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (i >= warmup) times.push_back(ms);
+      spdlog::info("iteration {}/{}{}: {:.1f} ms, loss {:.4f}", i + 1, warmup + iters,
+                   i < warmup ? " (warm-up)" : "", ms, loss);
+    }
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    std::printf("%s batch %lld: median %.1f ms per mini-batch, %.1f images/s (%d iterations)\n",
+                model_name.c_str(), static_cast<long long>(batch), median,
+                1000.0 * static_cast<double>(batch) / median, iters);
+  } catch (const std::invalid_argument& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  return 0;
+}
