@@ -391,7 +391,7 @@ cmd_exec() {
   [[ ${1:-} == -- ]] && shift
   (( $# >= 1 )) || die "exec: no command given"
   local ns=${PREFIX}${host}
-  rack_namespaces | grep -qx "$ns" || die "exec: no namespace $ns (is the rack up? hosts: $(rack_namespaces | sed "s/^$PREFIX//" | grep -v '^sw$' | tr '\n' ' '))"
+  rack_namespaces | grep -x "$ns" >/dev/null || die "exec: no namespace $ns (is the rack up? hosts: $(rack_namespaces | sed "s/^$PREFIX//" | grep -v '^sw$' | tr '\n' ' '))"
   exec ip netns exec "$ns" "$@"
 }
 

@@ -52,10 +52,15 @@ grep -qx "link_bits.ps=200000000" "$state" || fail "pbox PS link is not N*B"
 tcp_reaches w0 ps 10.77.0.100 || fail "w0 cannot reach ps over TCP"
 tcp_reaches w0 w1 10.77.0.11 || fail "w0 cannot reach w1 over TCP"
 for h in ps w0 w1; do
-  tc -n "phub-$h" qdisc show dev eth0 | grep -q htb || fail "no htb shaping on $h's eth0"
-  ip -n "phub-$h" -br addr show dev mgmt0 | grep -q 10.78.0. || fail "$h has no management leg"
+  # Output captured first: `cmd | grep -q` under pipefail fails when grep exits early and cmd
+  # gets SIGPIPE.
+  qdiscs=$(tc -n "phub-$h" qdisc show dev eth0)
+  [[ $qdiscs == *htb* ]] || fail "no htb shaping on $h's eth0"
+  addrs=$(ip -n "phub-$h" -br addr show dev mgmt0)
+  [[ $addrs == *10.78.0.* ]] || fail "$h has no management leg"
 done
-tc -n phub-sw qdisc show dev w0 | grep -q htb || fail "no shaping on the switch port towards w0"
+qdiscs=$(tc -n phub-sw qdisc show dev w0)
+[[ $qdiscs == *htb* ]] || fail "no shaping on the switch port towards w0"
 
 "$RACK" up --topology cloud --workers 3 --rate 100mbit >/dev/null 2>&1 || fail "second up (cloud N=3)"
 grep -qx "link_bits.ps=100000000" "$state" || fail "cloud PS link is not B"
