@@ -120,9 +120,9 @@ INSTANTIATE_TEST_SUITE_P(
     // FCN-5's sigmoids saturate: it leaves the uniform plateau (ln 8 here) slowly, so less.
     ::testing::Values(TrainCase{"fashion-cnn", 8, 25, 0.05f, 0.5},
                       TrainCase{"fcn5", 8, 25, 0.1f, 0.9},
-                      TrainCase{"resnet56", 4, 10, 0.05f, 0.7},
+                      TrainCase{"resnet56", 8, 12, 0.01f, 0.7},
                       TrainCase{"alexnet", 2, 8, 0.05f, 0.7},
-                      TrainCase{"resnet50", 2, 6, 0.05f, 0.7}),
+                      TrainCase{"resnet50", 2, 8, 0.01f, 0.7}),
     [](const auto& info) {
       std::string n = info.param.model;
       std::replace(n.begin(), n.end(), '-', '_');
