@@ -325,4 +325,64 @@ T SoftmaxCrossEntropyForward(const phub::worker::SoftmaxCrossEntropySpec& s,
   return total / static_cast<T>(s.batch);
 }
 
+// One LSTM layer from zero state, PyTorch's equations with one bias b (= b_ih + b_hh):
+//   gates = W_ih x_t + W_hh h_{t-1} + b, split into i, f, g, o blocks of H rows;
+//   c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g);  h_t = sigmoid(o) tanh(c_t).
+// x [T,N,I], w_ih [4H,I], w_hh [4H,H], b [4H] -> y [T,N,H] (the h_t).
+template <class T>
+std::vector<T> LstmForward(const phub::worker::LstmSpec& s, const std::vector<T>& x,
+                           const std::vector<T>& w_ih, const std::vector<T>& w_hh,
+                           const std::vector<T>& b) {
+  const std::int64_t H = s.hidden_size, I = s.input_size, N = s.batch;
+  detail::CheckSize(x, s.seq_len * N * I, "LstmForward x");
+  detail::CheckSize(w_ih, 4 * H * I, "LstmForward w_ih");
+  detail::CheckSize(w_hh, 4 * H * H, "LstmForward w_hh");
+  detail::CheckSize(b, 4 * H, "LstmForward b");
+  auto sigmoid = [](T v) { return T(1) / (T(1) + std::exp(-v)); };
+  std::vector<T> h(detail::Idx(N * H), T(0)), c(detail::Idx(N * H), T(0));
+  std::vector<T> y(detail::Idx(s.seq_len * N * H)), gates(detail::Idx(4 * H));
+  for (std::int64_t t = 0; t < s.seq_len; ++t) {
+    std::vector<T> h_next(h.size());
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T* xt = x.data() + (t * N + n) * I;
+      for (std::int64_t r = 0; r < 4 * H; ++r) {
+        T acc = b[detail::Idx(r)];
+        for (std::int64_t k = 0; k < I; ++k) acc += w_ih[detail::Idx(r * I + k)] * xt[k];
+        for (std::int64_t k = 0; k < H; ++k) acc += w_hh[detail::Idx(r * H + k)] * h[detail::Idx(n * H + k)];
+        gates[detail::Idx(r)] = acc;
+      }
+      for (std::int64_t j = 0; j < H; ++j) {
+        const std::size_t k = detail::Idx(n * H + j);
+        const T i_g = sigmoid(gates[detail::Idx(j)]), f_g = sigmoid(gates[detail::Idx(H + j)]);
+        const T g_g = std::tanh(gates[detail::Idx(2 * H + j)]);
+        const T o_g = sigmoid(gates[detail::Idx(3 * H + j)]);
+        c[k] = f_g * c[k] + i_g * g_g;
+        h_next[k] = o_g * std::tanh(c[k]);
+        y[detail::Idx((t * N + n) * H + j)] = h_next[k];
+      }
+    }
+    h = h_next;
+  }
+  return y;
+}
+
+// ids [count] (whole numbers in [0, vocab)) pick rows of table [vocab, dim] -> y [count, dim].
+template <class T>
+std::vector<T> EmbeddingForward(const phub::worker::EmbeddingSpec& s, const std::vector<T>& ids,
+                                const std::vector<T>& table) {
+  detail::CheckSize(ids, s.count, "EmbeddingForward ids");
+  detail::CheckSize(table, s.vocab * s.dim, "EmbeddingForward table");
+  std::vector<T> y;
+  y.reserve(detail::Idx(s.count * s.dim));
+  for (const T id : ids) {
+    if (!(id >= T(0) && id < static_cast<T>(s.vocab)) || std::floor(id) != id) {
+      throw std::invalid_argument("EmbeddingForward: id " + std::to_string(id) +
+                                  " is not a row of the table");
+    }
+    const auto row = table.begin() + static_cast<std::ptrdiff_t>(id) * s.dim;
+    y.insert(y.end(), row, row + s.dim);
+  }
+  return y;
+}
+
 }  // namespace phub::reference

@@ -356,5 +356,32 @@ TEST(FiniteDifference, RandomVectorIsSeededAndInRange) {
   }
 }
 
+// T=3, N=2, I=3, H=2 with patterned inputs; expected values from PyTorch's nn.LSTM in float64
+// with bias_ih = b and bias_hh = 0 (one bias is the same function):
+//   x[i] = 0.1*((7i) mod 11) - 0.5, w_ih[i] = 0.05*((5i) mod 13) - 0.3,
+//   w_hh[i] = 0.07*((3i) mod 7) - 0.2, b[i] = 0.1 i - 0.35; y, _ = lstm(x); print(y.flatten()).
+TEST(LstmReference, MatchesPyTorch) {
+  const phub::worker::LstmSpec s{.seq_len = 3, .batch = 2, .input_size = 3, .hidden_size = 2};
+  Vec x(18), w_ih(24), w_hh(16), b(8);
+  for (int i = 0; i < 18; ++i) x[i] = 0.1 * ((i * 7) % 11) - 0.5;
+  for (int i = 0; i < 24; ++i) w_ih[i] = 0.05 * ((i * 5) % 13) - 0.3;
+  for (int i = 0; i < 16; ++i) w_hh[i] = 0.07 * ((i * 3) % 7) - 0.2;
+  for (int i = 0; i < 8; ++i) b[i] = 0.1 * i - 0.35;
+  ExpectVecNear(LstmForward(s, x, w_ih, w_hh, b),
+                {-0.011208042852930922, 0.0, 0.017983408818690143, 0.04461261832923263,
+                 0.017118527188832378, 0.043328791228851915, 0.038538596913226066,
+                 0.0649272577989613, 0.036528567516608164, 0.09263370412022977,
+                 0.05319640397684838, 0.10197108640236954},
+                1e-15);
+}
+
+TEST(EmbeddingReference, PicksRowsAndRefusesBadIds) {
+  const phub::worker::EmbeddingSpec s{.count = 3, .vocab = 3, .dim = 2};
+  const Vec table{1, 2, 3, 4, 5, 6};
+  ExpectVecNear(EmbeddingForward(s, Vec{2, 0, 2}, table), {5, 6, 1, 2, 5, 6}, 0);
+  EXPECT_THROW(EmbeddingForward(s, Vec{0, 3, 1}, table), std::invalid_argument);
+  EXPECT_THROW(EmbeddingForward(s, Vec{0, 0.5, 1}, table), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace phub::reference

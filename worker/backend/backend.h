@@ -31,6 +31,8 @@ class Backend {
   virtual std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& spec) = 0;
   virtual std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
       const SoftmaxCrossEntropySpec& spec) = 0;
+  virtual std::unique_ptr<LstmOp> MakeLstm(const LstmSpec& spec) = 0;
+  virtual std::unique_ptr<EmbeddingOp> MakeEmbedding(const EmbeddingSpec& spec) = 0;
 
   // y = a + b (y may alias a or b): residual connections.
   virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;

@@ -96,4 +96,21 @@ void Validate(const SoftmaxCrossEntropySpec& s) {
   Positive("SoftmaxCrossEntropy", "classes", s.classes);
 }
 
+void Validate(const LstmSpec& s) {
+  Positive("LSTM", "seq_len", s.seq_len);
+  Positive("LSTM", "batch", s.batch);
+  Positive("LSTM", "input_size", s.input_size);
+  Positive("LSTM", "hidden_size", s.hidden_size);
+}
+
+void Validate(const EmbeddingSpec& s) {
+  Positive("Embedding", "count", s.count);
+  Positive("Embedding", "vocab", s.vocab);
+  Positive("Embedding", "dim", s.dim);
+  if (s.vocab > (std::int64_t{1} << 24)) {
+    throw std::invalid_argument(absl::StrCat("Embedding: vocab = ", s.vocab,
+                                             " > 2^24: ids are stored as floats, exact to 2^24"));
+  }
+}
+
 }  // namespace phub::worker

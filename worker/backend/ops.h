@@ -169,6 +169,43 @@ class ShortcutOp {
   virtual void Backward(const Tensor& dy, Tensor& dx) = 0;
 };
 
+// One unidirectional LSTM layer over a whole sequence, PyTorch's nn.LSTM equations with gate
+// order i, f, g, o (as oneDNN and cuDNN order them too) and ONE bias per gate (oneDNN has one;
+// PyTorch's b_ih + b_hh is the same function with a redundant parameter). Every sequence starts
+// from zero state (h0 = c0 = 0), so a mini-batch is self-contained.
+//   x [T, N, I], w_ih [4H, I], w_hh [4H, H], bias [4H] (rows in gate blocks) -> y [T, N, H].
+// Stacked layers are stacked ops (input size may differ from the hidden size in the first).
+struct LstmSpec {
+  std::int64_t seq_len = 1, batch = 1, input_size = 1, hidden_size = 1;
+};
+
+class LstmOp {
+ public:
+  virtual ~LstmOp() = default;
+  // training keeps what Backward needs (the library's workspace).
+  virtual void Forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
+                       const Tensor& bias, Tensor& y, bool training) = 0;
+  // After Forward(training) with the same x and weights: dx (if non-null), dw_ih, dw_hh, dbias.
+  virtual void Backward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
+                        const Tensor& bias, const Tensor& y, const Tensor& dy, Tensor* dx,
+                        Tensor& dw_ih, Tensor& dw_hh, Tensor& dbias) = 0;
+};
+
+// A lookup table: ids [count] (token indices stored as floats, on the device like every
+// input) pick rows of table [vocab, dim] -> y [count, dim]. Backward writes the dense table
+// gradient (zero, then each dy row added to its id's row): the PS exchanges it as any tensor.
+// An id outside [0, vocab) throws std::out_of_range naming it (checked on the host side).
+struct EmbeddingSpec {
+  std::int64_t count = 1, vocab = 1, dim = 1;
+};
+
+class EmbeddingOp {
+ public:
+  virtual ~EmbeddingOp() = default;
+  virtual void Forward(const Tensor& ids, const Tensor& table, Tensor& y) = 0;
+  virtual void Backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) = 0;
+};
+
 // Throw std::invalid_argument naming the bad field and its value (non-positive sizes, a kernel
 // larger than the padded input, negative padding, padding >= kernel, an even LRN size...).
 void Validate(const Conv2dSpec& spec);
@@ -178,5 +215,7 @@ void Validate(const PoolSpec& spec);
 void Validate(const LrnSpec& spec);
 void Validate(const SoftmaxCrossEntropySpec& spec);
 void Validate(const ShortcutSpec& spec);
+void Validate(const LstmSpec& spec);
+void Validate(const EmbeddingSpec& spec);
 
 }  // namespace phub::worker

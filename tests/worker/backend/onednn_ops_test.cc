@@ -247,6 +247,59 @@ TEST_F(OnednnOpsTest, LocalResponseNormForwardAndBackward) {
       dx, NumericGrad([&](const Vec& v) { return reference::LrnForward(s, v); }, x, r)));
 }
 
+TEST_F(OnednnOpsTest, LstmForwardAndBackwardThroughTime) {
+  // Input size differs from the hidden size (the first layer of a stack); T = 4 so gradients
+  // flow back through several steps of the recurrence.
+  LstmSpec s{.seq_len = 4, .batch = 3, .input_size = 5, .hidden_size = 6};
+  const std::int64_t H = s.hidden_size, I = s.input_size;
+  const Vec x = RandomFloats(4 * 3 * I, 40), w_ih = RandomFloats(4 * H * I, 41, -0.5, 0.5),
+            w_hh = RandomFloats(4 * H * H, 42, -0.5, 0.5), b = RandomFloats(4 * H, 43),
+            r = RandomFloats(4 * 3 * H, 44);
+  auto op = backend_->MakeLstm(s);
+  Tensor xt = ToTensor(x, {4, 3, I}), wi = ToTensor(w_ih, {4 * H, I}),
+         wh = ToTensor(w_hh, {4 * H, H}), bt = ToTensor(b, {4 * H});
+  Tensor y = Tensor::Empty({4, 3, H});
+  op->Forward(xt, wi, wh, bt, y, true);
+  EXPECT_TRUE(ForwardNear(y, reference::LstmForward(s, x, w_ih, w_hh, b)));
+  Tensor dy = ToTensor(r, {4, 3, H}), dx = Tensor::Empty({4, 3, I});
+  // Poisoned gradients: oneDNN accumulates into them, ours must overwrite.
+  Tensor dwi = Tensor::Filled({4 * H, I}, 7), dwh = Tensor::Filled({4 * H, H}, 7),
+         db = Tensor::Filled({4 * H}, 7);
+  for (int pass = 0; pass < 2; ++pass) {  // twice: the second must not add to the first
+    op->Backward(xt, wi, wh, bt, y, dy, &dx, dwi, dwh, db);
+  }
+  auto f = [&](const Vec& xv, const Vec& wiv, const Vec& whv, const Vec& bv) {
+    return reference::LstmForward(s, xv, wiv, whv, bv);
+  };
+  EXPECT_TRUE(BackwardNear(dx, NumericGrad([&](const Vec& v) { return f(v, w_ih, w_hh, b); }, x, r)));
+  EXPECT_TRUE(BackwardNear(dwi, NumericGrad([&](const Vec& v) { return f(x, v, w_hh, b); }, w_ih, r)));
+  EXPECT_TRUE(BackwardNear(dwh, NumericGrad([&](const Vec& v) { return f(x, w_ih, v, b); }, w_hh, r)));
+  EXPECT_TRUE(BackwardNear(db, NumericGrad([&](const Vec& v) { return f(x, w_ih, w_hh, v); }, b, r)));
+  // Without dx (the layer above an embedding still wants it; a first layer may not).
+  op->Backward(xt, wi, wh, bt, y, dy, nullptr, dwi, dwh, db);
+  EXPECT_TRUE(BackwardNear(db, NumericGrad([&](const Vec& v) { return f(x, w_ih, w_hh, v); }, b, r)));
+}
+
+TEST_F(OnednnOpsTest, EmbeddingGathersRowsAndScattersGradients) {
+  EmbeddingSpec s{.count = 6, .vocab = 4, .dim = 3};
+  const Vec ids = {2, 0, 2, 3, 2, 1}, table = RandomFloats(12, 45), r = RandomFloats(18, 46);
+  auto op = backend_->MakeEmbedding(s);
+  Tensor it = ToTensor(ids, {6}), tt = ToTensor(table, {4, 3}), y = Tensor::Empty({6, 3});
+  op->Forward(it, tt, y);
+  EXPECT_TRUE(ForwardNear(y, reference::EmbeddingForward(s, ids, table)));
+  Tensor dy = ToTensor(r, {6, 3}), dt = Tensor::Filled({4, 3}, 7);
+  op->Backward(it, dy, dt);
+  EXPECT_TRUE(BackwardNear(
+      dt, NumericGrad([&](const Vec& v) { return reference::EmbeddingForward(s, ids, v); }, table,
+                      r)));
+  // A bad id is refused, naming it, before anything is written.
+  Tensor bad = ToTensor({2, 0, 4, 3, 2, 1}, {6});
+  Tensor y_before = y.Clone();
+  EXPECT_THAT([&] { op->Forward(bad, tt, y); },
+              ::testing::ThrowsMessage<std::out_of_range>(::testing::HasSubstr("id 4 at position 2")));
+  EXPECT_EQ(ToVec(y), ToVec(y_before));
+}
+
 TEST_F(OnednnOpsTest, SoftmaxCrossEntropyLossAndGradient) {
   SoftmaxCrossEntropySpec s{.batch = 4, .classes = 10};
   const Vec logits = RandomFloats(40, 19, -3, 3);

@@ -61,6 +61,10 @@ class OnednnBackend final : public Backend {
       const SoftmaxCrossEntropySpec& s) override {
     return onednn::MakeSoftmaxCrossEntropy(ctx_, s);
   }
+  std::unique_ptr<LstmOp> MakeLstm(const LstmSpec& s) override { return onednn::MakeLstm(ctx_, s); }
+  std::unique_ptr<EmbeddingOp> MakeEmbedding(const EmbeddingSpec& s) override {
+    return onednn::MakeEmbedding(ctx_, s);
+  }
 
   void Add(const Tensor& a, const Tensor& b, Tensor& y) override {
     const dims flat = {a.numel()};

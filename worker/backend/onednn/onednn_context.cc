@@ -1,5 +1,7 @@
 #include "worker/backend/onednn/onednn_context.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -46,27 +48,44 @@ dnnl::memory Wrap(Context& ctx, const dims& shape, const Tensor& t) {
 }
 
 Staged::Staged(Context& ctx, const dims& shape, const dnnl::memory::desc& wanted)
-    : shape_(shape), plain_(PlainDesc(shape)), wanted_(wanted) {
+    : Staged(ctx, PlainDesc(shape), wanted) {}
+
+Staged::Staged(Context& ctx, const dnnl::memory::desc& user, const dnnl::memory::desc& wanted)
+    : plain_(user), wanted_(wanted) {
   if (wanted_ == plain_) return;
   scratch_ = dnnl::memory(wanted_, ctx.engine);
   to_wanted_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, plain_, ctx.engine, wanted_));
   to_plain_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, wanted_, ctx.engine, plain_));
 }
 
+dnnl::memory Staged::User(Context& ctx, const Tensor& t) const {
+  if (static_cast<std::size_t>(t.bytes()) != plain_.get_size()) {
+    throw std::invalid_argument(absl::StrCat("oneDNN backend: tensor ", t.ToString(), " holds ",
+                                             t.bytes(), " bytes, the op expects ",
+                                             plain_.get_size()));
+  }
+  return dnnl::memory(plain_, ctx.engine, const_cast<float*>(t.data()));
+}
+
 dnnl::memory Staged::In(Context& ctx, const Tensor& t) {
-  dnnl::memory user = Wrap(ctx, shape_, t);
+  dnnl::memory user = User(ctx, t);
   if (!scratch_) return user;
   to_wanted_.execute(ctx.stream, user, scratch_);
   return scratch_;
 }
 
 dnnl::memory Staged::Out(Context& ctx, Tensor& t) {
-  return scratch_ ? scratch_ : Wrap(ctx, shape_, t);
+  return scratch_ ? scratch_ : User(ctx, t);
+}
+
+void Staged::ZeroOut(Context& ctx, Tensor& t) {
+  dnnl::memory m = Out(ctx, t);
+  std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
 }
 
 void Staged::Finish(Context& ctx, Tensor& t) {
   if (!scratch_) return;
-  dnnl::memory user = Wrap(ctx, shape_, t);
+  dnnl::memory user = User(ctx, t);
   to_plain_.execute(ctx.stream, scratch_, user);
 }
 

@@ -36,14 +36,19 @@ class Staged {
  public:
   Staged() = default;
   Staged(Context& ctx, const dims& shape, const dnnl::memory::desc& wanted);
+  // The user's bytes in a layout other than the plain row-major one (an LSTM's ldgoi weights).
+  Staged(Context& ctx, const dnnl::memory::desc& user, const dnnl::memory::desc& wanted);
   // Input: returns memory in the wanted layout holding t's values.
   dnnl::memory In(Context& ctx, const Tensor& t);
   // Output: memory to give the primitive; call Finish after it ran to land it in t.
   dnnl::memory Out(Context& ctx, Tensor& t);
   void Finish(Context& ctx, Tensor& t);
+  // Zeroes what Out returns (for primitives that accumulate into their output).
+  void ZeroOut(Context& ctx, Tensor& t);
 
  private:
-  dims shape_;
+  dnnl::memory User(Context& ctx, const Tensor& t) const;
+
   dnnl::memory::desc plain_, wanted_;
   dnnl::memory scratch_;  // empty when no reorder is needed
   dnnl::reorder to_wanted_, to_plain_;  // made once: creating a reorder JIT-compiles it

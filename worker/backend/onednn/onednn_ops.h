@@ -19,5 +19,7 @@ std::unique_ptr<ShortcutOp> MakeShortcut(Context& ctx, const ShortcutSpec& spec)
 std::unique_ptr<LrnOp> MakeLrn(Context& ctx, const LrnSpec& spec);
 std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(Context& ctx,
                                                                const SoftmaxCrossEntropySpec& spec);
+std::unique_ptr<LstmOp> MakeLstm(Context& ctx, const LstmSpec& spec);
+std::unique_ptr<EmbeddingOp> MakeEmbedding(Context& ctx, const EmbeddingSpec& spec);
 
 }  // namespace phub::worker::onednn
