@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "phub/common/logging.h"
@@ -14,21 +13,7 @@
 #include "worker/backend/onednn/onednn_backend.h"
 #include "worker/nn/models/models.h"
 #include "worker/train/local_optimizer.h"
-
-namespace {
-
-using phub::worker::Tensor;
-
-// Uniform [-1, 1) images and labels 0..classes-1: what dlbench's synthetic runs feed.
-void FillSynthetic(Tensor& x, Tensor& labels, std::int64_t classes, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (float& v : x.span()) v = value(rng);
-  std::uniform_int_distribution<std::int64_t> label(0, classes - 1);
-  for (float& l : labels.span()) l = static_cast<float>(label(rng));
-}
-
-}  // namespace
+#include "worker/train/synthetic_data.h"
 
 int main(int argc, char** argv) {
   std::string model_name = "fashion-cnn", log_level = "info";
@@ -42,7 +27,7 @@ int main(int argc, char** argv) {
   CLI::App app{"phub-worker: trains a model (forward, backward, optimizer step) and reports the "
                "time per mini-batch. This build runs one worker on the CPU (oneDNN) with "
                "synthetic data; --describe prints the model's layers and parameter count."};
-  app.add_option("--model", model_name, "Model: fashion-cnn, fcn5, alexnet, resnet56, resnet50")
+  app.add_option("--model", model_name, "Model: fashion-cnn, fcn5, alexnet, resnet56, resnet50, lstm")
       ->capture_default_str();
   app.add_option("--batch", batch, "Mini-batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_flag("--describe", describe, "Print the layers, their output shapes and parameters; exit");
@@ -70,15 +55,14 @@ int main(int argc, char** argv) {
     spdlog::info("{} batch {} on {}: {} parameters, {} ({} warm-up + {} timed iterations)",
                  model_name, batch, backend->Describe(), model->ParameterCount(),
                  phub::kernels::Describe(optimizer), warmup, iters);
-    Tensor x = Tensor::Empty(model->input_shape());
-    Tensor labels = Tensor::Empty({batch});
+    phub::worker::Batch data = phub::worker::MakeSyntheticBatch(*model);
     std::vector<double> times;
     for (int i = 0; i < warmup + iters; ++i) {
-      FillSynthetic(x, labels, model->output_shape()[1], seed + static_cast<std::uint64_t>(i));
+      phub::worker::FillSynthetic(*model, data, seed + static_cast<std::uint64_t>(i));
       const auto start = std::chrono::steady_clock::now();
-      model->Forward(x, true);
-      const double loss = model->Loss(labels);
-      model->Backward(labels);
+      model->Forward(data.x, true);
+      const double loss = model->Loss(data.labels);
+      model->Backward(data.labels);
       opt.Step();
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -88,7 +72,7 @@ int main(int argc, char** argv) {
     }
     std::sort(times.begin(), times.end());
     const double median = times[times.size() / 2];
-    std::printf("%s batch %lld: median %.1f ms per mini-batch, %.1f images/s (%d iterations)\n",
+    std::printf("%s batch %lld: median %.1f ms per mini-batch, %.1f samples/s (%d iterations)\n",
                 model_name.c_str(), static_cast<long long>(batch), median,
                 1000.0 * static_cast<double>(batch) / median, iters);
   } catch (const std::invalid_argument& e) {

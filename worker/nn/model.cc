@@ -9,7 +9,8 @@
 
 namespace phub::worker {
 
-Model::Model(std::string name, Shape input) : name_(std::move(name)) {
+Model::Model(std::string name, Shape input, std::int64_t input_vocab)
+    : name_(std::move(name)), input_vocab_(input_vocab) {
   nodes_.push_back(Node{nullptr, {}, std::move(input), {}, {}, {}});
 }
 

@@ -21,8 +21,9 @@ class Model {
   using NodeId = int;
   static constexpr NodeId kInput = 0;
 
-  // `input` includes the batch: [N, C, H, W] for images, [N, F] for features.
-  Model(std::string name, Shape input);
+  // `input` includes the batch: [N, C, H, W] for images, [N, F] for features, [T, N] for token
+  // sequences, whose ids lie in [0, input_vocab) (0: the input is real-valued).
+  Model(std::string name, Shape input, std::int64_t input_vocab = 0);
 
   // Adds a layer fed by earlier nodes; returns its node. Layer names must be unique.
   NodeId Add(std::unique_ptr<Layer> layer, std::vector<NodeId> inputs);
@@ -46,6 +47,7 @@ class Model {
   const std::string& name() const { return name_; }
   const Shape& input_shape() const { return nodes_[kInput].shape; }
   const Shape& output_shape() const { return nodes_.back().shape; }
+  std::int64_t input_vocab() const { return input_vocab_; }
   // Every parameter in a stable order (layers as added; weight before bias): the key table's.
   std::vector<Parameter*> parameters();
   std::int64_t ParameterCount() const;
@@ -61,6 +63,7 @@ class Model {
   };
 
   std::string name_;
+  std::int64_t input_vocab_;
   std::vector<Node> nodes_;
   Backend* backend_ = nullptr;
   std::unique_ptr<SoftmaxCrossEntropyOp> loss_;

@@ -15,6 +15,7 @@
 #include "worker/nn/layers/layers.h"
 #include "worker/nn/models/models.h"
 #include "worker/train/local_optimizer.h"
+#include "worker/train/synthetic_data.h"
 
 namespace phub::worker {
 namespace {
@@ -47,6 +48,30 @@ std::unique_ptr<Model> TinyResidual() {
   return m;
 }
 
+// Every parameter's gradient from Backward (after a Forward and Loss on x) against central
+// differences of the model's own float32 loss, 6 elements of every parameter.
+void ExpectGradientsMatchFiniteDifferences(Model& m, const Tensor& x, const Tensor& labels) {
+  // Float32 forward: a step large enough for its rounding (~1e-4 here), small enough to cross
+  // few ReLU kinks.
+  const double h = 1e-3;
+  for (Parameter* p : m.parameters()) {
+    for (std::int64_t i = 0; i < p->value.numel(); i += std::max<std::int64_t>(1, p->value.numel() / 6)) {
+      float& w = p->value.data()[i];
+      const float saved = w;
+      w = saved + static_cast<float>(h);
+      m.Forward(x, true);
+      const double plus = m.Loss(labels);
+      w = saved - static_cast<float>(h);
+      m.Forward(x, true);
+      const double minus = m.Loss(labels);
+      w = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      EXPECT_NEAR(p->grad.data()[i], numeric, 2e-3 + 3e-2 * std::abs(numeric))
+          << p->name << "[" << i << "]";
+    }
+  }
+}
+
 TEST(ModelTest, BackwardMatchesFiniteDifferencesOfTheLoss) {
   auto backend = MakeOnednnBackend();
   auto m = TinyResidual();
@@ -59,25 +84,28 @@ TEST(ModelTest, BackwardMatchesFiniteDifferencesOfTheLoss) {
   m->Backward(labels, [&](Layer& l) { hooked.push_back(l.name()); });
   EXPECT_THAT(hooked, ::testing::ElementsAre("fc", "c2", "bn", "c1"));
 
-  // Float32 forward: a step large enough for its rounding (~1e-4 here), small enough to cross
-  // few ReLU kinks; 6 elements of every parameter.
-  const double h = 1e-3;
-  for (Parameter* p : m->parameters()) {
-    for (std::int64_t i = 0; i < p->value.numel(); i += std::max<std::int64_t>(1, p->value.numel() / 6)) {
-      float& w = p->value.data()[i];
-      const float saved = w;
-      w = saved + static_cast<float>(h);
-      m->Forward(x, true);
-      const double plus = m->Loss(labels);
-      w = saved - static_cast<float>(h);
-      m->Forward(x, true);
-      const double minus = m->Loss(labels);
-      w = saved;
-      const double numeric = (plus - minus) / (2 * h);
-      EXPECT_NEAR(p->grad.data()[i], numeric, 2e-3 + 3e-2 * std::abs(numeric))
-          << p->name << "[" << i << "]";
-    }
-  }
+  ExpectGradientsMatchFiniteDifferences(*m, x, labels);
+}
+
+// Embedding -> LSTM -> LSTM -> Linear at every step: the sequence model's wiring (ids in, a
+// rank-3 Linear, [T*N, vocab] logits, the embedding's scattered gradient).
+TEST(ModelTest, SequenceModelBackwardMatchesFiniteDifferencesOfTheLoss) {
+  auto backend = MakeOnednnBackend();
+  auto m = std::make_unique<Model>("tiny-lm", Shape{3, 2}, 5);
+  auto x = m->Add(std::make_unique<Embedding>("embed", 5, 3), Model::kInput);
+  x = m->Add(std::make_unique<Lstm>("lstm1", 4), x);
+  x = m->Add(std::make_unique<Lstm>("lstm2", 4), x);
+  m->Add(std::make_unique<Linear>("decoder", 5), x);
+  m->Build(*backend, 3);
+  EXPECT_EQ(m->output_shape(), (Shape{6, 5}));
+  const Tensor ids = Labels({4, 0, 2, 2, 1, 4});  // [T=3, N=2], id 3 unused: zero gradient row
+  const Tensor labels = Labels({0, 1, 2, 3, 4, 0});
+  m->Forward(ids.Reshaped({3, 2}), true);
+  m->Loss(labels);
+  m->Backward(labels);
+  const Parameter* embed = m->parameters()[0];
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(embed->grad.data()[3 * 3 + j], 0.0f);
+  ExpectGradientsMatchFiniteDifferences(*m, ids.Reshaped({3, 2}), labels);
 }
 
 struct TrainCase {
@@ -97,9 +125,11 @@ TEST_P(ModelTrainingTest, SgdStepsOnAFixedBatchLowerTheLoss) {
   auto backend = MakeOnednnBackend();
   auto m = MakeModel(c.model, c.batch);
   m->Build(*backend, 1);
-  const Tensor x = RandomTensor(m->input_shape(), 3);
+  Batch data = MakeSyntheticBatch(*m);
+  FillSynthetic(*m, data, 3);  // ids for the LSTM, uniform [-1, 1) for the rest
+  const Tensor& x = data.x;
   std::vector<float> labels;
-  for (std::int64_t i = 0; i < c.batch; ++i) labels.push_back(static_cast<float>(i % 10));
+  for (std::int64_t i = 0; i < m->output_shape()[0]; ++i) labels.push_back(static_cast<float>(i % 10));
   const Tensor y = Labels(labels);
   LocalOptimizer opt(m->parameters(),
                      {.kind = kernels::OptimizerKind::kMomentum, .lr = c.lr});
@@ -122,7 +152,8 @@ INSTANTIATE_TEST_SUITE_P(
                       TrainCase{"fcn5", 8, 25, 0.1f, 0.9},
                       TrainCase{"resnet56", 8, 12, 0.01f, 0.7},
                       TrainCase{"alexnet", 2, 8, 0.05f, 0.7},
-                      TrainCase{"resnet50", 2, 8, 0.01f, 0.7}),
+                      TrainCase{"resnet50", 2, 8, 0.01f, 0.7},
+                      TrainCase{"lstm", 2, 12, 0.5f, 0.5}),
     [](const auto& info) {
       std::string n = info.param.model;
       std::replace(n.begin(), n.end(), '-', '_');
@@ -144,6 +175,10 @@ TEST(ModelTest, ParameterCountsMatchThePublishedFigures) {
   auto fcn5 = MakeFcn5(1);
   fcn5->Build(*backend, 0);
   EXPECT_EQ(fcn5->ParameterCount(), 14'205'962);  // 784*2048+2048 + 2048*4096+4096 + ...
+  auto lstm = MakeLstmLanguageModel(1);
+  lstm->Build(*backend, 0);
+  // embedding 10000*256; 2 x LSTM 4*256*(256+256)+4*256 (one bias); decoder 256*10000+10000
+  EXPECT_EQ(lstm->ParameterCount(), 6'180'624);
   auto cnn = MakeFashionCnn(1);
   cnn->Build(*backend, 0);
   // conv1 32*25+32, conv2 64*32*25+64, fc1 3136*1024+1024, fc2 1024*10+10

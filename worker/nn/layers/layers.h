@@ -32,7 +32,9 @@ class Conv2d final : public Layer {
   Tensor no_bias_;  // an empty tensor passed as the bias when there is none
 };
 
-// y = x W^T + b; a rank-4 input [N, C, H, W] is flattened to [N, C*H*W].
+// y = x W^T + b; a rank-4 input [N, C, H, W] is flattened to [N, C*H*W]; a rank-3 sequence
+// [T, N, F] is applied at every step, as rows [T*N, F] (the output stays [T*N, Out], the shape
+// the sequence loss wants).
 class Linear final : public Layer {
  public:
   Linear(std::string name, std::int64_t out_features, bool bias = true)
@@ -181,6 +183,45 @@ class Add final : public Layer {
 
  private:
   Backend* backend_ = nullptr;
+};
+
+// A lookup table: token ids [T, N] (floats holding whole numbers, the model's input) ->
+// [T, N, dim]. Initialised uniform(-0.1, 0.1), the PTB language models' init_range.
+class Embedding final : public Layer {
+ public:
+  Embedding(std::string name, std::int64_t vocab, std::int64_t dim)
+      : Layer(std::move(name)), vocab_(vocab), dim_(dim) {}
+  std::string Kind() const override { return "Embedding"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  std::int64_t vocab_, dim_;
+  Shape ids_, flat_y_;
+  std::unique_ptr<EmbeddingOp> op_;
+};
+
+// One LSTM layer over the sequence, [T, N, In] -> [T, N, hidden], from zero state each
+// mini-batch; parameters weight_ih [4H, In], weight_hh [4H, H], bias [4H] (gate order i, f, g, o;
+// one bias, see ops.h), initialised uniform(-1/sqrt(H), 1/sqrt(H)) as PyTorch does. Stack
+// layers for a multi-layer LSTM: each layer's gradients are final, and handed to the exchange,
+// as soon as its own backward is done.
+class Lstm final : public Layer {
+ public:
+  Lstm(std::string name, std::int64_t hidden) : Layer(std::move(name)), hidden_(hidden) {}
+  std::string Kind() const override { return "LSTM"; }
+  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
+  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                std::span<Tensor* const> dinputs) override;
+
+ private:
+  std::int64_t hidden_;
+  std::unique_ptr<LstmOp> op_;
 };
 
 }  // namespace phub::worker

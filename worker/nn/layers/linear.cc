@@ -8,10 +8,13 @@ namespace phub::worker {
 Shape Linear::Setup(Backend& backend, std::span<const Shape> inputs) {
   ExpectInputs(inputs, 1, 0);
   const Shape& x = inputs[0];
-  if (x.rank() != 2 && x.rank() != 4) Fail("expects [N, In] or [N, C, H, W], got " + x.ToString());
-  const std::int64_t in = x.numel() / x[0];
-  flat_ = Shape{x[0], in};
-  LinearSpec s{.batch = x[0], .in_features = in, .out_features = out_, .bias = bias_};
+  if (x.rank() < 2 || x.rank() > 4) {
+    Fail("expects [N, In], [T, N, In] or [N, C, H, W], got " + x.ToString());
+  }
+  const std::int64_t rows = x.rank() == 3 ? x[0] * x[1] : x[0];
+  const std::int64_t in = x.numel() / rows;
+  flat_ = Shape{rows, in};
+  LinearSpec s{.batch = rows, .in_features = in, .out_features = out_, .bias = bias_};
   try {
     op_ = backend.MakeLinear(s);
   } catch (const std::invalid_argument& e) {
@@ -19,7 +22,7 @@ Shape Linear::Setup(Backend& backend, std::span<const Shape> inputs) {
   }
   AddParameter(backend, "weight", {out_, in});
   if (bias_) AddParameter(backend, "bias", {out_});
-  return {x[0], out_};
+  return {rows, out_};
 }
 
 void Linear::InitParameters(Backend& backend, std::mt19937_64& rng) {

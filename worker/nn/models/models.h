@@ -27,7 +27,14 @@ std::unique_ptr<Model> MakeResNet56(std::int64_t batch);
 // each bottleneck), input [N, 3, 224, 224], 1000 classes: 25,557,032 parameters.
 std::unique_ptr<Model> MakeResNet50(std::int64_t batch, std::int64_t image = 224);
 
-// By name ("fashion-cnn", "fcn5", "alexnet", "resnet56", "resnet50"); std::invalid_argument listing the names otherwise.
+// dlbench's LSTM (its Torch rnn config: PTB-sized vocabulary of 10,000, two LSTM layers of 256,
+// 32 steps): embedding 256 -> LSTM 256 -> LSTM 256 -> a 10,000-way decoder at every step.
+// Input [seq_len, N] token ids, logits [seq_len*N, 10000], labels the next token of each step.
+// 6,180,624 parameters (PyTorch's nn.LSTM counts 2,048 more: a second, redundant bias).
+std::unique_ptr<Model> MakeLstmLanguageModel(std::int64_t batch, std::int64_t seq_len = 32);
+
+// By name ("fashion-cnn", "fcn5", "alexnet", "resnet56", "resnet50", "lstm");
+// std::invalid_argument listing the names otherwise.
 std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch);
 std::vector<std::string> ModelNames();
 

@@ -5,7 +5,9 @@
 
 namespace phub::worker {
 
-std::vector<std::string> ModelNames() { return {"fashion-cnn", "fcn5", "alexnet", "resnet56", "resnet50"}; }
+std::vector<std::string> ModelNames() {
+  return {"fashion-cnn", "fcn5", "alexnet", "resnet56", "resnet50", "lstm"};
+}
 
 std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch) {
   if (batch < 1) throw std::invalid_argument("batch must be >= 1");
@@ -14,6 +16,7 @@ std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch) {
   if (name == "alexnet") return MakeAlexNet(batch);
   if (name == "resnet56") return MakeResNet56(batch);
   if (name == "resnet50") return MakeResNet50(batch);
+  if (name == "lstm") return MakeLstmLanguageModel(batch);
   throw std::invalid_argument("unknown model '" + name + "': use one of " +
                               absl::StrJoin(ModelNames(), ", "));
 }
