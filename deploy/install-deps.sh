@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package PHub needs to build, test, run the demo and plot benchmarks.
 # Idempotent: packages already present are skipped, `apt-get update` runs at most once.
+# --torch also installs PyTorch (Debian's python3-torch, CPU) for bench/train's reference: large,
+# so only the benchmark asks for it.
 # Each package and why it was chosen: docs/dependencies.md.
 set -euo pipefail
 
@@ -21,6 +23,14 @@ PACKAGES=(
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)
   openmpi-bin libopenmpi-dev # Open MPI (mpirun, MPI_Allreduce): baseline (phub_mpi_worker)
 )
+
+if [[ "${1:-}" == "--torch" ]]; then
+  # libopenblas0-pthread: without it python3-torch's BLAS is the reference one, ~25x slower.
+  PACKAGES+=(python3-torch libopenblas0-pthread)
+elif [[ -n "${1:-}" ]]; then
+  echo "install-deps: unknown option '$1' (the only one is --torch)" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

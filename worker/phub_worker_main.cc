@@ -11,12 +11,15 @@
 #include "phub/common/logging.h"
 #include "phub/kernels/optimizer_flags.h"
 #include "worker/backend/onednn/onednn_backend.h"
+#ifdef PHUB_HAVE_CUDNN
+#include "worker/backend/cudnn/cudnn_backend.h"
+#endif
 #include "worker/nn/models/models.h"
 #include "worker/train/local_optimizer.h"
 #include "worker/train/synthetic_data.h"
 
 int main(int argc, char** argv) {
-  std::string model_name = "fashion-cnn", log_level = "info";
+  std::string model_name = "fashion-cnn", log_level = "info", backend_name = "onednn";
   std::int64_t batch = 32;
   int iters = 20, warmup = 3;
   std::uint64_t seed = 1;
@@ -25,11 +28,15 @@ int main(int argc, char** argv) {
                                            .lr = 0.01f};
 
   CLI::App app{"phub-worker: trains a model (forward, backward, optimizer step) and reports the "
-               "time per mini-batch. This build runs one worker on the CPU (oneDNN) with "
-               "synthetic data; --describe prints the model's layers and parameter count."};
+               "time per mini-batch. This build runs one worker on the CPU (oneDNN) or a GPU "
+               "(cuDNN) with synthetic data; --describe prints the model's layers and parameter count."};
   app.add_option("--model", model_name, "Model: fashion-cnn, fcn5, alexnet, resnet56, resnet50, lstm")
       ->capture_default_str();
   app.add_option("--batch", batch, "Mini-batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--backend", backend_name,
+                 "onednn (CPU) or cudnn (GPU 0; only in builds with CUDA and cuDNN)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"onednn", "cudnn"}));
   app.add_flag("--describe", describe, "Print the layers, their output shapes and parameters; exit");
   app.add_option("--iters", iters, "Timed iterations")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   app.add_option("--warmup", warmup, "Untimed iterations first")->capture_default_str()->check(CLI::Range(0, 1 << 30));
@@ -44,7 +51,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto backend = phub::worker::MakeOnednnBackend();
+    std::unique_ptr<phub::worker::Backend> backend;
+    if (backend_name == "cudnn") {
+#ifdef PHUB_HAVE_CUDNN
+      backend = phub::worker::MakeCudnnBackend(0);
+#else
+      spdlog::error("--backend cudnn: this phub-worker was built without CUDA/cuDNN; rebuild "
+                    "where /usr/local/cuda has them (PHUB_WITH_CUDA=ON), or use --backend onednn");
+      return 2;
+#endif
+    } else {
+      backend = phub::worker::MakeOnednnBackend();
+    }
     auto model = phub::worker::MakeModel(model_name, batch);
     model->Build(*backend, seed);
     if (describe) {
@@ -78,6 +96,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     return 2;
+  } catch (const std::exception& e) {  // a device or library failure (cuDNN, CUDA, oneDNN)
+    spdlog::error("{}", e.what());
+    return 1;
   }
   return 0;
 }

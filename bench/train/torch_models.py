@@ -4,7 +4,7 @@ and a timer for one mini-batch: forward, cross-entropy, backward, momentum-SGD s
 the reference bench/train prints beside phub-worker, measured in the same run.
 
 Usage: /usr/bin/python3 bench/train/torch_models.py --model resnet56 --batch 64 \
-           [--iters 20] [--warmup 3] [--threads 2] [--channels-last]
+           [--iters 20] [--warmup 3] [--threads 2] [--channels-last] [--device cpu|cuda]
 Prints one JSON line: model, batch, threads, parameters, median_ms, times_ms.
 Debian's python3-torch (1.13, CPU); install libopenblas0-pthread or its BLAS is ~25x slower.
 """
@@ -96,37 +96,66 @@ def resnet50():
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
 
 
-MODELS = {  # name: (builder, input shape without the batch, classes)
+class LstmLanguageModel(nn.Module):
+    """worker/nn/models/lstm_lm.cc: embedding 256, two LSTM layers of 256, a 10,000-way decoder
+    at every step. nn.LSTM has two biases per layer where ours has one (the same function):
+    2,048 parameters more, nothing in the time."""
+
+    def __init__(self, vocab=10000, hidden=256):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.lstm = nn.LSTM(hidden, hidden, num_layers=2)
+        self.decoder = nn.Linear(hidden, vocab)
+
+    def forward(self, ids):  # [T, N] -> [T*N, vocab]
+        y, _ = self.lstm(self.embed(ids))
+        return self.decoder(y.reshape(-1, y.shape[-1]))
+
+
+SEQ_LEN = 32  # dlbench's LSTM: 32 steps
+
+MODELS = {  # name: (builder, input shape without the batch, classes); "tokens": [SEQ_LEN, N] ids
     "fashion-cnn": (fashion_cnn, (1, 28, 28), 10),
     "fcn5": (fcn5, (784,), 10),
     "alexnet": (alexnet, (3, 224, 224), 1000),
     "resnet56": (resnet56, (3, 32, 32), 10),
     "resnet50": (resnet50, (3, 224, 224), 1000),
+    "lstm": (LstmLanguageModel, "tokens", 10000),
 }
 
 
-def time_model(name, batch, iters, warmup, threads, channels_last=False, seed=1):
+def time_model(name, batch, iters, warmup, threads, channels_last=False, seed=1, device="cpu"):
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True  # autotuned algorithms, as our cuDNN backend
     build, shape, classes = MODELS[name]
-    model = build()
-    x = torch.rand((batch,) + shape) * 2 - 1
-    y = torch.randint(0, classes, (batch,))
-    if channels_last and len(shape) == 3:
+    model = build().to(device)
+    if shape == "tokens":
+        x = torch.randint(0, classes, (SEQ_LEN, batch), device=device)
+        y = torch.randint(0, classes, (SEQ_LEN * batch,), device=device)
+    else:
+        x = torch.rand((batch,) + shape, device=device) * 2 - 1
+        y = torch.randint(0, classes, (batch,), device=device)
+    if channels_last and shape != "tokens" and len(shape) == 3:
         model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     times = []
     for i in range(warmup + iters):
+        sync()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        sync()
         ms = (time.perf_counter() - start) * 1e3
         if i >= warmup:
             times.append(ms)
-    return {"model": name, "batch": batch, "threads": threads,
+    return {"model": name, "batch": batch, "threads": threads, "device": device,
+            "torch": torch.__version__,
             "parameters": sum(p.numel() for p in model.parameters()),
             "median_ms": statistics.median(times), "times_ms": times}
 
@@ -139,10 +168,15 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = p.parse_args()
     if a.batch < 1 or a.iters < 1 or a.warmup < 0 or a.threads < 1:
         sys.exit("torch_models.py: --batch, --iters, --threads must be >= 1 and --warmup >= 0")
-    print(json.dumps(time_model(a.model, a.batch, a.iters, a.warmup, a.threads, a.channels_last)))
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("torch_models.py: --device cuda but this PyTorch sees no CUDA device "
+                 f"(torch {torch.__version__}); use --device cpu")
+    print(json.dumps(time_model(a.model, a.batch, a.iters, a.warmup, a.threads, a.channels_last,
+                                device=a.device)))
 
 
 if __name__ == "__main__":
