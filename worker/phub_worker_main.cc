@@ -18,6 +18,8 @@
 #include "worker/train/local_optimizer.h"
 #include "worker/train/synthetic_data.h"
 
+using phub::worker::Tensor;
+
 int main(int argc, char** argv) {
   std::string model_name = "fashion-cnn", log_level = "info", backend_name = "onednn";
   std::int64_t batch = 32;
@@ -69,19 +71,25 @@ int main(int argc, char** argv) {
       std::printf("%s", model->Describe().c_str());
       return 0;
     }
-    phub::worker::LocalOptimizer opt(model->parameters(), optimizer);
+    phub::worker::LocalOptimizer opt(model->parameters(), optimizer, *backend);
     spdlog::info("{} batch {} on {}: {} parameters, {} ({} warm-up + {} timed iterations)",
                  model_name, batch, backend->Describe(), model->ParameterCount(),
                  phub::kernels::Describe(optimizer), warmup, iters);
     phub::worker::Batch data = phub::worker::MakeSyntheticBatch(*model);
+    // The input on the backend's device (the host batch itself on the CPU); labels stay on the
+    // host (ops.h).
+    Tensor x = backend->device() == phub::worker::Device::kCpu ? data.x
+                                                               : backend->Allocate(data.x.shape());
     std::vector<double> times;
     for (int i = 0; i < warmup + iters; ++i) {
       phub::worker::FillSynthetic(*model, data, seed + static_cast<std::uint64_t>(i));
       const auto start = std::chrono::steady_clock::now();
-      model->Forward(data.x, true);
+      if (x.data() != data.x.data()) backend->CopyFromHost(data.x, x);  // timed, as in PyTorch's .to()
+      model->Forward(x, true);
       const double loss = model->Loss(data.labels);
       model->Backward(data.labels);
       opt.Step();
+      backend->Synchronize();
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       if (i >= warmup) times.push_back(ms);

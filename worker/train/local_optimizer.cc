@@ -6,17 +6,17 @@
 namespace phub::worker {
 
 LocalOptimizer::LocalOptimizer(std::vector<Parameter*> params,
-                               const kernels::OptimizerConfig& config)
-    : params_(std::move(params)), config_(config) {
+                               const kernels::OptimizerConfig& config, Backend& backend)
+    : params_(std::move(params)), config_(config), backend_(backend) {
   if (auto status = kernels::Validate(config); !status.ok()) {
     throw std::invalid_argument(std::string(status.message()));
   }
   const int arrays = kernels::StateArrays(config.kind);
   for (Parameter* p : params_) {
-    if (p->value.device() != Device::kCpu) {
-      throw std::invalid_argument("LocalOptimizer: parameter " + p->name +
-                                  " is on the GPU; the local optimizer steps host tensors");
-    }
+    const bool on_device = p->value.device() != Device::kCpu;
+    host_value_.push_back(on_device ? Tensor::Empty(p->value.shape()) : Tensor());
+    host_grad_.push_back(on_device ? Tensor::Empty(p->value.shape()) : Tensor());
+    if (on_device) backend_.CopyToHost(p->value, host_value_.back());
     state_.emplace_back(arrays, std::vector<float>(static_cast<std::size_t>(p->value.numel()), 0));
   }
 }
@@ -24,11 +24,17 @@ LocalOptimizer::LocalOptimizer(std::vector<Parameter*> params,
 void LocalOptimizer::Step() {
   ++step_;
   for (std::size_t k = 0; k < params_.size(); ++k) {
-    const float* grad = params_[k]->grad.data();
+    Parameter& p = *params_[k];
+    const bool on_device = host_value_[k].defined();
+    // The host copy of a device parameter's weights stays current: only this class writes them.
+    if (on_device) backend_.CopyToHost(p.grad, host_grad_[k]);
+    const float* grad = on_device ? host_grad_[k].data() : p.grad.data();
     std::vector<float*> state;
     for (auto& s : state_[k]) state.push_back(s.data());
-    kernels::AggregateAndStep(std::span<const float* const>(&grad, 1), params_[k]->value.span(),
-                              state, config_, step_);
+    kernels::AggregateAndStep(std::span<const float* const>(&grad, 1),
+                              on_device ? host_value_[k].span() : p.value.span(), state, config_,
+                              step_);
+    if (on_device) backend_.CopyFromHost(host_value_[k], p.value);
   }
 }
 

@@ -131,8 +131,8 @@ TEST_P(ModelTrainingTest, SgdStepsOnAFixedBatchLowerTheLoss) {
   std::vector<float> labels;
   for (std::int64_t i = 0; i < m->output_shape()[0]; ++i) labels.push_back(static_cast<float>(i % 10));
   const Tensor y = Labels(labels);
-  LocalOptimizer opt(m->parameters(),
-                     {.kind = kernels::OptimizerKind::kMomentum, .lr = c.lr});
+  LocalOptimizer opt(m->parameters(), {.kind = kernels::OptimizerKind::kMomentum, .lr = c.lr},
+                     *backend);
   std::vector<double> losses;
   for (int step = 0; step < c.steps; ++step) {
     m->Forward(x, true);
