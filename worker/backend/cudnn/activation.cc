@@ -1,0 +1,56 @@
+// ReLU and sigmoid: cuDNN's activation forward on the tensor seen as one flat array, and a
+// backward kernel of our own (kernels.h). ops.h's backward reads only y, so layers may keep y
+// alone and run the forward in place; cuDNN's backward also takes x, and which of the two it
+// reads for each function is not documented — passing y for x would be right for ReLU and a
+// guess for sigmoid.
+#include "worker/backend/cudnn/cudnn_ops.h"
+#include "worker/backend/cudnn/kernels.h"
+
+namespace phub::worker::cudnn {
+namespace {
+
+class Activation final : public ActivationOp {
+ public:
+  Activation(Context& ctx, ActivationKind kind, const Shape& shape)
+      : ctx_(ctx), kind_(kind), n_(shape.numel()) {
+    SetNchw(desc_, "activation", 1, 1, 1, n_);
+    PHUB_CUDNN_CHECK(cudnnSetActivationDescriptor(
+        act_, kind == ActivationKind::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_SIGMOID,
+        CUDNN_PROPAGATE_NAN, 0.0));
+  }
+
+  void Forward(const Tensor& x, Tensor& y) override {
+    Check("activation forward", "x", x, n_);
+    Check("activation forward", "y", y, n_);
+    PHUB_CUDNN_CHECK(cudnnActivationForward(ctx_.cudnn(), act_, &kOne, desc_, x.data(), &kZero,
+                                            desc_, y.data()));
+  }
+
+  void Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    Check("activation backward", "y", y, n_);
+    Check("activation backward", "dy", dy, n_);
+    Check("activation backward", "dx", dx, n_);
+    if (kind_ == ActivationKind::kRelu) {
+      PHUB_CUDA_CHECK(LaunchReluBackward(y.data(), dy.data(), dx.data(), n_, ctx_.stream()));
+    } else {
+      PHUB_CUDA_CHECK(LaunchSigmoidBackward(y.data(), dy.data(), dx.data(), n_, ctx_.stream()));
+    }
+  }
+
+ private:
+  Context& ctx_;
+  ActivationKind kind_;
+  std::int64_t n_;
+  TensorDesc desc_;  // [1, 1, 1, n]
+  ActivationDesc act_;
+};
+
+}  // namespace
+
+std::unique_ptr<ActivationOp> MakeActivation(Context& ctx, ActivationKind kind,
+                                             const Shape& shape) {
+  if (shape.numel() < 1) throw std::invalid_argument("activation: empty shape " + shape.ToString());
+  return std::make_unique<Activation>(ctx, kind, shape);
+}
+
+}  // namespace phub::worker::cudnn

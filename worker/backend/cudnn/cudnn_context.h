@@ -1,0 +1,153 @@
+// What every cuDNN op shares: the device, one stream, the cuDNN and cuBLAS handles bound to it,
+// a workspace, and RAII wrappers for cuDNN's descriptors and for raw device memory.
+//
+// Threading: a Context and the ops made with it are used by one thread at a time (as the oneDNN
+// backend's), and everything is enqueued on the one stream, so ops run in call order on the GPU
+// and never concurrently with each other. That is what lets them share one workspace.
+// The calling thread's current CUDA device must be the context's (the constructor sets it).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "worker/backend/cudnn/checks.h"
+#include "worker/tensor/tensor.h"
+
+namespace phub::worker::cudnn {
+
+// Device memory owned by one object (workspaces, an LSTM's weight and reserve spaces, buffers of
+// ids or labels): cudaMalloc'd once, freed with its owner. Bytes, not a Tensor: it may hold ints.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  explicit DeviceMemory(std::size_t bytes);
+  ~DeviceMemory();
+  DeviceMemory(DeviceMemory&& other) noexcept
+      : p_(std::exchange(other.p_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void* get() const { return p_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A cuDNN descriptor, created with the object and destroyed with it.
+template <class T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+class Descriptor {
+ public:
+  Descriptor() { PHUB_CUDNN_CHECK(Create(&d_)); }
+  ~Descriptor() {
+    if (d_ != nullptr) Destroy(d_);
+  }
+  Descriptor(Descriptor&& other) noexcept : d_(std::exchange(other.d_, nullptr)) {}
+  Descriptor& operator=(Descriptor&& other) noexcept {
+    std::swap(d_, other.d_);
+    return *this;
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  T get() const { return d_; }
+  operator T() const { return d_; }  // NOLINT: passed straight to cuDNN calls
+
+ private:
+  T d_ = nullptr;
+};
+
+using TensorDesc =
+    Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDesc =
+    Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvolutionDesc = Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                   cudnnDestroyConvolutionDescriptor>;
+using PoolingDesc = Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor,
+                               cudnnDestroyPoolingDescriptor>;
+using ActivationDesc = Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
+                                  cudnnDestroyActivationDescriptor>;
+using LrnDesc =
+    Descriptor<cudnnLRNDescriptor_t, cudnnCreateLRNDescriptor, cudnnDestroyLRNDescriptor>;
+using DropoutDesc = Descriptor<cudnnDropoutDescriptor_t, cudnnCreateDropoutDescriptor,
+                               cudnnDestroyDropoutDescriptor>;
+using RnnDesc =
+    Descriptor<cudnnRNNDescriptor_t, cudnnCreateRNNDescriptor, cudnnDestroyRNNDescriptor>;
+using RnnDataDesc = Descriptor<cudnnRNNDataDescriptor_t, cudnnCreateRNNDataDescriptor,
+                               cudnnDestroyRNNDataDescriptor>;
+
+// cuDNN and cuBLAS take int sizes: v as an int, or std::invalid_argument naming op and what.
+int ToInt(const char* op, const char* what, std::int64_t v);
+// A packed NCHW float32 descriptor.
+void SetNchw(const TensorDesc& desc, const char* op, std::int64_t n, std::int64_t c, std::int64_t h,
+             std::int64_t w);
+// Throws std::invalid_argument naming the op, the argument and both shapes when t is not a
+// plain (NCHW) cuda tensor of `numel` elements.
+void Check(const char* op, const char* arg, const Tensor& t, std::int64_t numel);
+
+// Scaling factors for cuDNN's "y = alpha * op(x) + beta * y" calls.
+inline constexpr float kOne = 1.0f;
+inline constexpr float kZero = 0.0f;
+
+class Context {
+ public:
+  // Throws std::runtime_error when no GPU is usable, std::invalid_argument for a device that
+  // does not exist.
+  Context(int device, bool allow_tf32);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int device() const { return device_; }
+  // TF32 tensor-core math allowed in convolutions, GEMMs and the LSTM (CudnnOptions).
+  bool allow_tf32() const { return allow_tf32_; }
+  // The math type a cuDNN descriptor gets: FMA (strict float32) unless TF32 is allowed.
+  cudnnMathType_t math_type() const { return allow_tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+  cudaStream_t stream() const { return stream_.get(); }
+  cudnnHandle_t cudnn() const { return cudnn_.get(); }
+  cublasHandle_t cublas() const { return cublas_.get(); }
+
+  // At least `bytes` of scratch (null for 0), shared by every op of this context: they run one
+  // at a time on stream(), so the largest request serves all. Growing it waits for the stream
+  // first, so work already enqueued keeps its old buffer until done. REQUIRES: the pointer is
+  // used only until the next call (ops ask for it each time they run, with the size they
+  // reserved when made, which never grows it).
+  void* Workspace(std::size_t bytes);
+  std::size_t workspace_bytes() const { return workspace_.bytes(); }
+
+  void Synchronize() { PHUB_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+ private:
+  struct StreamDeleter {
+    void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+  };
+  struct CudnnDeleter {
+    void operator()(cudnnHandle_t h) const { cudnnDestroy(h); }
+  };
+  struct CublasDeleter {
+    void operator()(cublasHandle_t h) const { cublasDestroy(h); }
+  };
+
+  int device_;
+  bool allow_tf32_;
+  // Declared before the handles: destroyed after them.
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> stream_;
+  std::unique_ptr<std::remove_pointer_t<cudnnHandle_t>, CudnnDeleter> cudnn_;
+  std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, CublasDeleter> cublas_;
+  DeviceMemory workspace_;
+};
+
+}  // namespace phub::worker::cudnn

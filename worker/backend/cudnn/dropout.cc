@@ -1,0 +1,47 @@
+// Dropout with a counter-based mask (dropout_mask.h): cuDNN's dropout keeps a generator state
+// of its own (megabytes, initialised by a slow kernel) and a reserve space per call, and draws
+// its mask from that state, not from the seed the layer passes each step. A hash of (seed,
+// index) makes the mask a function of the seed alone: nothing stored, the backward recomputes
+// it, and runs repeat exactly. It is not the CPU backend's mask (std::mt19937_64 there).
+#include "absl/strings/str_cat.h"
+#include "worker/backend/cudnn/cudnn_ops.h"
+#include "worker/backend/cudnn/kernels.h"
+
+namespace phub::worker::cudnn {
+namespace {
+
+class Dropout final : public DropoutOp {
+ public:
+  Dropout(Context& ctx, const Shape& shape, float p) : ctx_(ctx), n_(shape.numel()), p_(p) {}
+
+  void Forward(const Tensor& x, Tensor& y, std::uint64_t seed) override {
+    Check("Dropout forward", "x", x, n_);
+    Check("Dropout forward", "y", y, n_);
+    seed_ = seed;
+    PHUB_CUDA_CHECK(LaunchDropout(x.data(), y.data(), n_, seed, p_, ctx_.stream()));
+  }
+
+  void Backward(const Tensor& dy, Tensor& dx) override {
+    Check("Dropout backward", "dy", dy, n_);
+    Check("Dropout backward", "dx", dx, n_);
+    PHUB_CUDA_CHECK(LaunchDropout(dy.data(), dx.data(), n_, seed_, p_, ctx_.stream()));
+  }
+
+ private:
+  Context& ctx_;
+  std::int64_t n_;
+  float p_;
+  std::uint64_t seed_ = 0;  // the last forward's: its mask is the backward's
+};
+
+}  // namespace
+
+std::unique_ptr<DropoutOp> MakeDropout(Context& ctx, const Shape& shape, float p) {
+  if (!(p >= 0 && p < 1)) {
+    throw std::invalid_argument(absl::StrCat("Dropout: p = ", p, ", must be in [0, 1)"));
+  }
+  if (shape.numel() < 1) throw std::invalid_argument("Dropout: empty shape " + shape.ToString());
+  return std::make_unique<Dropout>(ctx, shape, p);
+}
+
+}  // namespace phub::worker::cudnn
