@@ -17,6 +17,7 @@ PACKAGES=(
   libhwloc-dev             # core topology and pinning
   libbenchmark-dev         # micro-benchmarks in bench/
   zlib1g-dev               # gzip'd IDX datasets (worker)
+  dataset-fashion-mnist    # Fashion-MNIST (IDX .gz): the demo and the training tests
   libdnnl-dev              # oneDNN: the worker's CPU backend (worker/backend/onednn)
   python3 python3-matplotlib # PNG plots of benchmark tables
   iproute2 procps          # ss/ip for tests and emulated racks

@@ -1,112 +1,310 @@
-// phub-worker: one training process. This build trains alone (single worker, the optimizer
-// applied locally with phub/kernels) on synthetic data shaped for the model, or describes a
-// model; the exchange (--comm ps|ring|nccl) and real data join it in the end-to-end issue.
+// phub-worker: one training process (one per GPU, or per CPU box). Trains a model of the zoo on
+// synthetic data or Fashion-MNIST, alone (--comm none: the optimizer runs here) or with other
+// workers through a parameter server (--comm ps: phubd applies the optimizer) or a ring
+// allreduce (--comm ring: every worker applies it), overlapping each layer's exchange with the
+// rest of backward and the next forward (worker/train/trainer.h). Prints a progress line per
+// interval, test accuracy per epoch (Fashion-MNIST), a summary, and on request a JSON record.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <optional>
 #include <vector>
 
 #include "phub/common/logging.h"
+#include "phub/exchange/make_exchange.h"
 #include "phub/kernels/optimizer_flags.h"
 #include "worker/backend/onednn/onednn_backend.h"
+#include "worker/data/batch_loader.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/nn/models/models.h"
+#include "worker/train/evaluate.h"
+#include "worker/train/launch_env.h"
+#include "worker/train/synthetic_data.h"
+#include "worker/train/trainer.h"
 #ifdef PHUB_HAVE_CUDNN
 #include "worker/backend/cudnn/cudnn_backend.h"
 #endif
-#include "worker/nn/models/models.h"
-#include "worker/train/local_optimizer.h"
-#include "worker/train/synthetic_data.h"
+
+namespace {
 
 using phub::worker::Tensor;
+using Clock = std::chrono::steady_clock;
 
-int main(int argc, char** argv) {
-  std::string model_name = "fashion-cnn", log_level = "info", backend_name = "onednn";
+struct Flags {
+  std::string model = "fashion-cnn", backend = "onednn", device, comm = "none", data = "synthetic";
+  std::string data_dir = phub::worker::data::kFashionMnistDir, rendezvous, listen_host = "127.0.0.1";
+  std::string token_file, results, log_level = "info";
+  std::vector<std::string> ps;
   std::int64_t batch = 32;
-  int iters = 20, warmup = 3;
+  int iters = 20, warmup = 3, epochs = 0, log_every = 0;
+  std::optional<std::uint32_t> rank, world;
   std::uint64_t seed = 1;
-  bool describe = false;
+  bool describe = false, no_overlap = false;
   phub::kernels::OptimizerConfig optimizer{.kind = phub::kernels::OptimizerKind::kMomentum,
                                            .lr = 0.01f};
+};
 
-  CLI::App app{"phub-worker: trains a model (forward, backward, optimizer step) and reports the "
-               "time per mini-batch. This build runs one worker on the CPU (oneDNN) or a GPU "
-               "(cuDNN) with synthetic data; --describe prints the model's layers and parameter count."};
-  app.add_option("--model", model_name, "Model: fashion-cnn, fcn5, alexnet, resnet56, resnet50, lstm")
+std::unique_ptr<phub::worker::Backend> MakeBackend(const std::string& name) {
+  if (name == "cudnn") {
+#ifdef PHUB_HAVE_CUDNN
+    return phub::worker::MakeCudnnBackend(0);
+#else
+    throw std::invalid_argument(
+        "--backend cudnn (--device cuda): this phub-worker was built without CUDA/cuDNN; "
+        "rebuild where /usr/local/cuda has them (PHUB_WITH_CUDA=ON), or use --device cpu");
+#endif
+  }
+  return phub::worker::MakeOnednnBackend();
+}
+
+std::string ReadToken(const std::string& path) {
+  if (path.empty()) return "";
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read --token-file '" + path + "'");
+  std::string token((std::istreambuf_iterator<char>(in)), {});
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  return token;
+}
+
+phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
+    const Flags& f, std::uint32_t rank, std::uint32_t world, phub::worker::Model& model,
+    phub::worker::Backend& backend) {
+  if (f.comm == "none") return phub::worker::Trainer::Local(model, backend, f.optimizer);
+  phub::exchange::ExchangeOptions o;
+  PHUB_ASSIGN_OR_RETURN(o.kind, phub::exchange::ParseExchangeKind(f.comm));
+  o.rank = rank;
+  o.world_size = world;
+  for (const std::string& s : f.ps) {
+    PHUB_ASSIGN_OR_RETURN(auto endpoint, phub::exchange::ParseEndpoint(s));
+    o.ps.servers.push_back(endpoint);
+  }
+  o.ps.client.job_token = ReadToken(f.token_file);
+  o.ring.ring.rendezvous_dir = f.rendezvous;
+  o.ring.ring.listen_host = f.listen_host;
+  o.ring.optimizer = f.optimizer;
+  return phub::worker::Trainer::WithExchange(
+      model, backend,
+      [&](std::vector<phub::keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
+        return phub::exchange::MakeExchange(o, std::move(tensors), std::move(weights));
+      },
+      !f.no_overlap);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int Run(Flags& f) {
+  std::uint32_t rank = 0, world = 1;
+  if (f.rank || f.world) {
+    if (!f.rank || !f.world) throw std::invalid_argument("give both --rank and --world, or neither");
+    rank = *f.rank;
+    world = *f.world;
+  } else if (auto env = phub::worker::RankFromEnvironment()) {
+    rank = env->rank;
+    world = env->world;
+    spdlog::info("rank {} of {} from {}", rank, world, env->source);
+  }
+  if (world < 1 || rank >= world) {
+    throw std::invalid_argument("--rank " + std::to_string(rank) + " must be below --world " +
+                                std::to_string(world));
+  }
+  if (f.comm == "none" && world > 1) {
+    throw std::invalid_argument("--world " + std::to_string(world) +
+                                " with --comm none: choose --comm ps or ring to train together");
+  }
+  if (!f.device.empty()) f.backend = f.device == "cuda" ? "cudnn" : "onednn";
+
+  auto backend = MakeBackend(f.backend);
+  auto model = phub::worker::MakeModel(f.model, f.batch);
+  model->Build(*backend, f.seed);
+  if (f.describe) {
+    std::printf("%s", model->Describe().c_str());
+    return 0;
+  }
+
+  // Data: Fashion-MNIST (train shard + test set) or synthetic batches.
+  std::optional<phub::worker::data::ImageDataset> train, test;
+  std::unique_ptr<phub::worker::data::BatchLoader> loader;
+  if (f.data == "fashion-mnist") {
+    if (model->input_shape() != phub::worker::Shape{f.batch, 1, 28, 28}) {
+      throw std::invalid_argument("--data fashion-mnist needs a model for 1x28x28 images (e.g. "
+                                  "fashion-cnn); " + f.model + " takes " +
+                                  model->input_shape().ToString());
+    }
+    for (auto [split, out] : {std::pair{phub::worker::data::Split::kTrain, &train},
+                              std::pair{phub::worker::data::Split::kTest, &test}}) {
+      auto d = phub::worker::data::LoadFashionMnist(f.data_dir, split);
+      if (!d.ok()) {
+        spdlog::error("{}", d.status().message());
+        return 2;
+      }
+      *out = std::move(*d);
+    }
+    loader = std::make_unique<phub::worker::data::BatchLoader>(*train, f.batch, rank, world,
+                                                               f.seed);
+  }
+  const std::int64_t per_epoch = loader ? loader->batches_per_epoch() : 0;
+  const std::int64_t total_steps = f.epochs > 0 && loader ? f.epochs * per_epoch : f.warmup + f.iters;
+  const int log_every = f.log_every > 0 ? f.log_every
+                                        : static_cast<int>(std::max<std::int64_t>(1, total_steps / 20));
+
+  auto trainer = MakeTrainer(f, rank, world, *model, *backend);
+  if (!trainer.ok()) {
+    spdlog::error("{}", trainer.status().message());
+    return absl::IsInvalidArgument(trainer.status()) ? 2 : 1;
+  }
+  auto check = [](const phub::Status& s) {
+    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  };
+  check((*trainer)->Init());
+  spdlog::info("{} batch {} on {}: {} parameters; {} rank {}/{}{}; {} steps", f.model, f.batch,
+               backend->Describe(), model->ParameterCount(), (*trainer)->mode(), rank, world,
+               f.no_overlap ? " (no overlap)" : "", total_steps);
+
+  phub::worker::Batch synthetic = phub::worker::MakeSyntheticBatch(*model);
+  Tensor x = backend->device() == phub::worker::Device::kCpu ? Tensor()
+                                                              : backend->Allocate(model->input_shape());
+  std::vector<double> step_ms, blocked_ms;
+  struct EpochRecord { std::int64_t epoch; double seconds, accuracy, test_loss, train_loss; };
+  std::vector<EpochRecord> epochs;
+  double epoch_loss = 0;
+  const auto start = Clock::now();
+  for (std::int64_t step = 0; step < total_steps; ++step) {
+    phub::worker::data::LabeledBatch real;
+    const Tensor* x_host;
+    const Tensor* labels;
+    if (loader) {
+      real = loader->Next();
+      x_host = &real.x;
+      labels = &real.labels;
+    } else {
+      phub::worker::FillSynthetic(*model, synthetic, f.seed + static_cast<std::uint64_t>(step));
+      x_host = &synthetic.x;
+      labels = &synthetic.labels;
+    }
+    if (x.defined()) backend->CopyFromHost(*x_host, x);
+    auto t = (*trainer)->Step(x.defined() ? x : *x_host, *labels);
+    check(t.status());
+    epoch_loss += t->loss;
+    if (step >= (loader ? 1 : f.warmup)) {  // Fashion-MNIST runs time all but the first step
+      step_ms.push_back(t->total_ms);
+      blocked_ms.push_back(t->blocked_ms);
+    }
+    if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
+      spdlog::info("step {}/{}: loss {:.4f}, {:.1f} ms ({:.1f} ms waiting for the exchange)",
+                   step + 1, total_steps, t->loss, t->total_ms, t->blocked_ms);
+    }
+    if (loader && (step + 1) % per_epoch == 0) {
+      check((*trainer)->Finish());
+      const auto acc = phub::worker::Evaluate(*model, *backend, *test);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      epochs.push_back({(step + 1) / per_epoch, seconds, acc.fraction(), acc.loss,
+                        epoch_loss / static_cast<double>(per_epoch)});
+      epoch_loss = 0;
+      spdlog::info("epoch {}: test accuracy {:.2f} % ({} images), test loss {:.4f}, {:.1f} s",
+                   epochs.back().epoch, 100 * acc.fraction(), acc.examples, acc.loss, seconds);
+    }
+  }
+  check((*trainer)->Finish());
+  const double median = Median(step_ms);
+  const double blocked = std::accumulate(blocked_ms.begin(), blocked_ms.end(), 0.0);
+  const double total = std::accumulate(step_ms.begin(), step_ms.end(), 0.0);
+  const double share = total > 0 ? blocked / total : 0;
+  const double samples_s = 1000.0 * static_cast<double>(f.batch * world) / median;
+  std::printf("%s batch %lld: median %.1f ms per mini-batch, %.1f samples/s (all %u workers), "
+              "communication share %.1f %% (%s, %zu timed steps)\n",
+              f.model.c_str(), static_cast<long long>(f.batch), median, samples_s, world,
+              100 * share, (*trainer)->mode().c_str(), step_ms.size());
+  if (!epochs.empty()) {
+    std::printf("final test accuracy %.2f %%\n", 100 * epochs.back().accuracy);
+  }
+  if (!f.results.empty()) {
+    std::ofstream out(f.results);
+    if (!out) throw std::invalid_argument("cannot write --results '" + f.results + "'");
+    out << "{\"model\": \"" << f.model << "\", \"batch\": " << f.batch << ", \"rank\": " << rank
+        << ", \"world\": " << world << ", \"mode\": \"" << (*trainer)->mode()
+        << "\", \"overlap\": " << (f.no_overlap ? "false" : "true")
+        << ", \"backend\": \"" << backend->Describe() << "\", \"median_ms\": " << median
+        << ", \"samples_per_s\": " << samples_s << ", \"comm_share\": " << share
+        << ", \"timed_steps\": " << step_ms.size() << ", \"epochs\": [";
+    for (std::size_t i = 0; i < epochs.size(); ++i) {
+      const auto& e = epochs[i];
+      out << (i ? ", " : "") << "{\"epoch\": " << e.epoch << ", \"seconds\": " << e.seconds
+          << ", \"test_accuracy\": " << e.accuracy << ", \"test_loss\": " << e.test_loss
+          << ", \"train_loss\": " << e.train_loss << "}";
+    }
+    out << "]}\n";
+  }
+  check((*trainer)->Close());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"phub-worker: trains a model of the zoo (forward, backward, optimizer step), alone "
+               "or with other workers through phubd (--comm ps) or a ring allreduce (--comm "
+               "ring); prints progress, test accuracy per epoch and the time per mini-batch."};
+  app.add_option("--model", f.model, "fashion-cnn, fcn5, alexnet, resnet56, resnet50, lstm")
       ->capture_default_str();
-  app.add_option("--batch", batch, "Mini-batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--backend", backend_name,
-                 "onednn (CPU) or cudnn (GPU 0; only in builds with CUDA and cuDNN)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"onednn", "cudnn"}));
-  app.add_flag("--describe", describe, "Print the layers, their output shapes and parameters; exit");
-  app.add_option("--iters", iters, "Timed iterations")->capture_default_str()->check(CLI::Range(1, 1 << 30));
-  app.add_option("--warmup", warmup, "Untimed iterations first")->capture_default_str()->check(CLI::Range(0, 1 << 30));
-  app.add_option("--seed", seed, "Seed of the weights and of the synthetic data")->capture_default_str();
-  phub::kernels::AddOptimizerFlags(app, optimizer);
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+  app.add_option("--batch", f.batch, "Mini-batch size per worker")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--backend", f.backend, "onednn (CPU) or cudnn (GPU 0; builds with CUDA and cuDNN)")
+      ->capture_default_str()->check(CLI::IsMember({"onednn", "cudnn"}));
+  app.add_option("--device", f.device, "cpu or cuda: the same as --backend onednn or cudnn")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--comm", f.comm,
+                 "none (alone, optimizer here), ps (one phubd: --ps HOST:PORT), ps-colocated "
+                 "(--ps once per server), ring (--rendezvous DIR)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "ps", "ps-colocated", "ring"}));
+  app.add_option("--ps", f.ps, "phubd's HOST:PORT (repeat for ps-colocated, same order everywhere)");
+  app.add_option("--token-file", f.token_file, "The job token file phubd was given");
+  app.add_option("--rendezvous", f.rendezvous, "Ring: a directory shared by all ranks");
+  app.add_option("--listen-host", f.listen_host, "Ring: the address this rank listens on")
+      ->capture_default_str();
+  app.add_option("--rank", f.rank, "This worker's rank (default: from mpirun/srun, else 0)");
+  app.add_option("--world", f.world, "Number of workers (default: from mpirun/srun, else 1)");
+  app.add_option("--data", f.data, "synthetic, or fashion-mnist (Debian's dataset-fashion-mnist)")
+      ->capture_default_str()->check(CLI::IsMember({"synthetic", "fashion-mnist"}));
+  app.add_option("--data-dir", f.data_dir, "Where the Fashion-MNIST IDX files are")
+      ->capture_default_str();
+  app.add_option("--epochs", f.epochs, "Fashion-MNIST: epochs (each ends with a test accuracy)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--iters", f.iters, "Timed steps (synthetic data, or without --epochs)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--warmup", f.warmup, "Untimed steps first (synthetic data)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_flag("--no-overlap", f.no_overlap,
+               "Exchange after the whole backward and wait for all of it (to measure overlap)");
+  app.add_option("--seed", f.seed, "Seed of the weights, the data order and synthetic data")
+      ->capture_default_str();
+  phub::kernels::AddOptimizerFlags(app, f.optimizer);
+  app.add_option("--log-every", f.log_every, "Progress line every K steps (default: 20 lines)");
+  app.add_option("--results", f.results, "Write a JSON record of the run to this file");
+  app.add_flag("--describe", f.describe, "Print the layers, their output shapes and parameters; exit");
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  if (auto s = phub::SetUpLogging(log_level, "phub-worker"); !s.ok()) {
+  if (auto s = phub::SetUpLogging(f.log_level, "phub-worker"); !s.ok()) {
     std::fprintf(stderr, "phub-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   try {
-    std::unique_ptr<phub::worker::Backend> backend;
-    if (backend_name == "cudnn") {
-#ifdef PHUB_HAVE_CUDNN
-      backend = phub::worker::MakeCudnnBackend(0);
-#else
-      spdlog::error("--backend cudnn: this phub-worker was built without CUDA/cuDNN; rebuild "
-                    "where /usr/local/cuda has them (PHUB_WITH_CUDA=ON), or use --backend onednn");
-      return 2;
-#endif
-    } else {
-      backend = phub::worker::MakeOnednnBackend();
-    }
-    auto model = phub::worker::MakeModel(model_name, batch);
-    model->Build(*backend, seed);
-    if (describe) {
-      std::printf("%s", model->Describe().c_str());
-      return 0;
-    }
-    phub::worker::LocalOptimizer opt(model->parameters(), optimizer, *backend);
-    spdlog::info("{} batch {} on {}: {} parameters, {} ({} warm-up + {} timed iterations)",
-                 model_name, batch, backend->Describe(), model->ParameterCount(),
-                 phub::kernels::Describe(optimizer), warmup, iters);
-    phub::worker::Batch data = phub::worker::MakeSyntheticBatch(*model);
-    // The input on the backend's device (the host batch itself on the CPU); labels stay on the
-    // host (ops.h).
-    Tensor x = backend->device() == phub::worker::Device::kCpu ? data.x
-                                                               : backend->Allocate(data.x.shape());
-    std::vector<double> times;
-    for (int i = 0; i < warmup + iters; ++i) {
-      phub::worker::FillSynthetic(*model, data, seed + static_cast<std::uint64_t>(i));
-      const auto start = std::chrono::steady_clock::now();
-      if (x.data() != data.x.data()) backend->CopyFromHost(data.x, x);  // timed, as in PyTorch's .to()
-      model->Forward(x, true);
-      const double loss = model->Loss(data.labels);
-      model->Backward(data.labels);
-      opt.Step();
-      backend->Synchronize();
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      if (i >= warmup) times.push_back(ms);
-      spdlog::info("iteration {}/{}{}: {:.1f} ms, loss {:.4f}", i + 1, warmup + iters,
-                   i < warmup ? " (warm-up)" : "", ms, loss);
-    }
-    std::sort(times.begin(), times.end());
-    const double median = times[times.size() / 2];
-    std::printf("%s batch %lld: median %.1f ms per mini-batch, %.1f samples/s (%d iterations)\n",
-                model_name.c_str(), static_cast<long long>(batch), median,
-                1000.0 * static_cast<double>(batch) / median, iters);
+    return Run(f);
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     return 2;
-  } catch (const std::exception& e) {  // a device or library failure (cuDNN, CUDA, oneDNN)
+  } catch (const std::exception& e) {  // a peer, device or library failure
     spdlog::error("{}", e.what());
     return 1;
   }
-  return 0;
 }

@@ -54,7 +54,8 @@ void Model::Build(Backend& backend, std::uint64_t seed) {
   loss_ = backend.MakeSoftmaxCrossEntropy({.batch = out[0], .classes = out[1]});
 }
 
-const Tensor& Model::Forward(const Tensor& x, bool training) {
+const Tensor& Model::Forward(const Tensor& x, bool training,
+                             const std::function<void(Layer&)>& before_layer) {
   if (backend_ == nullptr) throw std::logic_error("Model::Forward before Build");
   if (x.shape() != input_shape()) {
     throw std::invalid_argument(absl::StrCat("model ", name_, ": input is ", x.shape().ToString(),
@@ -66,6 +67,7 @@ const Tensor& Model::Forward(const Tensor& x, bool training) {
     Node& n = nodes_[i];
     in.clear();
     for (NodeId j : n.inputs) in.push_back(&nodes_[j].y);
+    if (before_layer && !n.layer->parameters().empty()) before_layer(*n.layer);
     n.layer->Forward(in, n.y, training);
   }
   return nodes_.back().y;

@@ -37,7 +37,11 @@ class Model {
   void Build(Backend& backend, std::uint64_t seed);
 
   // x: the batch on the backend's device, of the input shape. Returns the logits.
-  const Tensor& Forward(const Tensor& x, bool training);
+  // `before_layer(layer)` runs just before each layer with parameters reads them: the trainer
+  // waits there for that layer's fresh weights, so the first layers compute while the last
+  // ones' weights are still on their way.
+  const Tensor& Forward(const Tensor& x, bool training,
+                        const std::function<void(Layer&)>& before_layer = {});
   // Mean cross-entropy of the last Forward's logits against labels (host, N class indices).
   double Loss(const Tensor& labels);
   // After Forward and Loss: every parameter's gradient, last layer first; `on_gradients(layer)`

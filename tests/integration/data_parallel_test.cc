@@ -1,0 +1,150 @@
+// Data parallelism is synchronous SGD on the union of the workers' batches: N workers with batch
+// b each, through a real phubd (or the ring), end every step with the weights one worker reaches
+// with batch N*b on the same examples. The sharded loader makes the batches line up: worker r
+// takes positions r, r + N, ... of each epoch's permutation, so at every step the N shards are
+// exactly the single worker's N*b examples. fashion-cnn has no BatchNorm and no dropout, so the
+// mean of the workers' mean gradients is the big batch's mean gradient (up to float rounding).
+// Workers run as threads of this process (each its own model and oneDNN backend).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "phub/exchange/make_exchange.h"
+#include "tests/integration/phubd_launcher.h"
+#include "worker/backend/onednn/onednn_backend.h"
+#include "worker/data/batch_loader.h"
+#include "worker/nn/models/models.h"
+#include "worker/train/trainer.h"
+
+namespace phub::testing {
+namespace {
+
+using worker::Model;
+using worker::Trainer;
+
+constexpr std::int64_t kBatch = 4;  // per worker
+constexpr int kSteps = 3;
+constexpr std::uint64_t kModelSeed = 7, kDataSeed = 3;
+const kernels::OptimizerConfig kOptimizer{.kind = kernels::OptimizerKind::kMomentum, .lr = 0.05f,
+                                          .momentum = 0.9f};
+
+// Fashion-MNIST-shaped random images (the loader takes any dataset; no files needed).
+worker::data::ImageDataset RandomImages(std::int64_t count) {
+  worker::data::ImageDataset d;
+  d.count = count;
+  d.rows = d.cols = 28;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> pixel(0, 1);
+  std::uniform_int_distribution<int> label(0, 9);
+  d.images.resize(static_cast<std::size_t>(count * 28 * 28));
+  for (float& v : d.images) v = pixel(rng);
+  for (std::int64_t i = 0; i < count; ++i) d.labels.push_back(static_cast<float>(label(rng)));
+  return d;
+}
+
+struct Run {
+  std::vector<std::vector<std::vector<float>>> weights;  // [step][parameter][element]
+  std::string error;
+};
+
+std::vector<std::vector<float>> Snapshot(Model& m) {
+  std::vector<std::vector<float>> w;
+  for (auto* p : m.parameters()) w.emplace_back(p->value.data(), p->value.data() + p->value.numel());
+  return w;
+}
+
+// Trains kSteps on rank's shard, recording the weights after every step.
+Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint32_t rank,
+          std::uint32_t world, const std::optional<exchange::ExchangeOptions>& comm) {
+  Run run;
+  auto backend = worker::MakeOnednnBackend();
+  auto model = worker::MakeModel("fashion-cnn", batch);
+  model->Build(*backend, kModelSeed);
+  worker::data::BatchLoader loader(data, batch, rank, world, kDataSeed);
+  std::unique_ptr<Trainer> trainer;
+  if (comm) {
+    auto t = Trainer::WithExchange(
+        *model, *backend,
+        [&](std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
+          auto o = *comm;
+          o.rank = rank;
+          return exchange::MakeExchange(o, std::move(tensors), std::move(weights));
+        },
+        /*overlap=*/true);
+    if (!t.ok()) return {{}, std::string(t.status().message())};
+    trainer = std::move(*t);
+  } else {
+    trainer = Trainer::Local(*model, *backend, kOptimizer);
+  }
+  if (auto s = trainer->Init(); !s.ok()) return {{}, std::string(s.message())};
+  for (int step = 0; step < kSteps; ++step) {
+    auto b = loader.Next();
+    if (auto t = trainer->Step(b.x, b.labels); !t.ok()) return {{}, std::string(t.status().message())};
+    if (auto s = trainer->Finish(); !s.ok()) return {{}, std::string(s.message())};
+    run.weights.push_back(Snapshot(*model));
+  }
+  if (auto s = trainer->Close(); !s.ok()) run.error = std::string(s.message());
+  return run;
+}
+
+void ExpectSameTraining(const std::vector<Run>& workers, const Run& single) {
+  ASSERT_TRUE(single.error.empty()) << single.error;
+  for (std::size_t r = 0; r < workers.size(); ++r) ASSERT_TRUE(workers[r].error.empty()) << workers[r].error;
+  for (int step = 0; step < kSteps; ++step) {
+    for (std::size_t p = 0; p < single.weights[step].size(); ++p) {
+      const auto& want = single.weights[step][p];
+      // Every worker holds the same bytes after every step.
+      for (std::size_t r = 1; r < workers.size(); ++r) {
+        ASSERT_EQ(workers[r].weights[step][p], workers[0].weights[step][p])
+            << "worker " << r << " differs from worker 0 at step " << step << ", parameter " << p;
+      }
+      double worst = 0, scale = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(double(workers[0].weights[step][p][i]) - want[i]));
+        scale = std::max(scale, std::abs(double(want[i])));
+      }
+      EXPECT_LE(worst, 1e-5 + 1e-4 * scale) << "step " << step << ", parameter " << p;
+    }
+  }
+}
+
+std::vector<Run> TrainTogether(const worker::data::ImageDataset& data, std::uint32_t world,
+                               const exchange::ExchangeOptions& comm) {
+  std::vector<Run> runs(world);
+  std::vector<std::thread> threads;
+  for (std::uint32_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] { runs[r] = Train(data, kBatch, r, world, comm); });
+  }
+  for (auto& t : threads) t.join();
+  return runs;
+}
+
+TEST(DataParallelTest, TwoWorkersThroughPhubdEqualOneWorkerWithTheirCombinedBatch) {
+  const auto data = RandomImages(64);
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--world-size", "2", "--cores", "2", "--one-job",
+                                        "--optimizer", "momentum", "--lr", "0.05", "--momentum",
+                                        "0.9"});
+  exchange::ExchangeOptions comm;
+  comm.kind = exchange::ExchangeKind::kPs;
+  comm.world_size = 2;
+  comm.ps.servers = {{"127.0.0.1", phubd.port}};
+  const auto workers = TrainTogether(data, 2, comm);
+  ExpectSameTraining(workers, Train(data, 2 * kBatch, 0, 1, std::nullopt));
+}
+
+TEST(DataParallelTest, TwoWorkersOnTheRingEqualOneWorkerWithTheirCombinedBatch) {
+  const auto data = RandomImages(64);
+  TempDir dir;
+  exchange::ExchangeOptions comm;
+  comm.kind = exchange::ExchangeKind::kRing;
+  comm.world_size = 2;
+  comm.ring.ring.rendezvous_dir = dir.path();
+  comm.ring.optimizer = kOptimizer;
+  const auto workers = TrainTogether(data, 2, comm);
+  ExpectSameTraining(workers, Train(data, 2 * kBatch, 0, 1, std::nullopt));
+}
+
+}  // namespace
+}  // namespace phub::testing

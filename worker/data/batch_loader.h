@@ -1,0 +1,57 @@
+// One worker's mini-batches of an in-memory image dataset, prepared one step ahead by a
+// background thread so data never stalls compute.
+//
+// Sharding: every epoch all workers draw the same permutation of the dataset (from seed and
+// epoch) and worker `rank` takes positions rank, rank + world, ...: equal shards, disjoint, and
+// different every epoch. The tail that does not fill a batch is dropped (every worker then runs
+// the same number of steps, which synchronous SGD needs).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "worker/data/fashion_mnist.h"
+#include "worker/tensor/tensor.h"
+
+namespace phub::worker::data {
+
+struct LabeledBatch {
+  Tensor x;       // [batch, C, rows, cols], host
+  Tensor labels;  // [batch], host
+  std::int64_t epoch = 0, step = 0;  // step within the epoch
+};
+
+class BatchLoader {
+ public:
+  // `dataset` must outlive the loader. shuffle = false keeps the dataset's order (evaluation).
+  // std::invalid_argument when a worker's shard holds less than one batch.
+  BatchLoader(const ImageDataset& dataset, std::int64_t batch, std::uint32_t rank,
+              std::uint32_t world, std::uint64_t seed, bool shuffle = true);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  std::int64_t batches_per_epoch() const { return per_epoch_; }
+  // The next batch (blocks only if the background thread is behind).
+  LabeledBatch Next();
+
+ private:
+  void Produce();
+  LabeledBatch Make(const std::vector<std::int64_t>& order, std::int64_t epoch, std::int64_t step);
+
+  const ImageDataset& d_;
+  std::int64_t batch_, per_epoch_;
+  std::uint32_t rank_, world_;
+  std::uint64_t seed_;
+  bool shuffle_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<LabeledBatch> ready_;  // at most kAhead
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace phub::worker::data

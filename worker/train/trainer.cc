@@ -1,0 +1,150 @@
+#include "worker/train/trainer.h"
+
+#include <chrono>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+
+namespace phub::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+std::vector<keys::TensorSpec> TensorTable(Model& model) {
+  std::vector<keys::TensorSpec> table;
+  for (Parameter* p : model.parameters()) {
+    table.push_back({p->name, static_cast<std::uint64_t>(p->value.numel())});
+  }
+  return table;
+}
+
+Trainer::Trainer(Model& model, Backend& backend)
+    : model_(model), backend_(backend), params_(model.parameters()) {
+  for (std::uint32_t t = 0; t < params_.size(); ++t) index_[params_[t]] = t;
+}
+
+Trainer::~Trainer() { (void)Close(); }
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::WithExchange(
+    Model& model, Backend& backend,
+    const std::function<StatusOr<std::unique_ptr<exchange::GradientExchange>>(
+        std::vector<keys::TensorSpec>, std::vector<std::span<float>>)>& connect,
+    bool overlap) {
+  std::unique_ptr<Trainer> t(new Trainer(model, backend));
+  t->overlap_ = overlap;
+  std::vector<std::span<float>> weights;
+  const bool device = backend.device() != Device::kCpu;
+  for (Parameter* p : t->params_) {
+    if (device) {
+      // Rank 0's initial weights go out from the mirror, so it starts as a copy.
+      t->host_weights_.push_back(Tensor::Empty(p->value.shape()));
+      t->host_grads_.push_back(Tensor::Empty(p->value.shape()));
+      backend.CopyToHost(p->value, t->host_weights_.back());
+      weights.push_back(t->host_weights_.back().span());
+    } else {
+      weights.push_back(p->value.span());
+    }
+  }
+  PHUB_ASSIGN_OR_RETURN(t->exchange_, connect(TensorTable(model), std::move(weights)));
+  t->mode_ = t->exchange_->name();
+  return t;
+}
+
+std::unique_ptr<Trainer> Trainer::Local(Model& model, Backend& backend,
+                                        const kernels::OptimizerConfig& optimizer) {
+  std::unique_ptr<Trainer> t(new Trainer(model, backend));
+  t->local_ = std::make_unique<LocalOptimizer>(t->params_, optimizer, backend);
+  t->mode_ = "local";
+  return t;
+}
+
+Status Trainer::Init() {
+  if (!exchange_) return absl::OkStatus();
+  PHUB_RETURN_IF_ERROR(exchange_->Init());
+  if (!host_weights_.empty()) {
+    for (std::size_t t = 0; t < params_.size(); ++t) {
+      backend_.CopyFromHost(host_weights_[t], params_[t]->value);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status Trainer::WaitLayer(Layer& layer, double& blocked_ms) {
+  const auto start = Clock::now();
+  for (Parameter& p : layer.parameters()) {
+    const std::uint32_t t = index_.at(&p);
+    PHUB_RETURN_IF_ERROR(exchange_->Wait(t));
+    if (!host_weights_.empty()) backend_.CopyFromHost(host_weights_[t], p.value);
+  }
+  blocked_ms += MsSince(start);
+  return absl::OkStatus();
+}
+
+Status Trainer::PushLayer(Layer& layer) {
+  for (Parameter& p : layer.parameters()) {
+    const std::uint32_t t = index_.at(&p);
+    if (!host_grads_.empty()) {
+      backend_.CopyToHost(p.grad, host_grads_[t]);
+      PHUB_RETURN_IF_ERROR(exchange_->Push(t, host_grads_[t].span()));
+    } else {
+      PHUB_RETURN_IF_ERROR(exchange_->Push(t, p.grad.span()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<StepTimes> Trainer::Step(const Tensor& x, const Tensor& labels) {
+  StepTimes times;
+  const auto start = Clock::now();
+  Status failed = absl::OkStatus();
+  // Layer callbacks cannot return a Status: the first error is kept and the rest skipped.
+  auto wait = [&](Layer& layer) {
+    if (failed.ok() && pending_) failed = WaitLayer(layer, times.blocked_ms);
+  };
+  model_.Forward(x, true, exchange_ && overlap_ ? std::function<void(Layer&)>(wait) : nullptr);
+  PHUB_RETURN_IF_ERROR(failed);
+  times.loss = model_.Loss(labels);
+  if (!exchange_) {
+    model_.Backward(labels);
+    local_->Step();
+  } else if (overlap_) {
+    model_.Backward(labels, [&](Layer& layer) {
+      if (failed.ok()) failed = PushLayer(layer);
+    });
+    PHUB_RETURN_IF_ERROR(failed);
+    pending_ = true;
+  } else {
+    std::vector<Layer*> order;  // backward order, as overlap would push
+    model_.Backward(labels, [&](Layer& layer) { order.push_back(&layer); });
+    for (Layer* layer : order) PHUB_RETURN_IF_ERROR(PushLayer(*layer));
+    for (Layer* layer : order) PHUB_RETURN_IF_ERROR(WaitLayer(*layer, times.blocked_ms));
+  }
+  backend_.Synchronize();
+  times.total_ms = MsSince(start);
+  return times;
+}
+
+Status Trainer::Finish() {
+  if (!exchange_ || !pending_) return absl::OkStatus();
+  PHUB_RETURN_IF_ERROR(exchange_->WaitAll());
+  if (!host_weights_.empty()) {
+    for (std::size_t t = 0; t < params_.size(); ++t) {
+      backend_.CopyFromHost(host_weights_[t], params_[t]->value);
+    }
+  }
+  pending_ = false;
+  return absl::OkStatus();
+}
+
+Status Trainer::Close() {
+  if (!exchange_) return absl::OkStatus();
+  return exchange_->Close();
+}
+
+}  // namespace phub::worker

@@ -1,0 +1,83 @@
+// Trainer: one worker's training step with its gradients going through a GradientExchange (the
+// PS or the ring) or, alone, through the LocalOptimizer.
+//
+// Overlap (the default), the PS design's main lesson: Model::Backward calls back the moment a
+// layer's gradients are final (last layer first) and each of that layer's tensors is pushed
+// right there, while backward goes on below it; the next Forward waits, layer by layer, only
+// for the weights it is about to read, so the first layers compute while the last ones' fresh
+// weights are still on the wire. Without overlap (--no-overlap, for the benchmark): push
+// everything after the whole backward and wait for all of it before returning.
+//
+// Buffers: the exchange reads gradients from and writes weights into host memory. On the CPU
+// those are the parameters themselves (zero copy: the PS's answer lands in the weights the
+// next forward reads). On a GPU every parameter has a host mirror of its gradient and weights,
+// copied down after its layer's backward and up after its Wait.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "phub/common/status.h"
+#include "phub/exchange/gradient_exchange.h"
+#include "phub/keys/key_table.h"
+#include "worker/nn/model.h"
+#include "worker/train/local_optimizer.h"
+
+namespace phub::worker {
+
+// The tensor table the exchange is built from: one entry per parameter, in the model's stable
+// order, named as the parameter ("conv1.weight").
+std::vector<keys::TensorSpec> TensorTable(Model& model);
+
+struct StepTimes {
+  double loss = 0;
+  double total_ms = 0;    // the whole step: forward, loss, backward, exchange
+  double blocked_ms = 0;  // inside the exchange's Wait/WaitAll: the communication share's top
+};
+
+class Trainer {
+ public:
+  // Distributed: `exchange` built over TensorTable(model) and WeightSpans(); call Init first.
+  static StatusOr<std::unique_ptr<Trainer>> WithExchange(
+      Model& model, Backend& backend,
+      const std::function<StatusOr<std::unique_ptr<exchange::GradientExchange>>(
+          std::vector<keys::TensorSpec>, std::vector<std::span<float>>)>& connect,
+      bool overlap);
+  // Alone: the optimizer runs here.
+  static std::unique_ptr<Trainer> Local(Model& model, Backend& backend,
+                                        const kernels::OptimizerConfig& optimizer);
+  ~Trainer();
+
+  // Every worker starts from the same weights (rank 0's, or the PS's).
+  Status Init();
+  // One synchronous SGD step on a batch (x on the backend's device, labels on the host).
+  StatusOr<StepTimes> Step(const Tensor& x, const Tensor& labels);
+  // Waits for the last step's weights (before evaluating or saving them).
+  Status Finish();
+  Status Close();
+
+  const std::string& mode() const { return mode_; }
+
+ private:
+  Trainer(Model& model, Backend& backend);
+  Status WaitLayer(Layer& layer, double& blocked_ms);
+  Status PushLayer(Layer& layer);
+
+  Model& model_;
+  Backend& backend_;
+  std::string mode_;
+  bool overlap_ = true;
+  std::unique_ptr<exchange::GradientExchange> exchange_;
+  std::unique_ptr<LocalOptimizer> local_;
+  std::vector<Parameter*> params_;
+  std::unordered_map<const Parameter*, std::uint32_t> index_;  // parameter -> tensor
+  std::vector<Tensor> host_weights_, host_grads_;  // GPU mirrors (empty on the CPU)
+  bool pending_ = false;  // pushes not yet waited for
+};
+
+}  // namespace phub::worker
