@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""The demo's job (deploy/local/demo.sh installs and builds first): train fashion-cnn on
+Fashion-MNIST with 2 workers on this box, first through a parameter server (one phubd), then
+with ring allreduce, and compare: time per mini-batch, images/s, communication share (time
+blocked on the exchange), test accuracy per epoch; a PNG of test accuracy vs wall-clock time.
+
+  deploy/local/demo.py [--workers 2] [--epochs 2] [--batch 32] [--lr 0.05] [--modes ps,ring]
+                       [--build build] [--out results/demo]
+
+Each worker runs with one OpenMP thread (2 workers on 2 cores), phubd with one core. Ctrl-C
+stops every process it started. Exit 1 if a process fails or the workers' accuracies differ.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+procs = []
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def stop_all(*_):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def start(cmd, log_path, env=None):
+    f = open(log_path, "w")
+    p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                         start_new_session=True)  # Ctrl-C reaches us only; we stop them
+    procs.append(p)
+    return p
+
+
+def wait_workers(workers, logs, timeout):
+    deadline = time.time() + timeout
+    for r, p in enumerate(workers):
+        try:
+            code = p.wait(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"demo: worker {r} still running after {timeout} s; its log: {logs[r]}")
+        if code != 0:
+            sys.stdout.write(open(logs[r]).read()[-3000:])
+            raise SystemExit(f"demo: worker {r} failed (exit {code}); log above and in {logs[r]}")
+
+
+def run_mode(mode, a, run_dir):
+    worker_bin = os.path.join(ROOT, a.build, "worker", "phub-worker")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    comm = []
+    server = None
+    if mode == "ps":
+        port_file = os.path.join(run_dir, "port")
+        server = start([os.path.join(ROOT, a.build, "phub", "server", "phubd"), "--listen",
+                        "127.0.0.1", "--port", "0", "--port-file", port_file, "--world-size",
+                        str(a.workers), "--cores", "1", "--optimizer", "momentum", "--lr",
+                        str(a.lr), "--one-job"], os.path.join(run_dir, "phubd.log"))
+        for _ in range(100):
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                break
+            time.sleep(0.1)
+        else:
+            raise SystemExit("demo: phubd did not start: " + open(os.path.join(run_dir, "phubd.log")).read())
+        comm = ["--comm", "ps", "--ps", "127.0.0.1:" + open(port_file).read().strip()]
+    else:
+        rendezvous = os.path.join(run_dir, "rendezvous")
+        os.makedirs(rendezvous)
+        comm = ["--comm", "ring", "--rendezvous", rendezvous]
+    workers, logs = [], []
+    for r in range(a.workers):
+        logs.append(os.path.join(run_dir, f"{mode}_worker{r}.log"))
+        workers.append(start([worker_bin, "--model", "fashion-cnn", "--batch", str(a.batch),
+                              "--data", "fashion-mnist", "--epochs", str(a.epochs), "--lr",
+                              str(a.lr), "--optimizer", "momentum", "--rank", str(r), "--world",
+                              str(a.workers), "--seed", "1", "--log-every", "200", "--results",
+                              os.path.join(run_dir, f"{mode}_{r}.json")] + comm, logs[-1], env))
+    log(f"{mode}: {'phubd + ' if server else ''}{a.workers} workers started "
+        f"(logs in {run_dir}); {a.epochs} epochs")
+    # Show rank 0's progress lines while it trains.
+    shown = 0
+    while workers[0].poll() is None:
+        time.sleep(2)
+        lines = open(logs[0]).read().splitlines()
+        for line in lines[shown:]:
+            if "step " in line or "epoch " in line:
+                print(f"  {mode} rank 0: {line.split('] ', 2)[-1]}", flush=True)
+        shown = len(lines)
+    wait_workers(workers, logs, timeout=600)
+    if server:
+        server.wait(timeout=30)
+    results = [json.load(open(os.path.join(run_dir, f"{mode}_{r}.json"))) for r in range(a.workers)]
+    accs = {tuple(round(e["test_accuracy"], 6) for e in r["epochs"]) for r in results}
+    if len(accs) != 1:
+        raise SystemExit(f"demo: {mode}: the workers' test accuracies differ ({accs}): their "
+                         "weights are not identical")
+    return results[0]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch", type=int, default=32, help="per worker")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--modes", default="ps,ring")
+    p.add_argument("--build", default=os.environ.get("PHUB_BUILD_DIR", "build"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "demo"))
+    a = p.parse_args()
+    modes = a.modes.split(",")
+    if a.workers < 1 or a.epochs < 1 or a.batch < 1 or any(m not in ("ps", "ring") for m in modes):
+        raise SystemExit("demo: --workers, --epochs, --batch >= 1; --modes from ps,ring")
+    signal.signal(signal.SIGINT, lambda *_: (print("\ndemo: interrupted, stopping everything"),
+                                             stop_all(), sys.exit(130)))
+    signal.signal(signal.SIGTERM, lambda *_: (stop_all(), sys.exit(143)))
+    os.makedirs(a.out, exist_ok=True)
+    run_dir = tempfile.mkdtemp(prefix="phub-demo.")
+    results = {}
+    try:
+        for mode in modes:
+            results[mode] = run_mode(mode, a, run_dir)
+    finally:
+        stop_all()
+    print()
+    print(f"fashion-cnn on Fashion-MNIST, {a.workers} workers x batch {a.batch} "
+          f"(momentum SGD, lr {a.lr}), {a.epochs} epochs, this box "
+          f"({os.cpu_count()} CPUs, 1 thread per worker):")
+    header = ["mode", "ms / mini-batch", "images/s", "comm share"] + \
+             [f"test acc. epoch {e + 1}" for e in range(a.epochs)] + ["wall time"]
+    rows = []
+    for mode, r in results.items():
+        rows.append([mode, f"{r['median_ms']:.1f}", f"{r['samples_per_s']:.0f}",
+                     f"{100 * r['comm_share']:.1f} %"]
+                    + [f"{100 * e['test_accuracy']:.2f} %" for e in r["epochs"]]
+                    + [f"{r['epochs'][-1]['seconds']:.0f} s"])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+    with open(os.path.join(a.out, "demo.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for mode, r in results.items():
+            ax.plot([0] + [e["seconds"] for e in r["epochs"]],
+                    [10] + [100 * e["test_accuracy"] for e in r["epochs"]], marker="o", label=mode)
+        ax.set_xlabel("wall-clock time (s)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"fashion-cnn, {a.workers} workers: PS vs ring")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out, "demo_accuracy.png"), dpi=120)
+        log(f"wrote {a.out}/demo.json and demo_accuracy.png")
+    except ImportError:
+        log("matplotlib missing: no plot (deploy/install-deps.sh installs it)")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    worst = min(e["test_accuracy"] for r in results.values() for e in r["epochs"][-1:])
+    if worst < 0.85:
+        log(f"note: final test accuracy {100 * worst:.2f} % is under 85 %: train longer (--epochs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
