@@ -22,7 +22,8 @@ else
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  # Suppressions cover only races inside uninstrumented Debian libraries (reasons in the file).
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
   # libgomp (oneDNN's thread pool) is not TSan-instrumented: its barriers are invisible to TSan,
   # so every parallel region would read as a race. One OpenMP thread keeps TSan on our threads.
   [[ "$sanitize" == thread ]] && export OMP_NUM_THREADS=1
