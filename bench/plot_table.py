@@ -8,8 +8,9 @@ Usage:
 
   TSV        tab-separated, first line holds the column names.
   --x/--y    columns for the x axis and the (numeric) y axis.
-  --group    one line (or one bar colour) per distinct value of this column; order of first
-             appearance. Without it every row is one series.
+  --group    one line (or one bar colour) per distinct value of this column (or of several:
+             COL1,COL2 groups by both, labelled "v1 v2"); order of first appearance. Without it
+             every row is one series.
   --kind     'line' (default; numeric x sorted, --logx for a log2-spaced x axis) or 'bar'
              (grouped bars, one slot per distinct x value).
   --where    keep only rows matching (repeatable; all must hold). Applied after --ref.
@@ -83,7 +84,8 @@ def main():
     if not rows:
         sys.exit(f"plot_table: {args.tsv} has no data rows")
     columns = rows[0].keys()
-    needed = [args.x, args.y] + ([args.group] if args.group else [])
+    group_cols = args.group.split(",") if args.group else []
+    needed = [args.x, args.y] + group_cols
     needed += [args.ref_label] if args.ref_label else []
     refs = [parse_match(r, "--ref") for r in args.ref]
     wheres = [parse_match(w, "--where") for w in args.where]
@@ -100,9 +102,12 @@ def main():
         if as_number(r[args.y]) is None:
             sys.exit(f"plot_table: y column '{args.y}' has non-numeric value '{r[args.y]}'")
 
+    def group_of(r):
+        return " ".join(r[c] for c in group_cols) if group_cols else args.y
+
     groups = []
     for r in data:
-        g = r[args.group] if args.group else args.y
+        g = group_of(r)
         if g not in groups:
             groups.append(g)
     xs = []
@@ -121,7 +126,7 @@ def main():
             pos, vals = [], []
             for xi, x in enumerate(xs):
                 hits = [r for r in data
-                        if r[args.x] == x and (not args.group or r[args.group] == g)]
+                        if r[args.x] == x and group_of(r) == g]
                 if hits:
                     pos.append(xi - 0.4 + width * (gi + 0.5))
                     vals.append(as_number(hits[0][args.y]))
@@ -132,7 +137,7 @@ def main():
     else:
         for gi, g in enumerate(groups):
             pts = [(r[args.x], as_number(r[args.y])) for r in data
-                   if not args.group or r[args.group] == g]
+                   if group_of(r) == g]
             if numeric_x:
                 pts.sort(key=lambda t: as_number(t[0]))
                 px = [as_number(x) for x, _ in pts]

@@ -20,7 +20,8 @@ else
   # Benchmarks are not run under sanitizers; -O1 keeps the instrumented build quick.
   bash deploy/build.sh -DPHUB_SANITIZE="$sanitize" -DPHUB_BUILD_BENCH=OFF \
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g"
-  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  # protect_shadow_gap=0: the CUDA driver cannot initialise under ASan otherwise (GPU boxes).
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:protect_shadow_gap=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # Suppressions cover only races inside uninstrumented Debian libraries (reasons in the file).
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"

@@ -1,7 +1,7 @@
 // phub-worker: one training process (one per GPU, or per CPU box). Trains a model of the zoo on
 // synthetic data or Fashion-MNIST, alone (--comm none: the optimizer runs here) or with other
-// workers through a parameter server (--comm ps: phubd applies the optimizer) or a ring
-// allreduce (--comm ring: every worker applies it), overlapping each layer's exchange with the
+// workers through a parameter server (--comm ps: phubd applies the optimizer), a ring
+// allreduce (--comm ring: every worker applies it) or NCCL (--comm nccl), overlapping each layer's exchange with the
 // rest of backward and the next forward (worker/train/trainer.h). Prints a progress line per
 // interval, test accuracy per epoch (Fashion-MNIST), a summary, and on request a JSON record.
 #include <CLI/CLI.hpp>
@@ -40,6 +40,7 @@ struct Flags {
   std::string token_file, results, log_level = "info";
   std::vector<std::string> ps;
   std::int64_t batch = 32;
+  int socket_buffer_bytes = 0;
   int iters = 20, warmup = 3, epochs = 0, log_every = 0;
   std::optional<std::uint32_t> rank, world;
   std::uint64_t seed = 1;
@@ -83,9 +84,14 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
     o.ps.servers.push_back(endpoint);
   }
   o.ps.client.job_token = ReadToken(f.token_file);
+  o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
   o.ring.ring.rendezvous_dir = f.rendezvous;
   o.ring.ring.listen_host = f.listen_host;
   o.ring.optimizer = f.optimizer;
+  // GPU 0, as the cudnn backend: one worker per GPU is placed with CUDA_VISIBLE_DEVICES.
+  o.nccl.device = 0;
+  o.nccl.rendezvous_dir = f.rendezvous;
+  o.nccl.optimizer = f.optimizer;
   return phub::worker::Trainer::WithExchange(
       model, backend,
       [&](std::vector<phub::keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
@@ -117,7 +123,7 @@ int Run(Flags& f) {
   }
   if (f.comm == "none" && world > 1) {
     throw std::invalid_argument("--world " + std::to_string(world) +
-                                " with --comm none: choose --comm ps or ring to train together");
+                                " with --comm none: choose --comm ps, ring or nccl to train together");
   }
   if (!f.device.empty()) f.backend = f.device == "cuda" ? "cudnn" : "onednn";
 
@@ -251,8 +257,8 @@ int Run(Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"phub-worker: trains a model of the zoo (forward, backward, optimizer step), alone "
-               "or with other workers through phubd (--comm ps) or a ring allreduce (--comm "
-               "ring); prints progress, test accuracy per epoch and the time per mini-batch."};
+               "or with other workers through phubd (--comm ps), a ring allreduce (--comm "
+               "ring) or NCCL (--comm nccl); prints progress, test accuracy per epoch and the time per mini-batch."};
   app.add_option("--model", f.model, "fashion-cnn, fcn5, alexnet, resnet56, resnet50, lstm")
       ->capture_default_str();
   app.add_option("--batch", f.batch, "Mini-batch size per worker")
@@ -263,11 +269,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--comm", f.comm,
                  "none (alone, optimizer here), ps (one phubd: --ps HOST:PORT), ps-colocated "
-                 "(--ps once per server), ring (--rendezvous DIR)")
-      ->capture_default_str()->check(CLI::IsMember({"none", "ps", "ps-colocated", "ring"}));
+                 "(--ps once per server), ring (--rendezvous DIR), nccl (--rendezvous DIR; GPU 0, "
+                 "gradients staged through it)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "ps", "ps-colocated", "ring", "nccl"}));
   app.add_option("--ps", f.ps, "phubd's HOST:PORT (repeat for ps-colocated, same order everywhere)");
   app.add_option("--token-file", f.token_file, "The job token file phubd was given");
-  app.add_option("--rendezvous", f.rendezvous, "Ring: a directory shared by all ranks");
+  app.add_option("--socket-buffer-bytes", f.socket_buffer_bytes,
+                 "PS: fixed SO_SNDBUF/SO_RCVBUF (0: Linux autotuning; 65536 for colocated racks, "
+                 "see docs/operations.md)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_option("--rendezvous", f.rendezvous, "Ring and NCCL: a directory shared by all ranks");
   app.add_option("--listen-host", f.listen_host, "Ring: the address this rank listens on")
       ->capture_default_str();
   app.add_option("--rank", f.rank, "This worker's rank (default: from mpirun/srun, else 0)");

@@ -8,7 +8,8 @@
 //   ps-colocated  one phubd on every worker host, the model spread over all of them
 //                 (keys/server_placement.h); otherwise as `ps`.
 //   ring          ring allreduce of the gradient (mean), then the same optimizer kernel as
-//                 phubd's applied on the worker (ring_exchange.h).
+//                 phubd's applied on the worker (ring_exchange.h, allreduce_exchange.h).
+//   nccl          the same with NCCL's allreduce on the GPU (nccl_exchange.h).
 //
 // With the same optimizer and initial weights, every backend computes the same synchronous
 // SGD (tests/integration/exchange_training_test.cc checks each against one float64 reference).
@@ -48,7 +49,7 @@ class GradientExchange {
   // Leaves the job cleanly. Idempotent.
   virtual Status Close() = 0;
 
-  // "ps", "ps-colocated" or "ring": for logs and result files.
+  // "ps", "ps-colocated", "ring" or "nccl": for logs and result files.
   virtual std::string name() const = 0;
 };
 

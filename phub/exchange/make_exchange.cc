@@ -8,8 +8,9 @@ StatusOr<ExchangeKind> ParseExchangeKind(const std::string& name) {
   if (name == "ps") return ExchangeKind::kPs;
   if (name == "ps-colocated") return ExchangeKind::kPsColocated;
   if (name == "ring") return ExchangeKind::kRing;
+  if (name == "nccl") return ExchangeKind::kNccl;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown exchange '", name, "': use ps, ps-colocated or ring"));
+      absl::StrCat("unknown exchange '", name, "': use ps, ps-colocated, ring or nccl"));
 }
 
 StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options,
@@ -42,8 +43,25 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
       options.ring.ring.rank = options.rank;
       options.ring.ring.world_size = options.world_size;
       PHUB_ASSIGN_OR_RETURN(
-          auto ring, RingExchange::Connect(options.ring, std::move(tensors), std::move(weights)));
+          auto ring, ConnectRingExchange(options.ring, std::move(tensors), std::move(weights)));
       return std::unique_ptr<GradientExchange>(std::move(ring));
+    }
+    case ExchangeKind::kNccl: {
+      if (options.world_size > 1 && options.nccl.rendezvous_dir.empty()) {
+        return absl::InvalidArgumentError(
+            "--comm nccl needs a rendezvous directory shared by all workers");
+      }
+#ifdef PHUB_HAVE_NCCL
+      options.nccl.rank = options.rank;
+      options.nccl.world_size = options.world_size;
+      PHUB_ASSIGN_OR_RETURN(
+          auto nccl, ConnectNcclExchange(options.nccl, std::move(tensors), std::move(weights)));
+      return std::unique_ptr<GradientExchange>(std::move(nccl));
+#else
+      return absl::UnimplementedError(
+          "--comm nccl: this build has no NCCL (CMake found no CUDA toolkit with NCCL): install "
+          "them and rebuild with -DPHUB_WITH_CUDA=ON, or use --comm ring");
+#endif
     }
   }
   return absl::InvalidArgumentError("unknown exchange kind");

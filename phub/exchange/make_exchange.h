@@ -1,4 +1,4 @@
-// One switch for the worker: `--comm ps|ps-colocated|ring` picks the GradientExchange.
+// One switch for the worker: `--comm ps|ps-colocated|ring|nccl` picks the GradientExchange.
 #pragma once
 
 #include <memory>
@@ -7,14 +7,15 @@
 #include <vector>
 
 #include "phub/exchange/gradient_exchange.h"
+#include "phub/exchange/nccl_exchange.h"
 #include "phub/exchange/ps_exchange.h"
 #include "phub/exchange/ring_exchange.h"
 
 namespace phub::exchange {
 
-enum class ExchangeKind { kPs, kPsColocated, kRing };
+enum class ExchangeKind { kPs, kPsColocated, kRing, kNccl };
 
-// "ps", "ps-colocated", "ring" -> kind; InvalidArgument lists the accepted names.
+// "ps", "ps-colocated", "ring", "nccl" -> kind; InvalidArgument lists the accepted names.
 StatusOr<ExchangeKind> ParseExchangeKind(const std::string& name);
 
 struct ExchangeOptions {
@@ -24,10 +25,12 @@ struct ExchangeOptions {
   PsExchangeOptions ps;      // kPs (one server) and kPsColocated (one per host); rank/world
                              // are taken from above
   RingExchangeOptions ring;  // kRing; rank/world are taken from above
+  NcclExchangeOptions nccl;  // kNccl; rank/world are taken from above
 };
 
 // Connects the chosen backend. InvalidArgument when the options do not fit the kind (kPs with
-// other than one server, kPsColocated with fewer than one, kRing without a rendezvous).
+// other than one server, kPsColocated with fewer than one, kRing or kNccl without a
+// rendezvous); Unimplemented for kNccl in a build without NCCL.
 StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options,
                                                          std::vector<keys::TensorSpec> tensors,
                                                          std::vector<std::span<float>> weights);

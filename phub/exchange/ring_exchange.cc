@@ -1,147 +1,35 @@
 #include "phub/exchange/ring_exchange.h"
 
-#include <algorithm>
-#include <cstring>
-
-#include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
-
 namespace phub::exchange {
+namespace {
 
-StatusOr<std::unique_ptr<RingExchange>> RingExchange::Connect(
+class RingAllreducer final : public Allreducer {
+ public:
+  RingAllreducer(std::unique_ptr<ring::RingAllreduce> ring, std::uint32_t rank)
+      : ring_(std::move(ring)), rank_(rank) {}
+  Status Allreduce(std::span<float> data, ReduceOp op) override {
+    return ring_->Allreduce(data, op == ReduceOp::kMean ? ring::ReduceOp::kMean
+                                                        : ring::ReduceOp::kSum);
+  }
+  std::uint32_t rank() const override { return rank_; }
+  std::string name() const override { return "ring"; }
+
+ private:
+  std::unique_ptr<ring::RingAllreduce> ring_;
+  std::uint32_t rank_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AllreduceExchange>> ConnectRingExchange(
     const RingExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
     std::vector<std::span<float>> weights) {
-  PHUB_RETURN_IF_ERROR(kernels::Validate(options.optimizer));
-  if (weights.size() != tensors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("RingExchange: ", weights.size(),
-                                                   " weight buffers for ", tensors.size(),
-                                                   " tensors: give one buffer per tensor"));
-  }
-  std::unique_ptr<RingExchange> exchange(new RingExchange());
-  exchange->options_ = options;
-  exchange->tensors_ = std::vector<Tensor>(tensors.size());
-  const int state_arrays = kernels::StateArrays(options.optimizer.kind);
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    if (weights[t].size() != tensors[t].elements) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "RingExchange: the weight buffer of tensor ", t, " ('", tensors[t].name, "') holds ",
-          weights[t].size(), " floats; the tensor table says ", tensors[t].elements));
-    }
-    Tensor& tensor = exchange->tensors_[t];
-    tensor.weights = weights[t];
-    tensor.gradient = AlignedBuffer(weights[t].size());
-    for (int s = 0; s < state_arrays; ++s) tensor.state.emplace_back(weights[t].size());
-  }
-  PHUB_ASSIGN_OR_RETURN(exchange->ring_, ring::RingAllreduce::Connect(options.ring));
-  exchange->thread_ = std::thread([raw = exchange.get()] { raw->Run(); });
-  return exchange;
-}
-
-RingExchange::~RingExchange() { (void)Close(); }
-
-Status RingExchange::Init() {
-  for (Tensor& tensor : tensors_) {
-    if (options_.ring.rank != 0) std::fill(tensor.weights.begin(), tensor.weights.end(), 0.0f);
-    if (tensor.weights.empty()) continue;
-    if (Status s = ring_->Allreduce(tensor.weights, ring::ReduceOp::kSum); !s.ok()) {
-      std::lock_guard lock(mu_);
-      if (error_.ok()) error_ = s;
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-Status RingExchange::Push(std::uint32_t t, std::span<const float> grads) {
-  if (t >= tensors_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Push: tensor ", t, " does not exist (", tensors_.size(), " tensors)"));
-  }
-  Tensor& tensor = tensors_[t];
-  if (grads.size() != tensor.weights.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Push: tensor ", t, "'s gradient has ",
-                                                   grads.size(), " floats; the tensor has ",
-                                                   tensor.weights.size()));
-  }
-  std::lock_guard lock(mu_);
-  if (!error_.ok()) return error_;
-  if (closed_) return absl::FailedPreconditionError("Push after Close");
-  if (tensor.pushed != tensor.done) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("Push: tensor ", t, " is still in flight: Wait(", t, ") first"));
-  }
-  // Copied on the caller's thread: the gradient buffer is the caller's again at once.
-  std::memcpy(tensor.gradient.data(), grads.data(), grads.size_bytes());
-  ++tensor.pushed;
-  queue_.push_back(t);
-  cv_.notify_all();
-  return absl::OkStatus();
-}
-
-Status RingExchange::Wait(std::uint32_t t) {
-  if (t >= tensors_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Wait: tensor ", t, " does not exist (", tensors_.size(), " tensors)"));
-  }
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !error_.ok() || tensors_[t].done == tensors_[t].pushed; });
-  return error_;
-}
-
-Status RingExchange::WaitAll() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] {
-    return !error_.ok() || std::all_of(tensors_.begin(), tensors_.end(),
-                                       [](const Tensor& t) { return t.done == t.pushed; });
-  });
-  return error_;
-}
-
-Status RingExchange::Close() {
-  {
-    std::lock_guard lock(mu_);
-    if (closed_) return error_;
-    closed_ = true;
-    stopping_ = true;
-    cv_.notify_all();
-  }
-  if (thread_.joinable()) thread_.join();
-  ring_.reset();
-  std::lock_guard lock(mu_);
-  return error_;
-}
-
-void RingExchange::Run() {
-  for (;;) {
-    std::uint32_t t;
-    {
-      std::unique_lock lock(mu_);
-      // Drain what was pushed before Close, unless the ring has failed.
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty() || !error_.ok()) return;
-      t = queue_.front();
-      queue_.pop_front();
-    }
-    Status s = Step(tensors_[t]);
-    std::lock_guard lock(mu_);
-    if (!s.ok()) {
-      spdlog::error("ring exchange of tensor {} failed: {}", t, s.message());
-      if (error_.ok()) error_ = s;
-    } else {
-      ++tensors_[t].done;
-    }
-    cv_.notify_all();
-  }
-}
-
-Status RingExchange::Step(Tensor& tensor) {
-  if (tensor.weights.empty()) return absl::OkStatus();
-  PHUB_RETURN_IF_ERROR(ring_->Allreduce(tensor.gradient.span(), ring::ReduceOp::kMean));
-  const float* inputs[] = {tensor.gradient.data()};
-  std::vector<float*> state;
-  for (AlignedBuffer& s : tensor.state) state.push_back(s.data());
-  kernels::AggregateAndStep(inputs, tensor.weights, state, options_.optimizer, ++tensor.steps);
-  return absl::OkStatus();
+  // Checked before connecting, so a bad flag never leaves the neighbours waiting on this rank.
+  PHUB_RETURN_IF_ERROR(AllreduceExchange::Check(options.optimizer, tensors, weights));
+  PHUB_ASSIGN_OR_RETURN(auto ring, ring::RingAllreduce::Connect(options.ring));
+  return AllreduceExchange::Create(
+      options.optimizer, std::make_unique<RingAllreducer>(std::move(ring), options.ring.rank),
+      std::move(tensors), std::move(weights));
 }
 
 }  // namespace phub::exchange

@@ -1,26 +1,11 @@
-// Ring allreduce behind the GradientExchange API: each pushed gradient is averaged over all
-// workers by phub::ring (reduce-scatter + allgather) and the worker then applies the same
-// fused optimizer kernel phubd runs (kernels::AggregateAndStep with one input), so a job
-// switches between `ps` and `ring` with one flag and computes the same training.
-//
-// One exchange thread takes pushed tensors in push order (every worker must push in the same
-// order: ring calls pair up by order), copies the gradient into a per-tensor buffer, allreduces
-// it and steps the weights. Each worker keeps its own optimizer state (the PS keeps it once).
-// Tensors are reduced one call each; fusing small tensors into buckets (Horovod-style) is not
-// done yet, which costs ring latency on models with many small tensors.
+// `--comm ring`: our ring allreduce (phub/ring) behind AllreduceExchange.
 #pragma once
 
-#include <condition_variable>
-#include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
-#include <thread>
 #include <vector>
 
-#include "phub/common/aligned_buffer.h"
-#include "phub/exchange/gradient_exchange.h"
+#include "phub/exchange/allreduce_exchange.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/keys/key_table.h"
 #include "phub/ring/ring_allreduce.h"
@@ -28,52 +13,13 @@
 namespace phub::exchange {
 
 struct RingExchangeOptions {
-  ring::RingOptions ring;             // rank, world size, rendezvous, piece size
+  ring::RingOptions ring;              // rank, world size, rendezvous, piece size
   kernels::OptimizerConfig optimizer;  // what phubd's --optimizer flags would say
 };
 
-class RingExchange final : public GradientExchange {
- public:
-  // Connects the ring (blocks until both neighbours are there). InvalidArgument for a bad
-  // optimizer or buffers that do not match the tensor table.
-  static StatusOr<std::unique_ptr<RingExchange>> Connect(const RingExchangeOptions& options,
-                                                         std::vector<keys::TensorSpec> tensors,
-                                                         std::vector<std::span<float>> weights);
-  ~RingExchange() override;
-
-  // Broadcasts rank 0's weights (an allreduce-sum where every other rank contributes zeros, so
-  // the result is rank 0's bytes exactly). Call before the first Push, from one thread.
-  Status Init() override;
-  Status Push(std::uint32_t tensor, std::span<const float> grads) override;
-  Status Wait(std::uint32_t tensor) override;
-  Status WaitAll() override;
-  Status Close() override;
-  std::string name() const override { return "ring"; }
-
- private:
-  struct Tensor {
-    std::span<float> weights;
-    AlignedBuffer gradient;             // the pushed gradient, then its mean over workers
-    std::vector<AlignedBuffer> state;   // optimizer state arrays
-    std::uint64_t steps = 0;            // optimizer steps taken (Adam's t)
-    std::uint64_t pushed = 0;           // guarded by mu_
-    std::uint64_t done = 0;             // guarded by mu_
-  };
-  RingExchange() = default;
-  void Run();  // the exchange thread
-  Status Step(Tensor& tensor);
-
-  RingExchangeOptions options_;
-  std::unique_ptr<ring::RingAllreduce> ring_;
-  std::vector<Tensor> tensors_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::uint32_t> queue_;  // pushed, not yet reduced
-  Status error_;                     // first failure; every later call returns it
-  bool stopping_ = false;
-  bool closed_ = false;
-  std::thread thread_;
-};
+// Connects the ring (blocks until both neighbours are there), then as AllreduceExchange::Create.
+StatusOr<std::unique_ptr<AllreduceExchange>> ConnectRingExchange(
+    const RingExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
+    std::vector<std::span<float>> weights);
 
 }  // namespace phub::exchange

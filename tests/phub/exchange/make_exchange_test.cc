@@ -1,6 +1,7 @@
 // The exchange switch refuses options that do not fit the chosen backend, naming the fix, and
-// the ring exchange (one rank, in process) checks its calls. Training through every backend
-// with real processes is tests/integration/exchange_training_test.cc.
+// the ring exchange (one rank, in process) checks its calls; the NCCL exchange steps weights
+// like a float64 reference on a GPU, and says why it cannot run elsewhere. Training through
+// every backend with real processes is tests/integration/exchange_training_test.cc.
 #include "phub/exchange/make_exchange.h"
 
 #include <gmock/gmock.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <random>
 
 namespace phub::exchange {
 namespace {
@@ -28,11 +30,13 @@ TEST(ParseEndpointTest, AcceptsHostPortAndRefusesTheRest) {
   }
 }
 
-TEST(ParseExchangeKindTest, KnowsTheThreeNames) {
+TEST(ParseExchangeKindTest, KnowsTheFourNames) {
   EXPECT_EQ(*ParseExchangeKind("ps"), ExchangeKind::kPs);
   EXPECT_EQ(*ParseExchangeKind("ps-colocated"), ExchangeKind::kPsColocated);
   EXPECT_EQ(*ParseExchangeKind("ring"), ExchangeKind::kRing);
-  EXPECT_THAT(Message(ParseExchangeKind("nccl2").status()), HasSubstr("ps, ps-colocated or ring"));
+  EXPECT_EQ(*ParseExchangeKind("nccl"), ExchangeKind::kNccl);
+  EXPECT_THAT(Message(ParseExchangeKind("nccl2").status()),
+              HasSubstr("ps, ps-colocated, ring or nccl"));
 }
 
 TEST(MakeExchangeTest, OptionsThatDoNotFitTheKindAreRefused) {
@@ -52,6 +56,60 @@ TEST(MakeExchangeTest, OptionsThatDoNotFitTheKindAreRefused) {
   options.kind = ExchangeKind::kRing;
   EXPECT_THAT(Message(MakeExchange(options, {{"w", 10}}, {std::span<float>(w)}).status()),
               HasSubstr("rendezvous"));
+
+  options.kind = ExchangeKind::kNccl;
+  options.world_size = 2;
+  EXPECT_THAT(Message(MakeExchange(options, {{"w", 10}}, {std::span<float>(w)}).status()),
+              HasSubstr("rendezvous"));
+}
+
+// Where the build has no NCCL, or no GPU is visible, --comm nccl says so instead of training.
+// On a GPU: one rank's exchange steps its weights as plain SGD in float64 says, over tensors
+// of several lengths (each staged through its own device buffer), several steps in a row.
+TEST(NcclExchangeTest, OneRankStepsLikeFloat64OrSaysWhyItCannot) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> w = {std::vector<float>(1000), std::vector<float>(3),
+                                       std::vector<float>(1000)};
+  std::vector<std::vector<double>> expect(w.size());
+  for (std::size_t t = 0; t < w.size(); ++t) {
+    for (float& x : w[t]) x = normal(rng);
+    expect[t].assign(w[t].begin(), w[t].end());
+  }
+  ExchangeOptions options;
+  options.kind = ExchangeKind::kNccl;
+  options.nccl.optimizer.lr = 0.25f;
+  auto exchange = MakeExchange(options, {{"a", 1000}, {"b", 3}, {"c", 1000}},
+                               {std::span<float>(w[0]), std::span<float>(w[1]),
+                                std::span<float>(w[2])});
+#ifndef PHUB_HAVE_NCCL
+  ASSERT_EQ(exchange.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Message(exchange.status()), HasSubstr("--comm ring"));
+  GTEST_SKIP() << "this build has no NCCL (CMake found no CUDA toolkit with NCCL)";
+#else
+  if (exchange.status().code() == absl::StatusCode::kFailedPrecondition) {
+    GTEST_SKIP() << "no usable GPU: " << exchange.status();
+  }
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  ASSERT_TRUE((*exchange)->Init().ok());
+  EXPECT_EQ((*exchange)->name(), "nccl");
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::vector<float>> g(w.size());
+    for (std::size_t t = w.size(); t-- > 0;) {  // backward order, as the Trainer pushes
+      g[t].resize(w[t].size());
+      for (float& x : g[t]) x = normal(rng);
+      for (std::size_t i = 0; i < g[t].size(); ++i) expect[t][i] -= 0.25 * double{g[t][i]};
+      ASSERT_TRUE((*exchange)->Push(static_cast<std::uint32_t>(t), g[t]).ok());
+    }
+    ASSERT_TRUE((*exchange)->WaitAll().ok());
+  }
+  for (std::size_t t = 0; t < w.size(); ++t) {
+    for (std::size_t i = 0; i < w[t].size(); ++i) {
+      ASSERT_NEAR(w[t][i], expect[t][i], 1e-5) << "tensor " << t << " element " << i;
+    }
+  }
+  EXPECT_TRUE((*exchange)->Close().ok());
+#endif
 }
 
 TEST(PsExchangeTest, MoreServersThanPartitionsIsRefusedBeforeConnecting) {
@@ -83,7 +141,7 @@ class RingExchangeTest : public ::testing::Test {
 
 TEST_F(RingExchangeTest, OneRankStepsItsOwnWeightsAndChecksItsCalls) {
   std::vector<float> w = {1, 2, 3}, g = {2, 2, 2};
-  auto exchange = RingExchange::Connect(Options(), {{"w", 3}}, {std::span<float>(w)});
+  auto exchange = ConnectRingExchange(Options(), {{"w", 3}}, {std::span<float>(w)});
   ASSERT_TRUE(exchange.ok()) << exchange.status();
   ASSERT_TRUE((*exchange)->Init().ok());
   EXPECT_EQ(w, (std::vector<float>{1, 2, 3}));  // rank 0 keeps its weights
@@ -101,9 +159,9 @@ TEST_F(RingExchangeTest, BadOptimizerAndMismatchedBuffersAreRefused) {
   std::vector<float> w(3);
   RingExchangeOptions options = Options();
   options.optimizer.lr = -1;
-  EXPECT_THAT(Message(RingExchange::Connect(options, {{"w", 3}}, {std::span<float>(w)}).status()),
+  EXPECT_THAT(Message(ConnectRingExchange(options, {{"w", 3}}, {std::span<float>(w)}).status()),
               HasSubstr("lr"));
-  EXPECT_THAT(Message(RingExchange::Connect(Options(), {{"w", 4}}, {std::span<float>(w)}).status()),
+  EXPECT_THAT(Message(ConnectRingExchange(Options(), {{"w", 4}}, {std::span<float>(w)}).status()),
               HasSubstr("holds 3 floats"));
 }
 

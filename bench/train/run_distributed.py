@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""run_distributed.py: distributed training, dlbench-style — phub-worker on the PS and the ring.
+
+For each topology x model x N x system x overlap: N phub-worker processes (one OpenMP thread
+each) train the model on synthetic data, exchanging through phubd (ps: one on the PS host;
+ps-colocated: one on every worker host) or the ring; each worker reports its median time per
+mini-batch and its communication share (time blocked waiting for the exchange / step time).
+Reported per run: time per mini-batch (slowest worker's median), images/s (N x batch / time),
+scaling efficiency (images/s over N x one worker's images/s alone, measured first in the same
+run with --comm none), communication share (mean over workers). Topologies come from the
+exchange benchmark (bench/topo): loopback, pbox (PS host N x B), cloud (PS host B), colocated.
+
+  sudo bench/train/run_distributed.py --quick     # < 10 min: pbox + loopback, N=2/4, 2 models
+  sudo bench/train/run_distributed.py --topologies pbox --models resnet56:16,alexnet:2 --n 4
+
+Writes OUT/distributed.tsv, OUT/distributed.md and OUT/distributed_<topology>.png. The racks
+need root. Note: every worker, phubd and the ring share this box's CPUs, so compute slows with N
+(one core per two workers at N = 4 on 2 cores): scaling efficiency here measures the box, and
+the PS-vs-ring and overlap comparisons (same compute on both sides) are what the run is for.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "topo"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "exchange"))
+
+import nets  # noqa: E402
+from run_train import BenchError, log, parse_models, write_tsv  # noqa: E402
+
+COLOCATED_SOCKET_BUFFER_BYTES = 64 * 1024  # incast cap, as in bench/exchange (operations.md)
+SYSTEMS = {"loopback": ["ps", "ring"], "pbox": ["ps", "ring"], "cloud": ["ps", "ring"],
+           "colocated": ["ps-colocated", "ring"]}
+
+
+def wait_all(procs, logs, timeout):
+    deadline = time.time() + timeout
+    failed = []
+    for p, path in zip(procs, logs):
+        try:
+            code = p.wait(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = "timeout"
+        if code != 0:
+            failed.append(f"{path} (exit {code}):\n" + open(path).read()[-1500:])
+    if failed:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        raise BenchError("\n".join(failed))
+
+
+def phub_worker_argv(a, model, batch, extra):
+    return [a.worker, "--model", model, "--batch", str(batch), "--iters", str(a.iters),
+            "--warmup", str(a.warmup), "--lr", "0.01", "--log-level", "warn",
+            "--device", a.device] + extra
+
+
+def worker_env(a, rank):
+    """One OpenMP thread per worker; on a GPU box, worker r on GPU r % GPUs (NCCL needs one GPU
+    per rank; the PS and the ring let several workers share one)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if a.gpus > 0:
+        env["CUDA_VISIBLE_DEVICES"] = str(rank % a.gpus)
+    return env
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
+
+
+def run_alone(a, model, batch, run_dir):
+    out = os.path.join(run_dir, f"alone_{model}.json")
+    path = os.path.join(run_dir, f"alone_{model}.log")
+    env = worker_env(a, 0)
+    p = subprocess.Popen(phub_worker_argv(a, model, batch, ["--results", out]),
+                         stdout=open(path, "w"), stderr=subprocess.STDOUT, env=env)
+    wait_all([p], [path], 1800)
+    return json.load(open(out))
+
+
+def run_one(a, net, system, model, batch, n, overlap, run_dir):
+    tag = f"{net.name}_{system}_{model}_n{n}_{'ov' if overlap else 'noov'}"
+    procs, logs = [], []
+    servers, servers_logs = [], []
+    workers = [f"w{r}" for r in range(n)]
+    extra = []
+    if system in ("ps", "ps-colocated"):
+        hosts = ["ps"] if system == "ps" else workers
+        buf = COLOCATED_SOCKET_BUFFER_BYTES if system == "ps-colocated" and net.name != "loopback" else 0
+        endpoints = []
+        for i, host in enumerate(hosts):
+            port_file = os.path.join(run_dir, f"{tag}_port{i}")
+            log_path = os.path.join(run_dir, f"{tag}_phubd{i}.log")
+            argv = [a.phubd, "--listen", net.ip(host), "--port", "0", "--port-file", port_file,
+                    "--world-size", str(n), "--cores", str(a.ps_cores if system == "ps" else 1), "--optimizer", "momentum", "--lr",
+                    "0.01", "--one-job", "--socket-buffer-bytes", str(buf)]
+            servers.append(subprocess.Popen(net.wrap(host, argv), stdout=open(log_path, "w"),
+                                            stderr=subprocess.STDOUT))
+            servers_logs.append(log_path)
+            for _ in range(200):
+                if os.path.exists(port_file) and open(port_file).read().strip():
+                    break
+                time.sleep(0.05)
+            else:
+                raise BenchError(f"phubd on {host} did not start: " + open(log_path).read())
+            endpoints.append(f"{net.ip(host)}:{open(port_file).read().strip()}")
+        extra = ["--comm", system, "--socket-buffer-bytes", str(buf)]
+        for e in endpoints:
+            extra += ["--ps", e]
+    else:
+        rendezvous = os.path.join(run_dir, f"{tag}_rendezvous")
+        os.makedirs(rendezvous)
+        extra = ["--comm", system, "--rendezvous", rendezvous]
+    for r, host in enumerate(workers):
+        out = os.path.join(run_dir, f"{tag}_w{r}.json")
+        path = os.path.join(run_dir, f"{tag}_w{r}.log")
+        argv = phub_worker_argv(a, model, batch, extra + [
+            "--rank", str(r), "--world", str(n), "--results", out]
+            + (["--listen-host", net.ip(host)] if system == "ring" else [])
+            + ([] if overlap else ["--no-overlap"]))
+        procs.append(subprocess.Popen(net.wrap(host, argv), stdout=open(path, "w"),
+                                      stderr=subprocess.STDOUT, env=worker_env(a, r)))
+        logs.append(path)
+    wait_all(procs + servers, logs + servers_logs, a.timeout)
+    results = [json.load(open(os.path.join(run_dir, f"{tag}_w{r}.json"))) for r in range(n)]
+    return {"ms": max(r["median_ms"] for r in results),
+            "comm_share": statistics.mean(r["comm_share"] for r in results)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--topologies", default="loopback,pbox")
+    p.add_argument("--models", default="resnet56:16,alexnet:2", help="MODEL:BATCH per worker,...")
+    p.add_argument("--n", default="2,4")
+    p.add_argument("--rate", default="1gbit", help="link rate of the racks")
+    p.add_argument("--ps-cores", type=int, default=2, help="phubd --cores on the PS host")
+    p.add_argument("--iters", type=int, default=6)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="4 timed steps, 1 warm-up")
+    p.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: cuDNN workers, and NCCL beside the PS and the ring on loopback")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "distributed"))
+    a = p.parse_args()
+    if a.quick:
+        a.iters, a.warmup = 4, 1
+    a.worker = os.path.join(a.build, "worker", "phub-worker")
+    a.phubd = os.path.join(a.build, "phub", "server", "phubd")
+    for b in (a.worker, a.phubd):
+        if not os.access(b, os.X_OK):
+            raise SystemExit(f"run_distributed.py: {b} missing: run deploy/build.sh first")
+    topologies = a.topologies.split(",")
+    if any(t not in SYSTEMS for t in topologies):
+        raise SystemExit(f"run_distributed.py: topologies are {', '.join(SYSTEMS)}")
+    if any(t != "loopback" for t in topologies) and nets.rack_problem():
+        raise SystemExit("run_distributed.py: " + nets.rack_problem())
+    models = parse_models(a.models)
+    a.gpus = gpu_count() if a.device == "cuda" else 0
+    if a.device == "cuda" and a.gpus == 0:
+        raise SystemExit("run_distributed.py: --device cuda but nvidia-smi lists no GPU")
+    systems = {t: SYSTEMS[t] + (["nccl"] if a.device == "cuda" and t == "loopback" else [])
+               for t in topologies}
+    ns = [int(x) for x in a.n.split(",")]
+    os.makedirs(a.out, exist_ok=True)
+    run_dir = os.path.join(a.out, "raw")
+    os.makedirs(run_dir, exist_ok=True)
+
+    alone = {}
+    for model, batch in models:
+        r = run_alone(a, model, batch, run_dir)
+        alone[model] = r["median_ms"]
+        log(f"{model} batch {batch} alone: {r['median_ms']:.1f} ms per mini-batch")
+    rows = []
+    total = sum(len(systems[t]) for t in topologies) * len(models) * len(ns) * 2
+    done, start = 0, time.time()
+    nets.cleanup()
+    try:
+        for topo in topologies:
+            for n in ns:
+                net = nets.make(topo, n, a.rate)
+                try:
+                    for model, batch in models:
+                        for system in systems[topo]:
+                            if system == "nccl" and n > a.gpus:
+                                log(f"nccl N={n} skipped: NCCL needs one GPU per worker "
+                                    f"({a.gpus} here)")
+                                total -= 2
+                                continue
+                            for overlap in (True, False):
+                                r = run_one(a, net, system, model, batch, n, overlap, run_dir)
+                                ips = 1000 * n * batch / r["ms"]
+                                rows.append({
+                                    "topology": topo, "model": model, "batch": batch, "n": n,
+                                    "system": system, "overlap": "on" if overlap else "off",
+                                    "ms": round(r["ms"], 1), "images_s": round(ips, 1),
+                                    "scaling_eff": round(ips / (n * 1000 * batch / alone[model]), 3),
+                                    "comm_share": round(r["comm_share"], 3)})
+                                done += 1
+                                eta = (time.time() - start) / done * (total - done)
+                                log(f"{topo} N={n} {model} {system} overlap "
+                                    f"{'on ' if overlap else 'off'}: {r['ms']:.1f} ms, comm "
+                                    f"{100 * r['comm_share']:.1f} % ({done}/{total}, ETA "
+                                    f"{eta / 60:.1f} min)")
+                finally:
+                    net.close()
+    except BenchError as e:
+        log(f"a run failed:\n{e}")
+        return 1
+    finally:
+        nets.cleanup()
+        keys = ["topology", "model", "batch", "n", "system", "overlap", "ms", "images_s",
+                "scaling_eff", "comm_share"]
+        write_tsv(os.path.join(a.out, "distributed.tsv"), rows, keys)
+
+    engine = "oneDNN, 1 thread per worker" if a.device == "cpu" else f"cuDNN, {a.gpus} GPU(s)"
+    lines = [f"Distributed training on synthetic data, phub-worker ({engine}), "
+             f"links {a.rate} on racks; one worker alone: "
+             + ", ".join(f"{m} {alone[m]:.1f} ms" for m in alone)
+             + f"; {a.warmup} warm-up + {a.iters} timed steps per run.", ""]
+    lines += ["| topology | model | N | system | overlap | ms / mini-batch | images/s | "
+              "scaling eff. | comm share |", "|---|---|---:|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['topology']} | {r['model']} b{r['batch']} | {r['n']} | {r['system']} | "
+                     f"{r['overlap']} | {r['ms']} | {r['images_s']} | {r['scaling_eff']} | "
+                     f"{100 * r['comm_share']:.1f} % |")
+    # The issue's two comparisons, where the run has them.
+    lines.append("")
+    for topo in topologies:
+        for n in ns:
+            for model, _ in models:
+                sel = [r for r in rows if (r["topology"], r["n"], r["model"]) == (topo, n, model)]
+                on = {r["system"]: r for r in sel if r["overlap"] == "on"}
+                off = {r["system"]: r for r in sel if r["overlap"] == "off"}
+                ps = "ps-colocated" if topo == "colocated" else "ps"
+                rings = [x for x in ("ring", "nccl") if x in on and x in off]
+                if ps in on and ps in off and rings:
+                    best_ring = min(min(on[x]["ms"], off[x]["ms"]) for x in rings)
+                    lines.append(f"- {topo} N={n} {model}: PS {on[ps]['ms']} ms vs ring "
+                                 f"{best_ring} ms → PS {best_ring / on[ps]['ms']:.2f}× faster; "
+                                 f"overlap cuts the PS's comm share "
+                                 f"{100 * off[ps]['comm_share']:.1f} % → "
+                                 f"{100 * on[ps]['comm_share']:.1f} %")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(a.out, "distributed.md"), "w") as f:
+        f.write(table)
+    # One plot per topology and model: bars per system at each N, overlap on and off.
+    for topo in topologies:
+        for model, batch in models:
+            subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "plot_table.py"),
+                            os.path.join(a.out, "distributed.tsv"), "--x", "n", "--y", "ms",
+                            "--group", "system,overlap", "--kind", "bar",
+                            "--where", f"topology={topo}", "--where", f"model={model}",
+                            "--annotate", "--xlabel", "workers N", "--ylabel",
+                            "ms per mini-batch (lower is better)", "--title",
+                            f"{topo}: {model} batch {batch} per worker, time per mini-batch",
+                            "--out", os.path.join(a.out, f"distributed_{topo}_{model}.png")],
+                           check=False)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+#include "phub/exchange/nccl_exchange.h"
+
+#include <map>
+
+#include "phub/nccl/device_buffer.h"
+#include "phub/nccl/nccl_allreduce.h"
+
+namespace phub::exchange {
+namespace {
+
+class NcclAllreducer final : public Allreducer {
+ public:
+  explicit NcclAllreducer(std::unique_ptr<nccl::NcclAllreduce> nccl) : nccl_(std::move(nccl)) {}
+
+  Status Allreduce(std::span<float> data, ReduceOp op) override {
+    PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer* buffer, BufferFor(data.size()));
+    PHUB_RETURN_IF_ERROR(buffer->CopyFromHost(data));
+    PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(),
+                                          op == ReduceOp::kMean ? nccl::ReduceOp::kMean
+                                                                : nccl::ReduceOp::kSum));
+    return buffer->CopyToHost(data);
+  }
+  std::uint32_t rank() const override { return nccl_->rank(); }
+  std::string name() const override { return "nccl"; }
+
+ private:
+  StatusOr<nccl::DeviceBuffer*> BufferFor(std::size_t count) {
+    // One staging buffer per distinct tensor length, made on first use: models have few
+    // distinct lengths, and DeviceBuffer copies whole buffers.
+    auto it = by_length_.find(count);
+    if (it == by_length_.end()) {
+      PHUB_ASSIGN_OR_RETURN(auto buffer, nccl::DeviceBuffer::Allocate(nccl_->device(), count));
+      it = by_length_.emplace(count, std::move(buffer)).first;
+    }
+    return &it->second;
+  }
+
+  std::unique_ptr<nccl::NcclAllreduce> nccl_;
+  std::map<std::size_t, nccl::DeviceBuffer> by_length_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
+    const NcclExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
+    std::vector<std::span<float>> weights) {
+  PHUB_RETURN_IF_ERROR(AllreduceExchange::Check(options.optimizer, tensors, weights));
+  nccl::NcclOptions nccl_options;
+  nccl_options.rank = options.rank;
+  nccl_options.world_size = options.world_size;
+  nccl_options.rendezvous_dir = options.rendezvous_dir;
+  nccl_options.device = options.device;
+  nccl_options.timeout_ms = options.timeout_ms;
+  PHUB_ASSIGN_OR_RETURN(auto nccl, nccl::NcclAllreduce::Connect(nccl_options));
+  return AllreduceExchange::Create(options.optimizer,
+                                   std::make_unique<NcclAllreducer>(std::move(nccl)),
+                                   std::move(tensors), std::move(weights));
+}
+
+}  // namespace phub::exchange

@@ -1,0 +1,38 @@
+// `--comm nccl`: NCCL's allreduce (phub/nccl) behind AllreduceExchange, the GPU ring users
+// would otherwise pick. The worker's exchange API hands over host arrays (the Trainer keeps host
+// mirrors of its parameters), so each gradient is staged through a device buffer: copied to
+// the GPU, averaged by NCCL, copied back, and the optimizer steps the host weights as the ring
+// exchange does. The two PCIe copies cost ~2 x bytes / 25 GB/s; keeping gradients on the GPU
+// end to end is the next step once the Trainer hands device arrays to the exchange.
+//
+// Built only where CMake found CUDA and NCCL (PHUB_HAVE_NCCL); elsewhere MakeExchange answers
+// `--comm nccl` with an error saying so.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "phub/exchange/allreduce_exchange.h"
+#include "phub/kernels/aggregate_and_step.h"
+#include "phub/keys/key_table.h"
+
+namespace phub::exchange {
+
+struct NcclExchangeOptions {
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  std::string rendezvous_dir;          // shared by all ranks (NCCL's unique id is published there)
+  int device = -1;                     // CUDA device ordinal; -1: rank % visible devices
+  int timeout_ms = 60000;              // bounds joining and each allreduce
+  kernels::OptimizerConfig optimizer;  // what phubd's --optimizer flags would say
+};
+
+// Joins the NCCL communicator (blocks until every rank has), then as AllreduceExchange::Create.
+// FailedPrecondition without a usable GPU.
+StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
+    const NcclExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
+    std::vector<std::span<float>> weights);
+
+}  // namespace phub::exchange
