@@ -21,6 +21,7 @@ the PS-vs-ring and overlap comparisons (same compute on both sides) are what the
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,29 +33,12 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "topo"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "exchange"))
 
 import nets  # noqa: E402
-from run_train import BenchError, log, parse_models, write_tsv  # noqa: E402
+from harness import BenchError, kill_children, start, wait_all, wait_port_file  # noqa: E402
+from run_train import log, parse_models, write_tsv  # noqa: E402
 
 COLOCATED_SOCKET_BUFFER_BYTES = 64 * 1024  # incast cap, as in bench/exchange (operations.md)
 SYSTEMS = {"loopback": ["ps", "ring"], "pbox": ["ps", "ring"], "cloud": ["ps", "ring"],
            "colocated": ["ps-colocated", "ring"]}
-
-
-def wait_all(procs, logs, timeout):
-    deadline = time.time() + timeout
-    failed = []
-    for p, path in zip(procs, logs):
-        try:
-            code = p.wait(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            code = "timeout"
-        if code != 0:
-            failed.append(f"{path} (exit {code}):\n" + open(path).read()[-1500:])
-    if failed:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        raise BenchError("\n".join(failed))
 
 
 def phub_worker_argv(a, model, batch, extra):
@@ -66,7 +50,7 @@ def phub_worker_argv(a, model, batch, extra):
 def worker_env(a, rank):
     """One OpenMP thread per worker; on a GPU box, worker r on GPU r % GPUs (NCCL needs one GPU
     per rank; the PS and the ring let several workers share one)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = {"OMP_NUM_THREADS": "1"}
     if a.gpus > 0:
         env["CUDA_VISIBLE_DEVICES"] = str(rank % a.gpus)
     return env
@@ -77,48 +61,41 @@ def gpu_count():
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def run_alone(a, model, batch, run_dir):
     out = os.path.join(run_dir, f"alone_{model}.json")
     path = os.path.join(run_dir, f"alone_{model}.log")
-    env = worker_env(a, 0)
-    p = subprocess.Popen(phub_worker_argv(a, model, batch, ["--results", out]),
-                         stdout=open(path, "w"), stderr=subprocess.STDOUT, env=env)
-    wait_all([p], [path], 1800)
+    p = start(phub_worker_argv(a, model, batch, ["--results", out]), path, worker_env(a, 0))
+    wait_all([("phub-worker alone", p, path)], 1800)
     return json.load(open(out))
 
 
 def run_one(a, net, system, model, batch, n, overlap, run_dir):
     tag = f"{net.name}_{system}_{model}_n{n}_{'ov' if overlap else 'noov'}"
-    procs, logs = [], []
-    servers, servers_logs = [], []
+    procs = []  # (name, Popen, log) of every process of this run
     workers = [f"w{r}" for r in range(n)]
     extra = []
     if system in ("ps", "ps-colocated"):
         hosts = ["ps"] if system == "ps" else workers
-        buf = COLOCATED_SOCKET_BUFFER_BYTES if system == "ps-colocated" and net.name != "loopback" else 0
-        endpoints = []
+        colocated_rack = system == "ps-colocated" and net.name != "loopback"
+        buf = COLOCATED_SOCKET_BUFFER_BYTES if colocated_rack else 0
+        cores = a.ps_cores if system == "ps" else 1
+        extra = ["--comm", system, "--socket-buffer-bytes", str(buf)]
         for i, host in enumerate(hosts):
             port_file = os.path.join(run_dir, f"{tag}_port{i}")
             log_path = os.path.join(run_dir, f"{tag}_phubd{i}.log")
             argv = [a.phubd, "--listen", net.ip(host), "--port", "0", "--port-file", port_file,
-                    "--world-size", str(n), "--cores", str(a.ps_cores if system == "ps" else 1), "--optimizer", "momentum", "--lr",
-                    "0.01", "--one-job", "--socket-buffer-bytes", str(buf)]
-            servers.append(subprocess.Popen(net.wrap(host, argv), stdout=open(log_path, "w"),
-                                            stderr=subprocess.STDOUT))
-            servers_logs.append(log_path)
-            for _ in range(200):
-                if os.path.exists(port_file) and open(port_file).read().strip():
-                    break
-                time.sleep(0.05)
-            else:
-                raise BenchError(f"phubd on {host} did not start: " + open(log_path).read())
-            endpoints.append(f"{net.ip(host)}:{open(port_file).read().strip()}")
-        extra = ["--comm", system, "--socket-buffer-bytes", str(buf)]
-        for e in endpoints:
-            extra += ["--ps", e]
+                    "--world-size", str(n), "--cores", str(cores), "--optimizer", "momentum",
+                    "--lr", "0.01", "--one-job", "--socket-buffer-bytes", str(buf)]
+            name = f"phubd on {host}"
+            proc = start(net.wrap(host, argv), log_path)
+            procs.append((name, proc, log_path))
+            port = wait_port_file(port_file, proc, name, log_path)
+            extra += ["--ps", f"{net.ip(host)}:{port}"]
     else:
         rendezvous = os.path.join(run_dir, f"{tag}_rendezvous")
         os.makedirs(rendezvous)
@@ -128,12 +105,14 @@ def run_one(a, net, system, model, batch, n, overlap, run_dir):
         path = os.path.join(run_dir, f"{tag}_w{r}.log")
         argv = phub_worker_argv(a, model, batch, extra + [
             "--rank", str(r), "--world", str(n), "--results", out]
-            + (["--listen-host", net.ip(host)] if system == "ring" else [])
+            + (["--listen-host", net.ip(host)] if system in ("ring", "nccl") else [])
             + ([] if overlap else ["--no-overlap"]))
-        procs.append(subprocess.Popen(net.wrap(host, argv), stdout=open(path, "w"),
-                                      stderr=subprocess.STDOUT, env=worker_env(a, r)))
-        logs.append(path)
-    wait_all(procs + servers, logs + servers_logs, a.timeout)
+        procs.append((f"phub-worker rank {r}", start(net.wrap(host, argv), path, worker_env(a, r)),
+                      path))
+    try:
+        wait_all(procs, a.timeout)
+    finally:
+        kill_children()  # whatever is left of a failed run
     results = [json.load(open(os.path.join(run_dir, f"{tag}_w{r}.json"))) for r in range(n)]
     return {"ms": max(r["median_ms"] for r in results),
             "comm_share": statistics.mean(r["comm_share"] for r in results)}
@@ -176,7 +155,8 @@ def main():
     ns = [int(x) for x in a.n.split(",")]
     os.makedirs(a.out, exist_ok=True)
     run_dir = os.path.join(a.out, "raw")
-    os.makedirs(run_dir, exist_ok=True)
+    shutil.rmtree(run_dir, ignore_errors=True)  # stale port files would point at dead servers
+    os.makedirs(run_dir)
 
     alone = {}
     for model, batch in models:
@@ -220,6 +200,7 @@ def main():
         log(f"a run failed:\n{e}")
         return 1
     finally:
+        kill_children()
         nets.cleanup()
         keys = ["topology", "model", "batch", "n", "system", "overlap", "ms", "images_s",
                 "scaling_eff", "comm_share"]
@@ -248,8 +229,8 @@ def main():
                 rings = [x for x in ("ring", "nccl") if x in on and x in off]
                 if ps in on and ps in off and rings:
                     best_ring = min(min(on[x]["ms"], off[x]["ms"]) for x in rings)
-                    lines.append(f"- {topo} N={n} {model}: PS {on[ps]['ms']} ms vs ring "
-                                 f"{best_ring} ms → PS {best_ring / on[ps]['ms']:.2f}× faster; "
+                    lines.append(f"- {topo} N={n} {model}: PS {on[ps]['ms']} ms vs "
+                                 f"{best_ring} ms (best ring) → PS speed-up {best_ring / on[ps]['ms']:.2f}×; "
                                  f"overlap cuts the PS's comm share "
                                  f"{100 * off[ps]['comm_share']:.1f} % → "
                                  f"{100 * on[ps]['comm_share']:.1f} %")
