@@ -19,6 +19,7 @@ PACKAGES=(
   zlib1g-dev               # gzip'd IDX datasets (worker)
   dataset-fashion-mnist    # Fashion-MNIST (IDX .gz): the demo and the training tests
   libdnnl-dev              # oneDNN: the worker's CPU backend (worker/backend/onednn)
+  libibverbs-dev ibverbs-providers # rdma-core verbs: the RDMA transport (phub/transport/verbs)
   python3 python3-matplotlib # PNG plots of benchmark tables
   iproute2 procps          # ss/ip for tests and emulated racks
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)
