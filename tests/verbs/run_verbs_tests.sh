@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# ctest's VerbsTestsInSoftRoceGuest: builds the verbs tests for the guest's CPU (no
+# -march=native: the emulated CPU has no AVX-512) into BUILD_DIR, then runs them in the
+# soft-RoCE guest (run_in_guest.sh). Exit 77 (ctest: skipped) where no guest can be had.
+#
+#   tests/verbs/run_verbs_tests.sh BUILD_DIR [GTEST_ARGS...]
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+build=${1:?"give the build directory for the guest binaries"}
+shift
+rc=0
+"$HERE/guest_image.sh" >/dev/null || rc=$?
+[[ $rc == 0 ]] || exit "$rc"
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/phub-ccache}
+cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHUB_NATIVE=OFF \
+  -DPHUB_WITH_CUDA=OFF -DPHUB_BUILD_BENCH=OFF >/dev/null
+ninja -C "$build" -j "${PHUB_JOBS:-2}" verbs_test | tail -n 1
+cd "$build"
+exec "$HERE/run_in_guest.sh" --timeout 600 -- "$build/tests/phub/transport/verbs_test" "$@"
