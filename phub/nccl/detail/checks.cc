@@ -1,33 +1,17 @@
 #include "phub/nccl/detail/checks.h"
 
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/cuda_error_text.h"
 
 namespace phub::nccl::detail {
-namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-// The CUDA driver cannot initialise while ASan protects its shadow gap.
-constexpr const char* kSanitizerHint =
-    " [built with AddressSanitizer: CUDA needs ASAN_OPTIONS=protect_shadow_gap=0]";
-#else
-constexpr const char* kSanitizerHint = "";
-#endif
-
-// "phub/nccl/x.cc" rather than the build machine's absolute path.
-const char* ShortPath(const char* file) {
-  const char* at = std::strstr(file, "phub/");
-  return at != nullptr ? at : file;
-}
-
-}  // namespace
 
 Status CudaError(cudaError_t error, const char* call, const char* file, int line) {
   (void)cudaGetLastError();  // a non-sticky error would otherwise be seen again by later calls
   const std::string what =
-      absl::StrCat(call, " failed at ", ShortPath(file), ":", line, ": ", cudaGetErrorName(error),
-                   " (", cudaGetErrorString(error), ")", kSanitizerHint);
+      absl::StrCat(call, " failed at ", RepoRelativePath(file), ":", line, ": ",
+                   cudaGetErrorName(error), " (", cudaGetErrorString(error), ")",
+                   kCudaUnderAsanHint);
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -61,7 +45,7 @@ Status CudaError(cudaError_t error, const char* call, const char* file, int line
 Status NcclError(ncclResult_t result, ncclComm_t comm, const char* call, const char* file,
                  int line) {
   const char* last = ncclGetLastError(comm);
-  std::string what = absl::StrCat(call, " failed at ", ShortPath(file), ":", line, ": ",
+  std::string what = absl::StrCat(call, " failed at ", RepoRelativePath(file), ":", line, ": ",
                                   ncclGetErrorString(result));
   if (last != nullptr && last[0] != '\0') absl::StrAppend(&what, " (", last, ")");
   constexpr const char* kDebug = "; NCCL_DEBUG=WARN (or INFO) prints NCCL's own log";

@@ -1,28 +1,11 @@
 #include "worker/backend/cudnn/checks.h"
 
-#include <cstring>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/cuda_error_text.h"
 
 namespace phub::worker::cudnn {
-namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-// The CUDA driver cannot initialise while ASan protects its shadow gap.
-constexpr const char* kSanitizerHint =
-    " [built with AddressSanitizer: CUDA needs ASAN_OPTIONS=protect_shadow_gap=0]";
-#else
-constexpr const char* kSanitizerHint = "";
-#endif
-
-// "worker/backend/cudnn/x.cc" rather than the build machine's absolute path.
-const char* ShortPath(const char* file) {
-  const char* at = std::strstr(file, "worker/");
-  return at != nullptr ? at : file;
-}
-
-}  // namespace
 
 std::string CudaErrorMessage(cudaError_t error, const char* call, const char* file, int line) {
   std::string hint;
@@ -37,17 +20,17 @@ std::string CudaErrorMessage(cudaError_t error, const char* call, const char* fi
     case cudaErrorInvalidDevice:
       hint = absl::StrCat(": no usable GPU; check nvidia-smi, the driver (it must support CUDA ",
                           CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10,
-                          ") and CUDA_VISIBLE_DEVICES", kSanitizerHint);
+                          ") and CUDA_VISIBLE_DEVICES", kCudaUnderAsanHint);
       break;
     default:
       break;
   }
-  return absl::StrCat(call, " failed at ", ShortPath(file), ":", line, ": ",
+  return absl::StrCat(call, " failed at ", RepoRelativePath(file), ":", line, ": ",
                       cudaGetErrorName(error), " (", cudaGetErrorString(error), ")", hint);
 }
 
 std::string CudnnErrorMessage(cudnnStatus_t status, const char* call, const char* file, int line) {
-  std::string what = absl::StrCat(call, " failed at ", ShortPath(file), ":", line, ": ",
+  std::string what = absl::StrCat(call, " failed at ", RepoRelativePath(file), ":", line, ": ",
                                   cudnnGetErrorString(status));
   // cuDNN 9 keeps a thread-local detailed message for the last failure (which argument, why).
   char detail[512] = {};
@@ -58,7 +41,7 @@ std::string CudnnErrorMessage(cudnnStatus_t status, const char* call, const char
 
 std::string CublasErrorMessage(cublasStatus_t status, const char* call, const char* file,
                                int line) {
-  return absl::StrCat(call, " failed at ", ShortPath(file), ":", line, ": ",
+  return absl::StrCat(call, " failed at ", RepoRelativePath(file), ":", line, ": ",
                       cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
 }
 
