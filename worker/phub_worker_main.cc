@@ -16,6 +16,7 @@
 
 #include "phub/common/logging.h"
 #include "phub/exchange/make_exchange.h"
+#include "phub/exchange/transport_flags.h"
 #include "phub/kernels/optimizer_flags.h"
 #include "worker/backend/onednn/onednn_backend.h"
 #include "worker/data/batch_loader.h"
@@ -45,6 +46,7 @@ struct Flags {
   std::optional<std::uint32_t> rank, world;
   std::uint64_t seed = 1;
   bool describe = false, no_overlap = false;
+  phub::exchange::ExchangeOptions exchange;  // --transport and the RDMA device flags
   phub::kernels::OptimizerConfig optimizer{.kind = phub::kernels::OptimizerKind::kMomentum,
                                            .lr = 0.01f};
 };
@@ -75,7 +77,7 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
     const Flags& f, std::uint32_t rank, std::uint32_t world, phub::worker::Model& model,
     phub::worker::Backend& backend) {
   if (f.comm == "none") return phub::worker::Trainer::Local(model, backend, f.optimizer);
-  phub::exchange::ExchangeOptions o;
+  phub::exchange::ExchangeOptions o = f.exchange;
   PHUB_ASSIGN_OR_RETURN(o.kind, phub::exchange::ParseExchangeKind(f.comm));
   o.rank = rank;
   o.world_size = world;
@@ -280,6 +282,7 @@ int main(int argc, char** argv) {
                  "see docs/operations.md)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   app.add_option("--rendezvous", f.rendezvous, "Ring and NCCL: a directory shared by all ranks");
+  phub::exchange::AddTransportFlags(app, f.exchange);
   app.add_option("--listen-host", f.listen_host, "Ring: the address this rank listens on")
       ->capture_default_str();
   app.add_option("--rank", f.rank, "This worker's rank (default: from mpirun/srun, else 0)");

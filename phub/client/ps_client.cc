@@ -11,6 +11,7 @@
 #include "phub/transport/tcp/event_loop.h"
 #include "phub/transport/tcp/socket_options.h"
 #include "phub/transport/tcp/tcp_connection.h"
+#include "phub/transport/verbs/verbs_connection.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::client {
@@ -20,6 +21,19 @@ using transport::Connection;
 using transport::Op;
 using transport::WireHeader;
 using transport::tcp::TcpConnection;
+using transport::verbs::VerbsConnection;
+
+namespace {
+// phubd sends a worker only WEIGHTS (into the weight buffers, landing zones): staged messages
+// are header-sized. Pushes come from unregistered gradient memory, so they go by copy through
+// send buffers: enough of them to keep several chunks in flight per core.
+transport::verbs::VerbsLimits ClientLimits() {
+  transport::verbs::VerbsLimits limits;
+  limits.staged_payload_bytes = 1024;
+  limits.send_buffers = 16;
+  return limits;
+}
+}  // namespace
 
 // All network I/O runs on one event-loop thread; the caller's threads only post work to it and
 // wait on `cv_` for tensors to complete.
@@ -31,7 +45,14 @@ class PsClient::Impl final : public transport::ConnectionHandler {
         control_(loop_.context()),
         weights_(std::move(weights)) {}
 
-  ~Impl() override { (void)Close(); }
+  ~Impl() override {
+    (void)Close();
+    // Connections and the verbs loop (its CQ) are owned by the loop thread's handlers too.
+    loop_.Run([this] {
+      connections_.clear();
+      verbs_.reset();
+    });
+  }
 
   Status Handshake(std::vector<keys::TensorSpec> tensors);
   Status Init();
@@ -53,6 +74,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
                                              const WireHeader& header) override;
   Status OnReceived(Connection& connection, const WireHeader& header) override;
   void OnClosed(Connection& connection, const Status& why) override;
+  std::vector<transport::LandingZone> LandingZones(const Connection& connection) override;
 
  private:
   struct TensorState {
@@ -74,7 +96,11 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   asio::ip::tcp::socket control_;
   std::optional<keys::KeyTable> table_;  // set by Handshake
   std::vector<std::span<float>> weights_;
-  std::vector<std::shared_ptr<TcpConnection>> connections_;  // by server core
+  Status OpenVerbs();
+  StatusOr<std::shared_ptr<Connection>> Attach(const proto::CoreEndpoint& endpoint);
+
+  std::optional<transport::verbs::VerbsLoop> verbs_;       // when phubd runs verbs
+  std::vector<std::shared_ptr<Connection>> connections_;  // by server core
   bool weights_from_server_ = false;
   std::uint64_t session_ = 0;
   std::atomic<bool> closing_{false};
@@ -139,29 +165,91 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
     tensors_[t].pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(t).size());
   }
 
+  if (welcome.transport() == "verbs") PHUB_RETURN_IF_ERROR(OpenVerbs());
   for (const proto::CoreEndpoint& endpoint : welcome.cores()) {
-    PHUB_ASSIGN_OR_RETURN(auto socket, transport::tcp::ConnectWithRetry(
-                                           loop_.context(), endpoint.host(),
-                                           static_cast<std::uint16_t>(endpoint.port()),
-                                           options_.connect_timeout_ms, tuning()));
-    auto attach = transport::EncodeWireHeader(
-        WireHeader{Op::kAttach, options_.rank, endpoint.core(), session_, 0});
-    boost::system::error_code ec;
-    asio::write(socket, asio::buffer(attach), ec);
-    if (ec) {
-      return absl::UnavailableError(absl::StrCat("attaching to phubd core ", endpoint.core(),
-                                                 " at ", endpoint.host(), ":", endpoint.port(),
-                                                 ": ", ec.message()));
-    }
-    connections_.push_back(TcpConnection::Create(std::move(socket), this));
+    PHUB_ASSIGN_OR_RETURN(auto connection, Attach(endpoint));
+    connections_.push_back(std::move(connection));
   }
   loop_.Run([this] {
     for (auto& c : connections_) c->Start();
+    if (verbs_) {  // a verbs connection attaches with its first message
+      for (std::size_t core = 0; core < connections_.size(); ++core) {
+        connections_[core]->Send(WireHeader{Op::kAttach, options_.rank,
+                                            static_cast<std::uint32_t>(core), session_, 0},
+                                 {}, [this](const Status& s) {
+                                   if (!s.ok() && !closing_) RecordError(s);
+                                 });
+      }
+    }
     WatchControl();
   });
   spdlog::debug("rank {}: attached to {} server cores, {} chunks", options_.rank,
                 connections_.size(), table_->chunks().size());
   return absl::OkStatus();
+}
+
+Status PsClient::Impl::OpenVerbs() {
+  auto device = transport::verbs::VerbsDevice::Open(options_.rdma);
+  if (!device.ok()) {
+    return Status(device.status().code(),
+                  absl::StrCat("phubd runs --transport verbs, but this worker cannot open its RDMA "
+                               "device: ", device.status().message()));
+  }
+  std::shared_ptr<const transport::verbs::VerbsDevice> shared = std::move(*device);
+  Status status;
+  loop_.Run([&] {
+    auto verbs = transport::verbs::OpenVerbsLoop(shared, loop_.context());
+    if (!verbs.ok()) {
+      status = verbs.status();
+      return;
+    }
+    verbs_ = std::move(*verbs);
+    // The weight buffers are where phubd writes fresh weights: registered once, here.
+    for (std::span<float> w : weights_) {
+      if (w.empty()) continue;
+      status = verbs_->registry->Register(std::as_writable_bytes(w));
+      if (!status.ok()) return;
+    }
+  });
+  spdlog::debug("rank {}: data plane: verbs on {}", options_.rank, shared->Describe());
+  return status;
+}
+
+StatusOr<std::shared_ptr<Connection>> PsClient::Impl::Attach(const proto::CoreEndpoint& endpoint) {
+  PHUB_ASSIGN_OR_RETURN(auto socket, transport::tcp::ConnectWithRetry(
+                                         loop_.context(), endpoint.host(),
+                                         static_cast<std::uint16_t>(endpoint.port()),
+                                         options_.connect_timeout_ms, tuning()));
+  if (verbs_) {
+    auto connection = VerbsConnection::Dial(std::move(socket), *verbs_, this, ClientLimits());
+    if (!connection.ok()) {
+      return Status(connection.status().code(),
+                    absl::StrCat("verbs connection to phubd core ", endpoint.core(), " at ",
+                                 endpoint.host(), ":", endpoint.port(), ": ",
+                                 connection.status().message()));
+    }
+    return std::shared_ptr<Connection>(*std::move(connection));
+  }
+  auto attach = transport::EncodeWireHeader(
+      WireHeader{Op::kAttach, options_.rank, endpoint.core(), session_, 0});
+  boost::system::error_code ec;
+  asio::write(socket, asio::buffer(attach), ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("attaching to phubd core ", endpoint.core(), " at ",
+                                               endpoint.host(), ":", endpoint.port(), ": ",
+                                               ec.message()));
+  }
+  return std::shared_ptr<Connection>(TcpConnection::Create(std::move(socket), this));
+}
+
+std::vector<transport::LandingZone> PsClient::Impl::LandingZones(const Connection&) {
+  std::vector<transport::LandingZone> zones;
+  for (const keys::Chunk& chunk : table_->chunks()) {
+    zones.push_back({Op::kWeights, options_.rank, chunk.id, 0,
+                     std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset,
+                                                                           chunk.elements))});
+  }
+  return zones;
 }
 
 void PsClient::Impl::WatchControl() {

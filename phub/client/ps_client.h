@@ -8,8 +8,11 @@
 //     for each tensor t before forward reads it:            client->Wait(t);
 //   client->Close();
 //
-// Push is asynchronous and zero-copy: the gradient is sent straight from the caller's buffer,
-// and the fresh weights are received straight into the caller's weight buffer for that tensor.
+// Push is asynchronous and zero-copy: the gradient is sent straight from the caller's buffer
+// (on verbs: copied once into a registered send buffer, since the caller's gradient memory is
+// not registered), and the fresh weights are received straight into the caller's weight
+// buffer for that tensor (on verbs: written there by phubd's NIC; the weight buffers are
+// registered at Connect).
 // Wait(t) returns once every chunk of t has landed. Buffers: `weights[t]` must stay valid
 // until the client is destroyed and must not be read while tensor t is in flight (between
 // Push(t) and Wait(t)); `grads` must stay valid and unmodified until Wait(t) returns.
@@ -28,6 +31,7 @@
 
 #include "phub/common/status.h"
 #include "phub/keys/key_table.h"
+#include "phub/transport/verbs/device_options.h"
 
 namespace phub::client {
 
@@ -40,6 +44,8 @@ struct PsClientOptions {
   int connect_timeout_ms = 30000;  // keep retrying a refused connection this long
   bool tcp_no_delay = true;        // TCP_NODELAY (off only to measure what it is worth)
   int socket_buffer_bytes = 0;     // fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning
+  // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice).
+  transport::verbs::DeviceOptions rdma;
 };
 
 class PsClient {

@@ -4,12 +4,14 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "phub/transport/tcp/event_loop.h"
 #include "phub/transport/tcp/socket_options.h"
 #include "phub/transport/tcp/tcp_connection.h"
 #include "phub/transport/tcp/tcp_listener.h"
+#include "phub/transport/verbs/verbs_connection.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::ring {
@@ -19,6 +21,7 @@ using transport::Connection;
 using transport::Op;
 using transport::WireHeader;
 using transport::tcp::TcpConnection;
+using transport::verbs::VerbsConnection;
 
 namespace {
 // Steps of one call are numbered within its sequence number: iteration = seq * kStepSpan + step.
@@ -61,6 +64,10 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
       if (next_) next_->Close(absl::OkStatus());
       if (prev_) prev_->Close(absl::OkStatus());
       for (auto& c : pending_accepts_) c->Close(absl::OkStatus());
+      next_.reset();
+      prev_.reset();
+      pending_accepts_.clear();
+      verbs_.reset();
     });
   }
 
@@ -106,8 +113,13 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
   const std::uint32_t rank_;
   const std::uint64_t piece_elems_ = std::max<std::uint64_t>(1, options_.piece_bytes / 4);
   std::unique_ptr<transport::tcp::TcpListener> listener_;
-  std::vector<std::shared_ptr<TcpConnection>> pending_accepts_;  // until they ATTACH
-  std::shared_ptr<TcpConnection> next_, prev_;
+  Status OpenVerbs();
+  void Adopt(std::shared_ptr<Connection> connection);
+  transport::verbs::VerbsLimits VerbsLimitsForPieces() const;
+
+  std::optional<transport::verbs::VerbsLoop> verbs_;        // --transport verbs
+  std::vector<std::shared_ptr<Connection>> pending_accepts_;  // until they ATTACH
+  std::shared_ptr<Connection> next_, prev_;
   std::atomic<bool> closing_{false};
   std::vector<const Connection*> said_bye_;  // neighbours that left cleanly
   std::string gone_;                         // non-empty once a neighbour has left
@@ -144,6 +156,7 @@ Status RingAllreduce::Impl::Setup() {
   }
   if (world_ == 1) return absl::OkStatus();
   FileRendezvous rendezvous(options_.rendezvous_dir);
+  if (options_.transport == transport::TransportKind::kVerbs) PHUB_RETURN_IF_ERROR(OpenVerbs());
   Status status;
   loop_.Run([&] {
     auto listener = transport::tcp::TcpListener::Bind(loop_.context(), options_.listen_host, 0);
@@ -153,9 +166,17 @@ Status RingAllreduce::Impl::Setup() {
     }
     listener_ = std::move(*listener);
     listener_->Start([this](asio::ip::tcp::socket socket) {
-      auto c = TcpConnection::Create(std::move(socket), this);
-      pending_accepts_.push_back(c);
-      c->Start();
+      if (!verbs_) return Adopt(TcpConnection::Create(std::move(socket), this));
+      VerbsConnection::Accept(std::move(socket), *verbs_, [this] { return this; },
+                              VerbsLimitsForPieces(),
+                              [this](StatusOr<std::shared_ptr<VerbsConnection>> c) {
+                                if (!c.ok()) {
+                                  spdlog::warn("ring rank {}: verbs set-up of an incoming "
+                                               "connection failed: {}", rank_, c.status().message());
+                                  return;
+                                }
+                                Adopt(*std::move(c));
+                              });
     });
   });
   PHUB_RETURN_IF_ERROR(status);
@@ -166,18 +187,35 @@ Status RingAllreduce::Impl::Setup() {
   PHUB_ASSIGN_OR_RETURN(auto socket,
                         transport::tcp::ConnectWithRetry(loop_.context(), address.host, address.port,
                                                          options_.connect_timeout_ms));
-  auto attach = transport::EncodeWireHeader(WireHeader{Op::kAttach, rank_, next, 0, 0});
-  boost::system::error_code ec;
-  asio::write(socket, asio::buffer(attach), ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat("ring rank ", rank_, ": attaching to rank ", next,
-                                               ": ", ec.message()));
+  const WireHeader attach{Op::kAttach, rank_, next, 0, 0};
+  if (verbs_) {
+    auto connection = VerbsConnection::Dial(std::move(socket), *verbs_, this, VerbsLimitsForPieces());
+    if (!connection.ok()) {
+      return Status(connection.status().code(), absl::StrCat("ring rank ", rank_, ": verbs link to rank ",
+                                                             next, ": ", connection.status().message()));
+    }
+    loop_.Run([&] {
+      next_ = *std::move(connection);
+      next_->set_tag(next);
+      next_->Start();
+      next_->Send(attach, {}, [this](const Status& s) {
+        if (!s.ok()) Fail(s);
+      });
+    });
+  } else {
+    auto encoded = transport::EncodeWireHeader(attach);
+    boost::system::error_code ec;
+    asio::write(socket, asio::buffer(encoded), ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat("ring rank ", rank_, ": attaching to rank ", next,
+                                                 ": ", ec.message()));
+    }
+    loop_.Run([&] {
+      next_ = TcpConnection::Create(std::move(socket), this);
+      next_->set_tag(next);
+      next_->Start();
+    });
   }
-  loop_.Run([&] {
-    next_ = TcpConnection::Create(std::move(socket), this);
-    next_->set_tag(next);
-    next_->Start();
-  });
 
   std::unique_lock lock(mu_);
   bool attached = cv_.wait_for(lock, std::chrono::milliseconds(options_.connect_timeout_ms),
@@ -190,6 +228,37 @@ Status RingAllreduce::Impl::Setup() {
                                                     options_.connect_timeout_ms, " ms"));
   }
   return absl::OkStatus();
+}
+
+Status RingAllreduce::Impl::OpenVerbs() {
+  auto device = transport::verbs::VerbsDevice::Open(options_.rdma);
+  if (!device.ok()) {
+    return Status(device.status().code(), absl::StrCat("ring rank ", rank_, ": --transport verbs: ",
+                                                       device.status().message()));
+  }
+  std::shared_ptr<const transport::verbs::VerbsDevice> shared = std::move(*device);
+  Status status;
+  loop_.Run([&] {
+    auto verbs = transport::verbs::OpenVerbsLoop(shared, loop_.context());
+    if (verbs.ok()) verbs_ = std::move(*verbs);
+    status = verbs.status();
+  });
+  return status;
+}
+
+// Every piece goes staged (its place in the caller's buffer changes with every call, and the
+// reduce-scatter's lands in scratch): slots of one piece, eight in flight per link.
+transport::verbs::VerbsLimits RingAllreduce::Impl::VerbsLimitsForPieces() const {
+  transport::verbs::VerbsLimits limits;
+  limits.staged_payload_bytes = static_cast<std::uint32_t>(piece_elems_ * sizeof(float));
+  limits.staged_slots = 8;
+  limits.send_buffers = 8;
+  return limits;
+}
+
+void RingAllreduce::Impl::Adopt(std::shared_ptr<Connection> connection) {
+  pending_accepts_.push_back(connection);
+  connection->Start();
 }
 
 Status RingAllreduce::Impl::Allreduce(std::span<float> data, ReduceOp op) {

@@ -21,6 +21,8 @@
 
 #include "phub/common/status.h"
 #include "phub/ring/file_rendezvous.h"
+#include "phub/transport/transport_kind.h"
+#include "phub/transport/verbs/device_options.h"
 
 namespace phub::ring {
 
@@ -31,6 +33,10 @@ struct RingOptions {
   std::string listen_host = "127.0.0.1";  // address this rank listens on and publishes
   std::uint64_t piece_bytes = 1 << 20;  // pipelining granularity (multiple of 4)
   int connect_timeout_ms = 30000;
+  // The ring's links: TCP, or verbs RC queue pairs (pieces go staged: header + piece into the
+  // neighbour's registered receive ring, credit flow control; docs/design.md).
+  transport::TransportKind transport = transport::TransportKind::kTcp;
+  transport::verbs::DeviceOptions rdma;
 };
 
 enum class ReduceOp { kSum, kMean };

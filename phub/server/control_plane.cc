@@ -176,7 +176,13 @@ void ControlPlane::StartJob() {
       if (*alive) OnShardEvent(event);
     });
   };
-  for (auto& core : cores_) core->InstallShard(spec, sink);
+  for (auto& core : cores_) {
+    if (Status s = core->InstallShard(spec, sink); !s.ok()) {
+      for (auto& installed : cores_) installed->RemoveShard();
+      return FailForming(MakeError(proto::Error::BAD_REQUEST, std::string(s.message()),
+                                   "see phubd's log; on verbs check the memlock limit (ulimit -l)"));
+    }
+  }
 
   proto::ControlMessage message;
   proto::Welcome& welcome = *message.mutable_welcome();
@@ -186,6 +192,7 @@ void ControlPlane::StartJob() {
   welcome.set_session(spec->session);
   welcome.set_weights_from_server(!spec->initial_weights.empty());
   welcome.set_optimizer(kernels::Describe(options_.optimizer));
+  welcome.set_transport(transport::TransportName(options_.transport));
   running_ = true;
   stalled_ = false;
   live_members_ = options_.world_size;

@@ -29,11 +29,21 @@ Status Server::Start() {
         "--chunk-bytes ", options_.chunk_bytes, " must be a positive multiple of 4 up to ",
         transport::kMaxPayloadBytes, " (e.g. 1048576)"));
   }
+  std::shared_ptr<const transport::verbs::VerbsDevice> rdma;
+  if (options_.transport == transport::TransportKind::kVerbs) {
+    auto device = transport::verbs::VerbsDevice::Open(options_.rdma);
+    if (!device.ok()) {
+      return Status(device.status().code(),
+                    absl::StrCat("--transport verbs: ", device.status().message()));
+    }
+    rdma = std::move(*device);
+    spdlog::info("data plane: verbs on {}", rdma->Describe());
+  }
   for (std::uint32_t i = 0; i < options_.cores; ++i) {
     std::uint16_t port =
         options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);
     int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
-    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin, options_.tcp));
+    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin, options_.tcp, rdma));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {

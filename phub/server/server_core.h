@@ -1,40 +1,51 @@
 // One server core: a pinned event loop, the TCP listener for its data connections, and the
 // Shard of the running job (none between jobs). Other threads (the control plane) reach it
 // only through InstallShard/RemoveShard, which run on the core's thread and wait.
+//
+// On verbs the listener still takes each worker's TCP side channel; the core then sets up an
+// RC queue pair over it (VerbsConnection::Accept) on its own completion queue, and the job's
+// shard memory is registered with the NIC once, when the shard is installed.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "phub/server/shard.h"
 #include "phub/transport/tcp/event_loop.h"
 #include "phub/transport/tcp/tcp_listener.h"
+#include "phub/transport/verbs/verbs_connection.h"
 
 namespace phub::server {
 
 class ServerCore {
  public:
-  // pin_core < 0: not pinned. port 0: any free port.
-  static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index,
-                                                      const std::string& address,
-                                                      std::uint16_t port, int pin_core,
-                                                      const transport::tcp::SocketTuning& tcp);
+  // pin_core < 0: not pinned. port 0: any free port. `rdma` null: TCP data connections.
+  static StatusOr<std::unique_ptr<ServerCore>> Create(
+      keys::CoreIndex index, const std::string& address, std::uint16_t port, int pin_core,
+      const transport::tcp::SocketTuning& tcp,
+      std::shared_ptr<const transport::verbs::VerbsDevice> rdma);
   ~ServerCore();
 
   keys::CoreIndex index() const { return index_; }
   std::uint16_t port() const { return port_; }
 
-  // Builds the job's shard on this core's thread (its memory is first touched there).
-  void InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink);
+  // Builds the job's shard on this core's thread (its memory is first touched there); on verbs
+  // registers its slots and weights (the error says how to raise the memlock limit).
+  Status InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink);
   // Closes the shard's connections and frees it; returns its counters.
   ShardStats RemoveShard();
 
  private:
   ServerCore(keys::CoreIndex index, int pin_core);
+  void OnAccept(boost::asio::ip::tcp::socket socket);
 
   keys::CoreIndex index_;
   transport::tcp::EventLoop loop_;
   std::unique_ptr<transport::tcp::TcpListener> listener_;  // used on loop_'s thread only
   std::unique_ptr<Shard> shard_;                            // used on loop_'s thread only
+  std::uint64_t shard_generation_ = 0;                      // bumps with every shard
+  std::shared_ptr<const transport::verbs::VerbsDevice> rdma_;
+  std::optional<transport::verbs::VerbsLoop> verbs_;        // the core's CQ; this job's registry
   std::uint16_t port_ = 0;
 };
 

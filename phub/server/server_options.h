@@ -7,6 +7,8 @@
 
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/transport_kind.h"
+#include "phub/transport/verbs/device_options.h"
 
 namespace phub::server {
 
@@ -28,6 +30,8 @@ struct ServerOptions {
   std::string initial_weights_path;     // raw float32 file; empty = rank 0 sends weights
   bool one_job = false;                 // exit after the first job ends
   transport::tcp::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
+  transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
+  transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
 };
 
 }  // namespace phub::server

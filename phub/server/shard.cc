@@ -61,6 +61,30 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
 
 Shard::~Shard() { CloseAll(absl::OkStatus()); }
 
+std::vector<std::span<std::byte>> Shard::Buffers() {
+  std::vector<std::span<std::byte>> buffers;
+  for (ChunkState& state : chunks_) {
+    buffers.push_back(AsBytes(state.slots.data(), state.slots.size()));
+    buffers.push_back(AsBytes(state.weights.data(), state.weights.size()));
+  }
+  return buffers;
+}
+
+std::vector<transport::LandingZone> Shard::LandingZones(const Connection&) {
+  std::vector<transport::LandingZone> zones;
+  for (ChunkState& state : chunks_) {
+    const std::uint32_t elements = state.chunk->elements;
+    for (std::uint32_t w = 0; w < job_->world_size; ++w) {
+      zones.push_back({Op::kPush, w, state.chunk->id, state.iteration + 1,
+                       AsBytes(state.slots.data() + std::size_t{w} * elements, elements)});
+    }
+    if (!state.initialized) {
+      zones.push_back({Op::kInit, 0, state.chunk->id, 0, AsBytes(state.weights.data(), elements)});
+    }
+  }
+  return zones;
+}
+
 void Shard::Adopt(std::shared_ptr<Connection> connection) {
   unattached_.push_back(connection);
   connection->Start();

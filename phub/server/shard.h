@@ -60,12 +60,20 @@ class Shard final : public transport::ConnectionHandler {
 
   const ShardStats& stats() const { return stats_; }
 
+  // Every buffer a transport may have to register with its NIC (slots and weights): fixed for
+  // the shard's life.
+  std::vector<std::span<std::byte>> Buffers();
+
   // ConnectionHandler
   StatusOr<std::span<std::byte>> ResolveSlot(transport::Connection& connection,
                                              const transport::WireHeader& header) override;
   Status OnReceived(transport::Connection& connection,
                     const transport::WireHeader& header) override;
   void OnClosed(transport::Connection& connection, const Status& why) override;
+  // Each worker's push of chunk k lands in slot[k][worker]; rank 0's INIT of a chunk without
+  // weights yet lands in its weights. Published to every connection before it attaches
+  // (ResolveSlot checks the rank on arrival).
+  std::vector<transport::LandingZone> LandingZones(const transport::Connection& connection) override;
 
  private:
   struct ChunkState {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "phub/common/status.h"
 #include "phub/transport/wire_header.h"
@@ -21,6 +22,19 @@
 namespace phub::transport {
 
 class Connection;
+
+// A place where a payload from the peer lands, known before any message: what transports that
+// write straight into the receiver's memory (verbs: RDMA WRITE WITH IMMEDIATE) publish to the
+// sender at connection set-up. The message it receives is (op, worker, chunk) with iterations
+// first_iteration, first_iteration + 1, ... in order; ResolveSlot still checks each arrival and
+// must name the same bytes.
+struct LandingZone {
+  Op op = Op::kPush;
+  std::uint32_t worker = 0;
+  std::uint32_t chunk = 0;
+  std::uint64_t first_iteration = 0;
+  std::span<std::byte> bytes;
+};
 
 // Implemented by the layer above. All calls happen on the connection's thread.
 class ConnectionHandler {
@@ -39,6 +53,12 @@ class ConnectionHandler {
   // The connection closed (peer gone, bad input, or Close()). Called exactly once; no other
   // callback follows. `why` is OK only for a local Close(OkStatus()).
   virtual void OnClosed(Connection& connection, const Status& why) = 0;
+
+  // Every payload this handler will take from `connection`'s peer at a fixed place, for the
+  // whole life of the connection. Transports that copy (TCP) never ask; verbs publishes them
+  // to the peer, which then writes there directly (zero copy). Messages without a zone still
+  // work: verbs stages them through a small receive ring and ResolveSlot + a copy.
+  virtual std::vector<LandingZone> LandingZones(const Connection& connection) { return {}; }
 };
 
 class Connection {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "phub/transport/verbs/verbs_device.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/test_data.h"
 #include "tests/reference/optimizer_reference.h"
@@ -28,10 +29,12 @@ struct TrainingCase {
   std::string sizes;  // tensor sizes; deliberately not multiples of the chunk
   bool init_from_file = false;  // phubd loads --init-weights instead of taking rank 0's
   std::string comm = "ps";      // the worker's --comm
+  std::string transport = "tcp";  // phubd's and the ring's --transport
 };
 
-TrainingCase With(TrainingCase c, std::string comm) {
-  c.name += "_" + comm;
+TrainingCase With(TrainingCase c, std::string comm, std::string transport = "tcp") {
+  c.name += "_" + comm + (transport == "tcp" ? "" : "_" + transport);
+  c.transport = std::move(transport);
   for (char& ch : c.name) ch = ch == '-' ? '_' : ch;
   c.comm = std::move(comm);
   return c;
@@ -79,11 +82,16 @@ class ExchangeTrainingTest : public ::testing::TestWithParam<TrainingCase> {};
 
 TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
   const TrainingCase& c = GetParam();
+  if (c.transport == "verbs" && transport::verbs::ListDevices().empty()) {
+    GTEST_SKIP() << "no RDMA device here: tests/verbs/run_verbs_tests.sh runs the verbs cases in "
+                    "a QEMU guest with soft-RoCE";
+  }
   const std::uint64_t seed = 42 + c.workers;
   TempDir dir;
   std::vector<std::string> args = {"--world-size", std::to_string(c.workers), "--cores",
                                    std::to_string(c.cores), "--chunk-bytes",
-                                   std::to_string(c.chunk_bytes), "--one-job"};
+                                   std::to_string(c.chunk_bytes), "--one-job",
+                                   "--transport", c.transport};
   auto flags = OptimizerFlags(c);
   args.insert(args.end(), flags.begin(), flags.end());
   if (c.init_from_file) {
@@ -111,7 +119,8 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     std::vector<std::string> argv = {
         TestWorkerPath(), "--comm", c.comm, "--rank", std::to_string(r), "--world",
         std::to_string(c.workers), "--tensors", c.sizes, "--iters", std::to_string(c.iterations),
-        "--seed", std::to_string(seed), "--out", dir.File("w" + std::to_string(r))};
+        "--seed", std::to_string(seed), "--out", dir.File("w" + std::to_string(r)),
+        "--transport", c.transport};
     if (c.comm == "ring") {
       argv.insert(argv.end(), {"--rendezvous", dir.path()});
       argv.insert(argv.end(), flags.begin(), flags.end());  // the optimizer runs on the worker
@@ -198,6 +207,15 @@ std::vector<TrainingCase> Cases() {
     if (c.init_from_file) continue;  // phubd's file only exists with a PS
     if (c.workers > 1) all.push_back(With(c, "ps-colocated"));
     all.push_back(With(c, "ring"));
+  }
+  // On verbs (run in the soft-RoCE guest): every exchange, several workers and cores, chunks
+  // smaller and larger than a page, weights from rank 0 and from phubd's file.
+  for (const TrainingCase& c : ps) {
+    if (c.workers < 2) continue;
+    all.push_back(With(c, "ps", "verbs"));
+    if (c.init_from_file) continue;
+    if (c.workers == 2) all.push_back(With(c, "ps-colocated", "verbs"));
+    all.push_back(With(c, "ring", "verbs"));
   }
   return all;
 }

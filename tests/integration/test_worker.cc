@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "phub/common/logging.h"
 #include "phub/exchange/make_exchange.h"
+#include "phub/exchange/transport_flags.h"
 #include "phub/kernels/optimizer_flags.h"
 #include "tests/integration/test_data.h"
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_path);
   app.add_option("--die-at", die_at);
   phub::kernels::AddOptimizerFlags(app, options.ring.optimizer);
+  phub::exchange::AddTransportFlags(app, options);
   CLI11_PARSE(app, argc, argv);
   (void)phub::SetUpLogging("warn", "worker " + std::to_string(options.rank));
   auto fail = [&](const phub::Status& s) {

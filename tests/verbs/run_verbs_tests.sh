@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # ctest's VerbsTestsInSoftRoceGuest: builds the verbs tests for the guest's CPU (no
 # -march=native: the emulated CPU has no AVX-512) into BUILD_DIR, then runs them in the
-# soft-RoCE guest (run_in_guest.sh). Exit 77 (ctest: skipped) where no guest can be had.
+# soft-RoCE guest (run_in_guest.sh): verbs_test (devices, queue pairs, VerbsConnection) and the
+# integration tests' verbs cases (phubd and real worker processes on verbs: N workers against
+# float64, the colocated PS, ring allreduce on verbs, a dying worker). Exit 77 (ctest: skipped)
+# where no guest can be had.
 #
-#   tests/verbs/run_verbs_tests.sh BUILD_DIR [GTEST_ARGS...]
+#   tests/verbs/run_verbs_tests.sh BUILD_DIR
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-build=${1:?"give the build directory for the guest binaries"}
+build=$(realpath -m "${1:?give the build directory for the guest binaries}")
 shift
 rc=0
 "$HERE/guest_image.sh" >/dev/null || rc=$?
@@ -15,6 +18,8 @@ rc=0
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/phub-ccache}
 cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHUB_NATIVE=OFF \
   -DPHUB_WITH_CUDA=OFF -DPHUB_BUILD_BENCH=OFF >/dev/null
-ninja -C "$build" -j "${PHUB_JOBS:-2}" verbs_test | tail -n 1
+ninja -C "$build" -j "${PHUB_JOBS:-2}" verbs_test integration_test | tail -n 1
 cd "$build"
-exec "$HERE/run_in_guest.sh" --timeout 600 -- "$build/tests/phub/transport/verbs_test" "$@"
+exec "$HERE/run_in_guest.sh" --timeout 900 -- bash -c "
+  '$build/tests/phub/transport/verbs_test' &&
+  '$build/tests/integration/integration_test' --gtest_filter='*verbs*'"

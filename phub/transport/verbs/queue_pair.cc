@@ -11,8 +11,9 @@
 namespace phub::transport::verbs {
 
 StatusOr<std::unique_ptr<CompletionQueue>> CompletionQueue::Create(const VerbsDevice& device,
-                                                                   int depth) {
-  ibv_cq* cq = ibv_create_cq(device.context(), depth, nullptr, nullptr, 0);
+                                                                   int depth,
+                                                                   ibv_comp_channel* channel) {
+  ibv_cq* cq = ibv_create_cq(device.context(), depth, nullptr, channel, 0);
   if (cq == nullptr) return VerbsError(absl::StrCat("ibv_create_cq(", depth, ")"), device.name(), errno);
   return std::unique_ptr<CompletionQueue>(new CompletionQueue(cq, device.name()));
 }
@@ -125,10 +126,20 @@ Status QueuePair::PostWriteWithImm(const MemoryRegion& region, std::span<const s
   sge.addr = reinterpret_cast<std::uint64_t>(local.data());
   sge.length = static_cast<std::uint32_t>(local.size());
   sge.lkey = region.lkey();
+  return PostWrite(local.empty() ? nullptr : &sge, remote_address, rkey, imm, wr_id);
+}
+
+Status QueuePair::PostImmediate(std::uint32_t imm, std::uint64_t wr_id) {
+  // Zero bytes: no address or rkey is checked (IBA C9-88).
+  return PostWrite(nullptr, 0, 0, imm, wr_id);
+}
+
+Status QueuePair::PostWrite(ibv_sge* sge, std::uint64_t remote_address, std::uint32_t rkey,
+                            std::uint32_t imm, std::uint64_t wr_id) {
   ibv_send_wr wr{};
   wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = local.empty() ? 0 : 1;
+  wr.sg_list = sge;
+  wr.num_sge = sge == nullptr ? 0 : 1;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.imm_data = htonl(imm);
@@ -136,7 +147,8 @@ Status QueuePair::PostWriteWithImm(const MemoryRegion& region, std::span<const s
   wr.wr.rdma.rkey = rkey;
   ibv_send_wr* bad = nullptr;
   if (int err = ibv_post_send(qp_, &wr, &bad); err != 0) {
-    return VerbsError(absl::StrCat("ibv_post_send(RDMA_WRITE_WITH_IMM) on QP ", qp_->qp_num),
+    return VerbsError(absl::StrCat("ibv_post_send(RDMA_WRITE_WITH_IMM, ", sge ? sge->length : 0,
+                                   " bytes) on QP ", qp_->qp_num),
                       device_.name(), err);
   }
   return absl::OkStatus();

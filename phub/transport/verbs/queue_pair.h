@@ -23,7 +23,9 @@ namespace phub::transport::verbs {
 
 class CompletionQueue {
  public:
-  static StatusOr<std::unique_ptr<CompletionQueue>> Create(const VerbsDevice& device, int depth);
+  // `channel` (optional): where the CQ signals new completions once armed (CompletionPoller).
+  static StatusOr<std::unique_ptr<CompletionQueue>> Create(const VerbsDevice& device, int depth,
+                                                           ibv_comp_channel* channel = nullptr);
   ~CompletionQueue();
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
@@ -73,6 +75,8 @@ class QueuePair {
   Status PostWriteWithImm(const MemoryRegion& region, std::span<const std::byte> local,
                           std::uint64_t remote_address, std::uint32_t rkey, std::uint32_t imm,
                           std::uint64_t wr_id);
+  // A zero-length RDMA WRITE WITH IMMEDIATE: only `imm` reaches the peer (a credit return).
+  Status PostImmediate(std::uint32_t imm, std::uint64_t wr_id);
   // A receive with no buffer: what a WRITE WITH IMM consumes (the data goes where the writer
   // said; only the immediate comes here).
   Status PostReceive(std::uint64_t wr_id);
@@ -88,6 +92,8 @@ class QueuePair {
   QueuePair(const VerbsDevice& device, ibv_qp* qp, std::uint32_t psn)
       : device_(device), qp_(qp), psn_(psn) {}
   Status Modify(ibv_qp_attr& attr, int mask, const char* transition);
+  Status PostWrite(ibv_sge* sge, std::uint64_t remote_address, std::uint32_t rkey,
+                   std::uint32_t imm, std::uint64_t wr_id);
 
   const VerbsDevice& device_;
   ibv_qp* qp_;

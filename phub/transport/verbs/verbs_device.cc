@@ -87,6 +87,7 @@ StatusOr<std::unique_ptr<VerbsDevice>> VerbsDevice::Open(const DeviceOptions& op
   if (int err = ibv_query_device(device->context_, &device_attr); err != 0) {
     return VerbsError("ibv_query_device", device->name_, err);
   }
+  device->max_cqe_ = device_attr.max_cqe;
   if (options.port > device_attr.phys_port_cnt) {
     return absl::NotFoundError(absl::StrCat(device->name_, " has ", int{device_attr.phys_port_cnt},
                                             " port(s); port ", options.port, " is not one"));

@@ -13,14 +13,10 @@
 #include <vector>
 
 #include "phub/common/status.h"
+#include "phub/transport/verbs/device_options.h"
 
 namespace phub::transport::verbs {
 
-struct DeviceOptions {
-  std::string device;   // ibv_get_device_name(); empty: the first device
-  int port = 1;         // physical port number (1-based)
-  int gid_index = -1;   // -1: the IPv4-mapped RoCE v2 GID on Ethernet ports, 0 on InfiniBand
-};
 
 // The names of the RDMA devices this process can open ("rxe0", "mlx5_0"); empty without any
 // (no provider, no kernel driver) — the caller's cue to skip or to fall back to TCP.
@@ -44,6 +40,7 @@ class VerbsDevice {
   std::uint16_t lid() const { return lid_; }
   ibv_mtu active_mtu() const { return active_mtu_; }
   bool is_roce() const { return roce_; }
+  int max_cqe() const { return max_cqe_; }  // the deepest completion queue it allows
   // "rxe0 port 1, RoCE, GID 1 ::ffff:192.0.2.1, MTU 4096": for the start-up log line.
   std::string Describe() const;
 
@@ -59,6 +56,7 @@ class VerbsDevice {
   std::uint16_t lid_ = 0;
   ibv_mtu active_mtu_ = IBV_MTU_1024;
   bool roce_ = false;
+  int max_cqe_ = 0;
 };
 
 // "::ffff:192.0.2.1" or the 8 groups of a full IPv6 GID.

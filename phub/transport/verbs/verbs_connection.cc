@@ -1,0 +1,454 @@
+#include "phub/transport/verbs/verbs_connection.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "phub/transport/tcp/control_channel.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::transport::verbs {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// The immediate: 2 bits of kind, 30 bits of index (zone, slot) or count (credits).
+constexpr std::uint32_t kKindShift = 30;
+constexpr std::uint32_t kIndexMask = (1u << kKindShift) - 1;
+enum Kind : std::uint32_t { kDirect = 0, kStaged = 1, kCredit = 2 };
+
+constexpr std::uint32_t Immediate(Kind kind, std::uint32_t index) {
+  return (static_cast<std::uint32_t>(kind) << kKindShift) | index;
+}
+
+std::size_t RoundUp64(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+Status Refusal(const proto::ControlMessage& message) {
+  return absl::UnavailableError(absl::StrCat("the peer refused the verbs connection: ",
+                                             message.error().message(), "; ",
+                                             message.error().fix()));
+}
+
+}  // namespace
+
+StatusOr<VerbsLoop> OpenVerbsLoop(std::shared_ptr<const VerbsDevice> device,
+                                  asio::io_context& context) {
+  VerbsLoop loop;
+  PHUB_ASSIGN_OR_RETURN(loop.poller, CompletionPoller::Create(*device, context));
+  loop.registry = std::make_shared<MemoryRegistry>(device);
+  loop.device = std::move(device);
+  return loop;
+}
+
+VerbsConnection::VerbsConnection(asio::ip::tcp::socket socket, VerbsLoop loop,
+                                 ConnectionHandler* handler, const VerbsLimits& limits)
+    : loop_(std::move(loop)), socket_(std::move(socket)), handler_(handler), limits_(limits) {
+  boost::system::error_code ec;
+  auto endpoint = socket_.remote_endpoint(ec);
+  peer_ = absl::StrCat(ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":",
+                                                          endpoint.port()),
+                       " via ", loop_.device->name());
+}
+
+VerbsConnection::~VerbsConnection() {
+  if (qp_) loop_.poller->Detach(qp_->qpn());
+  qp_.reset();  // before the regions it may still point at
+}
+
+Status VerbsConnection::Prepare() {
+  if (limits_.send_depth == 0 || limits_.recv_depth == 0 || limits_.staged_slots == 0 ||
+      limits_.send_buffers == 0 || limits_.staged_slots > kIndexMask) {
+    return absl::InvalidArgumentError("VerbsLimits: every depth and count must be positive");
+  }
+  staged_slot_bytes_ = static_cast<std::uint32_t>(
+      RoundUp64(kWireHeaderBytes + std::size_t{limits_.staged_payload_bytes}));
+  staged_ring_.assign(std::size_t{limits_.staged_slots} * staged_slot_bytes_, std::byte{0});
+  PHUB_ASSIGN_OR_RETURN(staged_ring_mr_, MemoryRegion::Register(*loop_.device, staged_ring_,
+                                                                IBV_ACCESS_REMOTE_WRITE));
+  PHUB_ASSIGN_OR_RETURN(qp_, QueuePair::Create(*loop_.device, loop_.poller->cq(),
+                                               loop_.poller->cq(),
+                                               QpCapacity{limits_.send_depth, limits_.recv_depth}));
+  for (LandingZone& zone : handler_->LandingZones(*this)) {
+    if (loop_.registry->Find(zone.bytes.data(), zone.bytes.size()) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "landing zone of ", OpName(zone.op), " chunk ", zone.chunk, " (", zone.bytes.size(),
+          " bytes) is not in registered memory: register the owner's buffers first"));
+    }
+    zones_.push_back(LocalZone{zone, zone.first_iteration});
+  }
+  if (zones_.size() > kIndexMask) {
+    return absl::InvalidArgumentError(absl::StrCat(zones_.size(), " landing zones; at most ",
+                                                   kIndexMask, " fit the immediate"));
+  }
+  return loop_.poller->Attach(qp_->qpn(), weak_from_this(),
+                              static_cast<int>(limits_.send_depth + limits_.recv_depth));
+}
+
+proto::ControlMessage VerbsConnection::LocalEndpoint() const {
+  std::vector<PublishedZone> published;
+  published.reserve(zones_.size());
+  for (const LocalZone& z : zones_) {
+    published.push_back({z.zone, loop_.registry->Find(z.zone.bytes.data(), z.zone.bytes.size())->rkey()});
+  }
+  StagedRing ring{staged_ring_mr_.remote_address(), staged_ring_mr_.rkey(), limits_.staged_slots,
+                  staged_slot_bytes_};
+  return EncodeEndpoint(qp_->address(), ring, published);
+}
+
+Status VerbsConnection::Connect(const proto::ControlMessage& message) {
+  if (message.has_error()) return Refusal(message);
+  PHUB_ASSIGN_OR_RETURN(peer_endpoint_, DecodeEndpoint(message));
+  PHUB_RETURN_IF_ERROR(qp_->Connect(peer_endpoint_.qp));
+  for (std::uint32_t i = 0; i < limits_.recv_depth; ++i) PHUB_RETURN_IF_ERROR(qp_->PostReceive(0));
+  credits_ = peer_endpoint_.ring.slots;
+  send_buffer_bytes_ = peer_endpoint_.ring.slot_bytes;
+  for (const RemoteZone& zone : peer_endpoint_.zones) {
+    send_buffer_bytes_ = std::max<std::size_t>(send_buffer_bytes_, zone.bytes);
+  }
+  send_buffer_bytes_ = RoundUp64(send_buffer_bytes_);
+  return absl::OkStatus();
+}
+
+StatusOr<std::shared_ptr<VerbsConnection>> VerbsConnection::Dial(asio::ip::tcp::socket socket,
+                                                                VerbsLoop loop,
+                                                                ConnectionHandler* handler,
+                                                                const VerbsLimits& limits) {
+  std::shared_ptr<VerbsConnection> c(
+      new VerbsConnection(std::move(socket), std::move(loop), handler, limits));
+  PHUB_RETURN_IF_ERROR(c->Prepare());
+  PHUB_RETURN_IF_ERROR(tcp::WriteControlMessage(c->socket_, c->LocalEndpoint()));
+  PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, tcp::ReadControlMessage(c->socket_));
+  PHUB_RETURN_IF_ERROR(c->Connect(reply));
+  // Our receives are posted: the acceptor may write from now on.
+  boost::system::error_code ec;
+  asio::write(c->socket_, asio::buffer(&c->side_byte_, 1), ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("verbs set-up with ", c->peer_, ": the peer left: ", ec.message()));
+  }
+  return c;
+}
+
+void VerbsConnection::Accept(asio::ip::tcp::socket socket, VerbsLoop loop,
+                             HandlerNow handler_now, const VerbsLimits& limits, Accepted done) {
+  std::shared_ptr<VerbsConnection> c(
+      new VerbsConnection(std::move(socket), std::move(loop), nullptr, limits));
+  tcp::AsyncReadControlMessage(c->socket_, [c, handler_now, done](
+                                               StatusOr<proto::ControlMessage> message) {
+    Status status = message.status();
+    if (status.ok()) {
+      c->handler_ = handler_now();
+      if (c->handler_ == nullptr) {
+        status = absl::CancelledError("nobody takes the connection any more (the job ended)");
+      }
+    }
+    if (status.ok()) status = c->Prepare();
+    if (status.ok()) status = c->Connect(*message);
+    if (!status.ok()) {
+      // Tell the dialer why (best effort, a small message), so its Dial fails with the reason.
+      proto::ControlMessage refusal;
+      refusal.mutable_error()->set_message(std::string(status.message()));
+      refusal.mutable_error()->set_fix("see the acceptor's log");
+      (void)tcp::WriteControlMessage(c->socket_, refusal);
+      return done(status);
+    }
+    auto framed = tcp::FrameControlMessage(c->LocalEndpoint());
+    asio::async_write(c->socket_, asio::buffer(*framed),
+                      [c, framed, done](const boost::system::error_code& ec, std::size_t) {
+      if (ec) return done(absl::UnavailableError(absl::StrCat("verbs set-up with ", c->peer_, ": ", ec.message())));
+      asio::async_read(c->socket_, asio::buffer(&c->side_byte_, 1),
+                       [c, done](const boost::system::error_code& ec, std::size_t) {
+        if (ec) {
+          return done(absl::UnavailableError(
+              absl::StrCat("verbs set-up with ", c->peer_, ": the peer left: ", ec.message())));
+        }
+        done(c);
+      });
+    });
+  });
+}
+
+void VerbsConnection::Start() {
+  started_ = true;
+  WatchSideChannel();
+  // Completions that came before Start (the peer may write as soon as the set-up is done).
+  std::vector<ibv_wc> early;
+  early.swap(before_start_);
+  for (const ibv_wc& wc : early) {
+    if (closed_) return;
+    OnCompletion(wc);
+  }
+  Pump();
+}
+
+void VerbsConnection::WatchSideChannel() {
+  asio::async_read(socket_, asio::buffer(&side_byte_, 1),
+                   [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+    if (self->closed_) return;
+    // What the peer wrote before it closed (its BYE) is in the CQ already: take it first.
+    self->loop_.poller->PollNow();
+    if (self->closed_) return;
+    if (!ec) {
+      return self->Close(absl::InvalidArgumentError(
+          absl::StrCat("unexpected bytes on the verbs side channel from ", self->peer_)));
+    }
+    self->Close(absl::UnavailableError(absl::StrCat("peer ", self->peer_,
+                                                    " closed the connection (side channel: ",
+                                                    ec.message(), ")")));
+  });
+}
+
+void VerbsConnection::Send(const WireHeader& header, std::span<const std::byte> payload,
+                           SendDone done) {
+  if (closed_) {
+    if (done) done(absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed")));
+    return;
+  }
+  pending_.push_back(Pending{header, payload, std::move(done)});
+  Pump();
+}
+
+void VerbsConnection::Pump() {
+  if (closed_ || !started_) return;
+  while (!closed_ && in_flight_.size() < limits_.send_depth) {
+    if (credits_owed_ > 0) {
+      const std::uint64_t wr = next_wr_id_++;
+      if (Status s = qp_->PostImmediate(Immediate(kCredit, credits_owed_), wr); !s.ok()) {
+        return Close(s);
+      }
+      in_flight_.push_back(InFlight{wr, nullptr, -1});
+      credits_owed_ = 0;
+      continue;
+    }
+    if (pending_.empty()) return;
+    bool blocked = false;
+    if (Status s = PostNext(pending_.front(), blocked); !s.ok()) return Close(s);
+    if (blocked) return;
+    pending_.pop_front();
+  }
+}
+
+StatusOr<int> VerbsConnection::TakeSendBuffer() {
+  if (send_pool_.empty()) {  // first payload that needs a copy: make the pool now
+    send_pool_.assign(std::size_t{limits_.send_buffers} * send_buffer_bytes_, std::byte{0});
+    PHUB_ASSIGN_OR_RETURN(send_pool_mr_,
+                          MemoryRegion::Register(*loop_.device, send_pool_, 0));
+    for (std::uint32_t i = 0; i < limits_.send_buffers; ++i) {
+      free_buffers_.push_back(static_cast<int>(i));
+    }
+  }
+  if (free_buffers_.empty()) return -1;
+  int buffer = free_buffers_.back();
+  free_buffers_.pop_back();
+  return buffer;
+}
+
+Status VerbsConnection::PostNext(Pending& next, bool& blocked) {
+  const WireHeader& h = next.header;
+  const std::uint64_t wr = next_wr_id_;
+  int buffer = -1;
+  auto zone_it = next.payload.empty()
+                     ? peer_endpoint_.zone_index.end()
+                     : peer_endpoint_.zone_index.find(ZoneKey(h.op, h.worker, h.chunk));
+  if (zone_it != peer_endpoint_.zone_index.end()) {
+    const std::uint32_t index = zone_it->second;
+    RemoteZone& zone = peer_endpoint_.zones[index];
+    if (next.payload.size() != zone.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(OpName(h.op), " of chunk ", h.chunk, ": ",
+                                                     next.payload.size(), " bytes for ", peer_,
+                                                     "'s landing zone of ", zone.bytes));
+    }
+    if (h.iteration != zone.next_iteration) {
+      return absl::InternalError(absl::StrCat(
+          OpName(h.op), " of chunk ", h.chunk, " for iteration ", h.iteration, " where ", peer_,
+          " expects ", zone.next_iteration, ": over verbs a zone's iterations follow in order"));
+    }
+    const MemoryRegion* region = loop_.registry->Find(next.payload.data(), next.payload.size());
+    std::span<const std::byte> local = next.payload;
+    if (region == nullptr) {  // not registered by its owner: copy into a send buffer
+      PHUB_ASSIGN_OR_RETURN(buffer, TakeSendBuffer());
+      if (buffer < 0) return (blocked = true, absl::OkStatus());
+      std::byte* copy = send_pool_.data() + std::size_t(buffer) * send_buffer_bytes_;
+      std::memcpy(copy, next.payload.data(), next.payload.size());
+      local = {copy, next.payload.size()};
+      region = &send_pool_mr_;
+      ++stats_.copied_sent;
+    }
+    if (Status s = qp_->PostWriteWithImm(*region, local, zone.address, zone.rkey,
+                                         Immediate(kDirect, index), wr);
+        !s.ok()) {
+      if (buffer >= 0) free_buffers_.push_back(buffer);
+      return s;
+    }
+    ++zone.next_iteration;
+    ++stats_.direct_sent;
+  } else {
+    const StagedRing& ring = peer_endpoint_.ring;
+    const std::size_t total = kWireHeaderBytes + next.payload.size();
+    if (total > ring.slot_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          OpName(h.op), " of ", next.payload.size(), " bytes has no landing zone at ", peer_,
+          " and is too large for its staged slots (", ring.slot_bytes - kWireHeaderBytes,
+          " payload bytes): raise the receiver's VerbsLimits.staged_payload_bytes"));
+    }
+    if (credits_ == 0) return (blocked = true, absl::OkStatus());
+    PHUB_ASSIGN_OR_RETURN(buffer, TakeSendBuffer());
+    if (buffer < 0) return (blocked = true, absl::OkStatus());
+    std::byte* copy = send_pool_.data() + std::size_t(buffer) * send_buffer_bytes_;
+    EncodedHeader encoded = EncodeWireHeader(h);
+    std::memcpy(copy, encoded.data(), encoded.size());
+    if (!next.payload.empty()) {
+      std::memcpy(copy + kWireHeaderBytes, next.payload.data(), next.payload.size());
+    }
+    if (Status s = qp_->PostWriteWithImm(send_pool_mr_, {copy, total},
+                                         ring.address + std::uint64_t{next_peer_slot_} * ring.slot_bytes,
+                                         ring.rkey, Immediate(kStaged, next_peer_slot_), wr);
+        !s.ok()) {
+      free_buffers_.push_back(buffer);
+      return s;
+    }
+    --credits_;
+    next_peer_slot_ = (next_peer_slot_ + 1) % ring.slots;
+    ++stats_.staged_sent;
+  }
+  ++next_wr_id_;
+  in_flight_.push_back(InFlight{wr, std::move(next.done), buffer});
+  return absl::OkStatus();
+}
+
+void VerbsConnection::OnCompletion(const ibv_wc& wc) {
+  auto self = shared_from_this();  // a handler callback may drop the last other reference
+  if (closed_) return;             // flushed work requests after Close
+  if (!started_) {
+    before_start_.push_back(wc);
+    return;
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    return Close(absl::UnavailableError(
+        absl::StrCat("verbs connection to ", peer_, ": ", CompletionError(wc))));
+  }
+  if (wc.opcode & IBV_WC_RECV) return OnReceive(wc);
+  if (in_flight_.empty() || in_flight_.front().wr_id != wc.wr_id) {
+    return Close(absl::InternalError(absl::StrCat("send completion ", wc.wr_id, " from ", peer_,
+                                                  " out of order")));
+  }
+  InFlight finished = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (finished.buffer >= 0) free_buffers_.push_back(finished.buffer);
+  if (finished.done) finished.done(absl::OkStatus());
+  Pump();
+}
+
+void VerbsConnection::OnReceive(const ibv_wc& wc) {
+  if (Status s = qp_->PostReceive(0); !s.ok()) return Close(s);
+  if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
+    return Close(absl::InvalidArgumentError(
+        absl::StrCat("a receive from ", peer_, " without an immediate: not a PHub peer")));
+  }
+  const std::uint32_t imm = ntohl(wc.imm_data);
+  const std::uint32_t index = imm & kIndexMask;
+  Status status;
+  switch (imm >> kKindShift) {
+    case kCredit:
+      credits_ += index;
+      break;
+    case kStaged:
+      status = OnStaged(index, wc.byte_len);
+      break;
+    case kDirect:
+      status = OnDirect(index, wc.byte_len);
+      break;
+    default:
+      status = absl::InvalidArgumentError(absl::StrCat("immediate ", imm, " from ", peer_));
+  }
+  if (closed_) return;
+  if (!status.ok()) return Close(status);
+  Pump();
+}
+
+Status VerbsConnection::OnStaged(std::uint32_t slot, std::uint32_t bytes) {
+  if (slot >= limits_.staged_slots || bytes < kWireHeaderBytes || bytes > staged_slot_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("staged write of ", bytes, " bytes into slot ",
+                                                   slot, " from ", peer_, ": out of bounds"));
+  }
+  const std::byte* at = staged_ring_.data() + std::size_t{slot} * staged_slot_bytes_;
+  StatusOr<WireHeader> decoded =
+      DecodeWireHeader(std::span<const std::byte, kWireHeaderBytes>(at, kWireHeaderBytes));
+  if (!decoded.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed header from ", peer_, ": ", decoded.status().message()));
+  }
+  const WireHeader header = *decoded;
+  if (kWireHeaderBytes + header.payload_bytes != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("staged message from ", peer_, " of ", bytes,
+                                                   " bytes whose header says ",
+                                                   header.payload_bytes, " + 32"));
+  }
+  ++stats_.staged_received;
+  if (header.payload_bytes > 0) {
+    PHUB_ASSIGN_OR_RETURN(std::span<std::byte> slot_bytes, handler_->ResolveSlot(*this, header));
+    if (slot_bytes.size() != header.payload_bytes) {
+      return absl::InternalError(absl::StrCat("slot of ", slot_bytes.size(),
+                                              " bytes for a payload of ", header.payload_bytes));
+    }
+    std::memcpy(slot_bytes.data(), at + kWireHeaderBytes, header.payload_bytes);
+  }
+  ++credits_owed_;  // the slot is copied out: the peer may reuse it
+  return handler_->OnReceived(*this, header);
+}
+
+Status VerbsConnection::OnDirect(std::uint32_t index, std::uint32_t bytes) {
+  if (index >= zones_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("direct write into zone ", index, " from ",
+                                                   peer_, "; this side published ",
+                                                   zones_.size()));
+  }
+  LocalZone& zone = zones_[index];
+  if (bytes != zone.zone.bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("direct write of ", bytes, " bytes from ",
+                                                   peer_, " into a zone of ",
+                                                   zone.zone.bytes.size()));
+  }
+  const WireHeader header{zone.zone.op, zone.zone.worker, zone.zone.chunk, zone.next_iteration++,
+                          bytes};
+  ++stats_.direct_received;
+  PHUB_ASSIGN_OR_RETURN(std::span<std::byte> slot, handler_->ResolveSlot(*this, header));
+  if (slot.data() != zone.zone.bytes.data() || slot.size() != bytes) {
+    return absl::InternalError(absl::StrCat(OpName(header.op), " of chunk ", header.chunk,
+                                            " resolved to another place than the landing zone "
+                                            "published for it"));
+  }
+  return handler_->OnReceived(*this, header);
+}
+
+void VerbsConnection::Close(const Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  if (qp_) {
+    // Everything posted is flushed; the flushes find no route and are dropped.
+    (void)qp_->SetError();
+    loop_.poller->Detach(qp_->qpn());
+  }
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  Status send_error = why.ok() ? absl::CancelledError("connection closed locally") : why;
+  std::deque<InFlight> in_flight;
+  in_flight.swap(in_flight_);
+  std::deque<Pending> pending;
+  pending.swap(pending_);
+  for (auto& f : in_flight) {
+    if (f.done) f.done(send_error);
+  }
+  for (auto& p : pending) {
+    if (p.done) p.done(send_error);
+  }
+  handler_->OnClosed(*this, why);
+}
+
+}  // namespace phub::transport::verbs
