@@ -20,6 +20,7 @@ PACKAGES=(
   dataset-fashion-mnist    # Fashion-MNIST (IDX .gz): the demo and the training tests
   libdnnl-dev              # oneDNN: the worker's CPU backend (worker/backend/onednn)
   libibverbs-dev ibverbs-providers # rdma-core verbs: the RDMA transport (phub/transport/verbs)
+  perftest                         # ib_write_bw: the reference of bench/exchange/run_verbs_guest.py
   python3 python3-matplotlib # PNG plots of benchmark tables
   iproute2 procps          # ss/ip for tests and emulated racks
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)

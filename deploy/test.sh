@@ -18,7 +18,8 @@ else
     *) echo "test.sh: --sanitize takes 'address' or 'thread', not '$sanitize'" >&2; exit 2 ;;
   esac
   # Benchmarks are not run under sanitizers; -O1 keeps the instrumented build quick.
-  bash deploy/build.sh -DPHUB_SANITIZE="$sanitize" -DPHUB_BUILD_BENCH=OFF \
+  # Portable (no -march=native) so the soft-RoCE guest can run these very binaries (tests/verbs).
+  bash deploy/build.sh -DPHUB_SANITIZE="$sanitize" -DPHUB_BUILD_BENCH=OFF -DPHUB_NATIVE=OFF \
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g"
   # protect_shadow_gap=0: the CUDA driver cannot initialise under ASan otherwise (GPU boxes).
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:protect_shadow_gap=0

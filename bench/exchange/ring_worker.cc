@@ -6,6 +6,7 @@
 #include "allreduce_timing.h"
 #include "phub/common/logging.h"
 #include "phub/ring/ring_allreduce.h"
+#include "phub/transport/transport_flags.h"
 
 int main(int argc, char** argv) {
   phub::ring::RingOptions options;
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   app.add_option("--host", options.listen_host, "Address this rank listens on and publishes")
       ->capture_default_str();
   app.add_option("--out", run.out_path)->required();
+  phub::transport::AddTransportFlag(app, options.transport, "Ring links: tcp or verbs");
+  phub::transport::AddRdmaFlags(app, {&options.rdma});
   CLI11_PARSE(app, argc, argv);
   (void)phub::SetUpLogging("warn", "ring " + std::to_string(options.rank));
   run.rank = static_cast<int>(options.rank);

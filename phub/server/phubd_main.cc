@@ -6,7 +6,7 @@
 #include "phub/common/logging.h"
 #include "phub/kernels/optimizer_flags.h"
 #include "phub/server/server.h"
-#include "phub/transport/verbs/verbs_flags.h"
+#include "phub/transport/transport_flags.h"
 
 namespace {
 
@@ -74,15 +74,10 @@ int main(int argc, char** argv) {
   app.add_option("--socket-buffer-bytes", options.tcp.buffer_bytes,
                  "Fixed SO_SNDBUF/SO_RCVBUF per connection; 0 = Linux autotuning (recommended)")
       ->capture_default_str();
-  app.add_option_function<std::string>(
-         "--transport",
-         [&options](const std::string& name) {
-           options.transport = *phub::transport::ParseTransportKind(name);
-         },
-         "Data plane: tcp, or verbs (RDMA: InfiniBand or RoCE; workers follow phubd's choice)")
-      ->check(CLI::IsMember({"tcp", "verbs"}))
-      ->default_str("tcp");
-  phub::transport::verbs::AddRdmaFlags(app, options.rdma);
+  phub::transport::AddTransportFlag(
+      app, options.transport,
+      "Data plane: tcp, or verbs (RDMA: InfiniBand or RoCE; workers follow phubd's choice)");
+  phub::transport::AddRdmaFlags(app, {&options.rdma});
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -48,7 +48,8 @@ trap 'exit 130' INT TERM
   echo 'ulimit -l unlimited'
   echo 'mkdir -p /run/tmp'
   printf 'export PHUB_GUEST=1 PHUB_GUEST_IP=192.0.2.1 HOME=/run/tmp TMPDIR=/run/tmp'
-  for name in GTEST_FILTER GTEST_COLOR SPDLOG_LEVEL; do
+  for name in GTEST_FILTER GTEST_COLOR SPDLOG_LEVEL ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS \
+              OMP_NUM_THREADS; do
     [[ -n ${!name:-} ]] && printf ' %s=%q' "$name" "${!name}"
   done
   echo

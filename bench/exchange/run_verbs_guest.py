@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""The exchange on verbs, measured in the soft-RoCE guest against ib_write_bw in the same guest.
+
+    bench/exchange/run_verbs_guest.py                 # N=2, S=32 MiB: about 5 minutes
+    bench/exchange/run_verbs_guest.py --mib 8 --reps 2 --out results/verbs
+
+On the host it builds phubd and the bench workers for the guest's CPU (no -march=native) into
+build/guest, boots tests/verbs/run_in_guest.sh once and runs this same script inside with
+--in-guest; there every measurement prints one RESULT line, which the host turns into
+verbs.tsv, verbs.md and verbs.png in --out.
+
+In the guest, alternating, --reps times each:
+  ib_write_bw   perftest, rxe0, 1 MiB writes (the PS's chunk), one QP: unidirectional, and
+                bidirectional (-b: both sides write at once, as a PS and its workers do)
+  ps verbs      phubd --transport verbs --cores 2 + N phub_exchange_worker (S MiB each)
+  ps tcp        the same over TCP on the guest's loopback
+  ring verbs/tcp  phub_ring_worker, our ring allreduce on each transport
+Per-iteration time = max over workers of (t1 - t0); median over all timed iterations.
+
+The ratio the bar is about (issue 7: >= 60 %): the PS's bytes through rxe0 per second,
+2 N S / t (N S pushed and N S of weights back), over ib_write_bw's bidirectional total.
+Everything runs on the guest's two emulated (TCG) CPUs: these are emulation speeds, tens of
+MB/s, not hardware speeds; docs/benchmarks.md has the model for ConnectX hardware.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+
+MiB = 1 << 20
+
+
+# ---- in the guest --------------------------------------------------------------------------
+
+def ib_write_bw(bidirectional, iters):
+    """Median-free single run: returns bytes/s (both directions summed with -b)."""
+    args = ["ib_write_bw", "-d", "rxe0", "-x", "1", "-s", str(MiB), "-n", str(iters), "-F",
+            "--report_gbits"] + (["-b"] if bidirectional else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        server_log = os.path.join(tmp, "server.log")
+        server = harness.start(args, server_log)
+        client = None
+        for _ in range(50):  # the server needs a moment to listen
+            client = subprocess.run(args + ["127.0.0.1"], capture_output=True, text=True)
+            if client.returncode == 0:
+                break
+            harness.time.sleep(0.1)
+        server.wait(timeout=60)
+        if client.returncode != 0:
+            raise harness.BenchError(f"ib_write_bw client failed:\n{client.stdout}{client.stderr}")
+    # The data line: "#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]".
+    for line in client.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[0] == str(MiB) and re.match(r"^[0-9.]+$", fields[3]):
+            return float(fields[3]) * 1e9 / 8
+    raise harness.BenchError(f"no bandwidth line in ib_write_bw's output:\n{client.stdout}")
+
+
+def ps(build, transport, n, mib, iters, warmup, tmp):
+    port_file = os.path.join(tmp, "port")
+    if os.path.exists(port_file):
+        os.remove(port_file)
+    log = os.path.join(tmp, "phubd.log")
+    phubd = harness.start([os.path.join(build, "phub/server/phubd"), "--world-size", str(n),
+                           "--cores", "2", "--no-pin", "--port", "0", "--port-file", port_file,
+                           "--optimizer", "sgd", "--lr", "0.001", "--one-job", "--transport",
+                           transport], log)
+    port = harness.wait_port_file(port_file, phubd, "phubd", log)
+    return run_ranks("ps", n, tmp, lambda r, out: [
+        os.path.join(build, "bench/exchange/phub_exchange_worker"), "--port", port, "--rank",
+        str(r), "--world", str(n), "--mib", str(mib), "--iters", str(iters), "--warmup",
+        str(warmup), "--lr", "0.001", "--out", out], [("phubd", phubd, log)])
+
+
+def ring(build, transport, n, mib, iters, warmup, tmp):
+    rendezvous = tempfile.mkdtemp(dir=tmp)
+    return run_ranks("ring", n, tmp, lambda r, out: [
+        os.path.join(build, "bench/exchange/phub_ring_worker"), "--rank", str(r), "--world",
+        str(n), "--rendezvous", rendezvous, "--mib", str(mib), "--iters", str(iters),
+        "--warmup", str(warmup), "--transport", transport, "--out", out])
+
+
+def run_ranks(name, n, tmp, argv, others=()):
+    """Starts n ranks (argv(rank, out_path)), waits for them and `others`, checks they agree;
+    returns the per-iteration times."""
+    procs, outs = [], []
+    for r in range(n):
+        out, log = os.path.join(tmp, f"{name}{r}.tsv"), os.path.join(tmp, f"{name}{r}.log")
+        outs.append(out)
+        procs.append((f"{name} rank {r}", harness.start(argv(r, out), log), log))
+    harness.wait_all(procs + list(others), timeout=900)
+    times, checksums = harness.per_iteration(outs)
+    if len(set(checksums)) != 1:
+        raise harness.BenchError(f"{name} ranks disagree on their results: {checksums}")
+    return times
+
+
+def in_guest(args):
+    tmp = os.environ.get("TMPDIR", "/tmp")
+    for rep in range(1, args.reps + 1):
+        for name, run in [
+                ("ib_write_bw", lambda: ib_write_bw(False, args.ib_iters)),
+                ("ib_write_bw -b", lambda: ib_write_bw(True, args.ib_iters)),
+                ("ps verbs", lambda: ps(args.build, "verbs", args.workers, args.mib, args.iters, args.warmup, tmp)),
+                ("ps tcp", lambda: ps(args.build, "tcp", args.workers, args.mib, args.iters, args.warmup, tmp)),
+                ("ring verbs", lambda: ring(args.build, "verbs", args.workers, args.mib, args.iters, args.warmup, tmp)),
+                ("ring tcp", lambda: ring(args.build, "tcp", args.workers, args.mib, args.iters, args.warmup, tmp))]:
+            harness.log(f"[rep {rep}/{args.reps}] {name} ...")
+            value = run()
+            print("RESULT " + json.dumps({"system": name, "rep": rep, "value": value}), flush=True)
+            harness.log(f"[rep {rep}/{args.reps}] {name}: "
+                        + (f"{value / 1e6:.1f} MB/s" if name.startswith("ib_") else
+                           f"median {statistics.median(value) * 1e3:.0f} ms"))
+    harness.kill_children()
+
+
+# ---- on the host ---------------------------------------------------------------------------
+
+def build_guest_binaries(build):
+    subprocess.run(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                    "-DPHUB_NATIVE=OFF", "-DPHUB_WITH_CUDA=OFF", "-DPHUB_BUILD_BENCH=ON"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["ninja", "-C", build, "-j", os.environ.get("PHUB_JOBS", "2"), "phubd",
+                    "phub_exchange_worker", "phub_ring_worker"], check=True)
+
+
+def report(args, results):
+    ib = [r["value"] for r in results if r["system"] == "ib_write_bw"]
+    ib_bi = [r["value"] for r in results if r["system"] == "ib_write_bw -b"]
+    uni, bi = statistics.median(ib), statistics.median(ib_bi)
+    n, s = args.workers, args.mib * MiB
+    rows = [{"label": "ib_write_bw", "system": "ib_write_bw (1 QP, 1 MiB writes)", "ms": "",
+             "mb_per_s": uni / 1e6, "ratio": ""},
+            {"label": "ib_write_bw -b", "system": "ib_write_bw -b (both directions, total)",
+             "ms": "", "mb_per_s": bi / 1e6, "ratio": ""}]
+    for name in ["ps verbs", "ps tcp", "ring verbs", "ring tcp"]:
+        times = [t for r in results if r["system"] == name for t in r["value"]]
+        t = statistics.median(times)
+        # Bytes through the device per second: the PS moves N S up and N S down; a ring rank
+        # sends 2 (N-1)/N S and receives as much, N ranks.
+        moved = 2 * n * s if name.startswith("ps") else 2 * (n - 1) * s
+        rows.append({"label": name, "system": f"{name} (N={n}, S={args.mib} MiB)", "ms": t * 1e3,
+                     "mb_per_s": moved / t / 1e6, "ratio": moved / t / bi})
+    os.makedirs(args.out, exist_ok=True)
+    keys = ["label", "system", "ms", "mb_per_s", "ratio"]
+    with open(os.path.join(args.out, "verbs.tsv"), "w") as f:
+        f.write("\t".join(keys) + "\n")
+        for r in rows:
+            f.write("\t".join(str(r[k]) for k in keys) + "\n")
+    fmt = lambda v, spec: "" if v == "" else format(v, spec)  # noqa: E731
+    md = ["| system | time per iteration (ms) | bytes moved (MB/s) | of ib_write_bw -b |",
+          "|---|---:|---:|---:|"]
+    for r in rows:
+        md.append(f"| {r['system']} | {fmt(r['ms'], '.0f')} | {fmt(r['mb_per_s'], '.1f')} | "
+                  f"{fmt(r['ratio'], '.0%')} |")
+    md.append("")
+    md.append(f"Soft-RoCE (rdma_rxe) in a QEMU TCG guest with 2 emulated CPUs; medians of "
+              f"{args.reps} runs x {args.iters} iterations. Bytes moved: PS 2 N S per iteration, "
+              f"ring 2 (N-1) S; the tcp rows run over the guest's loopback, not rxe0 (context "
+              f"only). Emulation speeds, not hardware speeds.")
+    text = "\n".join(md) + "\n"
+    with open(os.path.join(args.out, "verbs.md"), "w") as f:
+        f.write(text)
+    print(text)
+    try:
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench/plot_table.py"),
+                        os.path.join(args.out, "verbs.tsv"), "--x", "label", "--y", "mb_per_s",
+                        "--kind", "bar", "--annotate", "--ylabel", "bytes moved, MB/s",
+                        "--xlabel", f"N = {n}, S = {args.mib} MiB",
+                        "--title", f"Exchange on soft-RoCE vs ib_write_bw (same guest)",
+                        "--out", os.path.join(args.out, "verbs.png")], check=True)
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        harness.log(f"no plot: {e}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--workers", type=int, default=2, help="N (default 2)")
+    p.add_argument("--mib", type=int, default=32, help="S in MiB (default 32)")
+    p.add_argument("--iters", type=int, default=3, help="timed iterations per run (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
+    p.add_argument("--reps", type=int, default=3, help="runs of each, alternated (default 3)")
+    p.add_argument("--ib-iters", type=int, default=200, help="ib_write_bw -n (default 200)")
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "guest"),
+                   help="build dir for the guest's binaries (default build/guest)")
+    p.add_argument("--out", default="results/verbs", help="output dir (default results/verbs)")
+    p.add_argument("--from-raw", metavar="JSONL", help="only rebuild the tables from a raw.jsonl")
+    p.add_argument("--in-guest", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    args.build = os.path.abspath(args.build)
+    if args.in_guest:
+        return in_guest(args)
+    if args.from_raw:
+        with open(args.from_raw) as f:
+            report(args, [json.loads(line) for line in f if line.strip()])
+        return 0
+
+    build_guest_binaries(args.build)
+    cmd = [os.path.join(ROOT, "tests/verbs/run_in_guest.sh"), "--timeout", "3000", "--",
+           "/usr/bin/python3", os.path.abspath(__file__), "--in-guest", "--build", args.build,
+           "--workers", str(args.workers), "--mib", str(args.mib), "--iters", str(args.iters),
+           "--warmup", str(args.warmup), "--reps", str(args.reps), "--ib-iters", str(args.ib_iters)]
+    results = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=args.build) as guest:
+        for line in guest.stdout:
+            if line.startswith("RESULT "):
+                results.append(json.loads(line[7:]))
+            else:
+                sys.stdout.write(line)
+    if guest.returncode == 77:
+        harness.log("skipped: no guest can be had on this machine (run_in_guest.sh exit 77)")
+        return 77
+    if guest.returncode != 0:
+        harness.log(f"the guest run failed (exit {guest.returncode})")
+        return guest.returncode
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "raw.jsonl"), "w") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")
+    report(args, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
