@@ -4,6 +4,9 @@
 // the peer's region fails with a completion error that says so; a QP put in error flushes its
 // posted receives. Without a device those tests skip, saying why; the no-device error runs everywhere.
 #include <arpa/inet.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -159,6 +162,43 @@ TEST_F(QueuePairPairTest, ABufferOutsideItsRegionIsRefusedBeforePosting) {
   ASSERT_TRUE(src.ok());
   auto s = a_->PostWriteWithImm(*src, other, 0, 0, 0, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace phub::transport::verbs
+
+namespace phub::transport::verbs {
+namespace {
+
+// A process whose locked-memory limit is too low gets the memlock explanation, for real: a
+// child lowers RLIMIT_MEMLOCK, gives up root (root's CAP_IPC_LOCK ignores the limit) and
+// registers 8 MiB. The child reports through its exit code: 0 = the error said what it must.
+TEST(VerbsMemlockTest, TooLowALimitIsAnErrorSayingHowToRaiseIt) {
+  if (ListDevices().empty()) GTEST_SKIP() << kSkip;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit small{64 * 1024, 64 * 1024};
+    if (setrlimit(RLIMIT_MEMLOCK, &small) != 0) _exit(10);
+    if (getuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(11);
+    auto device = VerbsDevice::Open({});
+    if (!device.ok()) _exit(12);  // e.g. /dev/infiniband not open to others
+    std::vector<std::byte> memory(8 << 20);
+    auto region = MemoryRegion::Register(**device, memory, IBV_ACCESS_REMOTE_WRITE);
+    if (region.ok()) _exit(13);
+    const std::string message(region.status().message());
+    const bool says_what = region.status().code() == absl::StatusCode::kResourceExhausted &&
+                           message.find("ulimit -l") != std::string::npos &&
+                           message.find("65536 bytes") != std::string::npos;
+    if (!says_what) std::fprintf(stderr, "memlock error was: %s\n", message.c_str());
+    _exit(says_what ? 0 : 14);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 12) GTEST_SKIP() << "the device cannot be opened without root here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child exit codes: 10 setrlimit, 11 setuid, 13 the "
+                                       "registration succeeded, 14 the message (on stderr)";
 }
 
 }  // namespace
