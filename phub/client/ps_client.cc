@@ -74,7 +74,8 @@ class PsClient::Impl final : public transport::ConnectionHandler {
                                              const WireHeader& header) override;
   Status OnReceived(Connection& connection, const WireHeader& header) override;
   void OnClosed(Connection& connection, const Status& why) override;
-  std::vector<transport::LandingZone> LandingZones(const Connection& connection) override;
+  StatusOr<std::vector<transport::LandingZone>> LandingZones(const Connection& connection,
+                                                            const WireHeader* attach) override;
 
  private:
   struct TensorState {
@@ -105,6 +106,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   std::uint64_t session_ = 0;
   std::atomic<bool> closing_{false};
   bool closed_ = false;
+  bool started_ = false;  // the data connections were started (Handshake completed)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -172,16 +174,8 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   }
   loop_.Run([this] {
     for (auto& c : connections_) c->Start();
-    if (verbs_) {  // a verbs connection attaches with its first message
-      for (std::size_t core = 0; core < connections_.size(); ++core) {
-        connections_[core]->Send(WireHeader{Op::kAttach, options_.rank,
-                                            static_cast<std::uint32_t>(core), session_, 0},
-                                 {}, [this](const Status& s) {
-                                   if (!s.ok() && !closing_) RecordError(s);
-                                 });
-      }
-    }
     WatchControl();
+    started_ = true;
   });
   spdlog::debug("rank {}: attached to {} server cores, {} chunks", options_.rank,
                 connections_.size(), table_->chunks().size());
@@ -220,8 +214,10 @@ StatusOr<std::shared_ptr<Connection>> PsClient::Impl::Attach(const proto::CoreEn
                                          loop_.context(), endpoint.host(),
                                          static_cast<std::uint16_t>(endpoint.port()),
                                          options_.connect_timeout_ms, tuning()));
-  if (verbs_) {
-    auto connection = VerbsConnection::Dial(std::move(socket), *verbs_, this, ClientLimits());
+  const WireHeader attach_header{Op::kAttach, options_.rank, endpoint.core(), session_, 0};
+  if (verbs_) {  // the ATTACH travels in the verbs set-up
+    auto connection =
+        VerbsConnection::Dial(std::move(socket), *verbs_, this, ClientLimits(), attach_header);
     if (!connection.ok()) {
       return Status(connection.status().code(),
                     absl::StrCat("verbs connection to phubd core ", endpoint.core(), " at ",
@@ -230,8 +226,7 @@ StatusOr<std::shared_ptr<Connection>> PsClient::Impl::Attach(const proto::CoreEn
     }
     return std::shared_ptr<Connection>(*std::move(connection));
   }
-  auto attach = transport::EncodeWireHeader(
-      WireHeader{Op::kAttach, options_.rank, endpoint.core(), session_, 0});
+  auto attach = transport::EncodeWireHeader(attach_header);
   boost::system::error_code ec;
   asio::write(socket, asio::buffer(attach), ec);
   if (ec) {
@@ -242,7 +237,8 @@ StatusOr<std::shared_ptr<Connection>> PsClient::Impl::Attach(const proto::CoreEn
   return std::shared_ptr<Connection>(TcpConnection::Create(std::move(socket), this));
 }
 
-std::vector<transport::LandingZone> PsClient::Impl::LandingZones(const Connection&) {
+StatusOr<std::vector<transport::LandingZone>> PsClient::Impl::LandingZones(
+    const Connection&, const WireHeader*) {
   std::vector<transport::LandingZone> zones;
   for (const keys::Chunk& chunk : table_->chunks()) {
     zones.push_back({Op::kWeights, options_.rank, chunk.id, 0,
@@ -403,6 +399,12 @@ Status PsClient::Impl::Close() {
   {
     std::lock_guard lock(mu_);
     for (const auto& t : tensors_) iterations = std::max(iterations, t.iteration);
+  }
+  if (!started_) {  // a failed Handshake: nothing to say goodbye on
+    loop_.Run([&] {
+      for (auto& c : connections_) c->Close(absl::CancelledError("the handshake failed"));
+    });
+    return absl::OkStatus();
   }
   // BYE on every data connection, then close it once the BYE is out.
   std::mutex done_mu;

@@ -61,6 +61,9 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
     }
     closing_ = true;
     loop_.Run([this] {
+      for (auto& weak : setting_up_) {
+        if (auto c = weak.lock()) c->Close(absl::CancelledError("the ring is going away"));
+      }
       if (next_) next_->Close(absl::OkStatus());
       if (prev_) prev_->Close(absl::OkStatus());
       for (auto& c : pending_accepts_) c->Close(absl::OkStatus());
@@ -118,6 +121,7 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
   transport::verbs::VerbsLimits VerbsLimitsForPieces() const;
 
   std::optional<transport::verbs::VerbsLoop> verbs_;        // --transport verbs
+  std::vector<std::weak_ptr<VerbsConnection>> setting_up_;  // accepted, set-up not done
   std::vector<std::shared_ptr<Connection>> pending_accepts_;  // until they ATTACH
   std::shared_ptr<Connection> next_, prev_;
   std::atomic<bool> closing_{false};
@@ -167,16 +171,17 @@ Status RingAllreduce::Impl::Setup() {
     listener_ = std::move(*listener);
     listener_->Start([this](asio::ip::tcp::socket socket) {
       if (!verbs_) return Adopt(TcpConnection::Create(std::move(socket), this));
-      VerbsConnection::Accept(std::move(socket), *verbs_, [this] { return this; },
-                              VerbsLimitsForPieces(),
-                              [this](StatusOr<std::shared_ptr<VerbsConnection>> c) {
-                                if (!c.ok()) {
-                                  spdlog::warn("ring rank {}: verbs set-up of an incoming "
-                                               "connection failed: {}", rank_, c.status().message());
-                                  return;
-                                }
-                                Adopt(*std::move(c));
-                              });
+      std::erase_if(setting_up_, [](const auto& c) { return c.expired(); });
+      setting_up_.push_back(VerbsConnection::Accept(
+          std::move(socket), *verbs_, [this] { return this; }, VerbsLimitsForPieces(),
+          [this](StatusOr<std::shared_ptr<VerbsConnection>> c) {
+            if (!c.ok()) {
+              spdlog::warn("ring rank {}: verbs set-up of an incoming connection failed: {}",
+                           rank_, c.status().message());
+              return;
+            }
+            Adopt(*std::move(c));
+          }));
     });
   });
   PHUB_RETURN_IF_ERROR(status);
@@ -189,7 +194,8 @@ Status RingAllreduce::Impl::Setup() {
                                                          options_.connect_timeout_ms));
   const WireHeader attach{Op::kAttach, rank_, next, 0, 0};
   if (verbs_) {
-    auto connection = VerbsConnection::Dial(std::move(socket), *verbs_, this, VerbsLimitsForPieces());
+    auto connection =
+        VerbsConnection::Dial(std::move(socket), *verbs_, this, VerbsLimitsForPieces(), attach);
     if (!connection.ok()) {
       return Status(connection.status().code(), absl::StrCat("ring rank ", rank_, ": verbs link to rank ",
                                                              next, ": ", connection.status().message()));
@@ -198,9 +204,6 @@ Status RingAllreduce::Impl::Setup() {
       next_ = *std::move(connection);
       next_->set_tag(next);
       next_->Start();
-      next_->Send(attach, {}, [this](const Status& s) {
-        if (!s.ok()) Fail(s);
-      });
     });
   } else {
     auto encoded = transport::EncodeWireHeader(attach);

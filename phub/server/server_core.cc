@@ -71,20 +71,31 @@ void ServerCore::OnAccept(boost::asio::ip::tcp::socket socket) {
   auto current = [this, generation]() -> transport::ConnectionHandler* {
     return shard_generation_ == generation ? shard_.get() : nullptr;
   };
-  VerbsConnection::Accept(std::move(socket), *verbs_, current, ShardLimits(),
-                          [this, current](StatusOr<std::shared_ptr<VerbsConnection>> c) {
-                            if (!c.ok()) {
-                              spdlog::warn("core {}: verbs connection set-up failed: {}", index_,
-                                           c.status().message());
-                              return;
-                            }
-                            if (current() == nullptr) return;  // job over: drop it
-                            shard_->Adopt(*std::move(c));
-                          });
+  std::erase_if(setting_up_, [](const auto& c) { return c.expired(); });
+  setting_up_.push_back(VerbsConnection::Accept(
+      std::move(socket), *verbs_, current, ShardLimits(),
+      [this, current](StatusOr<std::shared_ptr<VerbsConnection>> c) {
+        if (!c.ok()) {
+          spdlog::warn("core {}: verbs connection set-up failed: {}", index_,
+                       c.status().message());
+          return;
+        }
+        if (current() == nullptr) return (*c)->Close(absl::CancelledError("job over"));
+        shard_->Adopt(*std::move(c));
+      }));
+}
+
+void ServerCore::CloseSettingUp() {
+  auto setting_up = std::move(setting_up_);
+  for (auto& weak : setting_up) {
+    if (auto c = weak.lock()) c->Close(absl::CancelledError("the job ended during its set-up"));
+  }
 }
 
 ServerCore::~ServerCore() {
   loop_.Run([this] {
+    ++shard_generation_;
+    CloseSettingUp();
     shard_.reset();
     if (listener_) listener_->Stop();
     listener_.reset();
@@ -120,9 +131,11 @@ ShardStats ServerCore::RemoveShard() {
   loop_.Run([&] {
     if (!shard_) return;
     ++shard_generation_;
+    CloseSettingUp();
     stats = shard_->stats();
     shard_->CloseAll(absl::OkStatus());
     shard_.reset();
+    if (verbs_) verbs_->registry.reset();  // the job's regions go with it
   });
   return stats;
 }

@@ -38,15 +38,19 @@ class ServerCore {
  private:
   ServerCore(keys::CoreIndex index, int pin_core);
   void OnAccept(boost::asio::ip::tcp::socket socket);
+  void CloseSettingUp();  // verbs connections still in set-up: they have our rkeys
 
   keys::CoreIndex index_;
-  transport::tcp::EventLoop loop_;
   std::unique_ptr<transport::tcp::TcpListener> listener_;  // used on loop_'s thread only
   std::unique_ptr<Shard> shard_;                            // used on loop_'s thread only
   std::uint64_t shard_generation_ = 0;                      // bumps with every shard
   std::shared_ptr<const transport::verbs::VerbsDevice> rdma_;
   std::optional<transport::verbs::VerbsLoop> verbs_;        // the core's CQ; this job's registry
+  std::vector<std::weak_ptr<transport::verbs::VerbsConnection>> setting_up_;
   std::uint16_t port_ = 0;
+  // Last, so it is destroyed (its thread joined) first: handlers still queued on it may touch
+  // the members above.
+  transport::tcp::EventLoop loop_;
 };
 
 }  // namespace phub::server

@@ -70,15 +70,19 @@ std::vector<std::span<std::byte>> Shard::Buffers() {
   return buffers;
 }
 
-std::vector<transport::LandingZone> Shard::LandingZones(const Connection&) {
+StatusOr<std::vector<transport::LandingZone>> Shard::LandingZones(const Connection&,
+                                                                  const WireHeader* attach) {
+  if (attach == nullptr) {
+    return absl::InvalidArgumentError("a data connection must say who it is (ATTACH) first");
+  }
+  PHUB_RETURN_IF_ERROR(CheckAttach(*attach));
+  const std::uint32_t rank = attach->worker;
   std::vector<transport::LandingZone> zones;
   for (ChunkState& state : chunks_) {
     const std::uint32_t elements = state.chunk->elements;
-    for (std::uint32_t w = 0; w < job_->world_size; ++w) {
-      zones.push_back({Op::kPush, w, state.chunk->id, state.iteration + 1,
-                       AsBytes(state.slots.data() + std::size_t{w} * elements, elements)});
-    }
-    if (!state.initialized) {
+    zones.push_back({Op::kPush, rank, state.chunk->id, state.iteration + 1,
+                     AsBytes(state.slots.data() + std::size_t{rank} * elements, elements)});
+    if (rank == 0 && !state.initialized) {
       zones.push_back({Op::kInit, 0, state.chunk->id, 0, AsBytes(state.weights.data(), elements)});
     }
   }
@@ -164,7 +168,11 @@ StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
   }
 }
 
-Status Shard::Attach(Connection& connection, const WireHeader& header) {
+Status Shard::CheckAttach(const WireHeader& header) const {
+  if (header.op != Op::kAttach) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("first message must be ATTACH, got ", OpName(header.op)));
+  }
   if (header.chunk != core_) {
     return absl::InvalidArgumentError(absl::StrCat("ATTACH for core ", header.chunk,
                                                    " reached core ", core_));
@@ -181,8 +189,14 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", header.worker, " is already attached to core ", core_));
   }
+  return absl::OkStatus();
+}
+
+Status Shard::Attach(Connection& connection, const WireHeader& header) {
+  PHUB_RETURN_IF_ERROR(CheckAttach(header));
   auto it = std::find_if(unattached_.begin(), unattached_.end(),
                          [&](const auto& c) { return c.get() == &connection; });
+  if (it == unattached_.end()) return absl::InternalError("ATTACH on a connection never adopted");
   workers_[header.worker] = *it;
   unattached_.erase(it);
   connection.set_tag(header.worker);
@@ -198,13 +212,7 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
 }
 
 Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
-  if (connection.tag() < 0) {
-    if (header.op != Op::kAttach) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("first message must be ATTACH, got ", OpName(header.op)));
-    }
-    return Attach(connection, header);
-  }
+  if (connection.tag() < 0) return Attach(connection, header);  // which checks it is one
   const auto rank = static_cast<std::uint32_t>(connection.tag());
   switch (header.op) {
     case Op::kPush: {

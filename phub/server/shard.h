@@ -70,10 +70,11 @@ class Shard final : public transport::ConnectionHandler {
   Status OnReceived(transport::Connection& connection,
                     const transport::WireHeader& header) override;
   void OnClosed(transport::Connection& connection, const Status& why) override;
-  // Each worker's push of chunk k lands in slot[k][worker]; rank 0's INIT of a chunk without
-  // weights yet lands in its weights. Published to every connection before it attaches
-  // (ResolveSlot checks the rank on arrival).
-  std::vector<transport::LandingZone> LandingZones(const transport::Connection& connection) override;
+  // For the worker whose ATTACH is `attach` (checked as Attach will: session, core, rank free):
+  // its push of chunk k lands in slot[k][rank]; rank 0's INIT of a chunk without weights yet
+  // lands in its weights. Nothing for a peer that has not said who it is.
+  StatusOr<std::vector<transport::LandingZone>> LandingZones(
+      const transport::Connection& connection, const transport::WireHeader* attach) override;
 
  private:
   struct ChunkState {
@@ -90,6 +91,7 @@ class Shard final : public transport::ConnectionHandler {
   };
 
   StatusOr<ChunkState*> FindChunk(const transport::WireHeader& header);
+  Status CheckAttach(const transport::WireHeader& header) const;
   Status Attach(transport::Connection& connection, const transport::WireHeader& header);
   void MaybeAggregate(ChunkState& state);
   void Broadcast(ChunkState& state);

@@ -56,9 +56,15 @@ class ConnectionHandler {
 
   // Every payload this handler will take from `connection`'s peer at a fixed place, for the
   // whole life of the connection. Transports that copy (TCP) never ask; verbs publishes them
-  // to the peer, which then writes there directly (zero copy). Messages without a zone still
-  // work: verbs stages them through a small receive ring and ResolveSlot + a copy.
-  virtual std::vector<LandingZone> LandingZones(const Connection& connection) { return {}; }
+  // to the peer, which then writes there directly (zero copy). `attach` is the ATTACH the peer
+  // will open with, when it is known before any data (verbs carries it in the set-up): a
+  // handler checks it here and publishes only what that peer may write; an error refuses the
+  // peer before it learns any address. Messages without a zone still work: verbs stages them
+  // through a small receive ring and ResolveSlot + a copy.
+  virtual StatusOr<std::vector<LandingZone>> LandingZones(const Connection& connection,
+                                                          const WireHeader* attach) {
+    return std::vector<LandingZone>{};
+  }
 };
 
 class Connection {

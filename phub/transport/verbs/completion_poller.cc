@@ -71,12 +71,20 @@ void CompletionPoller::Detach(std::uint32_t qpn) {
 }
 
 void CompletionPoller::Arm() {
+  // Weakly: a wait that completed just before the poller went must not touch it.
   descriptor_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                         [this](const boost::system::error_code& ec) { OnReadable(ec); });
+                         [weak = weak_from_this()](const boost::system::error_code& ec) {
+                           if (auto self = weak.lock()) self->OnReadable(ec);
+                         });
 }
 
 void CompletionPoller::OnReadable(const boost::system::error_code& ec) {
-  if (ec) return;  // cancelled: the poller is going away
+  if (ec == boost::asio::error::operation_aborted) return;  // the poller is going away
+  if (ec) {
+    spdlog::error("completion channel of {}: {}: its connections will make no progress", device_,
+                  ec.message());
+    return;
+  }
   unsigned events = 0;
   ibv_cq* cq = nullptr;
   void* context = nullptr;

@@ -21,7 +21,7 @@
 
 namespace phub::transport::verbs {
 
-class CompletionPoller {
+class CompletionPoller : public std::enable_shared_from_this<CompletionPoller> {
  public:
   class Sink {
    public:

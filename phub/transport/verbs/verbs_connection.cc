@@ -28,12 +28,6 @@ constexpr std::uint32_t Immediate(Kind kind, std::uint32_t index) {
 
 std::size_t RoundUp64(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-Status Refusal(const proto::ControlMessage& message) {
-  return absl::UnavailableError(absl::StrCat("the peer refused the verbs connection: ",
-                                             message.error().message(), "; ",
-                                             message.error().fix()));
-}
-
 }  // namespace
 
 StatusOr<VerbsLoop> OpenVerbsLoop(std::shared_ptr<const VerbsDevice> device,
@@ -56,11 +50,13 @@ VerbsConnection::VerbsConnection(asio::ip::tcp::socket socket, VerbsLoop loop,
 }
 
 VerbsConnection::~VerbsConnection() {
+  // The route (and its CQ reservation) stays until here, so the flushes of a closed QP are
+  // still counted and still find this (closed, ignoring) connection.
   if (qp_) loop_.poller->Detach(qp_->qpn());
   qp_.reset();  // before the regions it may still point at
 }
 
-Status VerbsConnection::Prepare() {
+Status VerbsConnection::Prepare(const WireHeader* peer_attach) {
   if (limits_.send_depth == 0 || limits_.recv_depth == 0 || limits_.staged_slots == 0 ||
       limits_.send_buffers == 0 || limits_.staged_slots > kIndexMask) {
     return absl::InvalidArgumentError("VerbsLimits: every depth and count must be positive");
@@ -73,7 +69,9 @@ Status VerbsConnection::Prepare() {
   PHUB_ASSIGN_OR_RETURN(qp_, QueuePair::Create(*loop_.device, loop_.poller->cq(),
                                                loop_.poller->cq(),
                                                QpCapacity{limits_.send_depth, limits_.recv_depth}));
-  for (LandingZone& zone : handler_->LandingZones(*this)) {
+  PHUB_ASSIGN_OR_RETURN(std::vector<LandingZone> zones,
+                        handler_->LandingZones(*this, peer_attach));
+  for (LandingZone& zone : zones) {
     if (loop_.registry->Find(zone.bytes.data(), zone.bytes.size()) == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "landing zone of ", OpName(zone.op), " chunk ", zone.chunk, " (", zone.bytes.size(),
@@ -97,12 +95,10 @@ proto::ControlMessage VerbsConnection::LocalEndpoint() const {
   }
   StagedRing ring{staged_ring_mr_.remote_address(), staged_ring_mr_.rkey(), limits_.staged_slots,
                   staged_slot_bytes_};
-  return EncodeEndpoint(qp_->address(), ring, published);
+  return EncodeEndpoint(qp_->address(), ring, published, attach_);
 }
 
-Status VerbsConnection::Connect(const proto::ControlMessage& message) {
-  if (message.has_error()) return Refusal(message);
-  PHUB_ASSIGN_OR_RETURN(peer_endpoint_, DecodeEndpoint(message));
+Status VerbsConnection::ConnectQp() {
   PHUB_RETURN_IF_ERROR(qp_->Connect(peer_endpoint_.qp));
   for (std::uint32_t i = 0; i < limits_.recv_depth; ++i) PHUB_RETURN_IF_ERROR(qp_->PostReceive(0));
   credits_ = peer_endpoint_.ring.slots;
@@ -114,16 +110,17 @@ Status VerbsConnection::Connect(const proto::ControlMessage& message) {
   return absl::OkStatus();
 }
 
-StatusOr<std::shared_ptr<VerbsConnection>> VerbsConnection::Dial(asio::ip::tcp::socket socket,
-                                                                VerbsLoop loop,
-                                                                ConnectionHandler* handler,
-                                                                const VerbsLimits& limits) {
+StatusOr<std::shared_ptr<VerbsConnection>> VerbsConnection::Dial(
+    asio::ip::tcp::socket socket, VerbsLoop loop, ConnectionHandler* handler,
+    const VerbsLimits& limits, std::optional<WireHeader> attach) {
   std::shared_ptr<VerbsConnection> c(
       new VerbsConnection(std::move(socket), std::move(loop), handler, limits));
-  PHUB_RETURN_IF_ERROR(c->Prepare());
+  c->attach_ = attach;
+  PHUB_RETURN_IF_ERROR(c->Prepare(nullptr));
   PHUB_RETURN_IF_ERROR(tcp::WriteControlMessage(c->socket_, c->LocalEndpoint()));
   PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, tcp::ReadControlMessage(c->socket_));
-  PHUB_RETURN_IF_ERROR(c->Connect(reply));
+  PHUB_ASSIGN_OR_RETURN(c->peer_endpoint_, DecodeEndpoint(reply));
+  PHUB_RETURN_IF_ERROR(c->ConnectQp());
   // Our receives are posted: the acceptor may write from now on.
   boost::system::error_code ec;
   asio::write(c->socket_, asio::buffer(&c->side_byte_, 1), ec);
@@ -134,21 +131,32 @@ StatusOr<std::shared_ptr<VerbsConnection>> VerbsConnection::Dial(asio::ip::tcp::
   return c;
 }
 
-void VerbsConnection::Accept(asio::ip::tcp::socket socket, VerbsLoop loop,
-                             HandlerNow handler_now, const VerbsLimits& limits, Accepted done) {
+std::shared_ptr<VerbsConnection> VerbsConnection::Accept(asio::ip::tcp::socket socket,
+                                                         VerbsLoop loop, HandlerNow handler_now,
+                                                         const VerbsLimits& limits,
+                                                         Accepted done) {
   std::shared_ptr<VerbsConnection> c(
       new VerbsConnection(std::move(socket), std::move(loop), nullptr, limits));
   tcp::AsyncReadControlMessage(c->socket_, [c, handler_now, done](
                                                StatusOr<proto::ControlMessage> message) {
+    if (c->closed_) return done(absl::CancelledError("closed during its set-up"));
     Status status = message.status();
+    if (status.ok()) {
+      auto peer = DecodeEndpoint(*message);
+      if (peer.ok()) c->peer_endpoint_ = std::move(*peer);
+      status = peer.status();
+    }
     if (status.ok()) {
       c->handler_ = handler_now();
       if (c->handler_ == nullptr) {
         status = absl::CancelledError("nobody takes the connection any more (the job ended)");
       }
     }
-    if (status.ok()) status = c->Prepare();
-    if (status.ok()) status = c->Connect(*message);
+    // The handler sees who the dialer says it is before any address of ours goes out.
+    if (status.ok()) {
+      status = c->Prepare(c->peer_endpoint_.attach ? &*c->peer_endpoint_.attach : nullptr);
+    }
+    if (status.ok()) status = c->ConnectQp();
     if (!status.ok()) {
       // Tell the dialer why (best effort, a small message), so its Dial fails with the reason.
       proto::ControlMessage refusal;
@@ -167,15 +175,22 @@ void VerbsConnection::Accept(asio::ip::tcp::socket socket, VerbsLoop loop,
           return done(absl::UnavailableError(
               absl::StrCat("verbs set-up with ", c->peer_, ": the peer left: ", ec.message())));
         }
+        if (c->closed_) return done(absl::CancelledError("closed during its set-up"));
         done(c);
       });
     });
   });
+  return c;
 }
 
 void VerbsConnection::Start() {
   started_ = true;
   WatchSideChannel();
+  // The dialer's ATTACH came with the set-up: it is the first message.
+  if (peer_endpoint_.attach) {
+    if (Status s = handler_->OnReceived(*this, *peer_endpoint_.attach); !s.ok()) return Close(s);
+    if (closed_) return;
+  }
   // Completions that came before Start (the peer may write as soon as the set-up is done).
   std::vector<ibv_wc> early;
   early.swap(before_start_);
@@ -429,11 +444,8 @@ Status VerbsConnection::OnDirect(std::uint32_t index, std::uint32_t bytes) {
 void VerbsConnection::Close(const Status& why) {
   if (closed_) return;
   closed_ = true;
-  if (qp_) {
-    // Everything posted is flushed; the flushes find no route and are dropped.
-    (void)qp_->SetError();
-    loop_.poller->Detach(qp_->qpn());
-  }
+  // Everything posted is flushed; the flushes come back here and are ignored (closed_).
+  if (qp_) (void)qp_->SetError();
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
@@ -448,7 +460,10 @@ void VerbsConnection::Close(const Status& why) {
   for (auto& p : pending) {
     if (p.done) p.done(send_error);
   }
-  handler_->OnClosed(*this, why);
+  // Nothing may write our memory any more (the QP is in error): let the registry go, so that
+  // a job's regions do not outlive it through a closed connection.
+  loop_.registry.reset();
+  if (started_) handler_->OnClosed(*this, why);  // callbacks only ever follow Start()
 }
 
 }  // namespace phub::transport::verbs

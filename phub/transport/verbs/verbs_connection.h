@@ -30,6 +30,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "phub/transport/connection.h"
@@ -74,19 +75,23 @@ class VerbsConnection final : public Connection,
  public:
   // The dialing side: runs the whole set-up on the calling thread over `socket` (connected to
   // the acceptor; must not be the loop's thread). Returns a connection ready to Start().
-  static StatusOr<std::shared_ptr<VerbsConnection>> Dial(boost::asio::ip::tcp::socket socket,
-                                                         VerbsLoop loop,
-                                                         ConnectionHandler* handler,
-                                                         const VerbsLimits& limits = {});
+  // `attach`: the ATTACH this side opens with; it travels in the set-up, so the acceptor checks
+  // it (and publishes only that peer's zones) before the peer learns any address, and the
+  // acceptor's handler receives it as the first message.
+  static StatusOr<std::shared_ptr<VerbsConnection>> Dial(
+      boost::asio::ip::tcp::socket socket, VerbsLoop loop, ConnectionHandler* handler,
+      const VerbsLimits& limits = {}, std::optional<WireHeader> attach = std::nullopt);
 
   // The accepting side: runs the set-up asynchronously on the socket's loop; `done` runs there
   // with a connection ready to Start(), or why the set-up failed. `handler_now` is asked for
   // the handler once the dialer's endpoint is in (null: it went away meanwhile, e.g. the job
-  // ended; the set-up then fails).
+  // ended; the set-up then fails). Returns the connection being set up, so its owner can
+  // Close() it if it must go first (e.g. the job ends); `done` then gets an error.
   using HandlerNow = std::function<ConnectionHandler*()>;
   using Accepted = std::function<void(StatusOr<std::shared_ptr<VerbsConnection>>)>;
-  static void Accept(boost::asio::ip::tcp::socket socket, VerbsLoop loop, HandlerNow handler_now,
-                     const VerbsLimits& limits, Accepted done);
+  static std::shared_ptr<VerbsConnection> Accept(boost::asio::ip::tcp::socket socket,
+                                                 VerbsLoop loop, HandlerNow handler_now,
+                                                 const VerbsLimits& limits, Accepted done);
 
   ~VerbsConnection() override;
 
@@ -120,9 +125,9 @@ class VerbsConnection final : public Connection,
 
   VerbsConnection(boost::asio::ip::tcp::socket socket, VerbsLoop loop, ConnectionHandler* handler,
                   const VerbsLimits& limits);
-  Status Prepare();                          // QP, staged ring, zones, poller route
+  Status Prepare(const WireHeader* peer_attach);  // QP, staged ring, zones, poller route
   proto::ControlMessage LocalEndpoint() const;
-  Status Connect(const proto::ControlMessage& peer);  // QP to RTS, receives posted
+  Status ConnectQp();  // to peer_endpoint_: QP to RTS, receives posted
   void WatchSideChannel();
   void Pump();
   Status PostNext(Pending& next, bool& blocked);
@@ -143,6 +148,7 @@ class VerbsConnection final : public Connection,
   std::uint32_t staged_slot_bytes_ = 0;
   std::vector<LocalZone> zones_;         // ours, by index (the immediate)
   PeerEndpoint peer_endpoint_;
+  std::optional<WireHeader> attach_;     // ours, sent in the set-up (dialer)
 
   std::vector<std::byte> send_pool_;     // send_buffers x send_buffer_bytes_, on first need
   MemoryRegion send_pool_mr_;

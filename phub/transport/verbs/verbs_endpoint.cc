@@ -7,7 +7,8 @@
 namespace phub::transport::verbs {
 
 proto::ControlMessage EncodeEndpoint(const QpAddress& qp, const StagedRing& ring,
-                                     const std::vector<PublishedZone>& zones) {
+                                     const std::vector<PublishedZone>& zones,
+                                     const std::optional<WireHeader>& attach) {
   proto::ControlMessage message;
   proto::VerbsEndpoint& e = *message.mutable_verbs_endpoint();
   e.set_qpn(qp.qpn);
@@ -19,6 +20,10 @@ proto::ControlMessage EncodeEndpoint(const QpAddress& qp, const StagedRing& ring
   e.set_staged_rkey(ring.rkey);
   e.set_staged_slots(ring.slots);
   e.set_staged_slot_bytes(ring.slot_bytes);
+  if (attach) {
+    const EncodedHeader encoded = EncodeWireHeader(*attach);
+    e.set_attach(std::string(reinterpret_cast<const char*>(encoded.data()), encoded.size()));
+  }
   for (const PublishedZone& z : zones) {
     proto::VerbsZone& out = *e.add_zones();
     out.set_op(static_cast<std::uint32_t>(z.zone.op));
@@ -33,6 +38,10 @@ proto::ControlMessage EncodeEndpoint(const QpAddress& qp, const StagedRing& ring
 }
 
 StatusOr<PeerEndpoint> DecodeEndpoint(const proto::ControlMessage& message) {
+  if (message.has_error()) {
+    return absl::UnavailableError(absl::StrCat("the peer refused the verbs connection: ",
+                                               message.error().message()));
+  }
   if (!message.has_verbs_endpoint()) {
     return absl::InvalidArgumentError(
         "the peer's first message on a verbs data connection is not a VerbsEndpoint: is it "
@@ -44,10 +53,26 @@ StatusOr<PeerEndpoint> DecodeEndpoint(const proto::ControlMessage& message) {
     return absl::InvalidArgumentError(
         absl::StrCat("VerbsEndpoint GID of ", e.gid().size(), " bytes; a GID has 16"));
   }
-  if (e.staged_slots() == 0 || e.staged_slot_bytes() < kWireHeaderBytes) {
+  // The slot size sizes our send buffers: bounded, so a peer cannot make us allocate gigabytes.
+  if (e.staged_slots() == 0 || e.staged_slot_bytes() < kWireHeaderBytes ||
+      e.staged_slot_bytes() > kWireHeaderBytes + (64u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "VerbsEndpoint with a staged ring of ", e.staged_slots(), " slots of ",
-        e.staged_slot_bytes(), " bytes: need at least one slot of at least a header"));
+        e.staged_slot_bytes(), " bytes: need at least one slot of a header up to 64 MiB"));
+  }
+  if (!e.attach().empty()) {
+    if (e.attach().size() != kWireHeaderBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("VerbsEndpoint ATTACH of ", e.attach().size(), " bytes; a header has 32"));
+    }
+    auto header = DecodeWireHeader(std::span<const std::byte, kWireHeaderBytes>(
+        reinterpret_cast<const std::byte*>(e.attach().data()), kWireHeaderBytes));
+    if (!header.ok() || header->op != Op::kAttach) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "VerbsEndpoint ATTACH is not one: ",
+          header.ok() ? OpName(header->op) : std::string(header.status().message())));
+    }
+    peer.attach = *header;
   }
   peer.qp.qpn = e.qpn();
   peer.qp.psn = e.psn();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -43,6 +44,7 @@ struct PeerEndpoint {
   StagedRing ring;
   std::vector<RemoteZone> zones;                        // index = immediate of a direct write
   std::unordered_map<std::uint64_t, std::uint32_t> zone_index;  // ZoneKey -> index
+  std::optional<WireHeader> attach;                     // the dialer's ATTACH
 };
 
 // `zones` with their rkeys (in the same order).
@@ -52,10 +54,12 @@ struct PublishedZone {
 };
 
 proto::ControlMessage EncodeEndpoint(const QpAddress& qp, const StagedRing& ring,
-                                     const std::vector<PublishedZone>& zones);
+                                     const std::vector<PublishedZone>& zones,
+                                     const std::optional<WireHeader>& attach);
 
 // InvalidArgument naming what is malformed (not an endpoint, a GID of the wrong size, a zone
-// repeated or too large, an empty ring).
+// repeated or too large, a ring empty or with slots larger than any message, an ATTACH that
+// does not decode as one). Unavailable with the peer's reason when it sent an Error instead.
 StatusOr<PeerEndpoint> DecodeEndpoint(const proto::ControlMessage& message);
 
 }  // namespace phub::transport::verbs

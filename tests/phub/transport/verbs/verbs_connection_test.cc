@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "phub/transport/tcp/event_loop.h"
@@ -66,7 +67,14 @@ class RecordingHandler : public ConnectionHandler {
     why_ = why;
     cv_.notify_all();
   }
-  std::vector<LandingZone> LandingZones(const Connection&) override { return zones; }
+  StatusOr<std::vector<LandingZone>> LandingZones(const Connection&,
+                                                  const WireHeader* attach) override {
+    if (attach != nullptr && attach->iteration != expected_session) {
+      return absl::PermissionDeniedError("ATTACH with a stale session");
+    }
+    return zones;
+  }
+  std::uint64_t expected_session = 0;
 
   std::vector<Received> WaitFor(std::size_t n) {
     std::unique_lock lock(mu_);
@@ -126,7 +134,7 @@ class VerbsConnectionTest : public ::testing::Test {
   }
 
   // Sets up a dialer -> acceptor connection with the handlers' zones; both started.
-  void Connect(const VerbsLimits& limits = {}) {
+  void Connect(const VerbsLimits& limits = {}, std::optional<WireHeader> attach = std::nullopt) {
     std::mutex mu;
     std::condition_variable cv;
     Status accept_status;
@@ -140,21 +148,30 @@ class VerbsConnectionTest : public ::testing::Test {
                                 limits, [&](StatusOr<std::shared_ptr<VerbsConnection>> c) {
                                   std::lock_guard lock(mu);
                                   accepted = true;
+                                  cv.notify_all();
                                   if (!c.ok()) return void(accept_status = c.status());
                                   acceptor_ = *c;
                                   acceptor_->Start();
-                                  cv.notify_all();
                                 });
       });
     });
     auto socket = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
     ASSERT_TRUE(socket.ok()) << socket.status();
-    auto dialer = VerbsConnection::Dial(std::move(*socket), dial_verbs_, &dialer_handler_, limits);
-    ASSERT_TRUE(dialer.ok()) << dialer.status();
-    dialer_ = *dialer;
-    dial_loop_.Run([&] { dialer_->Start(); });
-    std::unique_lock lock(mu);
+    auto dialer =
+        VerbsConnection::Dial(std::move(*socket), dial_verbs_, &dialer_handler_, limits, attach);
+    if (dialer.ok()) {
+      dialer_ = *dialer;
+      dial_loop_.Run([&] { dialer_->Start(); });
+    }
+    std::unique_lock lock(mu);  // the acceptor's callback uses this frame: wait for it either way
     cv.wait_for(lock, std::chrono::seconds(30), [&] { return accepted; });
+    if (expect_refusal_) {
+      ASSERT_FALSE(dialer.ok());
+      dial_status_ = dialer.status();
+      EXPECT_FALSE(accept_status.ok());
+      return;
+    }
+    ASSERT_TRUE(dialer.ok()) << dialer.status();
     ASSERT_TRUE(accepted);
     ASSERT_TRUE(accept_status.ok()) << accept_status;
   }
@@ -166,6 +183,8 @@ class VerbsConnectionTest : public ::testing::Test {
   std::unique_ptr<tcp::TcpListener> listener_;
   RecordingHandler acceptor_handler_, dialer_handler_;
   std::shared_ptr<VerbsConnection> acceptor_, dialer_;
+  bool expect_refusal_ = false;
+  Status dial_status_;
 };
 
 std::vector<std::byte> RandomBytes(std::size_t n, std::uint32_t seed) {
@@ -275,6 +294,24 @@ TEST_F(VerbsConnectionTest, AnIterationOutOfOrderIntoAZoneClosesWithTheReason) {
   Status peer = acceptor_handler_.WaitClosed();
   EXPECT_EQ(peer.code(), absl::StatusCode::kUnavailable) << peer;
   EXPECT_THAT(std::string(peer.message()), HasSubstr("closed the connection"));
+}
+
+TEST_F(VerbsConnectionTest, TheAttachTravelsInTheSetUpAndIsCheckedBeforeAnyZoneIsPublished) {
+  acceptor_handler_.expected_session = 77;
+  ASSERT_NO_FATAL_FAILURE(Connect({}, WireHeader{Op::kAttach, 2, 0, 77, 0}));
+  auto got = acceptor_handler_.WaitFor(1);  // delivered at Start, before anything else
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].header.op, Op::kAttach);
+  EXPECT_EQ(got[0].header.worker, 2u);
+  EXPECT_EQ(got[0].header.iteration, 77u);
+}
+
+TEST_F(VerbsConnectionTest, AStaleAttachIsRefusedWithTheHandlersReason) {
+  acceptor_handler_.expected_session = 77;
+  expect_refusal_ = true;
+  ASSERT_NO_FATAL_FAILURE(Connect({}, WireHeader{Op::kAttach, 2, 0, 76, 0}));
+  EXPECT_EQ(dial_status_.code(), absl::StatusCode::kUnavailable) << dial_status_;
+  EXPECT_THAT(std::string(dial_status_.message()), HasSubstr("stale session"));
 }
 
 TEST_F(VerbsConnectionTest, AStagedMessageLargerThanThePeersSlotsIsRefusedWithTheFix) {
