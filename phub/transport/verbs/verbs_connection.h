@@ -8,7 +8,7 @@
 //    must name the same bytes) and OnReceived as on TCP. Zero copy on the receiver; zero copy
 //    on the sender when the payload lies in memory its owner registered (MemoryRegistry),
 //    one copy into a registered send buffer otherwise.
-//  - staged: anything else (ATTACH, BYE, ERROR, the ring's pieces): header + payload go into one
+//  - staged: anything else (BYE, ERROR, the ring's pieces): header + payload go into one
 //    slot of the receiver's staged ring, and ResolveSlot's buffer gets a copy. The sender holds
 //    one credit per slot; the receiver returns a credit (a zero-length write, immediate =
 //    credit) once it has copied the slot out, so no write ever lands in a slot still in use.
