@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
 
@@ -27,6 +28,7 @@ constexpr std::uint32_t Immediate(Kind kind, std::uint32_t index) {
 }
 
 std::size_t RoundUp64(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 
 }  // namespace
 
@@ -139,7 +141,7 @@ std::shared_ptr<VerbsConnection> VerbsConnection::Accept(asio::ip::tcp::socket s
       new VerbsConnection(std::move(socket), std::move(loop), nullptr, limits));
   tcp::AsyncReadControlMessage(c->socket_, [c, handler_now, done](
                                                StatusOr<proto::ControlMessage> message) {
-    if (c->closed_) return done(absl::CancelledError("closed during its set-up"));
+    if (c->closed_) return done(c->closed_why_);
     Status status = message.status();
     if (status.ok()) {
       auto peer = DecodeEndpoint(*message);
@@ -166,16 +168,29 @@ std::shared_ptr<VerbsConnection> VerbsConnection::Accept(asio::ip::tcp::socket s
       return done(status);
     }
     auto framed = tcp::FrameControlMessage(c->LocalEndpoint());
+    // From here the QP holds completion-queue entries: a dialer that never says "ready" must
+    // not keep them for ever.
+    const auto timeout = std::chrono::milliseconds(c->limits_.setup_timeout_ms);
+    c->setup_deadline_ = std::make_unique<asio::steady_timer>(c->socket_.get_executor(), timeout);
+    c->setup_deadline_->async_wait([weak = c->weak_from_this(), timeout](
+                                       const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->closed_) return;
+      self->Close(absl::DeadlineExceededError(
+          absl::StrCat("verbs set-up with ", self->peer_, ": the peer did not finish it within ",
+                       timeout.count(), " ms")));
+    });
     asio::async_write(c->socket_, asio::buffer(*framed),
                       [c, framed, done](const boost::system::error_code& ec, std::size_t) {
       if (ec) return done(absl::UnavailableError(absl::StrCat("verbs set-up with ", c->peer_, ": ", ec.message())));
       asio::async_read(c->socket_, asio::buffer(&c->side_byte_, 1),
                        [c, done](const boost::system::error_code& ec, std::size_t) {
+        c->setup_deadline_.reset();  // cancels it
+        if (c->closed_) return done(c->closed_why_);  // timed out, or closed by the owner
         if (ec) {
           return done(absl::UnavailableError(
               absl::StrCat("verbs set-up with ", c->peer_, ": the peer left: ", ec.message())));
         }
-        if (c->closed_) return done(absl::CancelledError("closed during its set-up"));
         done(c);
       });
     });
@@ -444,8 +459,10 @@ Status VerbsConnection::OnDirect(std::uint32_t index, std::uint32_t bytes) {
 void VerbsConnection::Close(const Status& why) {
   if (closed_) return;
   closed_ = true;
+  closed_why_ = why.ok() ? absl::CancelledError("closed during its set-up") : why;
   // Everything posted is flushed; the flushes come back here and are ignored (closed_).
   if (qp_) (void)qp_->SetError();
+  setup_deadline_.reset();
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -46,6 +47,7 @@ struct VerbsLimits {
   std::uint32_t staged_slots = 8;      // staged messages the peer may have in flight to us
   std::uint32_t staged_payload_bytes = 4096;  // the largest staged payload we accept
   std::uint32_t send_buffers = 8;      // registered buffers for payloads sent by copy
+  int setup_timeout_ms = 30000;        // acceptor: from its endpoint to the dialer's "ready"
 };
 
 // What the connections of one event loop share: the device, the loop's completion queue and
@@ -162,9 +164,11 @@ class VerbsConnection final : public Connection,
   std::uint32_t next_peer_slot_ = 0;
   std::uint32_t credits_owed_ = 0;       // staged slots we emptied and not yet announced
   std::vector<ibv_wc> before_start_;  // completions that came before Start
+  std::unique_ptr<boost::asio::steady_timer> setup_deadline_;  // acceptor, until "ready"
   char side_byte_ = 0;
   bool started_ = false;
   bool closed_ = false;
+  Status closed_why_;  // what Close() said, for a set-up it ends
   VerbsConnectionStats stats_;
 };
 

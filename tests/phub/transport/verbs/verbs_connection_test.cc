@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 
+#include "phub/transport/tcp/control_channel.h"
 #include "phub/transport/tcp/event_loop.h"
 #include "phub/transport/tcp/socket_options.h"
 #include "phub/transport/tcp/tcp_listener.h"
@@ -355,6 +356,53 @@ TEST_F(VerbsConnectionTest, AZoneOutsideRegisteredMemoryFailsTheSetUp) {
   ASSERT_FALSE(dialer.ok());
   EXPECT_THAT(std::string(dialer.status().message()), HasSubstr("not in registered memory"));
   accept_loop_.Run([&] { listener.reset(); });
+}
+
+}  // namespace
+}  // namespace phub::transport::verbs
+
+namespace phub::transport::verbs {
+namespace {
+
+// A dialer that sends its endpoint and then never says "ready" (a stuck or hostile client)
+// must not hold the acceptor's queue pair and CQ entries for ever: the set-up times out.
+TEST_F(VerbsConnectionTest, ADialerThatNeverFinishesTheSetUpTimesOut) {
+  VerbsLimits limits;
+  limits.setup_timeout_ms = 300;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Status> outcome;
+  accept_loop_.Run([&] {
+    auto listener = tcp::TcpListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
+    ASSERT_TRUE(listener.ok());
+    listener_ = std::move(*listener);
+    listener_->Start([&, limits](boost::asio::ip::tcp::socket socket) {
+      VerbsConnection::Accept(std::move(socket), accept_verbs_, [&] { return &acceptor_handler_; },
+                              limits, [&](StatusOr<std::shared_ptr<VerbsConnection>> c) {
+                                std::lock_guard lock(mu);
+                                outcome = c.status();
+                                cv.notify_all();
+                              });
+    });
+  });
+  auto socket = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
+  ASSERT_TRUE(socket.ok());
+  QpAddress address;  // a plausible endpoint: this device's GID, a queue pair nobody has
+  address.qpn = 0xabcd;
+  address.gid = device_->gid();
+  address.lid = device_->lid();
+  address.mtu = static_cast<std::uint8_t>(device_->active_mtu());
+  ASSERT_TRUE(tcp::WriteControlMessage(*socket, EncodeEndpoint(address, StagedRing{0, 0, 1, 64},
+                                                               {}, std::nullopt))
+                  .ok());
+  auto reply = tcp::ReadControlMessage(*socket);  // the acceptor's endpoint comes back
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(reply->has_verbs_endpoint());
+  std::unique_lock lock(mu);  // ... and no "ready" from us
+  cv.wait_for(lock, std::chrono::seconds(30), [&] { return outcome.has_value(); });
+  ASSERT_TRUE(outcome.has_value()) << "the set-up never ended";
+  EXPECT_EQ(outcome->code(), absl::StatusCode::kDeadlineExceeded) << *outcome;
+  EXPECT_THAT(std::string(outcome->message()), HasSubstr("did not finish it within 300 ms"));
 }
 
 }  // namespace
