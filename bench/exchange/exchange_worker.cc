@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
   auto client = phub::exchange::PsExchange::Connect(exchange_options, tensors, {barrier_w, data_w});
   if (!client.ok()) return fail("Connect", client.status());
   phub::exchange::PsExchange& ps = **client;
+  // The gradients go out from these buffers every iteration: on verbs, registered once.
+  if (auto s = ps.DeclareGradients({barrier_g, data_g}); !s.ok()) return fail("DeclareGradients", s);
   if (auto s = ps.Init(); !s.ok()) return fail("Init", s);
 
   struct Sample {

@@ -55,6 +55,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   }
 
   Status Handshake(std::vector<keys::TensorSpec> tensors);
+  Status DeclareGradients(const std::vector<std::span<const float>>& grads);
   Status Init();
   Status Push(std::uint32_t tensor, std::span<const float> grads);
   Status Wait(std::uint32_t tensor);
@@ -285,6 +286,32 @@ void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const flo
   }
 }
 
+Status PsClient::Impl::DeclareGradients(const std::vector<std::span<const float>>& grads) {
+  if (grads.size() != weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("DeclareGradients: ", grads.size(),
+                                                   " buffers for ", weights_.size(), " tensors"));
+  }
+  for (std::size_t t = 0; t < grads.size(); ++t) {
+    if (grads[t].size() != weights_[t].size()) {
+      return absl::InvalidArgumentError(absl::StrCat("DeclareGradients: tensor ", t, "'s buffer has ",
+                                                     grads[t].size(), " floats; it has ",
+                                                     weights_[t].size()));
+    }
+  }
+  if (!verbs_) return absl::OkStatus();
+  Status status;
+  loop_.Run([&] {  // the registry is the loop's
+    for (std::span<const float> g : grads) {
+      if (g.empty()) continue;
+      // Registered for the NIC to read; no rkey of it is ever published.
+      std::span<float> writable(const_cast<float*>(g.data()), g.size());
+      status = verbs_->registry->Register(std::as_writable_bytes(writable));
+      if (!status.ok()) return;
+    }
+  });
+  return status;
+}
+
 Status PsClient::Impl::Init() {
   if (options_.rank == 0 && !weights_from_server_) {
     loop_.Post([this] {
@@ -454,6 +481,9 @@ StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOptions& opt
   return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
 }
 
+Status PsClient::DeclareGradients(const std::vector<std::span<const float>>& grads) {
+  return impl_->DeclareGradients(grads);
+}
 Status PsClient::Init() { return impl_->Init(); }
 Status PsClient::Push(std::uint32_t t, std::span<const float> g) { return impl_->Push(t, g); }
 Status PsClient::Wait(std::uint32_t t) { return impl_->Wait(t); }

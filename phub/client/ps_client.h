@@ -9,8 +9,8 @@
 //   client->Close();
 //
 // Push is asynchronous and zero-copy: the gradient is sent straight from the caller's buffer
-// (on verbs: copied once into a registered send buffer, since the caller's gradient memory is
-// not registered), and the fresh weights are received straight into the caller's weight
+// (on verbs: if the caller declared its gradient buffers, else copied once into a registered
+// send buffer), and the fresh weights are received straight into the caller's weight
 // buffer for that tensor (on verbs: written there by phubd's NIC; the weight buffers are
 // registered at Connect).
 // Wait(t) returns once every chunk of t has landed. Buffers: `weights[t]` must stay valid
@@ -59,6 +59,11 @@ class PsClient {
                                                      std::vector<keys::TensorSpec> tensors,
                                                      std::vector<std::span<float>> weights);
   ~PsClient();  // Close()s if not closed
+
+  // Optional: the buffers Push(t, ...) will always send from (one per tensor, its size, valid
+  // until the client is destroyed). On verbs they are registered with the NIC once and pushes
+  // go out without a copy; on TCP nothing changes. Call before the first Push.
+  Status DeclareGradients(const std::vector<std::span<const float>>& grads);
 
   // Rank 0 sends its weights as the initial weights (unless phubd loaded them from a file);
   // every rank then waits until the initial weights have landed in its buffers. Blocks.

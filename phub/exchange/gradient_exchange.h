@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "phub/common/status.h"
 
@@ -37,6 +38,13 @@ namespace phub::exchange {
 class GradientExchange {
  public:
   virtual ~GradientExchange() = default;
+
+  // Optional: the buffers Push(t, ...) will always send tensor t's gradient from, fixed for the
+  // exchange's life (one per tensor, its size). A transport that must register memory with
+  // its NIC (verbs) registers them once and then sends them without a copy; others ignore it.
+  virtual Status DeclareGradients(const std::vector<std::span<const float>>& grads) {
+    return absl::OkStatus();
+  }
 
   // Makes every worker's weights equal to rank 0's (or, with a PS that loaded a file, the
   // PS's). Blocks until they have landed.

@@ -93,6 +93,31 @@ Status PsExchange::Init() {
   return absl::OkStatus();
 }
 
+Status PsExchange::DeclareGradients(const std::vector<std::span<const float>>& grads) {
+  if (grads.size() != pieces_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("DeclareGradients: ", grads.size(),
+                                                   " buffers for ", pieces_.size(), " tensors"));
+  }
+  // Each server's client sees its slices of the tensors, as with the weights.
+  std::vector<std::vector<std::span<const float>>> per_server(clients_.size());
+  for (std::uint32_t t = 0; t < pieces_.size(); ++t) {
+    if (grads[t].size() != elements_[t]) {
+      return absl::InvalidArgumentError(absl::StrCat("DeclareGradients: tensor ", t, "'s buffer has ",
+                                                     grads[t].size(), " floats; the tensor has ",
+                                                     elements_[t]));
+    }
+    for (const Piece& p : pieces_[t]) {
+      auto& list = per_server[p.server];
+      if (list.size() <= p.server_tensor) list.resize(p.server_tensor + 1);
+      list[p.server_tensor] = grads[t].subspan(p.offset, p.elements);
+    }
+  }
+  for (std::uint32_t s = 0; s < clients_.size(); ++s) {
+    PHUB_RETURN_IF_ERROR(clients_[s]->DeclareGradients(per_server[s]));
+  }
+  return absl::OkStatus();
+}
+
 Status PsExchange::Push(std::uint32_t tensor, std::span<const float> grads) {
   if (tensor >= pieces_.size()) {
     return absl::InvalidArgumentError(

@@ -44,6 +44,7 @@ class PsExchange final : public GradientExchange {
                                                        std::vector<std::span<float>> weights);
   ~PsExchange() override;
 
+  Status DeclareGradients(const std::vector<std::span<const float>>& grads) override;
   Status Init() override;
   Status Push(std::uint32_t tensor, std::span<const float> grads) override;
   Status Wait(std::uint32_t tensor) override;

@@ -81,6 +81,12 @@ int main(int argc, char** argv) {
 
   auto exchange = phub::exchange::MakeExchange(options, tensors, spans);
   if (!exchange.ok()) return fail(exchange.status());
+  // Declared on even ranks only: on verbs odd ranks push by copy, even ranks zero-copy, and the
+  // float64 check covers both paths.
+  if (options.rank % 2 == 0) {
+    std::vector<std::span<const float>> grad_spans(grads.begin(), grads.end());
+    if (auto s = (*exchange)->DeclareGradients(grad_spans); !s.ok()) return fail(s);
+  }
   if (auto s = (*exchange)->Init(); !s.ok()) return fail(s);
 
   for (std::uint64_t it = 1; it <= iterations; ++it) {

@@ -52,6 +52,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::WithExchange(
     }
   }
   PHUB_ASSIGN_OR_RETURN(t->exchange_, connect(TensorTable(model), std::move(weights)));
+  // Gradients go out from fixed buffers (the host mirrors, or the parameters' own): say so,
+  // so that verbs registers them once and sends without a copy.
+  std::vector<std::span<const float>> grads;
+  for (std::size_t i = 0; i < t->params_.size(); ++i) {
+    grads.push_back(device ? t->host_grads_[i].span() : t->params_[i]->grad.span());
+  }
+  PHUB_RETURN_IF_ERROR(t->exchange_->DeclareGradients(grads));
   t->mode_ = t->exchange_->name();
   return t;
 }

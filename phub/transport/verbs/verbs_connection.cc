@@ -463,6 +463,9 @@ void VerbsConnection::Close(const Status& why) {
   // Everything posted is flushed; the flushes come back here and are ignored (closed_).
   if (qp_) (void)qp_->SetError();
   setup_deadline_.reset();
+  spdlog::debug("verbs connection to {} closes: sent {} direct ({} of them by copy), {} staged; "
+                "received {} direct, {} staged", peer_, stats_.direct_sent, stats_.copied_sent,
+                stats_.staged_sent, stats_.direct_received, stats_.staged_received);
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
