@@ -1,8 +1,11 @@
 #include "phub/transport/tcp/control_channel.h"
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,32 +15,91 @@ namespace asio = boost::asio;
 
 namespace {
 
-Status CheckLength(std::uint32_t length) {
-  if (length > kMaxControlMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "control message of ", length, " bytes exceeds the limit of ", kMaxControlMessageBytes,
-        ": the peer is not speaking PHub's control protocol"));
+// A read that may take more than the frame in progress asks for at least this much, so a
+// stream of small messages is not read a few bytes per syscall.
+constexpr std::size_t kSmallestGreedyRead = 4 * 1024;
+
+// How much the next read asks for. `exact`: never past the frame in progress.
+std::size_t ReadSize(const ControlFrameDecoder& decoder, bool exact) {
+  const std::size_t wanted = decoder.bytes_to_next_message();
+  if (exact) return std::min(wanted, kControlReadChunkBytes);
+  return std::clamp(wanted, kSmallestGreedyRead, kControlReadChunkBytes);
+}
+
+Status IoError(const char* what, const boost::system::error_code& ec,
+               const ControlFrameDecoder& decoder) {
+  std::string partial;
+  if (decoder.buffered_bytes() > 0) {
+    partial = absl::StrCat(" (", decoder.buffered_bytes(), " bytes into a message, ",
+                           decoder.bytes_to_next_message(), " still to come)");
   }
-  return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("control connection: ", what, ": ", ec.message(), partial));
 }
 
-StatusOr<proto::ControlMessage> Parse(const std::string& body) {
-  proto::ControlMessage message;
-  if (!message.ParseFromString(body)) {
-    return absl::InvalidArgumentError("control message does not parse as phub.proto.ControlMessage");
+StatusOr<proto::ControlMessage> Read(asio::ip::tcp::socket& socket, ControlFrameDecoder& decoder,
+                                     bool exact) {
+  std::vector<std::byte> buffer;
+  while (true) {
+    PHUB_RETURN_IF_ERROR(decoder.status());
+    if (std::optional<proto::ControlMessage> message = decoder.Pop()) return std::move(*message);
+    buffer.resize(ReadSize(decoder, exact));
+    boost::system::error_code ec;
+    const std::size_t got = exact ? asio::read(socket, asio::buffer(buffer), ec)
+                                  : socket.read_some(asio::buffer(buffer), ec);
+    if (ec) return IoError("read", ec, decoder);
+    PHUB_RETURN_IF_ERROR(decoder.Feed(std::span(buffer).first(got)));
   }
-  return message;
 }
 
-Status IoError(const char* what, const boost::system::error_code& ec) {
-  return absl::UnavailableError(absl::StrCat("control connection: ", what, ": ", ec.message()));
-}
+// One asynchronous read; kept alive by the completion handler that holds it. The read buffer
+// exists only while a read is pending and is at most kControlReadChunkBytes.
+class AsyncRead : public std::enable_shared_from_this<AsyncRead> {
+ public:
+  AsyncRead(asio::ip::tcp::socket& socket, std::shared_ptr<ControlFrameDecoder> decoder,
+            bool exact, ControlMessageCallback done)
+      : socket_(socket), decoder_(std::move(decoder)), exact_(exact), done_(std::move(done)) {}
 
-// State of one asynchronous read; kept alive by the completion handlers that hold it.
-struct PendingRead {
-  std::uint32_t length = 0;
-  std::string body;
-  ControlMessageCallback done;
+  void Start() {
+    if (decoder_->has_message() || !decoder_->status().ok()) {
+      // Already decided: answer from the loop, not from inside the caller's call.
+      asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Continue(); });
+      return;
+    }
+    ReadMore();
+  }
+
+ private:
+  void Continue() {
+    if (!decoder_->status().ok()) return done_(decoder_->status());
+    if (std::optional<proto::ControlMessage> message = decoder_->Pop()) {
+      return done_(std::move(*message));
+    }
+    ReadMore();
+  }
+
+  void ReadMore() {
+    buffer_.resize(ReadSize(*decoder_, exact_));
+    auto on_read = [self = shared_from_this()](const boost::system::error_code& ec,
+                                               std::size_t got) { self->OnRead(ec, got); };
+    if (exact_) {
+      asio::async_read(socket_, asio::buffer(buffer_), std::move(on_read));
+    } else {
+      socket_.async_read_some(asio::buffer(buffer_), std::move(on_read));
+    }
+  }
+
+  void OnRead(const boost::system::error_code& ec, std::size_t got) {
+    if (ec) return done_(IoError("read", ec, *decoder_));
+    if (Status s = decoder_->Feed(std::span(buffer_).first(got)); !s.ok()) return done_(s);
+    Continue();
+  }
+
+  asio::ip::tcp::socket& socket_;
+  std::shared_ptr<ControlFrameDecoder> decoder_;
+  const bool exact_;
+  ControlMessageCallback done_;
+  std::vector<std::byte> buffer_;
 };
 
 }  // namespace
@@ -55,37 +117,39 @@ Status WriteControlMessage(asio::ip::tcp::socket& socket, const proto::ControlMe
   auto framed = FrameControlMessage(message);
   boost::system::error_code ec;
   asio::write(socket, asio::buffer(*framed), ec);
-  if (ec) return IoError("write", ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("control connection: write: ", ec.message()));
+  }
   return absl::OkStatus();
 }
 
-StatusOr<proto::ControlMessage> ReadControlMessage(asio::ip::tcp::socket& socket) {
-  std::uint32_t length = 0;
-  boost::system::error_code ec;
-  asio::read(socket, asio::buffer(&length, 4), ec);
-  if (ec) return IoError("read", ec);
-  PHUB_RETURN_IF_ERROR(CheckLength(length));
-  std::string body(length, '\0');
-  asio::read(socket, asio::buffer(body), ec);
-  if (ec) return IoError("read", ec);
-  return Parse(body);
+StatusOr<proto::ControlMessage> ReadControlMessage(asio::ip::tcp::socket& socket,
+                                                   const ControlFrameLimits& limits) {
+  ControlFrameDecoder decoder(limits);
+  return Read(socket, decoder, /*exact=*/true);
+}
+
+StatusOr<proto::ControlMessage> ReadControlMessage(asio::ip::tcp::socket& socket,
+                                                   ControlFrameDecoder& decoder) {
+  return Read(socket, decoder, /*exact=*/false);
 }
 
 void AsyncReadControlMessage(asio::ip::tcp::socket& socket, ControlMessageCallback done) {
-  auto read = std::make_shared<PendingRead>();
-  read->done = std::move(done);
-  asio::async_read(
-      socket, asio::buffer(&read->length, 4),
-      [&socket, read](const boost::system::error_code& ec, std::size_t) {
-        if (ec) return read->done(IoError("read", ec));
-        if (Status s = CheckLength(read->length); !s.ok()) return read->done(s);
-        read->body.assign(read->length, '\0');
-        asio::async_read(socket, asio::buffer(read->body),
-                         [read](const boost::system::error_code& ec, std::size_t) {
-                           if (ec) return read->done(IoError("read", ec));
-                           read->done(Parse(read->body));
-                         });
-      });
+  AsyncReadControlMessage(socket, ControlFrameLimits{}, std::move(done));
+}
+
+void AsyncReadControlMessage(asio::ip::tcp::socket& socket, const ControlFrameLimits& limits,
+                             ControlMessageCallback done) {
+  auto decoder = std::make_shared<ControlFrameDecoder>(limits);
+  std::make_shared<AsyncRead>(socket, std::move(decoder), /*exact=*/true, std::move(done))
+      ->Start();
+}
+
+void AsyncReadControlMessage(asio::ip::tcp::socket& socket,
+                             std::shared_ptr<ControlFrameDecoder> decoder,
+                             ControlMessageCallback done) {
+  std::make_shared<AsyncRead>(socket, std::move(decoder), /*exact=*/false, std::move(done))
+      ->Start();
 }
 
 }  // namespace phub::transport::tcp

@@ -115,14 +115,84 @@ TEST(ControlChannelTest, BackToBackMessagesKeepTheirBoundaries) {
 TEST(ControlChannelTest, ReadRejectsAnOversizeLengthNamingIt) {
   asio::io_context context;
   auto [a, b] = ConnectedPair(context);
-  const std::uint32_t length = kMaxControlMessageBytes + 1;
+  const std::uint32_t limit = ControlFrameLimits{}.max_frame_bytes;
+  const std::uint32_t length = limit + 1;
   WriteLengthPrefix(a, length);
 
   StatusOr<proto::ControlMessage> got = ReadControlMessage(b);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(MessageHas(got.status(), std::to_string(length)));
-  EXPECT_TRUE(MessageHas(got.status(), std::to_string(kMaxControlMessageBytes)));
+  EXPECT_TRUE(MessageHas(got.status(), std::to_string(limit)));
+  EXPECT_TRUE(MessageHas(got.status(), "--max-control-frame-bytes"));
+}
+
+TEST(ControlChannelTest, ReadUsesTheCallersLimits) {
+  asio::io_context context;
+  auto [a, b] = ConnectedPair(context);
+  ASSERT_TRUE(WriteControlMessage(a, SampleHello()).ok());
+  ControlFrameLimits limits;
+  limits.max_tensors = 49;
+
+  StatusOr<proto::ControlMessage> got = ReadControlMessage(b, limits);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(MessageHas(got.status(), "--max-tensors"));
+}
+
+// A peer may send two messages in one segment: the connection's decoder keeps the second.
+TEST(ControlChannelTest, ReadWithAKeptDecoderReturnsBothMessagesOfOneWrite) {
+  asio::io_context context;
+  auto [a, b] = ConnectedPair(context);
+  proto::ControlMessage first;
+  first.mutable_error()->set_message("one");
+  proto::ControlMessage second;
+  second.mutable_goodbye()->set_iterations(2);
+  const std::string both = *FrameControlMessage(first) + *FrameControlMessage(second);
+  asio::write(a, asio::buffer(both));
+
+  ControlFrameDecoder decoder;
+  StatusOr<proto::ControlMessage> one = ReadControlMessage(b, decoder);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->error().message(), "one");
+  StatusOr<proto::ControlMessage> two = ReadControlMessage(b, decoder);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->goodbye().iterations(), 2u);
+}
+
+// Without a kept decoder a read takes exactly one frame and leaves the next in the socket.
+TEST(ControlChannelTest, ReadWithoutADecoderNeverReadsPastItsMessage) {
+  asio::io_context context;
+  auto [a, b] = ConnectedPair(context);
+  proto::ControlMessage first;
+  first.mutable_error()->set_message("one");
+  const std::string both = *FrameControlMessage(first) + *FrameControlMessage(SampleHello());
+  asio::write(a, asio::buffer(both));
+
+  StatusOr<proto::ControlMessage> one = ReadControlMessage(b);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(b.available(), both.size() - FrameControlMessage(first)->size());
+  StatusOr<proto::ControlMessage> two = ReadControlMessage(b);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->hello().tensors_size(), 50);
+}
+
+// 4 bytes claiming 256 MiB (accepted by a raised limit), then the peer leaves: the read fails
+// as Unavailable having held only what arrived, and says how far it got.
+TEST(ControlChannelTest, AClaimThatNeverComesEndsUnavailableWhenThePeerLeaves) {
+  asio::io_context context;
+  auto [a, b] = ConnectedPair(context);
+  WriteLengthPrefix(a, 256u << 20);
+  asio::write(a, asio::buffer(std::string(1000, 'x')));
+  a.close();
+  ControlFrameLimits limits;
+  limits.max_frame_bytes = 512u << 20;
+  ControlFrameDecoder decoder(limits);
+
+  StatusOr<proto::ControlMessage> got = ReadControlMessage(b, decoder);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(decoder.buffered_bytes(), 1004u);
+  EXPECT_TRUE(MessageHas(got.status(), "1004 bytes into a message"));
 }
 
 TEST(ControlChannelTest, ReadRejectsABodyThatDoesNotParse) {
@@ -168,12 +238,19 @@ class AsyncControlReadTest : public ::testing::Test {
   }
 
   // Starts one AsyncReadControlMessage on the loop and waits for its result.
-  StatusOr<proto::ControlMessage> ReadOnLoop() {
+  // With `decoder`, the read that keeps it across messages.
+  StatusOr<proto::ControlMessage> ReadOnLoop(
+      std::shared_ptr<ControlFrameDecoder> decoder = nullptr) {
     std::promise<StatusOr<proto::ControlMessage>> result;
     loop_.Post([&] {
-      AsyncReadControlMessage(*reader_, [&](StatusOr<proto::ControlMessage> message) {
+      auto done = [&](StatusOr<proto::ControlMessage> message) {
         result.set_value(std::move(message));
-      });
+      };
+      if (decoder) {
+        AsyncReadControlMessage(*reader_, decoder, done);
+      } else {
+        AsyncReadControlMessage(*reader_, done);
+      }
     });
     std::future<StatusOr<proto::ControlMessage>> future = result.get_future();
     if (future.wait_for(kTimeout) != std::future_status::ready) {
@@ -201,6 +278,36 @@ TEST_F(AsyncControlReadTest, RoundTripsAMessage) {
   StatusOr<proto::ControlMessage> got = ReadOnLoop();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->SerializeAsString(), sent.SerializeAsString());
+}
+
+TEST_F(AsyncControlReadTest, AKeptDecoderReturnsBothMessagesOfOneWriteInOrder) {
+  proto::ControlMessage first;
+  first.mutable_error()->set_message("one");
+  const std::string both = *FrameControlMessage(first) + *FrameControlMessage(SampleHello());
+  asio::write(*writer_, asio::buffer(both));
+
+  auto decoder = std::make_shared<ControlFrameDecoder>(ControlFrameLimits{});
+  StatusOr<proto::ControlMessage> one = ReadOnLoop(decoder);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->error().message(), "one");
+  // Both frames came in one read, so the second is answered from the decoder.
+  EXPECT_TRUE(decoder->has_message());
+  StatusOr<proto::ControlMessage> two = ReadOnLoop(decoder);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->hello().tensors_size(), 50);
+}
+
+TEST_F(AsyncControlReadTest, AKeptDecoderAfterAnErrorAnswersWithIt) {
+  ControlFrameLimits limits;
+  limits.max_tensors = 1;
+  auto decoder = std::make_shared<ControlFrameDecoder>(limits);
+  ASSERT_TRUE(WriteControlMessage(*writer_, SampleHello()).ok());
+  StatusOr<proto::ControlMessage> got = ReadOnLoop(decoder);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(MessageHas(got.status(), "--max-tensors"));
+  StatusOr<proto::ControlMessage> again = ReadOnLoop(decoder);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status(), got.status());
 }
 
 TEST_F(AsyncControlReadTest, RejectsAnOversizeLengthNamingIt) {
