@@ -112,6 +112,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<TensorState> tensors_;  // guarded by mu_
+  std::vector<std::uint64_t> landed_; // guarded by mu_; per chunk: weights received so far
   Status error_;                      // guarded by mu_; first error wins
 };
 
@@ -164,13 +165,20 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
 
   // Every tensor awaits its iteration-0 weights, which phubd sends once all workers attached.
   tensors_.assign(table_->tensors().size(), TensorState{});
+  landed_.assign(table_->chunks().size(), 0);
   for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
     tensors_[t].pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(t).size());
   }
 
   if (welcome.transport() == "verbs") PHUB_RETURN_IF_ERROR(OpenVerbs());
   for (const proto::CoreEndpoint& endpoint : welcome.cores()) {
+    if (endpoint.core() != connections_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "phubd's Welcome lists core ", endpoint.core(), " in place ", connections_.size(),
+          ": the cores must come in order"));
+    }
     PHUB_ASSIGN_OR_RETURN(auto connection, Attach(endpoint));
+    connection->set_tag(endpoint.core());  // ResolveSlot checks a chunk came from its owner
     connections_.push_back(std::move(connection));
   }
   loop_.Run([this] {
@@ -367,41 +375,54 @@ Status PsClient::Impl::WaitAll() {
 
 StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connection,
                                                            const WireHeader& header) {
+  // The one validation point of every message phubd sends: OnReceived trusts what passes.
   if (header.op != Op::kWeights) {
     return absl::InvalidArgumentError(
         absl::StrCat("phubd sent ", OpName(header.op), "; a worker only receives WEIGHTS"));
+  }
+  if (header.worker != options_.rank) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS addressed to worker ", header.worker,
+                                                   " reached rank ", options_.rank));
   }
   if (header.chunk >= table_->chunks().size()) {
     return absl::InvalidArgumentError(absl::StrCat("WEIGHTS for chunk ", header.chunk,
                                                    " of ", table_->chunks().size()));
   }
-  const keys::Chunk& chunk = table_->chunks()[header.chunk];
-  {
-    std::lock_guard lock(mu_);
-    const TensorState& state = tensors_[chunk.tensor];
-    if (state.pending == 0 || header.iteration != state.expect_iteration) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected WEIGHTS for chunk ", header.chunk, " of iteration ", header.iteration,
-          " (tensor ", chunk.tensor, " awaits ",
-          state.pending ? absl::StrCat("iteration ", state.expect_iteration) : "nothing", ")"));
-    }
+  if (table_->owner(header.chunk) != connection.tag()) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS of chunk ", header.chunk,
+                                                   " from core ", connection.tag(),
+                                                   "; the chunk belongs to core ",
+                                                   table_->owner(header.chunk)));
   }
+  const keys::Chunk& chunk = table_->chunks()[header.chunk];
   if (header.payload_bytes != chunk.bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("WEIGHTS of chunk ", header.chunk, " carry ",
                                                    header.payload_bytes, " bytes, expected ",
                                                    chunk.bytes()));
   }
+  {
+    std::lock_guard lock(mu_);
+    const TensorState& state = tensors_[chunk.tensor];
+    // landed_[chunk] is the iteration of the next weights this chunk may receive: once per
+    // iteration, and only for the push in flight.
+    if (state.pending == 0 || header.iteration != state.expect_iteration ||
+        landed_[header.chunk] != header.iteration) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected WEIGHTS for chunk ", header.chunk, " of iteration ", header.iteration,
+          " (tensor ", chunk.tensor, " awaits ",
+          state.pending ? absl::StrCat("iteration ", state.expect_iteration) : "nothing",
+          "; the chunk's next is ", landed_[header.chunk], ")"));
+    }
+  }
   return std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
 }
 
 Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& header) {
-  if (header.op != Op::kWeights) {
-    return absl::InvalidArgumentError(absl::StrCat("phubd sent ", OpName(header.op)));
-  }
-  const keys::Chunk& chunk = table_->chunks()[header.chunk];
+  const keys::Chunk& chunk = table_->chunks()[header.chunk];  // checked by ResolveSlot
   bool done = false;
   {
     std::lock_guard lock(mu_);
+    ++landed_[header.chunk];
     TensorState& state = tensors_[chunk.tensor];
     if (--state.pending == 0) {
       state.iteration = state.expect_iteration;

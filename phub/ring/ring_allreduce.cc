@@ -26,6 +26,9 @@ using transport::verbs::VerbsConnection;
 namespace {
 // Steps of one call are numbered within its sequence number: iteration = seq * kStepSpan + step.
 constexpr std::uint64_t kStepSpan = 1 << 16;
+// Messages of the next call a neighbour may send before this rank starts it: each is at most
+// one piece, so a peer cannot make this rank stage more than kMaxEarlyMessages pieces.
+constexpr std::size_t kMaxEarlyMessages = 1 << 14;
 }  // namespace
 
 // Runs every connection on one event-loop thread; a call's state lives on that thread, the
@@ -353,11 +356,33 @@ StatusOr<std::span<float>> RingAllreduce::Impl::Locate(const WireHeader& header)
 
 StatusOr<std::span<std::byte>> RingAllreduce::Impl::ResolveSlot(Connection& connection,
                                                                  const WireHeader& header) {
+  // The one validation point of every message a neighbour sends; OnReceived trusts it.
+  if (header.op == Op::kAttach || header.op == Op::kBye) {
+    if (header.payload_bytes != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ring ", OpName(header.op), " carries ",
+                                                     header.payload_bytes, " bytes"));
+    }
+    const std::uint32_t expected_prev = (rank_ + world_ - 1) % world_;
+    if (header.op == Op::kAttach &&
+        (prev_ || header.worker != expected_prev || header.chunk != rank_)) {
+      return absl::InvalidArgumentError(absl::StrCat("ring ATTACH from rank ", header.worker,
+                                                     " to rank ", header.chunk, "; expected rank ",
+                                                     expected_prev, " to rank ", rank_));
+    }
+    return std::span<std::byte>{};
+  }
   if (&connection != prev_.get()) {
     return absl::InvalidArgumentError("ring data from a connection that is not the previous rank's");
   }
   const std::uint64_t seq = header.iteration / kStepSpan;
   if (seq == calls_started_) {  // the next call, not started here yet: stage it
+    // Bounded by what a piece can be and how many a call can send ahead, never by the claim.
+    if (header.payload_bytes > piece_elems_ * sizeof(float) || header.payload_bytes == 0 ||
+        header.payload_bytes % sizeof(float) != 0 || early_.size() >= kMaxEarlyMessages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "early ring message of ", header.payload_bytes, " bytes (", early_.size(),
+          " staged already): pieces are at most ", piece_elems_ * sizeof(float), " bytes"));
+    }
     early_.push_back(Early{header, std::vector<float>(header.payload_bytes / sizeof(float))});
     receiving_early_ = true;
     return std::as_writable_bytes(std::span<float>(early_.back().payload));
@@ -379,13 +404,8 @@ StatusOr<std::span<std::byte>> RingAllreduce::Impl::ResolveSlot(Connection& conn
 }
 
 Status RingAllreduce::Impl::OnReceived(Connection& connection, const WireHeader& header) {
-  if (header.op == Op::kAttach) {
+  if (header.op == Op::kAttach) {  // checked by ResolveSlot
     const std::uint32_t expected_prev = (rank_ + world_ - 1) % world_;
-    if (prev_ || header.worker != expected_prev || header.chunk != rank_) {
-      return absl::InvalidArgumentError(absl::StrCat("ring ATTACH from rank ", header.worker,
-                                                     " to rank ", header.chunk, "; expected rank ",
-                                                     expected_prev, " to rank ", rank_));
-    }
     auto it = std::find_if(pending_accepts_.begin(), pending_accepts_.end(),
                            [&](const auto& c) { return c.get() == &connection; });
     if (it == pending_accepts_.end()) return absl::InternalError("ATTACH on an unknown connection");

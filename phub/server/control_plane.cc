@@ -2,12 +2,16 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <new>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "phub/common/bounded_text.h"
 #include "phub/common/version.h"
 #include "phub/server/hello_check.h"
 #include "phub/server/initial_weights.h"
+#include "phub/server/job_limits.h"
 #include "phub/transport/tcp/control_channel.h"
 #include "spdlog/spdlog.h"
 
@@ -19,6 +23,11 @@ using transport::tcp::FrameControlMessage;
 
 namespace {
 
+// How long a refused peer gets to read its Error before the connection is closed anyway.
+constexpr std::chrono::milliseconds kFarewellTimeout{1000};
+// At most one log line per this interval about connections refused for --max-connections.
+constexpr std::chrono::seconds kRefusalLogInterval{10};
+
 std::vector<keys::TensorSpec> TensorsOf(const proto::Hello& hello) {
   std::vector<keys::TensorSpec> tensors;
   tensors.reserve(hello.tensors_size());
@@ -26,12 +35,34 @@ std::vector<keys::TensorSpec> TensorsOf(const proto::Hello& hello) {
   return tensors;
 }
 
+std::string KindOf(const proto::ControlMessage& message) {
+  switch (message.body_case()) {
+    case proto::ControlMessage::kHello: return "Hello";
+    case proto::ControlMessage::kWelcome: return "Welcome";
+    case proto::ControlMessage::kError: return "Error";
+    case proto::ControlMessage::kGoodbye: return "Goodbye";
+    case proto::ControlMessage::kVerbsEndpoint: return "VerbsEndpoint";
+    case proto::ControlMessage::BODY_NOT_SET: return "an empty message";
+  }
+  return "an unknown message";
+}
+
+proto::Error Unexpected(const proto::ControlMessage& message, const std::string& when) {
+  return MakeError(proto::Error::BAD_REQUEST,
+                   absl::StrCat("unexpected ", KindOf(message), " ", when),
+                   "connect with PsClient: one Hello per control connection, then only Goodbye");
+}
+
 }  // namespace
 
 ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& options,
                            std::vector<std::unique_ptr<ServerCore>>& cores,
                            std::function<void()> on_job_end)
-    : context_(context), options_(options), cores_(cores), on_job_end_(std::move(on_job_end)) {
+    : context_(context),
+      options_(options),
+      cores_(cores),
+      on_job_end_(std::move(on_job_end)),
+      job_deadline_(context) {
   members_.resize(options_.world_size);
 }
 
@@ -46,42 +77,99 @@ Status ControlPlane::Start() {
 }
 
 void ControlPlane::Stop() {
+  stopping_ = true;
   if (listener_) listener_->Stop();
+  CancelJobDeadline();
   auto sessions = sessions_;
-  for (auto& [id, session] : sessions) {
-    boost::system::error_code ignored;
-    session->socket.close(ignored);
-  }
+  for (auto& [id, session] : sessions) Drop(session, absl::CancelledError("phubd is stopping"));
   if (running_) EndJob();
 }
 
 void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
-  auto session = std::make_shared<Session>(std::move(socket));
+  const ServerLimits& limits = options_.limits;
+  if (sessions_.size() >= limits.max_connections) {
+    // Closed at once (the socket goes out of scope): a flood of idle connections costs one
+    // descriptor for a moment each, and a log line per interval, not one each.
+    ++refused_for_connections_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_log_ >= kRefusalLogInterval) {
+      spdlog::warn("refused {} control connection(s): {} are open, the limit is {} "
+                   "(--max-connections)",
+                   refused_for_connections_, sessions_.size(), limits.max_connections);
+      refused_for_connections_ = 0;
+      last_refusal_log_ = now;
+    }
+    return;
+  }
+  auto session = std::make_shared<Session>(std::move(socket), context_);
   session->id = next_session_id_++;
+  boost::system::error_code ec;
+  auto endpoint = session->socket.remote_endpoint(ec);
+  session->peer = ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+  session->decoder = std::make_shared<transport::tcp::ControlFrameDecoder>(
+      transport::tcp::ControlFrameLimits{.max_frame_bytes = limits.max_control_frame_bytes,
+                                         .max_tensors = limits.max_tensors});
   sessions_[session->id] = session;
+  session->deadline.expires_after(std::chrono::milliseconds(limits.hello_timeout_ms));
+  session->deadline.async_wait([this, weak = std::weak_ptr<Session>(session),
+                                alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec) return;
+    auto s = weak.lock();
+    if (!s || s->state != State::kAwaitingHello) return;
+    Refuse(s, MakeError(proto::Error::TIMEOUT,
+                        absl::StrCat("no Hello within ", options_.limits.hello_timeout_ms,
+                                     " ms of connecting"),
+                        "send the Hello right after connecting (PsClient does); on a slow "
+                        "network raise phubd's --hello-timeout-ms"));
+  });
   ReadNext(session);
 }
 
 void ControlPlane::ReadNext(const SessionPtr& session) {
-  AsyncReadControlMessage(session->socket,
-                          [this, session, alive = alive_](StatusOr<proto::ControlMessage> m) {
-                            if (!*alive) return;
-                            if (!m.ok()) return OnSessionClosed(session, m.status());
-                            OnMessage(session, std::move(*m));
-                          });
+  AsyncReadControlMessage(
+      session->socket, session->decoder,
+      [this, session, alive = alive_](StatusOr<proto::ControlMessage> m) {
+        if (!*alive || session->state == State::kClosed) return;
+        if (m.ok()) return OnMessage(session, std::move(*m));
+        if (!absl::IsInvalidArgument(m.status())) return Drop(session, m.status());
+        // The peer sent a frame over a limit (the message names it and its flag) or garbage.
+        const auto& limits = session->decoder->limits();
+        const std::string what(m.status().message());
+        const bool over_limit = absl::StrContains(what, limits.frame_flag) ||
+                                absl::StrContains(what, limits.tensors_flag);
+        spdlog::warn("control connection from {}: {}", session->peer, Bounded(what, 400));
+        Refuse(session,
+               MakeError(over_limit ? proto::Error::LIMIT_EXCEEDED : proto::Error::BAD_REQUEST,
+                         what,
+                         over_limit ? "raise the flag the message names, if the model is real"
+                                    : "connect with PsClient (a PHub control connection)"));
+      });
 }
 
 void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage message) {
-  if (message.has_hello() && session->rank < 0) return OnHello(session, message.hello());
-  if (message.has_goodbye() && session->in_job) {
-    session->said_goodbye = true;
-    spdlog::info("rank {} says goodbye after {} iterations", session->rank,
-                 message.goodbye().iterations());
-    return ReadNext(session);  // wait for it to close
+  switch (session->state) {
+    case State::kAwaitingHello:
+      if (message.has_hello()) return OnHello(session, message.hello());
+      return Refuse(session, Unexpected(message, "before the Hello"));
+    case State::kJoined:
+      // One Hello per connection; anything else while the job forms gives the rank back.
+      return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
+                                                              " while its job forms")));
+    case State::kInJob:
+      if (message.has_goodbye()) {
+        session->state = State::kLeaving;
+        spdlog::info("rank {} says goodbye after {} iterations", session->rank,
+                     message.goodbye().iterations());
+        return ReadNext(session);  // wait for it to close
+      }
+      return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
+                                                              " in a running job")));
+    case State::kLeaving:
+      return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
+                                                              " after its Goodbye")));
+    case State::kClosed:
+      return;
   }
-  Refuse(session, MakeError(proto::Error::BAD_REQUEST,
-                            "unexpected control message (expected Hello first, then Goodbye)",
-                            "connect with PsClient; do not reuse a control connection"));
 }
 
 void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello) {
@@ -100,69 +188,163 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
       first = &members_[r]->hello;
     }
   }
-  if (auto error = CheckHello(hello, options_, first, taken)) {
-    boost::system::error_code ec;
-    auto peer = session->socket.remote_endpoint(ec);
-    spdlog::warn("refusing a worker from {}: {}", ec ? "?" : peer.address().to_string(),
-                 error->message());
+  std::optional<proto::Error> error = CheckHello(hello, options_, first, taken);
+  if (!error) error = CheckJobLimits(hello, options_);
+  if (error) {
+    spdlog::warn("refusing a worker from {}: {}", session->peer, error->message());
     return Refuse(session, *error);
   }
+  session->deadline.cancel();
+  session->state = State::kJoined;
   session->rank = hello.rank();
   session->hello = hello;
   members_[hello.rank()] = session;
   ++joined_;
   spdlog::info("rank {} joined ({}/{})", hello.rank(), joined_, options_.world_size);
-  ReadNext(session);  // notices a worker that leaves while the job forms
+  if (joined_ == 1) {
+    ArmJobDeadline(options_.limits.form_timeout_ms, [this] {
+      std::string missing;
+      int listed = 0;
+      for (std::uint32_t r = 0; r < options_.world_size && listed < 16; ++r) {
+        if (!members_[r]) absl::StrAppend(&missing, listed++ ? ", " : "", r);
+      }
+      if (options_.world_size - joined_ > 16) absl::StrAppend(&missing, ", ...");
+      FailForming(MakeError(
+          proto::Error::TIMEOUT,
+          absl::StrCat("the job did not form within ", options_.limits.form_timeout_ms,
+                       " ms: ", joined_, " of ", options_.world_size,
+                       " workers joined (missing ranks: ", missing, ")"),
+          "start every worker within --form-timeout-ms of the first, or raise it"));
+    });
+  }
+  ReadNext(session);  // notices a worker that leaves, or misbehaves, while the job forms
   if (joined_ == options_.world_size) StartJob();
 }
 
-void ControlPlane::Send(const SessionPtr& session, const proto::ControlMessage& message,
-                        bool close_after) {
-  auto framed = FrameControlMessage(message);
+void ControlPlane::ArmJobDeadline(int timeout_ms, std::function<void()> fire) {
+  const std::uint64_t generation = ++job_deadline_generation_;
+  job_deadline_.expires_after(std::chrono::milliseconds(timeout_ms));
+  job_deadline_.async_wait([this, generation, fire = std::move(fire),
+                            alive = alive_](const boost::system::error_code& ec) {
+    // A wait cancelled, or one that fired just as the job it was for moved on: nothing to do.
+    if (!*alive || ec || generation != job_deadline_generation_) return;
+    fire();
+  });
+}
+
+void ControlPlane::CancelJobDeadline() {
+  ++job_deadline_generation_;
+  job_deadline_.cancel();
+}
+
+void ControlPlane::Send(const SessionPtr& session, const proto::ControlMessage& message) {
+  if (!session->socket.is_open()) return;
+  session->outbox.push_back(FrameControlMessage(message));
+  if (!session->writing) WriteQueued(session);
+}
+
+void ControlPlane::WriteQueued(const SessionPtr& session) {
+  if (session->outbox.empty()) {
+    session->writing = false;
+    if (session->close_when_flushed) CloseSocket(*session);
+    return;
+  }
+  session->writing = true;
+  std::shared_ptr<std::string> framed = session->outbox.front();
   asio::async_write(session->socket, asio::buffer(*framed),
-                    [session, framed, close_after](const boost::system::error_code&, std::size_t) {
-                      if (close_after) {
-                        boost::system::error_code ignored;
-                        session->socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-                        session->socket.close(ignored);
+                    [session, framed](const boost::system::error_code& ec, std::size_t) {
+                      session->outbox.pop_front();
+                      if (ec) {  // the read side reports the peer's end; just stop writing
+                        session->outbox.clear();
+                        session->writing = false;
+                        return CloseSocket(*session);
                       }
+                      WriteQueued(session);
                     });
 }
 
+void ControlPlane::CloseSocket(Session& session) {
+  boost::system::error_code ignored;
+  session.socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  session.socket.close(ignored);
+}
+
 void ControlPlane::Refuse(const SessionPtr& session, const proto::Error& error) {
-  proto::ControlMessage message;
-  *message.mutable_error() = error;
+  Drop(session, absl::FailedPreconditionError(error.message()), &error);
+}
+
+// The one place a session ends, whatever its state: the job's accounting stays exact.
+void ControlPlane::Drop(const SessionPtr& session, const Status& why,
+                        const proto::Error* farewell) {
+  if (session->state == State::kClosed) return;
+  const State was = session->state;
+  session->state = State::kClosed;
   sessions_.erase(session->id);
-  Send(session, message, /*close_after=*/true);
+  session->deadline.cancel();
+  if (farewell != nullptr) {
+    proto::ControlMessage message;
+    *message.mutable_error() = *farewell;
+    session->close_when_flushed = true;
+    Send(session, message);
+    // A peer that does not read its Error does not keep the connection.
+    session->deadline.expires_after(kFarewellTimeout);
+    session->deadline.async_wait([session](const boost::system::error_code& ec) {
+      if (!ec) CloseSocket(*session);
+    });
+  } else {
+    CloseSocket(*session);
+  }
+  if (was == State::kAwaitingHello) return;
+  const auto rank = static_cast<std::uint32_t>(session->rank);
+  if (was == State::kJoined) {
+    spdlog::warn("rank {} left before the job started: {}", rank, why.message());
+    members_[rank].reset();
+    if (--joined_ == 0 && !running_) CancelJobDeadline();
+    return;
+  }
+  // In the running job.
+  if (was == State::kInJob && !stopping_) {
+    Stall(absl::StrCat("rank ", rank, " disconnected without goodbye (", why.message(), ")"));
+  }
+  members_[rank].reset();
+  if (--live_members_ == 0) EndJob();
 }
 
 void ControlPlane::FailForming(const proto::Error& error) {
   spdlog::error("cannot start the job: {} ({})", error.message(), error.fix());
-  for (auto& member : members_) {
-    if (!member) continue;
-    member->rank = -1;
-    Refuse(member, error);
-    member.reset();
+  auto members = members_;
+  for (auto& member : members) {
+    if (member) Refuse(member, error);  // frees the rank
   }
-  joined_ = 0;
 }
 
 void ControlPlane::StartJob() {
-  auto table = keys::KeyTable::Build(TensorsOf(members_[0]->hello), options_.chunk_bytes,
-                                     static_cast<std::uint32_t>(cores_.size()));
+  CancelJobDeadline();
+  // Everything a job allocates is bounded by CheckJobLimits; a failed allocation is still the
+  // job's refusal (RESOURCE_EXHAUSTED), never the daemon's end.
+  StatusOr<keys::KeyTable> table = absl::UnknownError("not built");
+  std::vector<float> initial_weights;
+  try {
+    table = keys::KeyTable::Build(TensorsOf(members_[0]->hello), options_.chunk_bytes,
+                                  static_cast<std::uint32_t>(cores_.size()));
+    if (table.ok() && !options_.initial_weights_path.empty()) {
+      auto weights = LoadInitialWeights(options_.initial_weights_path, *table);
+      if (!weights.ok()) {
+        return FailForming(MakeError(proto::Error::BAD_INITIAL_WEIGHTS,
+                                     std::string(weights.status().message()),
+                                     "give phubd an --init-weights file made for this model"));
+      }
+      initial_weights = std::move(*weights);
+    }
+  } catch (const std::bad_alloc&) {
+    return FailForming(MakeError(proto::Error::RESOURCE_EXHAUSTED,
+                                 "phubd ran out of memory building the job's key table",
+                                 "a smaller model or fewer chunks (a larger --chunk-bytes); "
+                                 "lower --max-model-bytes so such jobs are refused up front"));
+  }
   if (!table.ok()) {
     return FailForming(MakeError(proto::Error::BAD_REQUEST, std::string(table.status().message()),
                                  "fix phubd's --chunk-bytes or the model"));
-  }
-  std::vector<float> initial_weights;
-  if (!options_.initial_weights_path.empty()) {
-    auto weights = LoadInitialWeights(options_.initial_weights_path, *table);
-    if (!weights.ok()) {
-      return FailForming(MakeError(proto::Error::BAD_INITIAL_WEIGHTS,
-                                   std::string(weights.status().message()),
-                                   "give phubd an --init-weights file made for this model"));
-    }
-    initial_weights = std::move(*weights);
   }
   auto job = std::make_shared<JobSpec>(JobSpec{
       .table = std::move(*table),
@@ -179,8 +361,12 @@ void ControlPlane::StartJob() {
   for (auto& core : cores_) {
     if (Status s = core->InstallShard(spec, sink); !s.ok()) {
       for (auto& installed : cores_) installed->RemoveShard();
-      return FailForming(MakeError(proto::Error::BAD_REQUEST, std::string(s.message()),
-                                   "see phubd's log; on verbs check the memlock limit (ulimit -l)"));
+      const bool memory = absl::IsResourceExhausted(s);
+      return FailForming(MakeError(
+          memory ? proto::Error::RESOURCE_EXHAUSTED : proto::Error::BAD_REQUEST,
+          std::string(s.message()),
+          memory ? "a smaller model, or lower --max-model-bytes so such jobs are refused up front"
+                 : "see phubd's log; on verbs check the memlock limit (ulimit -l)"));
     }
   }
 
@@ -198,7 +384,7 @@ void ControlPlane::StartJob() {
   live_members_ = options_.world_size;
   ++jobs_started_;
   for (auto& member : members_) {
-    member->in_job = true;
+    member->state = State::kInJob;
     // Workers reach the data ports at the address they reached the control port on.
     boost::system::error_code ec;
     std::string host = member->socket.local_endpoint(ec).address().to_string();
@@ -210,7 +396,7 @@ void ControlPlane::StartJob() {
       endpoint.set_host(host);
       endpoint.set_port(core->port());
     }
-    Send(member, message, /*close_after=*/false);
+    Send(member, message);
   }
   spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}",
                jobs_started_, options_.world_size, spec->table.tensors().size(),
@@ -218,27 +404,10 @@ void ControlPlane::StartJob() {
                welcome.optimizer());
 }
 
-void ControlPlane::OnSessionClosed(const SessionPtr& session, const Status& why) {
-  sessions_.erase(session->id);
-  if (session->rank < 0) return;  // never joined, or already refused
-  const auto rank = static_cast<std::uint32_t>(session->rank);
-  if (!session->in_job) {
-    spdlog::warn("rank {} left before the job started: {}", rank, why.message());
-    members_[rank].reset();
-    --joined_;
-    return;
-  }
-  if (!session->said_goodbye) {
-    Stall(absl::StrCat("rank ", rank, " disconnected without goodbye (", why.message(), ")"));
-  }
-  members_[rank].reset();
-  if (--live_members_ == 0) EndJob();
-}
-
 void ControlPlane::OnShardEvent(const ShardEvent& event) {
   if (event.kind != ShardEvent::Kind::kWorkerLost || !running_) return;
   auto& member = members_[event.rank];
-  if (member && member->said_goodbye) return;
+  if (member && member->state == State::kLeaving) return;
   Stall(absl::StrCat("core ", event.core, " lost rank ", event.rank, ": ", event.reason));
 }
 
@@ -252,11 +421,22 @@ void ControlPlane::Stall(const std::string& reason) {
       MakeError(proto::Error::JOB_STALLED, absl::StrCat("job stalled: ", reason),
                 "restart the job (all workers); phubd is still up");
   for (auto& member : members_) {
-    if (member) Send(member, message, /*close_after=*/false);
+    if (member) Send(member, message);
   }
+  // Members that stay connected to a job that cannot go on must not hold phubd for good.
+  ArmJobDeadline(options_.limits.stalled_job_timeout_ms, [this] {
+    auto members = members_;
+    for (auto& member : members) {
+      if (!member) continue;
+      Drop(member, absl::DeadlineExceededError(absl::StrCat(
+                       "still connected ", options_.limits.stalled_job_timeout_ms,
+                       " ms after the job stalled (--stalled-job-timeout-ms)")));
+    }
+  });
 }
 
 void ControlPlane::EndJob() {
+  CancelJobDeadline();
   ShardStats total;
   for (auto& core : cores_) {
     ShardStats s = core->RemoveShard();

@@ -1,16 +1,34 @@
 // phubd's control plane, on the daemon's main thread: accepts workers' control connections,
-// admits their Hellos (hello_check.h), forms a job when world_size workers have joined (key
-// table, shards on every core, Welcome to each worker), watches the job, and ends it.
+// admits their Hellos (hello_check.h, job_limits.h), forms a job when world_size workers have
+// joined (key table, shards on every core, Welcome to each worker), watches the job, and ends it.
 //
-// Job states: forming (collecting Hellos) -> running (Welcome sent; further Hellos refused)
-// -> ended (every worker's control connection closed) -> forming again, or the daemon exits
-// with --one-job. A worker that leaves without Goodbye, or a data connection lost without
-// BYE, stalls the job: it is logged, the remaining workers get Error JOB_STALLED on their
-// control connections (their connections stay open), and the daemon carries on.
+// A control connection (a Session) is in exactly one state, and every state handles every
+// message: what the state does not expect is refused with an Error and the session dropped.
+//
+//   awaiting Hello --Hello ok--> joined (job forming) --job formed--> in job --Goodbye--> leaving
+//        |                          |                                  |                  |
+//        +-- anything else, no Hello within --hello-timeout-ms, the peer gone, a bad frame:
+//            Drop(): the one place a session ends. It frees the rank, and the job's accounting
+//            follows: a forming job loses a member; a running job loses a live member (stalled
+//            unless it said Goodbye) and ends when the last one is gone.
+//
+// Job states: forming (collecting Hellos; all members refused with TIMEOUT if the job is not
+// complete --form-timeout-ms after its first Hello) -> running (Welcome sent; further Hellos
+// refused) -> ended (every member's control connection closed) -> forming again, or the daemon
+// exits with --one-job. A worker that leaves without Goodbye, or a data connection lost without
+// BYE, stalls the job: it is logged, the remaining workers get Error JOB_STALLED, and members
+// still connected --stalled-job-timeout-ms later are closed, so the job always ends.
+//
+// Resources a peer can hold are bounded: --max-connections open control connections, a frame
+// of --max-control-frame-bytes read as its bytes arrive, --max-tensors and --max-model-bytes
+// checked before anything is allocated for a job.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +36,7 @@
 
 #include "phub/server/server_core.h"
 #include "phub/server/server_options.h"
+#include "phub/transport/tcp/control_frame.h"
 #include "phub/transport/tcp/tcp_listener.h"
 #include "proto/phub.pb.h"
 
@@ -35,14 +54,22 @@ class ControlPlane {
   void Stop();     // closes every control connection and ends a running job
 
  private:
+  enum class State { kAwaitingHello, kJoined, kInJob, kLeaving, kClosed };
   struct Session {
-    explicit Session(boost::asio::ip::tcp::socket s) : socket(std::move(s)) {}
+    Session(boost::asio::ip::tcp::socket s, boost::asio::io_context& context)
+        : socket(std::move(s)), deadline(context) {}
     boost::asio::ip::tcp::socket socket;
+    boost::asio::steady_timer deadline;  // the Hello's
+    std::shared_ptr<transport::tcp::ControlFrameDecoder> decoder;
     std::uint64_t id = 0;
+    State state = State::kAwaitingHello;
     std::int64_t rank = -1;  // set once its Hello is accepted
-    bool in_job = false;
-    bool said_goodbye = false;
+    std::string peer;        // for logs
     proto::Hello hello;
+    // Frames waiting to be written: asynchronous writes on one socket must not overlap.
+    std::deque<std::shared_ptr<std::string>> outbox;
+    bool writing = false;
+    bool close_when_flushed = false;  // dropped with a farewell Error still to write
   };
   using SessionPtr = std::shared_ptr<Session>;
 
@@ -50,9 +77,16 @@ class ControlPlane {
   void ReadNext(const SessionPtr& session);
   void OnMessage(const SessionPtr& session, proto::ControlMessage message);
   void OnHello(const SessionPtr& session, const proto::Hello& hello);
-  void OnSessionClosed(const SessionPtr& session, const Status& why);
-  void Send(const SessionPtr& session, const proto::ControlMessage& message, bool close_after);
+  void Send(const SessionPtr& session, const proto::ControlMessage& message);
+  static void WriteQueued(const SessionPtr& session);
+  static void CloseSocket(Session& session);
+  // Ends the session: frees its rank and updates the job (Drop's comment in the .cc); sends
+  // `farewell` first if given, then closes.
+  void Drop(const SessionPtr& session, const Status& why,
+            const proto::Error* farewell = nullptr);
   void Refuse(const SessionPtr& session, const proto::Error& error);
+  void ArmJobDeadline(int timeout_ms, std::function<void()> fire);
+  void CancelJobDeadline();
   void StartJob();
   void FailForming(const proto::Error& error);
   void Stall(const std::string& reason);
@@ -66,6 +100,9 @@ class ControlPlane {
   std::unique_ptr<transport::tcp::TcpListener> listener_;
   std::map<std::uint64_t, SessionPtr> sessions_;
   std::uint64_t next_session_id_ = 1;
+  std::uint64_t refused_for_connections_ = 0;  // since the last log line about it
+  std::chrono::steady_clock::time_point last_refusal_log_{};
+  bool stopping_ = false;  // Stop(): sessions end without stalling the job
 
   // The forming or running job.
   std::vector<SessionPtr> members_;  // by rank
@@ -74,6 +111,8 @@ class ControlPlane {
   bool stalled_ = false;
   std::uint32_t live_members_ = 0;
   std::uint64_t jobs_started_ = 0;
+  boost::asio::steady_timer job_deadline_;  // forming: --form-timeout-ms; stalled: closing
+  std::uint64_t job_deadline_generation_ = 0;  // a deadline that fired late for another job
   // Shards post events here after the control plane is gone during shutdown: guard them.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

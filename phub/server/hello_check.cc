@@ -1,21 +1,23 @@
 #include "phub/server/hello_check.h"
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/bounded_text.h"
 #include "phub/common/version.h"
 
 namespace phub::server {
 proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix) {
   proto::Error error;
   error.set_code(code);
-  error.set_message(std::move(message));
-  error.set_fix(std::move(fix));
+  // Messages may quote what a peer sent: never more than a bounded amount of it.
+  error.set_message(Bounded(message, kMaxErrorTextBytes));
+  error.set_fix(Bounded(fix, kMaxErrorTextBytes));
   return error;
 }
 
 namespace {
 
 std::string Describe(const proto::TensorSpec& t) {
-  return absl::StrCat("'", t.name(), "' of ", t.elements(), " elements");
+  return absl::StrCat("'", Bounded(t.name()), "' of ", t.elements(), " elements");
 }
 
 }  // namespace

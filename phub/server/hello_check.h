@@ -12,6 +12,9 @@
 
 namespace phub::server {
 
+// Longest message or fix an Error carries (each is cut there).
+inline constexpr std::size_t kMaxErrorTextBytes = 400;
+
 // An Error for a worker: `message` says what is wrong, `fix` how to fix it.
 proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix);
 

@@ -5,6 +5,7 @@
 
 #include "phub/common/logging.h"
 #include "phub/kernels/optimizer_flags.h"
+#include "phub/server/job_limits.h"
 #include "phub/server/server.h"
 #include "phub/transport/transport_flags.h"
 
@@ -78,6 +79,42 @@ int main(int argc, char** argv) {
       app, options.transport,
       "Data plane: tcp, or verbs (RDMA: InfiniBand or RoCE; workers follow phubd's choice)");
   phub::transport::AddRdmaFlags(app, {&options.rdma});
+  // Limits: what any peer can make phubd hold, and for how long (docs/operations.md "Limits").
+  phub::server::ServerLimits& limits = options.limits;
+  app.add_option("--max-control-frame-bytes", limits.max_control_frame_bytes,
+                 "Largest control message (a Hello) phubd reads; its bytes are buffered only as "
+                 "they arrive")
+      ->capture_default_str()
+      ->check(CLI::Range(1024u, 1u << 30));
+  app.add_option("--max-tensors", limits.max_tensors, "Most tensors a job's model may have")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000000u));
+  app.add_option("--max-model-bytes", limits.max_model_bytes,
+                 "Largest model a job may ask for, in bytes (+256 per chunk of bookkeeping); "
+                 "default: 80% of physical memory / (world size + 3)");
+  app.add_option("--max-connections", limits.max_connections,
+                 "Most open control connections; per core, most data connections not yet "
+                 "attached. More are closed at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--hello-timeout-ms", limits.hello_timeout_ms,
+                 "A control connection must send its Hello within this time or is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600000));
+  app.add_option("--attach-timeout-ms", limits.attach_timeout_ms,
+                 "A data connection must send its ATTACH within this time or is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600000));
+  app.add_option("--form-timeout-ms", limits.form_timeout_ms,
+                 "A job must have all its workers this long after the first joined, or every "
+                 "member is refused (TIMEOUT) and the ranks are freed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400000));
+  app.add_option("--stalled-job-timeout-ms", limits.stalled_job_timeout_ms,
+                 "After a job stalls, members still connected this long are closed and the job "
+                 "ends")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400000));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -87,6 +124,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.pin = !no_pin;
+  if (limits.max_model_bytes == 0) {
+    limits.max_model_bytes = phub::server::DefaultMaxModelBytes(options.world_size);
+  }
+  spdlog::debug("limits: control frame {} B, {} tensors, model {} B, {} connections; Hello {} ms, "
+                "ATTACH {} ms, forming {} ms, stalled {} ms",
+                limits.max_control_frame_bytes, limits.max_tensors, limits.max_model_bytes,
+                limits.max_connections, limits.hello_timeout_ms, limits.attach_timeout_ms,
+                limits.form_timeout_ms, limits.stalled_job_timeout_ms);
   options.tcp.no_delay = !nagle;
   if (!token_file.empty()) {
     auto token = ReadTokenFile(token_file);

@@ -43,7 +43,7 @@ Status Server::Start() {
     std::uint16_t port =
         options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);
     int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
-    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin, options_.tcp, rdma));
+    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin, options_.tcp, rdma, options_.limits));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {

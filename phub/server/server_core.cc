@@ -1,5 +1,8 @@
 #include "phub/server/server_core.h"
 
+#include <boost/asio/steady_timer.hpp>
+#include <new>
+
 #include "absl/strings/str_cat.h"
 #include "phub/transport/tcp/tcp_connection.h"
 #include "spdlog/spdlog.h"
@@ -27,9 +30,10 @@ ServerCore::ServerCore(keys::CoreIndex index, int pin_core)
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(
     keys::CoreIndex index, const std::string& address, std::uint16_t port, int pin_core,
     const transport::tcp::SocketTuning& tcp,
-    std::shared_ptr<const transport::verbs::VerbsDevice> rdma) {
+    std::shared_ptr<const transport::verbs::VerbsDevice> rdma, const ServerLimits& limits) {
   std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core));
   core->rdma_ = std::move(rdma);
+  core->limits_ = limits;
   Status status;
   core->loop_.Run([&] {
     if (core->rdma_) {
@@ -62,8 +66,19 @@ void ServerCore::OnAccept(boost::asio::ip::tcp::socket socket) {
     spdlog::warn("core {}: refusing a data connection: no job is running", index_);
     return;  // the socket closes as it goes out of scope
   }
+  if (shard_->unattached() >= limits_.max_connections) {
+    // Closed at once, as the socket goes out of scope. Counted, not logged one by one.
+    if (refused_++ % 1000 == 0) {
+      spdlog::warn("core {}: refusing data connections: {} have not attached yet, the limit is "
+                   "{} (--max-connections); {} refused so far",
+                   index_, shard_->unattached(), limits_.max_connections, refused_);
+    }
+    return;
+  }
   if (!verbs_) {
-    shard_->Adopt(TcpConnection::Create(std::move(socket), shard_.get()));
+    auto connection = TcpConnection::Create(std::move(socket), shard_.get());
+    shard_->Adopt(connection);
+    WatchAttach(connection);
     return;
   }
   // The set-up takes a round trip; the job may end meanwhile, so the shard is looked up again.
@@ -83,6 +98,20 @@ void ServerCore::OnAccept(boost::asio::ip::tcp::socket socket) {
         if (current() == nullptr) return (*c)->Close(absl::CancelledError("job over"));
         shard_->Adopt(*std::move(c));
       }));
+}
+
+void ServerCore::WatchAttach(const std::shared_ptr<transport::Connection>& connection) {
+  // On verbs the ATTACH travels in the set-up, which has its own deadline (VerbsLimits).
+  auto timer = std::make_shared<boost::asio::steady_timer>(loop_.context());
+  timer->expires_after(std::chrono::milliseconds(limits_.attach_timeout_ms));
+  timer->async_wait([timer, weak = std::weak_ptr<transport::Connection>(connection),
+                     timeout = limits_.attach_timeout_ms](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto c = weak.lock();
+    if (!c || c->closed() || c->tag() >= 0) return;
+    c->Close(absl::DeadlineExceededError(absl::StrCat(
+        "no ATTACH from ", c->peer(), " within ", timeout, " ms (--attach-timeout-ms)")));
+  });
 }
 
 void ServerCore::CloseSettingUp() {
@@ -107,7 +136,15 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
   Status status;
   loop_.Run([&] {
     ++shard_generation_;
-    shard_ = std::make_unique<Shard>(std::move(job), index_, std::move(sink));
+    const std::uint64_t weight_bytes = job->table.bytes_on_core(index_);
+    try {
+      shard_ = std::make_unique<Shard>(std::move(job), index_, std::move(sink));
+    } catch (const std::bad_alloc&) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory allocating the job's slots, weights and optimizer state (",
+          weight_bytes, " bytes of weights on this core)"));
+      return;
+    }
     if (!verbs_) return;
     // A fresh registry per job: the previous job's regions go with its last connection.
     verbs_->registry = std::make_shared<transport::verbs::MemoryRegistry>(rdma_);

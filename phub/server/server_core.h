@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 
+#include "phub/server/server_options.h"
 #include "phub/server/shard.h"
 #include "phub/transport/tcp/event_loop.h"
 #include "phub/transport/tcp/tcp_listener.h"
@@ -20,17 +21,20 @@ namespace phub::server {
 class ServerCore {
  public:
   // pin_core < 0: not pinned. port 0: any free port. `rdma` null: TCP data connections.
+  // `limits`: max_connections bounds the data connections not yet attached; attach_timeout_ms
+  // closes one that has not sent its ATTACH by then.
   static StatusOr<std::unique_ptr<ServerCore>> Create(
       keys::CoreIndex index, const std::string& address, std::uint16_t port, int pin_core,
       const transport::tcp::SocketTuning& tcp,
-      std::shared_ptr<const transport::verbs::VerbsDevice> rdma);
+      std::shared_ptr<const transport::verbs::VerbsDevice> rdma, const ServerLimits& limits);
   ~ServerCore();
 
   keys::CoreIndex index() const { return index_; }
   std::uint16_t port() const { return port_; }
 
   // Builds the job's shard on this core's thread (its memory is first touched there); on verbs
-  // registers its slots and weights (the error says how to raise the memlock limit).
+  // registers its slots and weights (the error says how to raise the memlock limit). A failed
+  // allocation is ResourceExhausted: the job is refused, the core goes on.
   Status InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink);
   // Closes the shard's connections and frees it; returns its counters.
   ShardStats RemoveShard();
@@ -38,9 +42,12 @@ class ServerCore {
  private:
   ServerCore(keys::CoreIndex index, int pin_core);
   void OnAccept(boost::asio::ip::tcp::socket socket);
+  // Closes `connection` if it has not attached within limits_.attach_timeout_ms.
+  void WatchAttach(const std::shared_ptr<transport::Connection>& connection);
   void CloseSettingUp();  // verbs connections still in set-up: they have our rkeys
 
   keys::CoreIndex index_;
+  ServerLimits limits_;
   std::unique_ptr<transport::tcp::TcpListener> listener_;  // used on loop_'s thread only
   std::unique_ptr<Shard> shard_;                            // used on loop_'s thread only
   std::uint64_t shard_generation_ = 0;                      // bumps with every shard
@@ -48,6 +55,7 @@ class ServerCore {
   std::optional<transport::verbs::VerbsLoop> verbs_;        // the core's CQ; this job's registry
   std::vector<std::weak_ptr<transport::verbs::VerbsConnection>> setting_up_;
   std::uint16_t port_ = 0;
+  std::uint64_t refused_ = 0;  // data connections refused for --max-connections
   // Last, so it is destroyed (its thread joined) first: handlers still queued on it may touch
   // the members above.
   transport::tcp::EventLoop loop_;

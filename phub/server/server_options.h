@@ -15,6 +15,23 @@ namespace phub::server {
 // Chunk size used when --chunk-bytes is not given; chosen by measurement (docs/design.md).
 inline constexpr std::uint64_t kDefaultChunkBytes = 1024 * 1024;
 
+// Bounds on what any peer can make phubd allocate or hold, and for how long. Every refusal is
+// an Error naming the limit and its flag (docs/operations.md "Limits"). The defaults fit a PS
+// box serving jobs of up to a few hundred workers and models of up to ~100k tensors.
+struct ServerLimits {
+  std::uint32_t max_control_frame_bytes = 4u << 20;  // one control message (a Hello)
+  std::uint32_t max_tensors = 100000;                 // tensors in one job's table
+  // Model bytes one job may ask for, with kChunkBookkeepingBytes counted per chunk; 0 until
+  // phubd_main derives it from the machine's memory (DefaultMaxModelBytes).
+  std::uint64_t max_model_bytes = 0;
+  // Open control connections; per core, data connections that have not attached yet.
+  std::uint32_t max_connections = 1024;
+  int hello_timeout_ms = 10000;        // a control connection must send its Hello by then
+  int attach_timeout_ms = 10000;       // a data connection must ATTACH by then
+  int form_timeout_ms = 300000;        // a job must have all its workers this long after the first
+  int stalled_job_timeout_ms = 30000;  // a stalled job's members still connected are then closed
+};
+
 struct ServerOptions {
   std::string listen_address = "0.0.0.0";
   std::uint16_t port = 7070;            // control plane; 0 = any free port (see port_file)
@@ -32,6 +49,7 @@ struct ServerOptions {
   transport::tcp::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
   transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
   transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
+  ServerLimits limits;                  // what a peer may make phubd hold, and for how long
 };
 
 }  // namespace phub::server

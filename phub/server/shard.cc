@@ -124,18 +124,21 @@ StatusOr<Shard::ChunkState*> Shard::FindChunk(const WireHeader& header) {
 
 StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
                                                   const WireHeader& header) {
+  // The one validation point of every message a worker sends this core: OnReceived trusts
+  // what passes here.
   if (connection.tag() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "first message must be ATTACH, got ", OpName(header.op), " with a payload"));
+    PHUB_RETURN_IF_ERROR(CheckAttach(header));
+    return std::span<std::byte>{};
   }
   const auto rank = static_cast<std::uint32_t>(connection.tag());
   if (header.worker != rank) {
-    return absl::InvalidArgumentError(absl::StrCat("header names worker ", header.worker,
-                                                   " on the connection of rank ", rank));
+    return absl::InvalidArgumentError(absl::StrCat(OpName(header.op), " names worker ",
+                                                   header.worker, " on the connection of rank ",
+                                                   rank));
   }
-  PHUB_ASSIGN_OR_RETURN(ChunkState * state, FindChunk(header));
   switch (header.op) {
-    case Op::kPush:
+    case Op::kPush: {
+      PHUB_ASSIGN_OR_RETURN(ChunkState * state, FindChunk(header));
       if (!state->initialized) {
         return absl::FailedPreconditionError(absl::StrCat(
             "PUSH of chunk ", header.chunk, " before its initial weights arrived from rank 0"));
@@ -151,10 +154,17 @@ StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
       }
       return AsBytes(state->slots.data() + std::size_t{rank} * state->chunk->elements,
                      state->chunk->elements);
-    case Op::kInit:
+    }
+    case Op::kInit: {
       if (rank != 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("INIT from rank ", rank, ": only rank 0 sends initial weights"));
+      }
+      PHUB_ASSIGN_OR_RETURN(ChunkState * state, FindChunk(header));
+      if (header.iteration != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("INIT of chunk ", header.chunk,
+                                                       " for iteration ", header.iteration,
+                                                       "; initial weights are iteration 0"));
       }
       if (state->initialized) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -162,9 +172,17 @@ StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
             " which already has weights (sent before, or loaded by phubd from a file)"));
       }
       return AsBytes(state->weights.data(), state->chunk->elements);
+    }
+    case Op::kBye:
+      if (header.payload_bytes != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("BYE from rank ", rank, " carries ", header.payload_bytes, " bytes"));
+      }
+      return std::span<std::byte>{};
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected ", OpName(header.op), " with a payload from rank ", rank));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected ", OpName(header.op), " from rank ", rank,
+          header.op == Op::kAttach ? " (already attached)" : ""));
   }
 }
 
@@ -172,6 +190,10 @@ Status Shard::CheckAttach(const WireHeader& header) const {
   if (header.op != Op::kAttach) {
     return absl::InvalidArgumentError(
         absl::StrCat("first message must be ATTACH, got ", OpName(header.op)));
+  }
+  if (header.payload_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ATTACH carries ", header.payload_bytes, " bytes; it has no payload"));
   }
   if (header.chunk != core_) {
     return absl::InvalidArgumentError(absl::StrCat("ATTACH for core ", header.chunk,
@@ -212,7 +234,8 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
 }
 
 Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
-  if (connection.tag() < 0) return Attach(connection, header);  // which checks it is one
+  // ResolveSlot accepted this message just before: no check is repeated here.
+  if (connection.tag() < 0) return Attach(connection, header);
   const auto rank = static_cast<std::uint32_t>(connection.tag());
   switch (header.op) {
     case Op::kPush: {
@@ -234,8 +257,8 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
       said_bye_[rank] = 1;
       return absl::OkStatus();
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected ", OpName(header.op), " from rank ", rank));
+      return absl::InternalError(absl::StrCat(OpName(header.op), " from rank ", rank,
+                                              " passed ResolveSlot"));
   }
 }
 

@@ -59,6 +59,8 @@ class Shard final : public transport::ConnectionHandler {
   void CloseAll(const Status& why);
 
   const ShardStats& stats() const { return stats_; }
+  // Data connections adopted that have not attached yet.
+  std::size_t unattached() const { return unattached_.size(); }
 
   // Every buffer a transport may have to register with its NIC (slots and weights): fixed for
   // the shard's life.

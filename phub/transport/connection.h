@@ -41,13 +41,17 @@ class ConnectionHandler {
  public:
   virtual ~ConnectionHandler() = default;
 
-  // A header arrived with header.payload_bytes > 0: return the buffer its payload must be
-  // received into, exactly payload_bytes long. The buffer must stay valid and untouched by
-  // anyone else until OnReceived. A non-OK status closes the connection with that reason.
+  // A header arrived (any op, any payload length, zero included): the handler's one
+  // validation point for the message. Check op, worker, chunk, iteration and size against the
+  // handler's state here, before anything is read or written, and return the buffer the
+  // payload must be received into: exactly payload_bytes long (empty for no payload). The
+  // buffer must stay valid and untouched by anyone else until OnReceived. A non-OK status
+  // closes the connection with that reason and no OnReceived follows.
   virtual StatusOr<std::span<std::byte>> ResolveSlot(Connection& connection,
                                                      const WireHeader& header) = 0;
 
-  // The message (header and, if any, payload) is complete. Non-OK closes the connection.
+  // The message (header and, if any, payload) is complete; ResolveSlot accepted it just before
+  // and nothing else ran on this connection in between. Non-OK closes the connection.
   virtual Status OnReceived(Connection& connection, const WireHeader& header) = 0;
 
   // The connection closed (peer gone, bad input, or Close()). Called exactly once; no other

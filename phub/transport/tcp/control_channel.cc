@@ -1,9 +1,9 @@
 #include "phub/transport/tcp/control_channel.h"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -56,8 +56,8 @@ StatusOr<proto::ControlMessage> Read(asio::ip::tcp::socket& socket, ControlFrame
 // exists only while a read is pending and is at most kControlReadChunkBytes.
 class AsyncRead : public std::enable_shared_from_this<AsyncRead> {
  public:
-  AsyncRead(asio::ip::tcp::socket& socket, std::shared_ptr<ControlFrameDecoder> decoder,
-            bool exact, ControlMessageCallback done)
+  AsyncRead(asio::ip::tcp::socket& socket, std::shared_ptr<ControlFrameDecoder> decoder, bool exact,
+            ControlMessageCallback done)
       : socket_(socket), decoder_(std::move(decoder)), exact_(exact), done_(std::move(done)) {}
 
   void Start() {
@@ -141,8 +141,7 @@ void AsyncReadControlMessage(asio::ip::tcp::socket& socket, ControlMessageCallba
 void AsyncReadControlMessage(asio::ip::tcp::socket& socket, const ControlFrameLimits& limits,
                              ControlMessageCallback done) {
   auto decoder = std::make_shared<ControlFrameDecoder>(limits);
-  std::make_shared<AsyncRead>(socket, std::move(decoder), /*exact=*/true, std::move(done))
-      ->Start();
+  std::make_shared<AsyncRead>(socket, std::move(decoder), /*exact=*/true, std::move(done))->Start();
 }
 
 void AsyncReadControlMessage(asio::ip::tcp::socket& socket,

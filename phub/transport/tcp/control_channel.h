@@ -53,8 +53,8 @@ StatusOr<proto::ControlMessage> ReadControlMessage(boost::asio::ip::tcp::socket&
 // cancel); one read at a time per socket.
 using ControlMessageCallback = std::function<void(StatusOr<proto::ControlMessage>)>;
 void AsyncReadControlMessage(boost::asio::ip::tcp::socket& socket, ControlMessageCallback done);
-void AsyncReadControlMessage(boost::asio::ip::tcp::socket& socket,
-                             const ControlFrameLimits& limits, ControlMessageCallback done);
+void AsyncReadControlMessage(boost::asio::ip::tcp::socket& socket, const ControlFrameLimits& limits,
+                             ControlMessageCallback done);
 // With the connection's decoder (kept alive by the read while it runs).
 void AsyncReadControlMessage(boost::asio::ip::tcp::socket& socket,
                              std::shared_ptr<ControlFrameDecoder> decoder,

@@ -12,8 +12,8 @@
 namespace phub::transport::tcp {
 namespace {
 
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // Field numbers in proto/phub.proto that the tensor count looks for.
 constexpr int kControlMessageHelloField = 1;  // ControlMessage.hello
@@ -35,8 +35,7 @@ bool IsLengthDelimited(std::uint32_t tag) {
 
 // Reads the length of a length-delimited field and limits `in` to it; false if the length is
 // not a varint or runs past the end of the input.
-bool EnterLengthDelimited(CodedInputStream& in, std::size_t size,
-                          CodedInputStream::Limit* limit) {
+bool EnterLengthDelimited(CodedInputStream& in, std::size_t size, CodedInputStream::Limit* limit) {
   std::uint32_t length = 0;
   if (!in.ReadVarint32(&length)) return false;
   if (length > size - static_cast<std::size_t>(in.CurrentPosition())) return false;
@@ -92,19 +91,21 @@ Status ControlFrameDecoder::CheckLength(std::uint32_t length) {
   // protobuf parses at most INT_MAX bytes; a limit set above that is capped there.
   const std::size_t limit = std::min<std::size_t>(limits_.max_frame_bytes, INT_MAX);
   if (length <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "control message of ", length, " bytes exceeds the limit of ", limit, " bytes (",
-      limits_.frame_flag, "): a peer speaking PHub's control protocol stays below it; if a "
-      "worker's Hello really is this large, raise ", limits_.frame_flag));
+  return absl::InvalidArgumentError(
+      absl::StrCat("control message of ", length, " bytes exceeds the limit of ", limit, " bytes (",
+                   limits_.frame_flag,
+                   "): a peer speaking PHub's control protocol stays below it; if a "
+                   "worker's Hello really is this large, raise ",
+                   limits_.frame_flag));
 }
 
 Status ControlFrameDecoder::Decode(std::span<const std::byte> body) {
   PHUB_ASSIGN_OR_RETURN(std::uint64_t tensors, CountHelloTensors(body));
   if (tensors > limits_.max_tensors) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Hello with ", tensors, " tensors exceeds the limit of ", limits_.max_tensors, " (",
-        limits_.tensors_flag, "): if the model really has this many tensors, raise ",
-        limits_.tensors_flag));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Hello with ", tensors, " tensors exceeds the limit of ", limits_.max_tensors,
+                     " (", limits_.tensors_flag,
+                     "): if the model really has this many tensors, raise ", limits_.tensors_flag));
   }
   proto::ControlMessage message;
   if (!message.ParseFromArray(body.data(), static_cast<int>(body.size()))) {

@@ -18,7 +18,7 @@ EventLoop::EventLoop(std::string name, int pin_core)
         spdlog::debug("{}: pinned to core {}", name_, pin_core % CountPhysicalCores());
       }
     }
-    context_.run();
+    RunGuarded();
   });
 }
 
@@ -26,6 +26,22 @@ EventLoop::~EventLoop() {
   work_.reset();
   context_.stop();
   if (thread_.joinable()) thread_.join();
+}
+
+void EventLoop::RunGuarded() {
+  // Handlers return errors as Status; an exception reaching here is a bug or a failed
+  // allocation the handler did not foresee. It must not end the thread (or the process, via
+  // std::terminate): log it and keep serving the loop's other connections.
+  for (;;) {
+    try {
+      context_.run();
+      return;
+    } catch (const std::exception& e) {
+      spdlog::critical("{}: a handler threw ({}); the loop goes on", name_, e.what());
+    } catch (...) {
+      spdlog::critical("{}: a handler threw a non-standard exception; the loop goes on", name_);
+    }
+  }
 }
 
 void EventLoop::Post(std::function<void()> fn) { boost::asio::post(context_, std::move(fn)); }
@@ -37,7 +53,14 @@ void EventLoop::Run(const std::function<void()>& fn) {
   }
   std::promise<void> done;
   boost::asio::post(context_, [&] {
-    fn();
+    // The caller waits below: whatever fn does, it must be woken (never a silent hang).
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      spdlog::critical("{}: a task threw ({}); it is abandoned", name_, e.what());
+    } catch (...) {
+      spdlog::critical("{}: a task threw a non-standard exception; it is abandoned", name_);
+    }
     done.set_value();
   });
   done.get_future().wait();

@@ -26,9 +26,13 @@ class EventLoop {
   // Runs `fn` on the loop thread, soon; returns at once.
   void Post(std::function<void()> fn);
   // Runs `fn` on the loop thread and waits for it to finish (runs inline if already there).
+  // An exception from `fn` is logged and swallowed there (the caller is still woken): `fn`
+  // reports expected failures through what it captures, as a Status.
   void Run(const std::function<void()>& fn);
 
  private:
+  void RunGuarded();  // context_.run(), surviving a throwing handler
+
   std::string name_;
   boost::asio::io_context context_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;

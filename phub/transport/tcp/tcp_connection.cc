@@ -59,15 +59,18 @@ void TcpConnection::OnHeader(const boost::system::error_code& ec) {
         absl::StrCat("malformed header from ", peer_, ": ", decoded.status().message())));
   }
   header_ = *decoded;
-  if (header_.payload_bytes == 0) {
-    if (Status s = handler_->OnReceived(*this, header_); !s.ok()) return Close(s);
-    return ReadHeader();
-  }
+  // Every message, payload or not, passes the handler's one validation point before anything
+  // is read into memory or acted on (a zero-length message skipped it once: a zero-length PUSH
+  // naming a chunk of another core crashed phubd).
   StatusOr<std::span<std::byte>> slot = handler_->ResolveSlot(*this, header_);
   if (!slot.ok()) return Close(slot.status());
   if (slot->size() != header_.payload_bytes) {
     return Close(absl::InternalError(absl::StrCat("slot of ", slot->size(), " bytes for a payload of ",
                                                   header_.payload_bytes, " bytes")));
+  }
+  if (header_.payload_bytes == 0) {
+    if (Status s = handler_->OnReceived(*this, header_); !s.ok()) return Close(s);
+    return ReadHeader();
   }
   asio::async_read(socket_, asio::buffer(slot->data(), slot->size()), TransferAllAtOnce{},
                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {

@@ -44,19 +44,56 @@ void TcpListener::Start(OnAccept on_accept) {
 void TcpListener::Stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  backoff_.cancel();
 }
+
+namespace {
+// Out of descriptors or kernel memory: accept() fails at once until something is freed, so
+// retrying straight away spins a core and floods the log. Pause this long between tries.
+constexpr std::chrono::milliseconds kAcceptBackoff{200};
+constexpr std::chrono::seconds kAcceptLogInterval{10};
+
+bool IsResourceShortage(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+         ec == asio::error::no_memory ||
+         ec == boost::system::error_code(ENFILE, boost::system::system_category());
+}
+}  // namespace
 
 void TcpListener::AcceptNext() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (ec) {
-      // EMFILE and friends: log and keep accepting; the daemon must not die of a busy moment.
-      spdlog::warn("accept on port {} failed: {}", port_, ec.message());
-    } else if (Status s = TuneSocket(socket, tuning_); !s.ok()) {
+    if (ec) return OnAcceptError(ec);
+    if (Status s = TuneSocket(socket, tuning_); !s.ok()) {
       spdlog::warn("dropping a connection on port {}: {}", port_, s.message());
     } else {
       on_accept_(std::move(socket));
     }
+    AcceptNext();
+  });
+}
+
+void TcpListener::OnAcceptError(const boost::system::error_code& ec) {
+  // The daemon must not die of a busy moment, nor spin through it: count, log once per
+  // interval, and for a shortage of descriptors or memory pause before trying again.
+  ++accept_failures_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_accept_log_ >= kAcceptLogInterval) {
+    spdlog::warn("accept on port {} failed {} time(s) in the last {} s, last: {}{}", port_,
+                 accept_failures_, kAcceptLogInterval.count(), ec.message(),
+                 IsResourceShortage(ec)
+                     ? "; pausing between tries: raise the descriptor limit (ulimit -n, "
+                       "LimitNOFILE=) or lower --max-connections"
+                     : "");
+    accept_failures_ = 0;
+    last_accept_log_ = now;
+  }
+  // A peer that reset before accept is gone already: go on at once. Anything else pauses, so
+  // no error accept() keeps returning can spin the loop.
+  if (ec == asio::error::connection_aborted) return AcceptNext();
+  backoff_.expires_after(kAcceptBackoff);
+  backoff_.async_wait([this](const boost::system::error_code& wait_ec) {
+    if (wait_ec || !acceptor_.is_open()) return;
     AcceptNext();
   });
 }

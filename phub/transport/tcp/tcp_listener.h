@@ -1,8 +1,13 @@
 // Accepts TCP connections on one address:port (port 0: the kernel picks one, read back with
 // port()) and hands each tuned socket to a callback on the listener's io_context thread.
+// accept() failures never stop it: out of descriptors (EMFILE/ENFILE) or memory it pauses
+// 200 ms between tries and logs once per 10 s, so a descriptor storm costs neither a spinning
+// core nor a flooded log.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,13 +33,17 @@ class TcpListener {
   std::uint16_t port() const { return port_; }
 
  private:
-  explicit TcpListener(boost::asio::io_context& context) : acceptor_(context) {}
+  explicit TcpListener(boost::asio::io_context& context) : acceptor_(context), backoff_(context) {}
   void AcceptNext();
+  void OnAcceptError(const boost::system::error_code& ec);
 
   boost::asio::ip::tcp::acceptor acceptor_;
   OnAccept on_accept_;
   std::uint16_t port_ = 0;
   SocketTuning tuning_;
+  boost::asio::steady_timer backoff_;  // pause after EMFILE/ENFILE/ENOBUFS/ENOMEM
+  std::uint64_t accept_failures_ = 0;  // since the last log line about them
+  std::chrono::steady_clock::time_point last_accept_log_{};
 };
 
 }  // namespace phub::transport::tcp

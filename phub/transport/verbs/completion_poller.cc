@@ -51,6 +51,7 @@ CompletionPoller::~CompletionPoller() {
 
 Status CompletionPoller::Attach(std::uint32_t qpn, std::weak_ptr<Sink> sink, int entries) {
   std::lock_guard lock(mu_);
+  if (!failed_.ok()) return failed_;
   if (reserved_ + entries > depth_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "completion queue of ", device_, " is full: ", routes_.size(), " queue pairs hold ",
@@ -81,9 +82,8 @@ void CompletionPoller::Arm() {
 void CompletionPoller::OnReadable(const boost::system::error_code& ec) {
   if (ec == boost::asio::error::operation_aborted) return;  // the poller is going away
   if (ec) {
-    spdlog::error("completion channel of {}: {}: its connections will make no progress", device_,
-                  ec.message());
-    return;
+    return Fail(absl::UnavailableError(
+        absl::StrCat("completion channel of ", device_, ": ", ec.message())));
   }
   unsigned events = 0;
   ibv_cq* cq = nullptr;
@@ -92,7 +92,7 @@ void CompletionPoller::OnReadable(const boost::system::error_code& ec) {
   if (events > 0) ibv_ack_cq_events(cq_->get(), events);
   // Re-arm before polling: a completion that lands after the poll still raises an event.
   if (int err = ibv_req_notify_cq(cq_->get(), 0); err != 0) {
-    spdlog::error("{}", VerbsError("ibv_req_notify_cq", device_, err).message());
+    return Fail(VerbsError("ibv_req_notify_cq", device_, err));
   }
   PollNow();
   Arm();
@@ -102,10 +102,7 @@ void CompletionPoller::PollNow() {
   std::array<ibv_wc, 32> batch;
   for (;;) {
     StatusOr<int> n = cq_->Poll(batch);
-    if (!n.ok()) {
-      spdlog::error("{}", n.status().message());
-      return;
-    }
+    if (!n.ok()) return Fail(n.status());
     for (int i = 0; i < *n; ++i) {
       std::shared_ptr<Sink> sink;
       {
@@ -118,6 +115,22 @@ void CompletionPoller::PollNow() {
     }
     if (*n < static_cast<int>(batch.size())) return;
   }
+}
+
+void CompletionPoller::Fail(const Status& why) {
+  std::vector<std::shared_ptr<Sink>> sinks;
+  {
+    std::lock_guard lock(mu_);
+    if (!failed_.ok()) return;
+    failed_ = why;
+    for (auto& [qpn, route] : routes_) {
+      if (auto sink = route.sink.lock()) sinks.push_back(std::move(sink));
+    }
+  }
+  spdlog::error("{}: the completion queue failed; closing its {} connections", why.message(),
+                sinks.size());
+  // Outside the lock: a closing connection detaches itself.
+  for (auto& sink : sinks) sink->OnCompletionQueueFailed(why);
 }
 
 }  // namespace phub::transport::verbs

@@ -27,6 +27,9 @@ class CompletionPoller : public std::enable_shared_from_this<CompletionPoller> {
    public:
     virtual ~Sink() = default;
     virtual void OnCompletion(const ibv_wc& completion) = 0;
+    // The CQ or its channel failed: no completion will come again. The sink must close (its
+    // peer learns through the side channel) rather than wait for ever.
+    virtual void OnCompletionQueueFailed(const Status& why) = 0;
   };
 
   // `depth` entries (capped to the device's max_cqe); every attached QP reserves its send +
@@ -53,6 +56,8 @@ class CompletionPoller : public std::enable_shared_from_this<CompletionPoller> {
       : descriptor_(context), device_(std::move(device)) {}
   void Arm();
   void OnReadable(const boost::system::error_code& ec);
+  // Logs once, refuses later Attach calls and closes every attached connection.
+  void Fail(const Status& why);
 
   ibv_comp_channel* channel_ = nullptr;
   std::unique_ptr<CompletionQueue> cq_;
@@ -67,6 +72,7 @@ class CompletionPoller : public std::enable_shared_from_this<CompletionPoller> {
   };
   std::unordered_map<std::uint32_t, Route> routes_;  // guarded by mu_
   int reserved_ = 0;                                 // guarded by mu_
+  Status failed_;                                    // guarded by mu_; set once by Fail
 };
 
 }  // namespace phub::transport::verbs

@@ -203,7 +203,7 @@ void VerbsConnection::Start() {
   WatchSideChannel();
   // The dialer's ATTACH came with the set-up: it is the first message.
   if (peer_endpoint_.attach) {
-    if (Status s = handler_->OnReceived(*this, *peer_endpoint_.attach); !s.ok()) return Close(s);
+    if (Status s = Deliver(*peer_endpoint_.attach, {}); !s.ok()) return Close(s);
     if (closed_) return;
   }
   // Completions that came before Start (the peer may write as soon as the set-up is done).
@@ -420,15 +420,21 @@ Status VerbsConnection::OnStaged(std::uint32_t slot, std::uint32_t bytes) {
                                                    header.payload_bytes, " + 32"));
   }
   ++stats_.staged_received;
-  if (header.payload_bytes > 0) {
-    PHUB_ASSIGN_OR_RETURN(std::span<std::byte> slot_bytes, handler_->ResolveSlot(*this, header));
-    if (slot_bytes.size() != header.payload_bytes) {
-      return absl::InternalError(absl::StrCat("slot of ", slot_bytes.size(),
-                                              " bytes for a payload of ", header.payload_bytes));
-    }
-    std::memcpy(slot_bytes.data(), at + kWireHeaderBytes, header.payload_bytes);
+  // Copied out before the handler runs (the slot is the peer's to reuse once credited).
+  PHUB_RETURN_IF_ERROR(Deliver(header, std::span<const std::byte>(at + kWireHeaderBytes,
+                                                                  header.payload_bytes)));
+  ++credits_owed_;
+  return absl::OkStatus();
+}
+
+Status VerbsConnection::Deliver(const WireHeader& header, std::span<const std::byte> payload) {
+  // The handler's one validation point runs for every message, zero-length ones included.
+  PHUB_ASSIGN_OR_RETURN(std::span<std::byte> slot_bytes, handler_->ResolveSlot(*this, header));
+  if (slot_bytes.size() != payload.size()) {
+    return absl::InternalError(absl::StrCat("slot of ", slot_bytes.size(),
+                                            " bytes for a payload of ", payload.size()));
   }
-  ++credits_owed_;  // the slot is copied out: the peer may reuse it
+  if (!payload.empty()) std::memcpy(slot_bytes.data(), payload.data(), payload.size());
   return handler_->OnReceived(*this, header);
 }
 

@@ -108,6 +108,7 @@ class VerbsConnection final : public Connection,
 
   // CompletionPoller::Sink
   void OnCompletion(const ibv_wc& completion) override;
+  void OnCompletionQueueFailed(const Status& why) override { Close(why); }
 
  private:
   struct Pending {
@@ -137,6 +138,8 @@ class VerbsConnection final : public Connection,
   void OnReceive(const ibv_wc& completion);
   Status OnStaged(std::uint32_t slot, std::uint32_t bytes);
   Status OnDirect(std::uint32_t zone, std::uint32_t bytes);
+  // ResolveSlot (the handler's validation point), the payload copied there, OnReceived.
+  Status Deliver(const WireHeader& header, std::span<const std::byte> payload);
 
   VerbsLoop loop_;  // first: the CQ must outlive the QP
   boost::asio::ip::tcp::socket socket_;

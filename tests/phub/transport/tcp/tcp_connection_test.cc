@@ -110,7 +110,6 @@ TEST_F(TcpConnectionTest, ManyMessagesArriveInOrderIncludingEmptyOnes) {
 
   std::vector<RecordingHandler::Message> got = server_handler_.messages();
   ASSERT_EQ(got.size(), kMessages);
-  int non_empty = 0;
   for (std::uint32_t i = 0; i < kMessages; ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(got[i].header.chunk, i);
@@ -119,10 +118,9 @@ TEST_F(TcpConnectionTest, ManyMessagesArriveInOrderIncludingEmptyOnes) {
     ASSERT_EQ(got[i].header.payload_bytes, payloads[i].size());
     ASSERT_EQ(got[i].slot.size(), payloads[i].size());
     EXPECT_TRUE(std::equal(got[i].slot.begin(), got[i].slot.end(), payloads[i].begin()));
-    if (!payloads[i].empty()) ++non_empty;
   }
-  // Empty messages never ask for a slot.
-  EXPECT_EQ(server_handler_.resolve_calls(), non_empty);
+  // Every message, empty ones included, passes the handler's validation point (ResolveSlot).
+  EXPECT_EQ(server_handler_.resolve_calls(), static_cast<int>(kMessages));
   for (const Status& s : sends.statuses()) EXPECT_TRUE(s.ok()) << s;
 }
 
@@ -296,6 +294,21 @@ TEST_F(TcpConnectionTest, OnClosedIsCalledExactlyOnce) {
   EXPECT_EQ(server_handler_.why().code(), absl::StatusCode::kUnavailable);  // the first reason
   EXPECT_EQ(client_handler_.closed_count(), 1);
   EXPECT_TRUE(client_handler_.why().ok());
+}
+
+// A zero-length message is validated like any other: a refusal closes before OnReceived (a
+// zero-length PUSH once skipped every check and crashed phubd).
+TEST_F(TcpConnectionTest, ZeroLengthMessageIsRefusedByResolveSlotToo) {
+  const Status refusal = absl::InvalidArgumentError("PUSH for chunk 9 which core 0 does not own");
+  server_handler_.set_resolver(
+      [&](const WireHeader&) -> StatusOr<std::span<std::byte>> { return refusal; });
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  SendResults sent;
+  ClientSend(WireHeader{Op::kPush, 0, 9, 3, 0}, {}, sent.Callback());
+  ASSERT_TRUE(server_handler_.WaitForClosed());
+  EXPECT_EQ(server_handler_.why(), refusal);
+  EXPECT_EQ(server_handler_.resolve_calls(), 1);
+  EXPECT_TRUE(server_handler_.messages().empty());
 }
 
 TEST_F(TcpConnectionTest, ResolveSlotErrorClosesWithThatReason) {
