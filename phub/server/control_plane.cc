@@ -77,6 +77,7 @@ Status ControlPlane::Start() {
 }
 
 void ControlPlane::Stop() {
+  if (stopping_) return;  // ending the job below may call back here (--one-job)
   stopping_ = true;
   if (listener_) listener_->Stop();
   CancelJobDeadline();

@@ -43,7 +43,8 @@ Status Server::Start() {
     std::uint16_t port =
         options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);
     int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
-    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin, options_.tcp, rdma, options_.limits));
+    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin,
+                                                        options_.tcp, rdma, options_.limits));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {
@@ -74,7 +75,19 @@ void Server::Run() {
     spdlog::info("signal {}: shutting down", signal);
     Stop();
   });
-  context_.run();
+  // The control plane's handlers report failures as Errors to the peer; an exception reaching
+  // here is a bug or an allocation nobody foresaw. It must not end the daemon that every job
+  // on this box depends on: log it and keep serving.
+  for (;;) {
+    try {
+      context_.run();
+      break;
+    } catch (const std::exception& e) {
+      spdlog::critical("control plane: a handler threw ({}); phubd goes on", e.what());
+    } catch (...) {
+      spdlog::critical("control plane: a handler threw a non-standard exception; phubd goes on");
+    }
+  }
   spdlog::info("phubd stopped");
 }
 
