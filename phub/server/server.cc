@@ -1,10 +1,13 @@
 #include "phub/server/server.h"
 
+#include "phub/transport/tcp/event_loop.h"
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "phub/transport/tcp/event_loop.h"
 #include "phub/transport/wire_header.h"
 #include "spdlog/spdlog.h"
 
@@ -75,19 +78,7 @@ void Server::Run() {
     spdlog::info("signal {}: shutting down", signal);
     Stop();
   });
-  // The control plane's handlers report failures as Errors to the peer; an exception reaching
-  // here is a bug or an allocation nobody foresaw. It must not end the daemon that every job
-  // on this box depends on: log it and keep serving.
-  for (;;) {
-    try {
-      context_.run();
-      break;
-    } catch (const std::exception& e) {
-      spdlog::critical("control plane: a handler threw ({}); phubd goes on", e.what());
-    } catch (...) {
-      spdlog::critical("control plane: a handler threw a non-standard exception; phubd goes on");
-    }
-  }
+  transport::tcp::RunSurvivingExceptions(context_, "control plane");
   spdlog::info("phubd stopped");
 }
 

@@ -18,7 +18,7 @@ EventLoop::EventLoop(std::string name, int pin_core)
         spdlog::debug("{}: pinned to core {}", name_, pin_core % CountPhysicalCores());
       }
     }
-    RunGuarded();
+    RunSurvivingExceptions(context_, name_);
   });
 }
 
@@ -28,18 +28,18 @@ EventLoop::~EventLoop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void EventLoop::RunGuarded() {
+void RunSurvivingExceptions(boost::asio::io_context& context, const std::string& name) {
   // Handlers return errors as Status; an exception reaching here is a bug or a failed
   // allocation the handler did not foresee. It must not end the thread (or the process, via
   // std::terminate): log it and keep serving the loop's other connections.
   for (;;) {
     try {
-      context_.run();
+      context.run();
       return;
     } catch (const std::exception& e) {
-      spdlog::critical("{}: a handler threw ({}); the loop goes on", name_, e.what());
+      spdlog::critical("{}: a handler threw ({}); the loop goes on", name, e.what());
     } catch (...) {
-      spdlog::critical("{}: a handler threw a non-standard exception; the loop goes on", name_);
+      spdlog::critical("{}: a handler threw a non-standard exception; the loop goes on", name);
     }
   }
 }

@@ -11,6 +11,10 @@
 
 namespace phub::transport::tcp {
 
+// context.run() until it stops, surviving a throwing handler (logged as critical, `name` in the
+// line): no exception leaves a loop's thread. Every EventLoop runs so; phubd's control thread too.
+void RunSurvivingExceptions(boost::asio::io_context& context, const std::string& name);
+
 class EventLoop {
  public:
   // pin_core < 0: not pinned. `name` appears in logs.
@@ -31,8 +35,6 @@ class EventLoop {
   void Run(const std::function<void()>& fn);
 
  private:
-  void RunGuarded();  // context_.run(), surviving a throwing handler
-
   std::string name_;
   boost::asio::io_context context_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
