@@ -58,8 +58,7 @@ TEST(ControlFrameDecoderTest, SplitAtEveryByteBoundaryDecodesTheSameMessage) {
     ASSERT_TRUE(decoder.Feed(Bytes(frame).first(split)).ok()) << "split at " << split;
     if (split < frame.size()) {
       EXPECT_FALSE(decoder.has_message()) << "split at " << split;
-      EXPECT_EQ(decoder.bytes_to_next_message(),
-                split < 4 ? 4 - split : frame.size() - split);
+      EXPECT_EQ(decoder.bytes_to_next_message(), split < 4 ? 4 - split : frame.size() - split);
     }
     ASSERT_TRUE(decoder.Feed(Bytes(frame).subspan(split)).ok()) << "split at " << split;
     std::optional<proto::ControlMessage> got = decoder.Pop();
@@ -136,9 +135,8 @@ TEST(ControlFrameDecoderTest, AFrameOverTheLimitIsRefusedOnItsPrefixNamingLimitA
   Status s = decoder.Feed(Bytes(Prefix(256u << 20)));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr("268435456"), HasSubstr("4194304"),
-                    HasSubstr("--max-control-frame-bytes")));
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("268435456"), HasSubstr("4194304"),
+                                              HasSubstr("--max-control-frame-bytes")));
   EXPECT_LE(decoder.buffered_bytes(), 4u);
 }
 
@@ -186,8 +184,7 @@ TEST(ControlFrameDecoderTest, AHelloAtTheTensorLimitIsAccepted) {
 
 // protobuf merges a singular message field that appears twice, so the tensors of both count.
 TEST(ControlFrameDecoderTest, TensorsOfARepeatedHelloFieldAreSummed) {
-  const std::string body =
-      HelloWith(6).SerializeAsString() + HelloWith(6).SerializeAsString();
+  const std::string body = HelloWith(6).SerializeAsString() + HelloWith(6).SerializeAsString();
   proto::ControlMessage merged;
   ASSERT_TRUE(merged.ParseFromString(body));
   ASSERT_EQ(merged.hello().tensors_size(), 12);
@@ -252,9 +249,9 @@ TEST(ControlFrameDecoderTest, ALargeFrameLetsItsBufferGoOnceDecoded) {
   ControlFrameDecoder decoder;
   // In read-sized pieces, as the channel feeds it.
   for (std::size_t at = 0; at < frame.size(); at += kControlReadChunkBytes) {
-    ASSERT_TRUE(decoder.Feed(Bytes(frame).subspan(at, std::min(kControlReadChunkBytes,
-                                                                frame.size() - at)))
-                    .ok());
+    ASSERT_TRUE(
+        decoder.Feed(Bytes(frame).subspan(at, std::min(kControlReadChunkBytes, frame.size() - at)))
+            .ok());
   }
   EXPECT_EQ(decoder.buffered_bytes(), 0u);
   std::optional<proto::ControlMessage> got = decoder.Pop();

@@ -1,0 +1,176 @@
+// Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/): a few small, valid
+// inputs each, made with the project's own encoders so they stay valid when the formats change.
+// Usage: fuzz_seed_writer <corpus dir>   (tests/fuzz/README.md; the files are committed)
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "phub/transport/tcp/control_channel.h"
+#include "phub/transport/wire_header.h"
+#include "tests/fuzz/control_frame_fuzz_input.h"
+#include "tests/fuzz/shard_fuzz_input.h"
+
+namespace phub::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+using transport::Op;
+using transport::WireHeader;
+
+void Write(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", (dir / name).c_str());
+    std::exit(1);
+  }
+}
+
+void WireHeaders(const fs::path& dir) {
+  const std::vector<std::pair<std::string, WireHeader>> headers = {
+      {"push", {Op::kPush, 1, 3, 7, 16}},
+      {"weights", {Op::kWeights, 0, 5, 7, 12}},
+      {"init", {Op::kInit, 0, 2, 0, 16}},
+      {"attach", {Op::kAttach, 1, 0, kSession, 0}},
+      {"bye", {Op::kBye, 1, 0, 0, 0}},
+      {"error", {Op::kError, 0, 0, 0, 24}},
+      {"largest_payload", {Op::kPush, 0, 0, 1, transport::kMaxPayloadBytes}},
+  };
+  for (const auto& [name, header] : headers) {
+    const auto bytes = transport::EncodeWireHeader(header);
+    Write(dir, name, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  }
+}
+
+std::string Framed(const proto::ControlMessage& message) {
+  return *transport::tcp::FrameControlMessage(message);
+}
+
+proto::ControlMessage HelloMessage(const proto::Hello& hello) {
+  proto::ControlMessage message;
+  *message.mutable_hello() = hello;
+  return message;
+}
+
+void ControlFrames(const fs::path& dir) {
+  const std::string whole(1, '\0');  // k = 0: one Feed
+  const std::string hello = Framed(HelloMessage(FuzzHello(1)));
+  Write(dir, "hello", whole + hello);
+  // Feeds of 1, 6 and 201 bytes in turn.
+  Write(dir, "hello_split", std::string("\x03\x00\x05\xc8", 4) + hello);
+
+  proto::Hello other = FuzzHello(2);
+  other.mutable_tensors(1)->set_elements(33);
+  Write(dir, "hello_other_model", whole + Framed(HelloMessage(other)));
+
+  proto::Hello crowded = FuzzHello(3);
+  crowded.clear_tensors();
+  for (int i = 0; i < 17; ++i) crowded.add_tensors();  // one over the fuzz limit of 16
+  Write(dir, "hello_too_many_tensors", whole + Framed(HelloMessage(crowded)));
+
+  proto::ControlMessage welcome;
+  welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
+  welcome.mutable_welcome()->set_chunk_bytes(1 << 20);
+  welcome.mutable_welcome()->add_chunk_owner(0);
+  auto* core = welcome.mutable_welcome()->add_cores();
+  core->set_host("127.0.0.1");
+  core->set_port(7071);
+  Write(dir, "welcome", whole + Framed(welcome));
+
+  proto::ControlMessage error;
+  error.mutable_error()->set_code(proto::Error::BAD_RANK);
+  error.mutable_error()->set_message("rank 9 is out of range");
+  error.mutable_error()->set_fix("use ranks 0..3");
+  proto::ControlMessage goodbye;
+  goodbye.mutable_goodbye()->set_iterations(12);
+  Write(dir, "error_then_goodbye", whole + Framed(error) + Framed(goodbye));
+
+  proto::ControlMessage endpoint;
+  auto* verbs = endpoint.mutable_verbs_endpoint();
+  verbs->set_qpn(17);
+  verbs->set_gid(std::string(16, '\x01'));
+  auto* zone = verbs->add_zones();
+  zone->set_op(1);
+  zone->set_bytes(16);
+  Write(dir, "verbs_endpoint", whole + Framed(endpoint));
+
+  Write(dir, "empty_frame", whole + std::string(4, '\0'));
+}
+
+std::vector<float> Floats(std::uint32_t n, float base) {
+  std::vector<float> v(n);
+  for (std::uint32_t i = 0; i < n; ++i) v[i] = base + 0.125f * static_cast<float>(i);
+  return v;
+}
+
+// Both workers attach; rank 0 sends the initial weights (unless phubd loaded them); both push
+// every chunk of core 0 for `iterations` iterations, the shard's broadcasts completing between
+// them; both say BYE.
+std::string TrainingRun(std::uint8_t flags, int iterations) {
+  const auto job = MakeShardFuzzJob(flags);
+  ShardInputWriter w(flags);
+  w.Message(0, Op::kAttach, 0, kCore, 0, {});
+  w.Message(1, Op::kAttach, 1, kCore, 0, {});
+  const auto& table = job->table;
+  if (job->initial_weights.empty()) {
+    for (std::uint32_t id : table.chunks_on_core(kCore)) {
+      w.Message(0, Op::kInit, 0, id, 0, Floats(table.chunks()[id].elements, 1.0f));
+    }
+  }
+  for (int t = 1; t <= iterations; ++t) {
+    w.CompleteSends(0, 8);
+    w.CompleteSends(1, 8);
+    for (std::uint32_t id : table.chunks_on_core(kCore)) {
+      for (std::uint32_t rank = 0; rank < kWorld; ++rank) {
+        w.Message(rank, Op::kPush, rank, id, static_cast<std::uint8_t>(t),
+                  Floats(table.chunks()[id].elements, 0.5f * (rank + 1)));
+      }
+    }
+  }
+  w.CompleteSends(0, 8);
+  w.CompleteSends(1, 8);
+  w.Message(0, Op::kBye, 0, 0, 0, {});
+  w.Message(1, Op::kBye, 1, 0, 0, {});
+  return w.bytes();
+}
+
+void ShardInputs(const fs::path& dir) {
+  Write(dir, "sgd_attach_init_push_bye", TrainingRun(0, 2));
+  Write(dir, "adam_three_iterations", TrainingRun(3, 3));
+  Write(dir, "momentum_weights_from_file", TrainingRun(4 | 1, 2));
+
+  // Rank 1 dies mid-iteration, reconnects on a fresh connection and tries to attach again.
+  const auto job = MakeShardFuzzJob(0);
+  const std::uint32_t first = job->table.chunks_on_core(kCore).front();
+  const std::uint32_t elements = job->table.chunks()[first].elements;
+  ShardInputWriter w(0);
+  w.Message(0, Op::kAttach, 0, kCore, 0, {});
+  w.Message(1, Op::kAttach, 1, kCore, 0, {});
+  for (std::uint32_t id : job->table.chunks_on_core(kCore)) {
+    w.Message(0, Op::kInit, 0, id, 0, Floats(job->table.chunks()[id].elements, 1.0f));
+  }
+  w.Message(0, Op::kPush, 0, first, 1, Floats(elements, 0.5f));
+  w.PeerCloses(1);
+  w.Reconnect(1);
+  w.Message(1, Op::kAttach, 1, kCore, 0, {});
+  w.Message(2, Op::kAttach, 0, kCore, 0, {});  // a second rank 0
+  Write(dir, "worker_lost_and_back", w.bytes());
+}
+
+}  // namespace
+}  // namespace phub::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path root = argv[1];
+  phub::fuzz::WireHeaders(root / "wire_header_fuzzer");
+  phub::fuzz::ControlFrames(root / "control_frame_fuzzer");
+  phub::fuzz::ShardInputs(root / "shard_fuzzer");
+  return 0;
+}

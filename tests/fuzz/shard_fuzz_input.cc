@@ -1,0 +1,54 @@
+#include "tests/fuzz/shard_fuzz_input.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace phub::fuzz {
+
+std::shared_ptr<const server::JobSpec> MakeShardFuzzJob(std::uint8_t flags) {
+  auto table = keys::KeyTable::Build({{"a", 10}, {"b", 3}, {"c", 7}}, kChunkBytes, kCores);
+  if (!table.ok()) {
+    std::fprintf(stderr, "shard fuzz job: %s\n", std::string(table.status().message()).c_str());
+    std::abort();
+  }
+  auto job = std::make_shared<server::JobSpec>(server::JobSpec{.table = std::move(*table)});
+  job->world_size = kWorld;
+  job->session = kSession;
+  job->optimizer.kind = static_cast<kernels::OptimizerKind>(flags & 3);
+  if (flags & 4) {
+    job->initial_weights.resize(job->table.total_elements());
+    for (std::size_t i = 0; i < job->initial_weights.size(); ++i) {
+      job->initial_weights[i] = 0.25f * static_cast<float>(i);
+    }
+  }
+  return job;
+}
+
+void ShardInputWriter::Message(std::size_t connection, transport::Op op, std::uint32_t worker,
+                               std::uint32_t chunk, std::uint8_t iteration,
+                               std::span<const float> payload) {
+  Action(connection, kReceive);
+  Put(0xff);                                          // mode: structured header
+  Put(static_cast<std::uint8_t>(op) - 1);             // op = 1 + byte % 6
+  Put(static_cast<std::uint8_t>(worker));             // < 240: worker % world
+  Put(static_cast<std::uint8_t>(chunk));              // < 240: chunk % (chunks + 1); ATTACH: core
+  Put(op == transport::Op::kAttach ? 0 : iteration);  // ATTACH: < 240 is the session
+  Put(payload.empty() ? 0 : 1);                       // 0: no payload, 1: the chunk's size
+  Put(0xff);                                          // no damage
+  if (payload.empty()) return;
+  Put(1);  // the payload comes now
+  const auto* p = reinterpret_cast<const char*>(payload.data());
+  bytes_.append(p, payload.size_bytes());
+}
+
+void ShardInputWriter::CompleteSends(std::size_t connection, std::uint8_t n) {
+  Action(connection, kCompleteSends);
+  Put(static_cast<std::uint8_t>(n - 1));
+}
+
+void ShardInputWriter::PeerCloses(std::size_t connection) { Action(connection, kPeerCloses); }
+
+void ShardInputWriter::Reconnect(std::size_t connection) { Action(connection, kReconnect); }
+
+}  // namespace phub::fuzz

@@ -1,0 +1,228 @@
+// libFuzzer target: one Shard (phub/server/shard.h), core 0 of a 2-core job of 2 workers,
+// driven through three in-memory connections (fake_connection.h) by arbitrary sequences of
+// messages, send completions, disconnects and reconnects. The harness is the transport: it
+// keeps exactly the contract of connection.h and tcp_connection.cc:
+//  - every 32-byte header is decoded first (DecodeWireHeader); a decode error closes;
+//  - every decoded header, zero-length payload included, goes to ResolveSlot; non-OK closes;
+//  - an OK slot must be exactly payload_bytes long; the payload is written there (a message with
+//    a payload may wait for its bytes while other connections go on), then OnReceived; non-OK
+//    closes; nothing reaches a closed connection.
+// The job: tensors of 10, 3 and 7 floats cut into chunks of 4 floats (6 chunks, some on core 1),
+// no initial weights unless the first byte asks (so rank 0's INITs are needed).
+//
+// Input format: shard_fuzz_input.h. Headers are built from a few bytes biased towards valid
+// values (magic, version, a session that matches, chunks mostly in the table, small iterations,
+// the chunk's own size) so the fuzzer gets past the first checks; a few take 32 raw bytes.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "phub/server/job_spec.h"
+#include "phub/server/shard.h"
+#include "phub/transport/wire_header.h"
+#include "tests/fuzz/fake_connection.h"
+#include "tests/fuzz/shard_fuzz_input.h"
+
+namespace phub::fuzz {
+namespace {
+
+using transport::Op;
+using transport::WireHeader;
+
+constexpr int kMaxSteps = 2000;
+
+// Reads the fuzz input front to back; past its end every read is 0.
+class Input {
+ public:
+  Input(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  bool empty() const { return at_ == size_; }
+  std::uint8_t Byte() { return at_ < size_ ? data_[at_++] : 0; }
+  // Copies up to out.size() bytes into `out`, zero-filling what the input lacks.
+  void Fill(std::span<std::byte> out) {
+    const std::size_t n = std::min(out.size(), size_ - at_);
+    if (n > 0) std::memcpy(out.data(), data_ + at_, n);
+    if (out.size() > n) std::memset(out.data() + n, 0, out.size() - n);
+    at_ += n;
+  }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t at_ = 0;
+};
+
+// One data connection as the transport sees it: the connection, and the message whose payload
+// is still on its way (ResolveSlot answered, OnReceived not yet called).
+struct Link {
+  std::shared_ptr<FakeConnection> connection;
+  std::optional<WireHeader> awaiting;
+  std::span<std::byte> slot;
+};
+
+class Harness {
+ public:
+  explicit Harness(std::uint8_t flags)
+      : job_(MakeShardFuzzJob(flags)),
+        shard_(job_, kCore, [this](server::ShardEvent e) { ++events_; }) {
+    for (std::size_t i = 0; i < kConnections; ++i) Connect(i);
+  }
+
+  void Step(Input& in) {
+    const std::uint8_t action = in.Byte();
+    Link& link = links_[((action >> 4) & 3) % kConnections];
+    switch (const std::uint8_t what = action & 7) {
+      case kCompleteSends:
+        link.connection->CompleteSends(1 + (in.Byte() & 7));
+        break;
+      case kPeerCloses:
+        Drop(link, absl::UnavailableError("peer closed the connection"));
+        break;
+      case kReconnect:
+        if (link.connection->closed() && reconnects_ < kMaxReconnects) {
+          ++reconnects_;
+          Connect(static_cast<std::size_t>(&link - links_));
+        }
+        break;
+      default:  // kReceive and the other values below kCompleteSends
+        if (what < kCompleteSends && !link.connection->closed()) Receive(link, in);
+        break;
+    }
+  }
+
+  // Every queued send completes, then the job ends: CloseAll must close every connection.
+  void Finish() {
+    for (int round = 0; round < 64; ++round) {
+      std::size_t completed = 0;
+      for (Link& link : links_) completed += link.connection->CompleteSends(SIZE_MAX);
+      if (completed == 0) break;
+    }
+    if (Verbose()) {
+      std::fprintf(stderr, "aggregations %llu, bytes in %llu, out %llu, shard events %zu\n",
+                   static_cast<unsigned long long>(shard_.stats().aggregations),
+                   static_cast<unsigned long long>(shard_.stats().bytes_in),
+                   static_cast<unsigned long long>(shard_.stats().bytes_out), events_);
+    }
+    shard_.CloseAll(absl::OkStatus());
+    for (const auto& connection : adopted_) {
+      if (!connection->closed()) Fail("CloseAll left a connection open");
+    }
+  }
+
+ private:
+  void Connect(std::size_t i) {
+    auto connection = std::make_shared<FakeConnection>(&shard_, absl::StrCat("fuzz-peer-", i));
+    links_[i] = Link{connection, std::nullopt, {}};
+    adopted_.push_back(connection);
+    shard_.Adopt(connection);
+    if (!connection->started()) Fail("Adopt did not start the connection");
+  }
+
+  void Drop(Link& link, const Status& why) {
+    link.awaiting.reset();
+    link.slot = {};
+    link.connection->Close(why);
+  }
+
+  // The next thing the peer's bytes complete on this connection: the payload it owes, or a
+  // new header.
+  void Receive(Link& link, Input& in) {
+    if (link.awaiting) return ReceivePayload(link, in);
+    const transport::EncodedHeader bytes = NextHeader(in);
+    auto header = transport::DecodeWireHeader(bytes);
+    if (!header.ok()) return Drop(link, header.status());
+    auto slot = shard_.ResolveSlot(*link.connection, *header);
+    if (!slot.ok()) return Drop(link, slot.status());
+    if (slot->size() != header->payload_bytes) {
+      Fail(absl::StrCat("ResolveSlot gave ", slot->size(), " bytes for a ", OpName(header->op),
+                        " of ", header->payload_bytes));
+    }
+    link.awaiting = *header;
+    link.slot = *slot;
+    // A message without payload is complete on its header; one with a payload may wait.
+    if (header->payload_bytes == 0 || (in.Byte() & 1)) ReceivePayload(link, in);
+  }
+
+  void ReceivePayload(Link& link, Input& in) {
+    in.Fill(link.slot);
+    const WireHeader header = *link.awaiting;
+    link.awaiting.reset();
+    link.slot = {};
+    if (Status s = shard_.OnReceived(*link.connection, header); !s.ok()) Drop(link, s);
+  }
+
+  // A header from a few input bytes, mostly well-formed.
+  transport::EncodedHeader NextHeader(Input& in) {
+    transport::EncodedHeader bytes{};
+    const std::uint8_t mode = in.Byte();
+    if (mode < kRawHeaderModes) {  // ~2 %: 32 raw bytes
+      in.Fill(bytes);
+      return bytes;
+    }
+    WireHeader h;
+    const std::uint8_t op = in.Byte();
+    h.op = static_cast<Op>(1 + op % 6);
+    const std::uint8_t worker = in.Byte();
+    h.worker = worker < 240 ? worker % kWorld : worker;
+    const std::uint8_t chunk = in.Byte();
+    const std::size_t chunks = job_->table.chunks().size();
+    h.chunk = chunk < 240 ? chunk % (chunks + 1) : chunk;  // one past the end now and then
+    const std::uint8_t iteration = in.Byte();
+    if (h.op == Op::kAttach) {
+      h.chunk = chunk < 240 ? kCore : chunk;
+      h.iteration = iteration < 240 ? kSession : iteration;
+    } else {
+      h.iteration = iteration % 8;
+    }
+    const std::uint8_t size = in.Byte();
+    const std::uint32_t chunk_size =
+        h.chunk < chunks ? static_cast<std::uint32_t>(job_->table.chunks()[h.chunk].bytes()) : 16;
+    switch (size % 4) {
+      case 0:
+        h.payload_bytes = 0;
+        break;
+      case 1:
+      case 2:
+        h.payload_bytes = chunk_size;
+        break;
+      case 3:
+        h.payload_bytes = size / 4;
+        break;
+    }
+    if (h.op == Op::kAttach || h.op == Op::kBye) {
+      if (size % 4 != 3) h.payload_bytes = 0;
+    }
+    bytes = transport::EncodeWireHeader(h);
+    const std::uint8_t damage = in.Byte();
+    if (damage < kDamageBelow) {
+      const std::size_t at = in.Byte() % bytes.size();
+      bytes[at] ^= std::byte{static_cast<std::uint8_t>(in.Byte() | 1)};
+    }
+    return bytes;
+  }
+
+  std::shared_ptr<const server::JobSpec> job_;
+  server::Shard shard_;
+  Link links_[kConnections];
+  std::vector<std::shared_ptr<FakeConnection>> adopted_;
+  int reconnects_ = 0;
+  std::size_t events_ = 0;
+};
+
+}  // namespace
+}  // namespace phub::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  phub::fuzz::Input in(data, size);
+  phub::fuzz::Harness harness(in.Byte());
+  for (int step = 0; step < phub::fuzz::kMaxSteps && !in.empty(); ++step) harness.Step(in);
+  harness.Finish();
+  return 0;
+}
