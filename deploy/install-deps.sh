@@ -27,6 +27,14 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev # Open MPI (mpirun, MPI_Allreduce): baseline (phub_mpi_worker)
 )
 
+# --fuzz adds what tests/fuzz/run_fuzzers.sh (run by CI) builds and runs the libFuzzer targets
+# with: clang-14, its runtime libraries (libclang_rt.fuzzer, ASan, UBSan: only a Recommends of
+# clang) and llvm-symbolizer for readable crash stacks.
+if [[ "${1:-}" == "--fuzz" ]]; then
+  PACKAGES+=(clang-14 libclang-rt-14-dev llvm-14)
+  shift
+fi
+
 if [[ "${1:-}" == "--torch" ]]; then
   # libopenblas0-pthread: without it python3-torch's BLAS is the reference one, ~25x slower.
   PACKAGES+=(python3-torch libopenblas0-pthread)
