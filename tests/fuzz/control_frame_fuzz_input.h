@@ -25,11 +25,15 @@ inline transport::tcp::ControlFrameLimits FuzzFrameLimits() {
   return limits;
 }
 
-// phubd's side: a job of 4 ranks with a token; rank 0 has joined.
+// phubd's side: a job of 4 ranks with a token; rank 0 has joined. Small job limits (16
+// tensors, 1 MiB of model in chunks of 4 KiB) so that both sides of each are reached.
 inline server::ServerOptions FuzzServerOptions() {
   server::ServerOptions options;
   options.world_size = 4;
   options.job_token = "fuzz-token";
+  options.chunk_bytes = 4096;
+  options.limits.max_tensors = 16;
+  options.limits.max_model_bytes = 1 << 20;
   return options;
 }
 inline const std::vector<bool> kFuzzRanksTaken = {true, false, false, false};

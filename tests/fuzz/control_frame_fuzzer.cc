@@ -3,19 +3,24 @@
 //
 // Input format: control_frame_fuzz_input.h. The stream is fed in those pieces to one decoder
 // and in one piece to another: both must decode the same messages and end in the same status
-// (how the bytes were split must never matter). Every Hello decoded goes through CheckHello as the
-// control plane would run it (a job of 4 ranks, one already in); it must not crash and must only
-// accept what fits.
+// (how the bytes were split must never matter). Every Hello decoded goes through the control
+// plane's admission (a job of 4 ranks, one already in): CheckHello must admit only what fits,
+// and CheckJobLimits must agree with a 128-bit sum of the model's bytes (no overflow slips
+// through, nothing within the limits is refused).
+#include <google/protobuf/stubs/logging.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "phub/server/hello_check.h"
+#include "phub/server/job_limits.h"
 #include "phub/transport/tcp/control_frame.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"
 
@@ -38,6 +43,8 @@ const proto::Hello& First() {
   static const auto* first = new proto::Hello(FuzzHello(0));
   return *first;
 }
+
+void CheckLimitsAgainstReference(const proto::Hello& hello, const server::ServerOptions& options);
 
 void CheckAdmission(const proto::Hello& hello) {
   const std::vector<bool>& rank_taken = kFuzzRanksTaken;
@@ -66,10 +73,49 @@ void CheckAdmission(const proto::Hello& hello) {
     }
     if (!same) Fail("CheckHello admitted a tensor table unlike the first worker's");
   }
+  CheckLimitsAgainstReference(hello, options);
+}
+
+// The model's bytes as JobModelBytes counts them (float32 elements plus the bookkeeping of each
+// chunk), summed in 128 bits: no tensor count the decoder lets through can overflow it.
+unsigned __int128 ReferenceModelBytes(const proto::Hello& hello, std::uint64_t chunk_bytes) {
+  const unsigned __int128 per_chunk = std::max<std::uint64_t>(chunk_bytes / sizeof(float), 1);
+  unsigned __int128 total = 0;
+  for (const proto::TensorSpec& t : hello.tensors()) {
+    const unsigned __int128 e = t.elements();
+    total += e * sizeof(float) + (e + per_chunk - 1) / per_chunk * server::kChunkBookkeepingBytes;
+  }
+  return total;
+}
+
+void CheckLimitsAgainstReference(const proto::Hello& hello, const server::ServerOptions& options) {
+  const unsigned __int128 reference = ReferenceModelBytes(hello, options.chunk_bytes);
+  const std::optional<std::uint64_t> bytes = server::JobModelBytes(hello, options.chunk_bytes);
+  if (reference > UINT64_MAX) {
+    if (bytes.has_value()) Fail("JobModelBytes missed an overflow");
+  } else if (!bytes.has_value() || *bytes != reference) {
+    Fail("JobModelBytes differs from the 128-bit sum");
+  }
+  const bool fits =
+      static_cast<std::uint64_t>(hello.tensors_size()) <= options.limits.max_tensors &&
+      reference <= options.limits.max_model_bytes;
+  const std::optional<proto::Error> verdict = server::CheckJobLimits(hello, options);
+  if (fits && verdict.has_value()) Fail("CheckJobLimits refused a job within the limits");
+  if (!fits && !verdict.has_value()) Fail("CheckJobLimits admitted a job over the limits");
+  if (verdict.has_value() && (verdict->message().empty() || verdict->fix().empty())) {
+    Fail("CheckJobLimits refused without saying what and how to fix it");
+  }
 }
 
 }  // namespace
 }  // namespace phub::fuzz
+
+// Protobuf logs an ERROR line for each string field that is not UTF-8; at thousands of runs a
+// second that buried the fuzzer's own output and slowed it 4x.
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace phub::fuzz;

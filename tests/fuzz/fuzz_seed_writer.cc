@@ -66,6 +66,15 @@ void ControlFrames(const fs::path& dir) {
   other.mutable_tensors(1)->set_elements(33);
   Write(dir, "hello_other_model", whole + Framed(HelloMessage(other)));
 
+  // Over the fuzz job's 1 MiB of model, and past 2^64 bytes.
+  proto::Hello large = FuzzHello(1);
+  large.mutable_tensors(2)->set_elements(1 << 20);
+  Write(dir, "hello_model_over_limit", whole + Framed(HelloMessage(large)));
+  proto::Hello huge = FuzzHello(1);
+  huge.mutable_tensors(0)->set_elements(std::uint64_t{1} << 62);
+  huge.mutable_tensors(1)->set_elements(std::uint64_t{1} << 62);
+  Write(dir, "hello_model_overflows", whole + Framed(HelloMessage(huge)));
+
   proto::Hello crowded = FuzzHello(3);
   crowded.clear_tensors();
   for (int i = 0; i < 17; ++i) crowded.add_tensors();  // one over the fuzz limit of 16
