@@ -10,6 +10,11 @@ std::string PhubdPath() { return PHUB_PHUBD_PATH; }
 std::string TestWorkerPath() { return PHUB_TEST_WORKER_PATH; }
 
 RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args) {
+  return StartPhubd(dir, args, PhubdRlimits{});
+}
+
+RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args,
+                        const PhubdRlimits& limits) {
   static int counter = 0;
   std::string tag = std::to_string(counter++);
   RunningPhubd phubd;
@@ -18,6 +23,15 @@ RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args
   std::vector<std::string> argv = {PhubdPath(), "--port", "0", "--port-file", port_file,
                                    "--listen", "127.0.0.1", "--no-pin"};
   argv.insert(argv.end(), args.begin(), args.end());
+  if (limits.open_files > 0 || limits.address_space_bytes > 0) {
+    std::string script;
+    if (limits.open_files > 0) script += "ulimit -n " + std::to_string(limits.open_files) + " && ";
+    if (limits.address_space_bytes > 0) {
+      script += "ulimit -v " + std::to_string(limits.address_space_bytes / 1024) + " && ";
+    }
+    script += "exec \"$@\"";
+    argv.insert(argv.begin(), {"/bin/sh", "-c", script, "phubd"});
+  }
   phubd.process = Process::Start(argv, phubd.log_path);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {

@@ -19,6 +19,15 @@ struct RunningPhubd {
 // come up within 20 s; the log is then in the exception's message.
 RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args);
 
+// Resource limits for the phubd process (0 = inherit the test's). Set by a /bin/sh wrapper that
+// execs phubd, so the process (and its pid) is phubd's own.
+struct PhubdRlimits {
+  int open_files = 0;                     // RLIMIT_NOFILE
+  std::uint64_t address_space_bytes = 0;  // RLIMIT_AS: a runaway allocation fails, not the box
+};
+RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args,
+                        const PhubdRlimits& limits);
+
 // Paths of the binaries under test, set by CMake.
 std::string PhubdPath();
 std::string TestWorkerPath();

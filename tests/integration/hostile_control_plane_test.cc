@@ -1,0 +1,229 @@
+// Control-plane attacks on a real phubd: messages out of place (a second message from a joined
+// worker, a Hello mid-job, Goodbyes before Hello or twice), half-closed and silent sockets, a
+// Hello that never gets a partner, and a megabyte of tensor name. Each is refused or timed out
+// with an Error, whatever it held (a rank, a job) is freed, and a real job runs afterwards.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "tests/integration/hostile_fixture.h"
+
+namespace phub::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPromptly = std::chrono::seconds(2);
+
+std::int64_t MillisSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// What a joined worker (Hello accepted, job still forming) sends next.
+struct SecondMessage {
+  std::string name;
+  std::function<bool(RawSocket&)> send;
+  bool refused_with_an_error = true;  // else: only closed
+};
+
+std::ostream& operator<<(std::ostream& out, const SecondMessage& m) { return out << m.name; }
+
+std::vector<SecondMessage> SecondMessages() {
+  auto message = [](proto::ControlMessage m) {
+    return [m](RawSocket& s) { return s.SendMessage(m); };
+  };
+  proto::ControlMessage welcome;
+  welcome.mutable_welcome()->set_session(1);
+  proto::ControlMessage verbs;
+  verbs.mutable_verbs_endpoint()->set_qpn(1);
+  proto::ControlMessage error;
+  error.mutable_error()->set_message("hello from a worker");
+  return {
+      {"TheSameHelloAgain", message(Wrap(MakeHello(0, 2, kHostileModel)))},
+      {"AHelloForAnotherRank", message(Wrap(MakeHello(1, 2, kHostileModel)))},
+      {"AGoodbyeBeforeTheJobStarts", message(WrapGoodbye(3))},
+      {"AWelcome", message(welcome)},
+      {"AVerbsEndpoint", message(verbs)},
+      {"AnError", message(error)},
+      {"AnEmptyMessage", message(proto::ControlMessage{})},
+      {"AFrameThatDoesNotParse",
+       [](RawSocket& s) {
+         return s.Send(std::string_view("\x05\x00\x00\x00\xff\xff\xff\xff\xff", 9));
+       },
+       /*refused_with_an_error=*/false},
+  };
+}
+
+class HostileJoinedWorker : public ::testing::TestWithParam<SecondMessage> {};
+
+// Rank 0 of a forming job of 2 sends its Hello, then the message. Bounds: refused (Error
+// BAD_REQUEST, unless the frame does not parse) and closed within 2 s; rank 0 is free again: a
+// real 2-worker job completes within 20 s.
+TEST_P(HostileJoinedWorker, SecondMessageIsRefusedAndFreesItsRank) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  RawSocket socket = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(socket.SendMessage(Wrap(MakeHello(0, 2, kHostileModel))));
+  ASSERT_TRUE(GetParam().send(socket));
+  if (GetParam().refused_with_an_error) {
+    ExpectErrorThenClose(socket, kPromptly, proto::Error::BAD_REQUEST);
+  } else {
+    EXPECT_TRUE(socket.WaitClosed(kPromptly)) << "phubd kept the connection open";
+  }
+  socket.Close();
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+INSTANTIATE_TEST_SUITE_P(Messages, HostileJoinedWorker, ::testing::ValuesIn(SecondMessages()),
+                         [](const auto& info) { return info.param.name; });
+
+// A member of a running job sends a second Hello on its control connection. Bounds: Error
+// BAD_REQUEST and closed within 2 s; the other member fails with "stalled" within 5 s; once it
+// is gone the job ends and a real job completes within 20 s.
+TEST(HostileControlPlane, SecondHelloMidJobIsRefusedAndTheJobEnds) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  ForgedJob job;
+  ASSERT_TRUE(FormForgedJob(phubd, 1, job));
+  ASSERT_TRUE(job.forged.control.SendMessage(Wrap(MakeHello(1, 2, kHostileModel))));
+  ExpectErrorThenClose(job.forged.control, kPromptly, proto::Error::BAD_REQUEST);
+
+  Status honest_outcome;
+  EXPECT_TRUE(RunBounded(phubd, std::chrono::seconds(5), [&] {
+    honest_outcome = job.honest.client->Init();
+    if (honest_outcome.ok()) honest_outcome = RunIteration(job.honest, 1);
+  })) << "the honest worker neither finished nor failed within 5 s";
+  EXPECT_THAT(std::string(honest_outcome.message()), HasSubstr("stalled")) << honest_outcome;
+  job.honest.client.reset();
+  ForgedVanish(job.forged);
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// A Goodbye as the first message: Error BAD_REQUEST and closed within 2 s; a job then runs.
+TEST(HostileControlPlane, GoodbyeBeforeHelloIsRefused) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  RawSocket socket = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(socket.SendMessage(WrapGoodbye(1)));
+  ExpectErrorThenClose(socket, kPromptly, proto::Error::BAD_REQUEST);
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// A member leaves with BYE and two Goodbyes (the honest one has closed cleanly): phubd stays up,
+// the job ends, and a real job completes within 20 s.
+TEST(HostileControlPlane, GoodbyeTwiceIsHarmless) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  ForgedJob job;
+  ASSERT_TRUE(FormForgedJob(phubd, 1, job));
+  EXPECT_TRUE(RunBounded(phubd, std::chrono::seconds(5),
+                         [&] { EXPECT_TRUE(job.honest.client->Close().ok()); }));
+  job.honest.client.reset();
+  for (RawSocket& s : job.forged.data) s.SendWire(Header(transport::Op::kBye, 1, 0, 0, 0));
+  job.forged.control.SendMessage(WrapGoodbye(0));
+  job.forged.control.SendMessage(WrapGoodbye(0));
+  // Refusing the second Goodbye or ignoring it are both fine; dying or wedging are not.
+  job.forged.control.WaitClosed(std::chrono::milliseconds(300));
+  ForgedVanish(job.forged);
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// A half-closed control connection: before its Hello it is closed within 2 s; after its Hello
+// (rank 0 of a forming job) it is closed within 2 s and rank 0 is free for a real job.
+TEST(HostileControlPlane, HalfClosedConnectionsAreClosedAndFreeTheirRank) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  RawSocket silent = RawSocket::Connect(phubd.port);
+  silent.ShutdownWrite();
+  EXPECT_TRUE(silent.WaitClosed(kPromptly)) << "a half-closed connection without Hello was kept";
+  RawSocket joined = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(joined.SendMessage(Wrap(MakeHello(0, 2, kHostileModel))));
+  joined.ShutdownWrite();
+  EXPECT_TRUE(joined.WaitClosed(kPromptly)) << "a half-closed joined worker was kept";
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// Bytes that are not a ControlMessage: closed within 2 s (an Error first is allowed); a job
+// then runs.
+TEST(HostileControlPlane, GarbageOnTheControlPortIsDropped) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  RawSocket socket = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(socket.Send(std::string_view("\x10\x00\x00\x00GET / HTTP/1.1\r\n\r\n", 22)));
+  EXPECT_TRUE(socket.WaitClosed(kPromptly));
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// Attack 6: rank 0 of 2 says Hello and nothing else, and no rank 1 comes. With
+// --form-timeout-ms 1000 it gets Error TIMEOUT after 0.8-3 s (2x the deadline + 1 s of slack)
+// and is closed; rank 0 is free and a real job completes within 20 s.
+TEST(HostileControlPlane, SilentHelloHolderTimesOutAndFreesItsRank) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir, {"--form-timeout-ms", "1000"});
+  const auto start = Clock::now();
+  RawSocket holder = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(holder.SendMessage(Wrap(MakeHello(0, 2, kHostileModel))));
+  proto::Error error = ExpectErrorThenClose(holder, std::chrono::seconds(3), proto::Error::TIMEOUT);
+  const auto elapsed = MillisSince(start);
+  EXPECT_GE(elapsed, 800) << "timed out before --form-timeout-ms";
+  EXPECT_THAT(error.message() + error.fix(), HasSubstr("--form-timeout-ms"));
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// Sends `hello`; returns phubd's reply, or an empty message if none came in `timeout` (the
+// worker joined and waits). Retries while phubd still holds `hello`'s rank for a peer that just
+// left (DUPLICATE_RANK), for up to 2 s.
+proto::ControlMessage HelloAndReply(RawSocket& socket, std::uint16_t port,
+                                    const proto::Hello& hello, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + kPromptly;
+  while (true) {
+    socket = RawSocket::Connect(port);
+    proto::ControlMessage reply;
+    if (!socket.SendMessage(Wrap(hello)) ||
+        socket.ReadMessage(reply, timeout) != RawSocket::Read::kOk) {
+      return {};
+    }
+    if (!reply.has_error() || reply.error().code() != proto::Error::DUPLICATE_RANK ||
+        Clock::now() >= deadline) {
+      return reply;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Attack 7: a 1 MiB tensor name, in the joined worker's table and in the refused one's. Each
+// Error's message + fix stays under 1 KiB, and phubd's log under 64 KiB; a real job then
+// completes within 20 s.
+TEST(HostileControlPlane, LongTensorNameIsNotEchoed) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  std::vector<keys::TensorSpec> long_named = kHostileModel;
+  long_named[0].name = std::string(1 << 20, 'x');
+  for (int long_one = 0; long_one < 2; ++long_one) {
+    // The worker with the long name joins first (so its name is echoed to the other), then
+    // the other way round.
+    const auto& first_table = long_one == 0 ? long_named : kHostileModel;
+    const auto& second_table = long_one == 0 ? kHostileModel : long_named;
+    RawSocket first;
+    proto::ControlMessage joined = HelloAndReply(first, phubd.port, MakeHello(0, 2, first_table),
+                                                 std::chrono::milliseconds(500));
+    ASSERT_FALSE(joined.has_error()) << joined.error().message().substr(0, 200);
+    RawSocket second;
+    proto::ControlMessage refused =
+        HelloAndReply(second, phubd.port, MakeHello(1, 2, second_table), kPromptly);
+    ASSERT_TRUE(refused.has_error()) << "the mismatching Hello was not refused";
+    EXPECT_EQ(refused.error().code(), proto::Error::TENSOR_TABLE_MISMATCH);
+    EXPECT_LT(refused.error().message().size() + refused.error().fix().size(), 1024u)
+        << refused.error().message().substr(0, 200) << "...";
+  }
+  ExpectServesAJobAndStaysSmall(phubd);
+  std::error_code ec;
+  EXPECT_LT(std::filesystem::file_size(phubd.log_path, ec), 64u << 10)
+      << "phubd's log grew by the peer's megabyte";
+}
+
+}  // namespace
+}  // namespace phub::testing
