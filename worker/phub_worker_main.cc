@@ -1,9 +1,15 @@
 // phub-worker: one training process (one per GPU, or per CPU box). Trains a model of the zoo on
 // synthetic data or Fashion-MNIST, alone (--comm none: the optimizer runs here) or with other
 // workers through a parameter server (--comm ps: phubd applies the optimizer), a ring
-// allreduce (--comm ring: every worker applies it) or NCCL (--comm nccl), overlapping each layer's exchange with the
-// rest of backward and the next forward (worker/train/trainer.h). Prints a progress line per
-// interval, test accuracy per epoch (Fashion-MNIST), a summary, and on request a JSON record.
+// allreduce (--comm ring: every worker applies it) or NCCL (--comm nccl), overlapping each layer's
+// exchange with the rest of backward and the next forward (worker/train/trainer.h). Prints a
+// progress line per interval, test accuracy per epoch (Fashion-MNIST), a summary, and on request a
+// JSON record.
+//
+// Errors come up as a Status from every layer below (backends, model, loader, trainer, the
+// exchange); main logs the message and exits 2 for what the user can fix in the command line,
+// the data or the environment (InvalidArgument, NotFound), 1 for anything else (a device, a
+// peer, memory).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -51,12 +57,12 @@ struct Flags {
                                            .lr = 0.01f};
 };
 
-std::unique_ptr<phub::worker::Backend> MakeBackend(const std::string& name) {
+phub::StatusOr<std::unique_ptr<phub::worker::Backend>> MakeBackend(const std::string& name) {
   if (name == "cudnn") {
 #ifdef PHUB_HAVE_CUDNN
     return phub::worker::MakeCudnnBackend(0);
 #else
-    throw std::invalid_argument(
+    return absl::InvalidArgumentError(
         "--backend cudnn (--device cuda): this phub-worker was built without CUDA/cuDNN; "
         "rebuild where /usr/local/cuda has them (PHUB_WITH_CUDA=ON), or use --device cpu");
 #endif
@@ -64,11 +70,12 @@ std::unique_ptr<phub::worker::Backend> MakeBackend(const std::string& name) {
   return phub::worker::MakeOnednnBackend();
 }
 
-std::string ReadToken(const std::string& path) {
-  if (path.empty()) return "";
+phub::StatusOr<std::string> ReadToken(const std::string& path) {
+  if (path.empty()) return std::string();
   std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read --token-file '" + path + "'");
+  if (!in) return absl::InvalidArgumentError("cannot read --token-file '" + path + "'");
   std::string token((std::istreambuf_iterator<char>(in)), {});
+  if (in.bad()) return absl::InvalidArgumentError("error reading --token-file '" + path + "'");
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
   return token;
 }
@@ -85,7 +92,7 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
     PHUB_ASSIGN_OR_RETURN(auto endpoint, phub::exchange::ParseEndpoint(s));
     o.ps.servers.push_back(endpoint);
   }
-  o.ps.client.job_token = ReadToken(f.token_file);
+  PHUB_ASSIGN_OR_RETURN(o.ps.client.job_token, ReadToken(f.token_file));
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
   o.ring.ring.rendezvous_dir = f.rendezvous;
   o.ring.ring.listen_host = f.listen_host;
@@ -108,33 +115,41 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int Run(Flags& f) {
+// The run; Ok when it trained (or described) to the end.
+phub::Status Run(Flags& f) {
   std::uint32_t rank = 0, world = 1;
   if (f.rank || f.world) {
-    if (!f.rank || !f.world) throw std::invalid_argument("give both --rank and --world, or neither");
+    if (!f.rank || !f.world) {
+      return absl::InvalidArgumentError("give both --rank and --world, or neither");
+    }
     rank = *f.rank;
     world = *f.world;
-  } else if (auto env = phub::worker::RankFromEnvironment()) {
-    rank = env->rank;
-    world = env->world;
-    spdlog::info("rank {} of {} from {}", rank, world, env->source);
+  } else {
+    PHUB_ASSIGN_OR_RETURN(auto env, phub::worker::RankFromEnvironment());
+    if (env) {
+      rank = env->rank;
+      world = env->world;
+      spdlog::info("rank {} of {} from {}", rank, world, env->source);
+    }
   }
   if (world < 1 || rank >= world) {
-    throw std::invalid_argument("--rank " + std::to_string(rank) + " must be below --world " +
-                                std::to_string(world));
+    return absl::InvalidArgumentError("--rank " + std::to_string(rank) + " must be below --world " +
+                                      std::to_string(world));
   }
   if (f.comm == "none" && world > 1) {
-    throw std::invalid_argument("--world " + std::to_string(world) +
-                                " with --comm none: choose --comm ps, ring or nccl to train together");
+    return absl::InvalidArgumentError(
+        "--world " + std::to_string(world) +
+        " with --comm none: choose --comm ps, ring or nccl to train together");
   }
   if (!f.device.empty()) f.backend = f.device == "cuda" ? "cudnn" : "onednn";
 
-  auto backend = MakeBackend(f.backend);
-  auto model = phub::worker::MakeModel(f.model, f.batch);
-  model->Build(*backend, f.seed);
+  PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Backend> backend, MakeBackend(f.backend));
+  PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Model> model,
+                        phub::worker::MakeModel(f.model, f.batch));
+  PHUB_RETURN_IF_ERROR(model->Build(*backend, f.seed));
   if (f.describe) {
     std::printf("%s", model->Describe().c_str());
-    return 0;
+    return absl::OkStatus();
   }
 
   // Data: Fashion-MNIST (train shard + test set) or synthetic batches.
@@ -142,43 +157,34 @@ int Run(Flags& f) {
   std::unique_ptr<phub::worker::data::BatchLoader> loader;
   if (f.data == "fashion-mnist") {
     if (model->input_shape() != phub::worker::Shape{f.batch, 1, 28, 28}) {
-      throw std::invalid_argument("--data fashion-mnist needs a model for 1x28x28 images (e.g. "
-                                  "fashion-cnn); " + f.model + " takes " +
-                                  model->input_shape().ToString());
+      return absl::InvalidArgumentError(
+          "--data fashion-mnist needs a model for 1x28x28 images (e.g. fashion-cnn); " + f.model +
+          " takes " + model->input_shape().ToString());
     }
     for (auto [split, out] : {std::pair{phub::worker::data::Split::kTrain, &train},
                               std::pair{phub::worker::data::Split::kTest, &test}}) {
-      auto d = phub::worker::data::LoadFashionMnist(f.data_dir, split);
-      if (!d.ok()) {
-        spdlog::error("{}", d.status().message());
-        return 2;
-      }
-      *out = std::move(*d);
+      PHUB_ASSIGN_OR_RETURN(*out, phub::worker::data::LoadFashionMnist(f.data_dir, split));
     }
-    loader = std::make_unique<phub::worker::data::BatchLoader>(*train, f.batch, rank, world,
-                                                               f.seed);
+    PHUB_ASSIGN_OR_RETURN(
+        loader, phub::worker::data::BatchLoader::Create(*train, f.batch, rank, world, f.seed));
   }
   const std::int64_t per_epoch = loader ? loader->batches_per_epoch() : 0;
   const std::int64_t total_steps = f.epochs > 0 && loader ? f.epochs * per_epoch : f.warmup + f.iters;
   const int log_every = f.log_every > 0 ? f.log_every
                                         : static_cast<int>(std::max<std::int64_t>(1, total_steps / 20));
 
-  auto trainer = MakeTrainer(f, rank, world, *model, *backend);
-  if (!trainer.ok()) {
-    spdlog::error("{}", trainer.status().message());
-    return absl::IsInvalidArgument(trainer.status()) ? 2 : 1;
-  }
-  auto check = [](const phub::Status& s) {
-    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
-  };
-  check((*trainer)->Init());
+  PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Trainer> trainer,
+                        MakeTrainer(f, rank, world, *model, *backend));
+  PHUB_RETURN_IF_ERROR(trainer->Init());
   spdlog::info("{} batch {} on {}: {} parameters; {} rank {}/{}{}; {} steps", f.model, f.batch,
-               backend->Describe(), model->ParameterCount(), (*trainer)->mode(), rank, world,
+               backend->Describe(), model->ParameterCount(), trainer->mode(), rank, world,
                f.no_overlap ? " (no overlap)" : "", total_steps);
 
-  phub::worker::Batch synthetic = phub::worker::MakeSyntheticBatch(*model);
-  Tensor x = backend->device() == phub::worker::Device::kCpu ? Tensor()
-                                                              : backend->Allocate(model->input_shape());
+  PHUB_ASSIGN_OR_RETURN(phub::worker::Batch synthetic, phub::worker::MakeSyntheticBatch(*model));
+  Tensor x;  // the batch on the device (none on the CPU: the host batch is used)
+  if (backend->device() != phub::worker::Device::kCpu) {
+    PHUB_ASSIGN_OR_RETURN(x, backend->Allocate(model->input_shape()));
+  }
   std::vector<double> step_ms, blocked_ms;
   struct EpochRecord { std::int64_t epoch; double seconds, accuracy, test_loss, train_loss; };
   std::vector<EpochRecord> epochs;
@@ -189,7 +195,7 @@ int Run(Flags& f) {
     const Tensor* x_host;
     const Tensor* labels;
     if (loader) {
-      real = loader->Next();
+      PHUB_ASSIGN_OR_RETURN(real, loader->Next());
       x_host = &real.x;
       labels = &real.labels;
     } else {
@@ -197,21 +203,22 @@ int Run(Flags& f) {
       x_host = &synthetic.x;
       labels = &synthetic.labels;
     }
-    if (x.defined()) backend->CopyFromHost(*x_host, x);
-    auto t = (*trainer)->Step(x.defined() ? x : *x_host, *labels);
-    check(t.status());
-    epoch_loss += t->loss;
+    if (x.defined()) PHUB_RETURN_IF_ERROR(backend->CopyFromHost(*x_host, x));
+    PHUB_ASSIGN_OR_RETURN(const phub::worker::StepTimes t,
+                          trainer->Step(x.defined() ? x : *x_host, *labels));
+    epoch_loss += t.loss;
     if (step >= (loader ? 1 : f.warmup)) {  // Fashion-MNIST runs time all but the first step
-      step_ms.push_back(t->total_ms);
-      blocked_ms.push_back(t->blocked_ms);
+      step_ms.push_back(t.total_ms);
+      blocked_ms.push_back(t.blocked_ms);
     }
     if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
       spdlog::info("step {}/{}: loss {:.4f}, {:.1f} ms ({:.1f} ms waiting for the exchange)",
-                   step + 1, total_steps, t->loss, t->total_ms, t->blocked_ms);
+                   step + 1, total_steps, t.loss, t.total_ms, t.blocked_ms);
     }
     if (loader && (step + 1) % per_epoch == 0) {
-      check((*trainer)->Finish());
-      const auto acc = phub::worker::Evaluate(*model, *backend, *test);
+      PHUB_RETURN_IF_ERROR(trainer->Finish());
+      PHUB_ASSIGN_OR_RETURN(const phub::worker::Accuracy acc,
+                            phub::worker::Evaluate(*model, *backend, *test));
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       epochs.push_back({(step + 1) / per_epoch, seconds, acc.fraction(), acc.loss,
                         epoch_loss / static_cast<double>(per_epoch)});
@@ -220,26 +227,27 @@ int Run(Flags& f) {
                    epochs.back().epoch, 100 * acc.fraction(), acc.examples, acc.loss, seconds);
     }
   }
-  check((*trainer)->Finish());
+  PHUB_RETURN_IF_ERROR(trainer->Finish());
   const double median = Median(step_ms);
   const double blocked = std::accumulate(blocked_ms.begin(), blocked_ms.end(), 0.0);
   const double total = std::accumulate(step_ms.begin(), step_ms.end(), 0.0);
   const double share = total > 0 ? blocked / total : 0;
   const double samples_s = 1000.0 * static_cast<double>(f.batch * world) / median;
-  std::printf("%s batch %lld: median %.1f ms per mini-batch, %.1f samples/s (all %u workers), "
-              "communication share %.1f %% (%s, %zu timed steps)\n",
-              f.model.c_str(), static_cast<long long>(f.batch), median, samples_s, world,
-              100 * share, (*trainer)->mode().c_str(), step_ms.size());
+  std::printf(
+      "%s batch %lld: median %.1f ms per mini-batch, %.1f samples/s (all %u workers), "
+      "communication share %.1f %% (%s, %zu timed steps)\n",
+      f.model.c_str(), static_cast<long long>(f.batch), median, samples_s, world, 100 * share,
+      trainer->mode().c_str(), step_ms.size());
   if (!epochs.empty()) {
     std::printf("final test accuracy %.2f %%\n", 100 * epochs.back().accuracy);
   }
   if (!f.results.empty()) {
     std::ofstream out(f.results);
-    if (!out) throw std::invalid_argument("cannot write --results '" + f.results + "'");
+    if (!out) return absl::InvalidArgumentError("cannot write --results '" + f.results + "'");
     out << "{\"model\": \"" << f.model << "\", \"batch\": " << f.batch << ", \"rank\": " << rank
-        << ", \"world\": " << world << ", \"mode\": \"" << (*trainer)->mode()
-        << "\", \"overlap\": " << (f.no_overlap ? "false" : "true")
-        << ", \"backend\": \"" << backend->Describe() << "\", \"median_ms\": " << median
+        << ", \"world\": " << world << ", \"mode\": \"" << trainer->mode()
+        << "\", \"overlap\": " << (f.no_overlap ? "false" : "true") << ", \"backend\": \""
+        << backend->Describe() << "\", \"median_ms\": " << median
         << ", \"samples_per_s\": " << samples_s << ", \"comm_share\": " << share
         << ", \"timed_steps\": " << step_ms.size() << ", \"epochs\": [";
     for (std::size_t i = 0; i < epochs.size(); ++i) {
@@ -249,9 +257,16 @@ int Run(Flags& f) {
           << ", \"train_loss\": " << e.train_loss << "}";
     }
     out << "]}\n";
+    out.flush();
+    if (!out) return absl::InternalError("writing --results '" + f.results + "' failed");
   }
-  check((*trainer)->Close());
-  return 0;
+  return trainer->Close();
+}
+
+// 2 for what the user can fix in the command line, the data or the environment; 1 otherwise.
+int ExitCode(const phub::Status& s) {
+  if (s.ok()) return 0;
+  return absl::IsInvalidArgument(s) || absl::IsNotFound(s) ? 2 : 1;
 }
 
 }  // namespace
@@ -313,13 +328,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "phub-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  try {
-    return Run(f);
-  } catch (const std::invalid_argument& e) {
-    spdlog::error("{}", e.what());
-    return 2;
-  } catch (const std::exception& e) {  // a peer, device or library failure
-    spdlog::error("{}", e.what());
-    return 1;
-  }
+  const phub::Status s = Run(f);
+  if (!s.ok()) spdlog::error("{}", s.message());
+  return ExitCode(s);
 }

@@ -58,14 +58,18 @@ std::vector<std::vector<float>> Snapshot(Model& m) {
 Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint32_t rank,
           std::uint32_t world, const std::optional<exchange::ExchangeOptions>& comm) {
   Run run;
+  auto error = [](const Status& s) { return Run{{}, std::string(s.message())}; };
   auto backend = worker::MakeOnednnBackend();
+  if (!backend.ok()) return error(backend.status());
   auto model = worker::MakeModel("fashion-cnn", batch);
-  model->Build(*backend, kModelSeed);
-  worker::data::BatchLoader loader(data, batch, rank, world, kDataSeed);
+  if (!model.ok()) return error(model.status());
+  if (auto s = (*model)->Build(**backend, kModelSeed); !s.ok()) return error(s);
+  auto loader = worker::data::BatchLoader::Create(data, batch, rank, world, kDataSeed);
+  if (!loader.ok()) return error(loader.status());
   std::unique_ptr<Trainer> trainer;
   if (comm) {
     auto t = Trainer::WithExchange(
-        *model, *backend,
+        **model, **backend,
         [&](std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
           auto o = *comm;
           o.rank = rank;
@@ -75,14 +79,18 @@ Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint3
     if (!t.ok()) return {{}, std::string(t.status().message())};
     trainer = std::move(*t);
   } else {
-    trainer = Trainer::Local(*model, *backend, kOptimizer);
+    auto t = Trainer::Local(**model, **backend, kOptimizer);
+    if (!t.ok()) return error(t.status());
+    trainer = std::move(*t);
   }
   if (auto s = trainer->Init(); !s.ok()) return {{}, std::string(s.message())};
   for (int step = 0; step < kSteps; ++step) {
-    auto b = loader.Next();
-    if (auto t = trainer->Step(b.x, b.labels); !t.ok()) return {{}, std::string(t.status().message())};
+    auto b = (*loader)->Next();
+    if (!b.ok()) return error(b.status());
+    if (auto t = trainer->Step(b->x, b->labels); !t.ok())
+      return {{}, std::string(t.status().message())};
     if (auto s = trainer->Finish(); !s.ok()) return {{}, std::string(s.message())};
-    run.weights.push_back(Snapshot(*model));
+    run.weights.push_back(Snapshot(**model));
   }
   if (auto s = trainer->Close(); !s.ok()) run.error = std::string(s.message());
   return run;

@@ -1,6 +1,7 @@
 // Backend: makes the ops of worker/backend/ops.h for one device, plus the few elementwise
 // helpers every model needs. onednn/ (CPU) and cudnn/ (GPU) implement it; worker/nn/ layers
-// only see this interface.
+// only see this interface. Errors are returned (ops.h), never thrown: InvalidArgument for a bad
+// spec or tensor, ResourceExhausted when memory runs out, the library's failure otherwise.
 #pragma once
 
 #include <memory>
@@ -19,33 +20,36 @@ class Backend {
   // e.g. "oneDNN 2.6.3 (cpu, 2 threads)"; printed by phub-worker and the benchmarks.
   virtual std::string Describe() const = 0;
 
-  virtual std::unique_ptr<Conv2dOp> MakeConv2d(const Conv2dSpec& spec) = 0;
-  virtual std::unique_ptr<LinearOp> MakeLinear(const LinearSpec& spec) = 0;
-  virtual std::unique_ptr<BatchNormOp> MakeBatchNorm(const BatchNormSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<Conv2dOp>> MakeConv2d(const Conv2dSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<LinearOp>> MakeLinear(const LinearSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<BatchNormOp>> MakeBatchNorm(const BatchNormSpec& spec) = 0;
   // `shape` is the shape of the tensors it will see.
-  virtual std::unique_ptr<ActivationOp> MakeActivation(ActivationKind kind, const Shape& shape) = 0;
-  virtual std::unique_ptr<PoolOp> MakePool(const PoolSpec& spec) = 0;
-  virtual std::unique_ptr<ShortcutOp> MakeShortcut(const ShortcutSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<ActivationOp>> MakeActivation(ActivationKind kind,
+                                                                 const Shape& shape) = 0;
+  virtual StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<ShortcutOp>> MakeShortcut(const ShortcutSpec& spec) = 0;
   // p in [0, 1).
-  virtual std::unique_ptr<DropoutOp> MakeDropout(const Shape& shape, float p) = 0;
-  virtual std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& spec) = 0;
-  virtual std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
+  virtual StatusOr<std::unique_ptr<DropoutOp>> MakeDropout(const Shape& shape, float p) = 0;
+  virtual StatusOr<std::unique_ptr<LrnOp>> MakeLrn(const LrnSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<SoftmaxCrossEntropyOp>> MakeSoftmaxCrossEntropy(
       const SoftmaxCrossEntropySpec& spec) = 0;
-  virtual std::unique_ptr<LstmOp> MakeLstm(const LstmSpec& spec) = 0;
-  virtual std::unique_ptr<EmbeddingOp> MakeEmbedding(const EmbeddingSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<LstmOp>> MakeLstm(const LstmSpec& spec) = 0;
+  virtual StatusOr<std::unique_ptr<EmbeddingOp>> MakeEmbedding(const EmbeddingSpec& spec) = 0;
 
   // y = a + b (y may alias a or b): residual connections.
-  virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  virtual Status Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
   // y += x: gradients of a tensor used twice.
-  virtual void Accumulate(const Tensor& x, Tensor& y) = 0;
-  // A tensor on this backend's device; copies between host and device.
-  virtual Tensor Allocate(const Shape& shape) = 0;
-  virtual void CopyFromHost(const Tensor& host, Tensor& mine) = 0;
-  virtual void CopyToHost(const Tensor& mine, Tensor& host) = 0;
+  virtual Status Accumulate(const Tensor& x, Tensor& y) = 0;
+  // A tensor on this backend's device (ResourceExhausted when it is out of memory); copies
+  // between host and device.
+  virtual StatusOr<Tensor> Allocate(const Shape& shape) = 0;
+  virtual Status CopyFromHost(const Tensor& host, Tensor& mine) = 0;
+  virtual Status CopyToHost(const Tensor& mine, Tensor& host) = 0;
   // Between two tensors of this device.
-  virtual void Copy(const Tensor& from, Tensor& to) = 0;
-  // Waits for every op issued so far (no-op on the CPU).
-  virtual void Synchronize() = 0;
+  virtual Status Copy(const Tensor& from, Tensor& to) = 0;
+  // Waits for every op issued so far (no-op on the CPU); an asynchronous failure of an earlier
+  // op may be reported here.
+  virtual Status Synchronize() = 0;
 };
 
 }  // namespace phub::worker

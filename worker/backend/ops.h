@@ -10,11 +10,16 @@
 // - Backward ops take dy and write dx (when asked: dx may be null for the first layer) and
 //   OVERWRITE the parameter gradients (accumulation across layers is the model's job).
 // - Every tensor is on the backend's device; shapes are checked once when the op is made.
+// Errors: every call returns a Status, never throws. A spec that cannot be made, or a tensor of
+// the wrong shape or device, is InvalidArgument naming the op, the argument and what it should
+// be; the library's own failures keep the library's meaning (ResourceExhausted out of memory,
+// Internal for a failed kernel, ...). A failed call leaves its outputs unspecified.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "phub/common/status.h"
 #include "worker/tensor/tensor.h"
 
 namespace phub::worker {
@@ -32,10 +37,10 @@ class Conv2dOp {
  public:
   virtual ~Conv2dOp() = default;
   // x [N,Cin,H,W], w [Cout,Cin,KH,KW], b [Cout] (ignored without bias) -> y [N,Cout,OH,OW].
-  virtual void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  virtual Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
   // dx (if non-null), dw, db (if bias).
-  virtual void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
-                        Tensor& dw, Tensor& db) = 0;
+  virtual Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                          Tensor& dw, Tensor& db) = 0;
 };
 
 struct LinearSpec {
@@ -47,9 +52,9 @@ class LinearOp {
  public:
   virtual ~LinearOp() = default;
   // x [N,In], w [Out,In], b [Out] -> y [N,Out].
-  virtual void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
-  virtual void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
-                        Tensor& dw, Tensor& db) = 0;
+  virtual Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  virtual Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                          Tensor& dw, Tensor& db) = 0;
 };
 
 // Batch normalisation over N, H, W per channel (x [N,C,H,W], or [N,C] with height = width = 1).
@@ -67,16 +72,16 @@ class BatchNormOp {
   virtual ~BatchNormOp() = default;
   // gamma, beta, running_mean, running_var: [C]. Training also fills save_mean and
   // save_var ([C], the batch's mean and biased variance) and updates the running stats.
-  virtual void ForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                               Tensor& y, Tensor& save_mean, Tensor& save_var,
-                               Tensor& running_mean, Tensor& running_var) = 0;
-  virtual void ForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                const Tensor& running_mean, const Tensor& running_var,
-                                Tensor& y) = 0;
+  virtual Status ForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 Tensor& y, Tensor& save_mean, Tensor& save_var,
+                                 Tensor& running_mean, Tensor& running_var) = 0;
+  virtual Status ForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& running_mean, const Tensor& running_var,
+                                  Tensor& y) = 0;
   // After ForwardTraining with the same x: dx, dgamma, dbeta.
-  virtual void Backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                        const Tensor& save_var, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                        Tensor& dbeta) = 0;
+  virtual Status Backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                          const Tensor& save_var, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                          Tensor& dbeta) = 0;
 };
 
 // Elementwise activation on any shape; y may be x (in place). Backward uses y, not x:
@@ -86,8 +91,8 @@ enum class ActivationKind { kRelu, kSigmoid };
 class ActivationOp {
  public:
   virtual ~ActivationOp() = default;
-  virtual void Forward(const Tensor& x, Tensor& y) = 0;
-  virtual void Backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  virtual Status Forward(const Tensor& x, Tensor& y) = 0;
+  virtual Status Backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
 };
 
 enum class PoolKind { kMax, kAverage };
@@ -105,9 +110,9 @@ struct PoolSpec {
 class PoolOp {
  public:
   virtual ~PoolOp() = default;
-  virtual void Forward(const Tensor& x, Tensor& y) = 0;
+  virtual Status Forward(const Tensor& x, Tensor& y) = 0;
   // After Forward with the same x (max pooling keeps the argmax from it).
-  virtual void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  virtual Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
 };
 
 // Across-channel local response normalisation as in AlexNet and PyTorch's LocalResponseNorm:
@@ -121,8 +126,8 @@ struct LrnSpec {
 class LrnOp {
  public:
   virtual ~LrnOp() = default;
-  virtual void Forward(const Tensor& x, Tensor& y) = 0;
-  virtual void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  virtual Status Forward(const Tensor& x, Tensor& y) = 0;
+  virtual Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
 };
 
 // Softmax over the last dimension of logits [N, K] with cross-entropy against class labels;
@@ -135,10 +140,11 @@ struct SoftmaxCrossEntropySpec {
 class SoftmaxCrossEntropyOp {
  public:
   virtual ~SoftmaxCrossEntropyOp() = default;
-  // Returns the mean loss; keeps the probabilities for Backward.
-  virtual double Forward(const Tensor& logits, const Tensor& labels) = 0;
+  // Returns the mean loss; keeps the probabilities for Backward. InvalidArgument naming a label
+  // that is not a class index in [0, classes).
+  virtual StatusOr<double> Forward(const Tensor& logits, const Tensor& labels) = 0;
   // dlogits = (softmax - onehot(labels)) / N.
-  virtual void Backward(const Tensor& labels, Tensor& dlogits) = 0;
+  virtual Status Backward(const Tensor& labels, Tensor& dlogits) = 0;
 };
 
 // Inverted dropout: in training each element is kept with probability 1 - p and scaled by
@@ -147,8 +153,8 @@ class SoftmaxCrossEntropyOp {
 class DropoutOp {
  public:
   virtual ~DropoutOp() = default;
-  virtual void Forward(const Tensor& x, Tensor& y, std::uint64_t seed) = 0;
-  virtual void Backward(const Tensor& dy, Tensor& dx) = 0;
+  virtual Status Forward(const Tensor& x, Tensor& y, std::uint64_t seed) = 0;
+  virtual Status Backward(const Tensor& dy, Tensor& dx) = 0;
 };
 
 // The parameter-free shortcut of CIFAR ResNets (He et al. 2016, option A): x subsampled by
@@ -165,8 +171,8 @@ struct ShortcutSpec {
 class ShortcutOp {
  public:
   virtual ~ShortcutOp() = default;
-  virtual void Forward(const Tensor& x, Tensor& y) = 0;
-  virtual void Backward(const Tensor& dy, Tensor& dx) = 0;
+  virtual Status Forward(const Tensor& x, Tensor& y) = 0;
+  virtual Status Backward(const Tensor& dy, Tensor& dx) = 0;
 };
 
 // One unidirectional LSTM layer over a whole sequence, PyTorch's nn.LSTM equations with gate
@@ -183,18 +189,19 @@ class LstmOp {
  public:
   virtual ~LstmOp() = default;
   // training keeps what Backward needs (the library's workspace).
-  virtual void Forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
-                       const Tensor& bias, Tensor& y, bool training) = 0;
+  virtual Status Forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
+                         const Tensor& bias, Tensor& y, bool training) = 0;
   // After Forward(training) with the same x and weights: dx (if non-null), dw_ih, dw_hh, dbias.
-  virtual void Backward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
-                        const Tensor& bias, const Tensor& y, const Tensor& dy, Tensor* dx,
-                        Tensor& dw_ih, Tensor& dw_hh, Tensor& dbias) = 0;
+  virtual Status Backward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
+                          const Tensor& bias, const Tensor& y, const Tensor& dy, Tensor* dx,
+                          Tensor& dw_ih, Tensor& dw_hh, Tensor& dbias) = 0;
 };
 
 // A lookup table: ids [count] (token indices stored as floats, on the device like every
 // input) pick rows of table [vocab, dim] -> y [count, dim]. Backward writes the dense table
 // gradient (zero, then each dy row added to its id's row): the PS exchanges it as any tensor.
-// An id outside [0, vocab) throws std::out_of_range naming it (checked on the host side).
+// An id outside [0, vocab) is InvalidArgument naming it and its position (checked on the host
+// side before anything is written).
 struct EmbeddingSpec {
   std::int64_t count = 1, vocab = 1, dim = 1;
 };
@@ -202,20 +209,23 @@ struct EmbeddingSpec {
 class EmbeddingOp {
  public:
   virtual ~EmbeddingOp() = default;
-  virtual void Forward(const Tensor& ids, const Tensor& table, Tensor& y) = 0;
-  virtual void Backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) = 0;
+  virtual Status Forward(const Tensor& ids, const Tensor& table, Tensor& y) = 0;
+  virtual Status Backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) = 0;
 };
 
-// Throw std::invalid_argument naming the bad field and its value (non-positive sizes, a kernel
-// larger than the padded input, negative padding, padding >= kernel, an even LRN size...).
-void Validate(const Conv2dSpec& spec);
-void Validate(const LinearSpec& spec);
-void Validate(const BatchNormSpec& spec);
-void Validate(const PoolSpec& spec);
-void Validate(const LrnSpec& spec);
-void Validate(const SoftmaxCrossEntropySpec& spec);
-void Validate(const ShortcutSpec& spec);
-void Validate(const LstmSpec& spec);
-void Validate(const EmbeddingSpec& spec);
+// InvalidArgument naming the bad field and its value (non-positive sizes, a kernel larger than
+// the padded input, negative padding, padding >= kernel, an even LRN size...).
+Status Validate(const Conv2dSpec& spec);
+Status Validate(const LinearSpec& spec);
+Status Validate(const BatchNormSpec& spec);
+Status Validate(const PoolSpec& spec);
+Status Validate(const LrnSpec& spec);
+Status Validate(const SoftmaxCrossEntropySpec& spec);
+Status Validate(const ShortcutSpec& spec);
+Status Validate(const LstmSpec& spec);
+Status Validate(const EmbeddingSpec& spec);
+// The elementwise ops' (activation, dropout): a non-empty shape, and p in [0, 1) for dropout.
+Status ValidateActivation(const Shape& shape);
+Status ValidateDropout(const Shape& shape, float p);
 
 }  // namespace phub::worker

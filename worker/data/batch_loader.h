@@ -5,14 +5,25 @@
 // epoch) and worker `rank` takes positions rank, rank + world, ...: equal shards, disjoint, and
 // different every epoch. The tail that does not fill a batch is dropped (every worker then runs
 // the same number of steps, which synchronous SGD needs).
+//
+// Errors never leave the background thread as exceptions: a batch it cannot make (a label that
+// is not a class, memory it cannot get) is recorded, the thread stops, and the consumer's next
+// Next returns that Status, as does every call after it (the batches made before it are
+// returned first).
+//
+// Thread-safety: one consumer thread calls Next; the loader owns its background thread and
+// joins it on destruction.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
+#include "phub/common/status.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/tensor/tensor.h"
 
@@ -27,20 +38,30 @@ struct LabeledBatch {
 class BatchLoader {
  public:
   // `dataset` must outlive the loader. shuffle = false keeps the dataset's order (evaluation).
-  // std::invalid_argument when a worker's shard holds less than one batch.
-  BatchLoader(const ImageDataset& dataset, std::int64_t batch, std::uint32_t rank,
-              std::uint32_t world, std::uint64_t seed, bool shuffle = true);
+  // InvalidArgument for a rank not below world, a batch below 1, a dataset whose images or
+  // labels do not match its count and shape, or a worker's shard that holds less than one
+  // batch. Starts the background thread.
+  static StatusOr<std::unique_ptr<BatchLoader>> Create(const ImageDataset& dataset,
+                                                       std::int64_t batch, std::uint32_t rank,
+                                                       std::uint32_t world, std::uint64_t seed,
+                                                       bool shuffle = true);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   std::int64_t batches_per_epoch() const { return per_epoch_; }
-  // The next batch (blocks only if the background thread is behind).
-  LabeledBatch Next();
+  // The next batch (blocks only if the background thread is behind), or the error that stopped
+  // the background thread.
+  StatusOr<LabeledBatch> Next();
 
  private:
-  void Produce();
-  LabeledBatch Make(const std::vector<std::int64_t>& order, std::int64_t epoch, std::int64_t step);
+  BatchLoader(const ImageDataset& dataset, std::int64_t batch, std::int64_t per_epoch,
+              std::uint32_t rank, std::uint32_t world, std::uint64_t seed, bool shuffle);
+  // The background thread's body: returns when stopped or when a batch fails (recorded in
+  // error_). Never throws.
+  void Produce() noexcept;
+  StatusOr<LabeledBatch> Make(const std::vector<std::int64_t>& order, std::int64_t epoch,
+                              std::int64_t step) const;
 
   const ImageDataset& d_;
   std::int64_t batch_, per_epoch_;
@@ -50,6 +71,7 @@ class BatchLoader {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<LabeledBatch> ready_;  // at most kAhead
+  Status error_;                    // set once by the background thread, which then ends
   bool stop_ = false;
   std::thread thread_;
 };

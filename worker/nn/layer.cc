@@ -1,43 +1,53 @@
 #include "worker/nn/layer.h"
 
-#include <stdexcept>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
 namespace phub::worker {
 
-Parameter& Layer::AddParameter(Backend& backend, const std::string& suffix, const Shape& shape) {
-  params_.push_back({absl::StrCat(name_, ".", suffix), backend.Allocate(shape),
-                     backend.Allocate(shape)});
-  FillConstant(backend, params_.back().value, 0.0f);
-  FillConstant(backend, params_.back().grad, 0.0f);
-  return params_.back();
+Status Layer::AddParameter(Backend& backend, const std::string& suffix, const Shape& shape) {
+  PHUB_ASSIGN_OR_RETURN(Tensor value, backend.Allocate(shape));
+  PHUB_ASSIGN_OR_RETURN(Tensor grad, backend.Allocate(shape));
+  PHUB_RETURN_IF_ERROR(FillConstant(backend, value, 0.0f));
+  PHUB_RETURN_IF_ERROR(FillConstant(backend, grad, 0.0f));
+  params_.push_back({absl::StrCat(name_, ".", suffix), std::move(value), std::move(grad)});
+  return absl::OkStatus();
 }
 
-void Layer::FillUniform(Backend& backend, Parameter& p, double bound, std::mt19937_64& rng) {
+Status Layer::FillUniform(Backend& backend, Parameter& p, double bound, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> dist(-bound, bound);
-  Tensor host = Tensor::Empty(p.value.shape());
+  PHUB_ASSIGN_OR_RETURN(Tensor host, Tensor::Allocate(p.value.shape()));
   for (float& v : host.span()) v = static_cast<float>(dist(rng));
-  backend.CopyFromHost(host, p.value);
+  return backend.CopyFromHost(host, p.value);
 }
 
-void Layer::FillConstant(Backend& backend, Tensor& t, float value) {
-  backend.CopyFromHost(Tensor::Filled(t.shape(), value), t);
+Status Layer::FillConstant(Backend& backend, Tensor& t, float value) {
+  PHUB_ASSIGN_OR_RETURN(Tensor host, Tensor::Allocate(t.shape()));
+  std::fill_n(host.data(), host.numel(), value);
+  return backend.CopyFromHost(host, t);
 }
 
-void Layer::Fail(const std::string& what) const {
-  throw std::invalid_argument(absl::StrCat(Kind(), " '", name_, "': ", what));
+Status Layer::Invalid(const std::string& what) const {
+  return absl::InvalidArgumentError(absl::StrCat(Kind(), " '", name_, "': ", what));
 }
 
-void Layer::ExpectInputs(std::span<const Shape> inputs, std::size_t count, int rank) const {
+Status Layer::InLayer(const Status& status, const Shape& input) const {
+  if (status.ok()) return status;
+  return Status(status.code(), absl::StrCat(Kind(), " '", name_, "': input ", input.ToString(),
+                                            ": ", status.message()));
+}
+
+Status Layer::ExpectInputs(std::span<const Shape> inputs, std::size_t count, int rank) const {
   if (inputs.size() != count) {
-    Fail(absl::StrCat("takes ", count, " input(s), got ", inputs.size()));
+    return Invalid(absl::StrCat("takes ", count, " input(s), got ", inputs.size()));
   }
   for (const Shape& s : inputs) {
     if (rank > 0 && s.rank() != rank) {
-      Fail(absl::StrCat("expects rank-", rank, " inputs, got ", s.ToString()));
+      return Invalid(absl::StrCat("expects rank-", rank, " inputs, got ", s.ToString()));
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace phub::worker

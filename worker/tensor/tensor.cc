@@ -4,10 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <new>
-#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "worker/tensor/check.h"
 
 namespace phub::worker {
 namespace {
@@ -23,13 +22,18 @@ DeviceAllocator& CudaAllocator() {
   return a;
 }
 
-std::shared_ptr<void> Allocate(std::size_t bytes, Device device) {
+StatusOr<std::shared_ptr<void>> AllocateStorage(const Shape& shape, Device device) {
+  const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sizeof(float);
   if (device == Device::kCpu) {
     // aligned_alloc wants a multiple of the alignment; never 0 so an empty tensor is defined.
     std::size_t rounded = std::max(kHostAlignment, (bytes + kHostAlignment - 1) / kHostAlignment *
                                                        kHostAlignment);
     void* p = std::aligned_alloc(kHostAlignment, rounded);
-    if (p == nullptr) throw std::bad_alloc();
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Tensor ", shape.ToString(), ": cannot allocate ", rounded,
+                       " bytes of host memory (a smaller --batch or model, or more memory)"));
+    }
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
   DeviceAllocator allocator;
@@ -38,34 +42,56 @@ std::shared_ptr<void> Allocate(std::size_t bytes, Device device) {
     allocator = CudaAllocator();
   }
   if (!allocator.allocate) {
-    throw std::logic_error("Tensor::Empty on cuda: no device allocator installed (create the "
-                           "cuDNN backend before allocating device tensors)");
+    return absl::FailedPreconditionError(
+        absl::StrCat("Tensor ", shape.ToString(),
+                     " on cuda: no device allocator installed ("
+                     "create the cuDNN backend before allocating device tensors)"));
   }
-  void* p = allocator.allocate(std::max<std::size_t>(bytes, 1));
-  return std::shared_ptr<void>(p, allocator.free);
+  StatusOr<void*> p = allocator.allocate(std::max<std::size_t>(bytes, 1));
+  if (!p.ok()) {
+    return Status(p.status().code(),
+                  absl::StrCat("Tensor ", shape.ToString(), " on cuda: ", p.status().message()));
+  }
+  return std::shared_ptr<void>(*p, allocator.free);
+}
+
+// For the helpers that have no way to report: a test's or a fixed buffer's allocation.
+Tensor OrDie(StatusOr<Tensor> t) {
+  if (!t.ok()) {
+    std::fprintf(stderr, "phub worker: %s\n", std::string(t.status().message()).c_str());
+    std::abort();
+  }
+  return *std::move(t);
 }
 
 }  // namespace
 
 const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 
-void SetDeviceAllocator(Device device, DeviceAllocator allocator) {
-  if (device != Device::kCuda) throw std::invalid_argument("SetDeviceAllocator: cuda only");
+Status SetDeviceAllocator(Device device, DeviceAllocator allocator) {
+  if (device != Device::kCuda) {
+    return absl::InvalidArgumentError("SetDeviceAllocator: only cuda tensors take one");
+  }
   std::lock_guard lock(AllocatorMutex());
   CudaAllocator() = std::move(allocator);
+  return absl::OkStatus();
 }
 
-Tensor Tensor::Empty(const Shape& shape, Device device, Layout layout) {
+StatusOr<Tensor> Tensor::Allocate(const Shape& shape, Device device, Layout layout) {
   for (std::int64_t d : shape.dims()) {
-    if (d < 0) throw std::invalid_argument("Tensor: negative dimension in " + shape.ToString());
+    if (d < 0) {
+      return absl::InvalidArgumentError("Tensor: negative dimension in " + shape.ToString());
+    }
   }
   Tensor t;
   t.shape_ = shape;
   t.device_ = device;
   t.layout_ = layout;
-  t.storage_ = Allocate(static_cast<std::size_t>(shape.numel()) * sizeof(float), device);
+  PHUB_ASSIGN_OR_RETURN(t.storage_, AllocateStorage(shape, device));
   return t;
 }
+
+Tensor Tensor::Empty(const Shape& shape) { return OrDie(Allocate(shape)); }
 
 Tensor Tensor::Zeros(const Shape& shape) { return Filled(shape, 0.0f); }
 
@@ -76,30 +102,28 @@ Tensor Tensor::Filled(const Shape& shape, float value) {
 }
 
 std::span<float> Tensor::span() {
-  if (device_ != Device::kCpu) throw std::logic_error("Tensor::span on a device tensor");
+  PHUB_WORKER_CHECK(device_ == Device::kCpu, "Tensor::span on a device tensor " + ToString());
   return {data(), static_cast<std::size_t>(numel())};
 }
 
 std::span<const float> Tensor::span() const {
-  if (device_ != Device::kCpu) throw std::logic_error("Tensor::span on a device tensor");
+  PHUB_WORKER_CHECK(device_ == Device::kCpu, "Tensor::span on a device tensor " + ToString());
   return {data(), static_cast<std::size_t>(numel())};
 }
 
 Tensor Tensor::Reshaped(const Shape& shape) const {
-  if (shape.numel() != numel()) {
-    throw std::invalid_argument(absl::StrCat("Tensor::Reshaped: ", shape_.ToString(), " has ",
-                                             numel(), " elements, ", shape.ToString(), " has ",
-                                             shape.numel()));
-  }
+  PHUB_WORKER_CHECK(shape.numel() == numel(),
+                    absl::StrCat("Tensor::Reshaped: ", shape_.ToString(), " has ", numel(),
+                                 " elements, ", shape.ToString(), " has ", shape.numel()));
   Tensor t = *this;
   t.shape_ = shape;
   return t;
 }
 
 Tensor Tensor::Clone() const {
-  if (device_ != Device::kCpu) throw std::logic_error("Tensor::Clone of a device tensor: copy "
-                                                      "it through its backend");
-  Tensor t = Empty(shape_, device_, layout_);
+  PHUB_WORKER_CHECK(device_ == Device::kCpu,
+                    "Tensor::Clone of a device tensor: copy it through its backend");
+  Tensor t = OrDie(Allocate(shape_, device_, layout_));
   if (numel() > 0) std::memcpy(t.data(), data(), bytes());
   return t;
 }

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "phub/common/status.h"
 #include "worker/tensor/shape.h"
 
 namespace phub::worker {
@@ -25,21 +26,28 @@ enum class Layout { kNCHW, kNHWC };
 const char* DeviceName(Device device);
 
 // Device memory for tensors: the CUDA backend installs one (worker/backend/cudnn); host memory
-// needs none.
+// needs none. `allocate` returns ResourceExhausted when the device is out of memory (any other
+// error as what it is); it never throws. `free` must not fail and must not throw.
 struct DeviceAllocator {
-  std::function<void*(std::size_t bytes)> allocate;  // throws std::bad_alloc when out of memory
+  std::function<StatusOr<void*>(std::size_t bytes)> allocate;
   std::function<void(void*)> free;
 };
-void SetDeviceAllocator(Device device, DeviceAllocator allocator);
+// InvalidArgument for Device::kCpu (host memory has its own allocator). Thread-safe.
+Status SetDeviceAllocator(Device device, DeviceAllocator allocator);
 
 class Tensor {
  public:
   Tensor() = default;  // empty: no storage, rank 0, numel 0
 
-  // Uninitialised storage for `shape`.
-  static Tensor Empty(const Shape& shape, Device device = Device::kCpu,
-                      Layout layout = Layout::kNCHW);
-  // Host only.
+  // Uninitialised storage for `shape` on `device`: InvalidArgument for a negative dimension,
+  // ResourceExhausted when the host or the device is out of memory, FailedPrecondition for a
+  // device tensor before a device backend installed its allocator.
+  static StatusOr<Tensor> Allocate(const Shape& shape, Device device = Device::kCpu,
+                                   Layout layout = Layout::kNCHW);
+  // Host tensors for tests and small fixed buffers: Allocate, and abort with its message if it
+  // fails. Code that can report an allocation failure uses Allocate (every caller in worker/
+  // does).
+  static Tensor Empty(const Shape& shape);
   static Tensor Zeros(const Shape& shape);
   static Tensor Filled(const Shape& shape, float value);
 
@@ -52,13 +60,15 @@ class Tensor {
 
   float* data() { return static_cast<float*>(storage_.get()); }
   const float* data() const { return static_cast<const float*>(storage_.get()); }
-  // Host tensors only (checked).
+  // REQUIRES: a host tensor (checked: aborts otherwise, a bug in the caller).
   std::span<float> span();
   std::span<const float> span() const;
 
-  // The same storage seen with another shape of the same numel (checked).
+  // The same storage seen with another shape. REQUIRES: the same numel (checked: aborts
+  // otherwise; layers reshape only tensors whose shapes the model has already checked).
   Tensor Reshaped(const Shape& shape) const;
-  // A host tensor with a copy of the bytes.
+  // A host tensor with a copy of the bytes, for tests. REQUIRES: a host tensor (checked); aborts
+  // if the copy cannot be allocated, as Empty does.
   Tensor Clone() const;
   // "[64, 3, 224, 224] cpu".
   std::string ToString() const;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "phub/common/status.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/nn/model.h"
 
@@ -16,6 +17,8 @@ struct Accuracy {
   double fraction() const { return examples > 0 ? static_cast<double>(correct) / examples : 0; }
 };
 
-Accuracy Evaluate(Model& model, Backend& backend, const data::ImageDataset& dataset);
+// The model's, the backend's or an allocation's error, if any; InvalidArgument if the dataset's
+// images are not the model's input.
+StatusOr<Accuracy> Evaluate(Model& model, Backend& backend, const data::ImageDataset& dataset);
 
 }  // namespace phub::worker

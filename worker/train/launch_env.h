@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "phub/common/status.h"
+
 namespace phub::worker {
 
 struct LaunchRank {
@@ -14,8 +16,8 @@ struct LaunchRank {
   std::string source;  // "OMPI_COMM_WORLD_*", ...
 };
 
-// nullopt when no launcher variables are set; std::invalid_argument naming the variable when
-// one is set but not a valid number (or the rank is not below the size).
-std::optional<LaunchRank> RankFromEnvironment();
+// nullopt when no launcher variables are set; InvalidArgument naming the variable when one is
+// set but not a valid number (or the rank is not below the size).
+StatusOr<std::optional<LaunchRank>> RankFromEnvironment();
 
 }  // namespace phub::worker

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "phub/common/status.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "worker/nn/layer.h"
 
@@ -15,15 +17,21 @@ namespace phub::worker {
 
 class LocalOptimizer {
  public:
-  // Validates the config (std::invalid_argument with phub::kernels::Validate's message).
-  // `backend` is the one the parameters live on.
-  LocalOptimizer(std::vector<Parameter*> params, const kernels::OptimizerConfig& config,
-                 Backend& backend);
-  // One step from every parameter's current gradient.
-  void Step();
+  // Validates the config (InvalidArgument with phub::kernels::Validate's message) and copies
+  // device parameters' weights to their host mirrors. `backend` is the one the parameters live
+  // on; it and the parameters must outlive the optimizer.
+  static StatusOr<std::unique_ptr<LocalOptimizer>> Create(std::vector<Parameter*> params,
+                                                          const kernels::OptimizerConfig& config,
+                                                          Backend& backend);
+  // One step from every parameter's current gradient (the backend's copy errors, if any).
+  Status Step();
   std::uint64_t steps() const { return step_; }
 
  private:
+  LocalOptimizer(std::vector<Parameter*> params, const kernels::OptimizerConfig& config,
+                 Backend& backend)
+      : params_(std::move(params)), config_(config), backend_(backend) {}
+
   std::vector<Parameter*> params_;
   kernels::OptimizerConfig config_;
   Backend& backend_;

@@ -4,8 +4,11 @@
 
 namespace phub::worker {
 
-Batch MakeSyntheticBatch(const Model& model) {
-  return {Tensor::Empty(model.input_shape()), Tensor::Empty({model.output_shape()[0]})};
+StatusOr<Batch> MakeSyntheticBatch(const Model& model) {
+  Batch b;
+  PHUB_ASSIGN_OR_RETURN(b.x, Tensor::Allocate(model.input_shape()));
+  PHUB_ASSIGN_OR_RETURN(b.labels, Tensor::Allocate({model.output_shape()[0]}));
+  return b;
 }
 
 void FillSynthetic(const Model& model, Batch& batch, std::uint64_t seed) {

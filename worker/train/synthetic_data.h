@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "phub/common/status.h"
 #include "worker/nn/model.h"
 #include "worker/tensor/tensor.h"
 
@@ -15,7 +16,9 @@ struct Batch {
   Tensor x, labels;
 };
 
-Batch MakeSyntheticBatch(const Model& model);  // storage only; fill it with FillSynthetic
+// Storage only (ResourceExhausted if it cannot be had); fill it with FillSynthetic.
+StatusOr<Batch> MakeSyntheticBatch(const Model& model);
+// REQUIRES: `batch` is MakeSyntheticBatch(model)'s.
 void FillSynthetic(const Model& model, Batch& batch, std::uint64_t seed);
 
 }  // namespace phub::worker

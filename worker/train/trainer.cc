@@ -43,9 +43,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::WithExchange(
   for (Parameter* p : t->params_) {
     if (device) {
       // Rank 0's initial weights go out from the mirror, so it starts as a copy.
-      t->host_weights_.push_back(Tensor::Empty(p->value.shape()));
-      t->host_grads_.push_back(Tensor::Empty(p->value.shape()));
-      backend.CopyToHost(p->value, t->host_weights_.back());
+      PHUB_ASSIGN_OR_RETURN(Tensor host_weights, Tensor::Allocate(p->value.shape()));
+      PHUB_ASSIGN_OR_RETURN(Tensor host_grads, Tensor::Allocate(p->value.shape()));
+      PHUB_RETURN_IF_ERROR(backend.CopyToHost(p->value, host_weights));
+      t->host_weights_.push_back(std::move(host_weights));
+      t->host_grads_.push_back(std::move(host_grads));
       weights.push_back(t->host_weights_.back().span());
     } else {
       weights.push_back(p->value.span());
@@ -63,10 +65,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::WithExchange(
   return t;
 }
 
-std::unique_ptr<Trainer> Trainer::Local(Model& model, Backend& backend,
-                                        const kernels::OptimizerConfig& optimizer) {
+StatusOr<std::unique_ptr<Trainer>> Trainer::Local(Model& model, Backend& backend,
+                                                  const kernels::OptimizerConfig& optimizer) {
   std::unique_ptr<Trainer> t(new Trainer(model, backend));
-  t->local_ = std::make_unique<LocalOptimizer>(t->params_, optimizer, backend);
+  PHUB_ASSIGN_OR_RETURN(t->local_, LocalOptimizer::Create(t->params_, optimizer, backend));
   t->mode_ = "local";
   return t;
 }
@@ -76,7 +78,7 @@ Status Trainer::Init() {
   PHUB_RETURN_IF_ERROR(exchange_->Init());
   if (!host_weights_.empty()) {
     for (std::size_t t = 0; t < params_.size(); ++t) {
-      backend_.CopyFromHost(host_weights_[t], params_[t]->value);
+      PHUB_RETURN_IF_ERROR(backend_.CopyFromHost(host_weights_[t], params_[t]->value));
     }
   }
   return absl::OkStatus();
@@ -87,7 +89,9 @@ Status Trainer::WaitLayer(Layer& layer, double& blocked_ms) {
   for (Parameter& p : layer.parameters()) {
     const std::uint32_t t = index_.at(&p);
     PHUB_RETURN_IF_ERROR(exchange_->Wait(t));
-    if (!host_weights_.empty()) backend_.CopyFromHost(host_weights_[t], p.value);
+    if (!host_weights_.empty()) {
+      PHUB_RETURN_IF_ERROR(backend_.CopyFromHost(host_weights_[t], p.value));
+    }
   }
   blocked_ms += MsSince(start);
   return absl::OkStatus();
@@ -97,7 +101,7 @@ Status Trainer::PushLayer(Layer& layer) {
   for (Parameter& p : layer.parameters()) {
     const std::uint32_t t = index_.at(&p);
     if (!host_grads_.empty()) {
-      backend_.CopyToHost(p.grad, host_grads_[t]);
+      PHUB_RETURN_IF_ERROR(backend_.CopyToHost(p.grad, host_grads_[t]));
       PHUB_RETURN_IF_ERROR(exchange_->Push(t, host_grads_[t].span()));
     } else {
       PHUB_RETURN_IF_ERROR(exchange_->Push(t, p.grad.span()));
@@ -109,30 +113,30 @@ Status Trainer::PushLayer(Layer& layer) {
 StatusOr<StepTimes> Trainer::Step(const Tensor& x, const Tensor& labels) {
   StepTimes times;
   const auto start = Clock::now();
-  Status failed = absl::OkStatus();
-  // Layer callbacks cannot return a Status: the first error is kept and the rest skipped.
-  auto wait = [&](Layer& layer) {
-    if (failed.ok() && pending_) failed = WaitLayer(layer, times.blocked_ms);
-  };
-  model_.Forward(x, true, exchange_ && overlap_ ? std::function<void(Layer&)>(wait) : nullptr);
-  PHUB_RETURN_IF_ERROR(failed);
-  times.loss = model_.Loss(labels);
+  Model::LayerHook wait;
+  if (exchange_ && overlap_) {
+    wait = [&](Layer& layer) {
+      return pending_ ? WaitLayer(layer, times.blocked_ms) : absl::OkStatus();
+    };
+  }
+  PHUB_RETURN_IF_ERROR(model_.Forward(x, true, wait).status());
+  PHUB_ASSIGN_OR_RETURN(times.loss, model_.Loss(labels));
   if (!exchange_) {
-    model_.Backward(labels);
-    local_->Step();
+    PHUB_RETURN_IF_ERROR(model_.Backward(labels));
+    PHUB_RETURN_IF_ERROR(local_->Step());
   } else if (overlap_) {
-    model_.Backward(labels, [&](Layer& layer) {
-      if (failed.ok()) failed = PushLayer(layer);
-    });
-    PHUB_RETURN_IF_ERROR(failed);
+    PHUB_RETURN_IF_ERROR(model_.Backward(labels, [&](Layer& layer) { return PushLayer(layer); }));
     pending_ = true;
   } else {
     std::vector<Layer*> order;  // backward order, as overlap would push
-    model_.Backward(labels, [&](Layer& layer) { order.push_back(&layer); });
+    PHUB_RETURN_IF_ERROR(model_.Backward(labels, [&](Layer& layer) {
+      order.push_back(&layer);
+      return absl::OkStatus();
+    }));
     for (Layer* layer : order) PHUB_RETURN_IF_ERROR(PushLayer(*layer));
     for (Layer* layer : order) PHUB_RETURN_IF_ERROR(WaitLayer(*layer, times.blocked_ms));
   }
-  backend_.Synchronize();
+  PHUB_RETURN_IF_ERROR(backend_.Synchronize());
   times.total_ms = MsSince(start);
   return times;
 }
@@ -142,7 +146,7 @@ Status Trainer::Finish() {
   PHUB_RETURN_IF_ERROR(exchange_->WaitAll());
   if (!host_weights_.empty()) {
     for (std::size_t t = 0; t < params_.size(); ++t) {
-      backend_.CopyFromHost(host_weights_[t], params_[t]->value);
+      PHUB_RETURN_IF_ERROR(backend_.CopyFromHost(host_weights_[t], params_[t]->value));
     }
   }
   pending_ = false;

@@ -12,6 +12,10 @@
 // those are the parameters themselves (zero copy: the PS's answer lands in the weights the
 // next forward reads). On a GPU every parameter has a host mirror of its gradient and weights,
 // copied down after its layer's backward and up after its Wait.
+//
+// Errors: every call returns the first failure of the model, the backend or the exchange as a
+// Status; a failed Step leaves the model and the exchange in an unspecified state (close it).
+// REQUIRES: one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -48,9 +52,9 @@ class Trainer {
       const std::function<StatusOr<std::unique_ptr<exchange::GradientExchange>>(
           std::vector<keys::TensorSpec>, std::vector<std::span<float>>)>& connect,
       bool overlap);
-  // Alone: the optimizer runs here.
-  static std::unique_ptr<Trainer> Local(Model& model, Backend& backend,
-                                        const kernels::OptimizerConfig& optimizer);
+  // Alone: the optimizer runs here (InvalidArgument for a bad optimizer config).
+  static StatusOr<std::unique_ptr<Trainer>> Local(Model& model, Backend& backend,
+                                                  const kernels::OptimizerConfig& optimizer);
   ~Trainer();
 
   // Every worker starts from the same weights (rank 0's, or the PS's).

@@ -12,29 +12,37 @@ namespace {
 class Activation final : public ActivationOp {
  public:
   Activation(Context& ctx, ActivationKind kind, const Shape& shape)
-      : ctx_(ctx), kind_(kind), n_(shape.numel()) {
-    SetNchw(desc_, "activation", 1, 1, 1, n_);
-    PHUB_CUDNN_CHECK(cudnnSetActivationDescriptor(
-        act_, kind == ActivationKind::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_SIGMOID,
+      : ctx_(ctx), kind_(kind), n_(shape.numel()) {}
+
+  Status Init() {
+    PHUB_RETURN_IF_ERROR(SetNchw(desc_, "activation", 1, 1, 1, n_));
+    PHUB_RETURN_IF_ERROR(act_.Init());
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnSetActivationDescriptor(
+        act_, kind_ == ActivationKind::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_SIGMOID,
         CUDNN_PROPAGATE_NAN, 0.0));
+    return absl::OkStatus();
   }
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("activation forward", "x", x, n_);
-    Check("activation forward", "y", y, n_);
-    PHUB_CUDNN_CHECK(cudnnActivationForward(ctx_.cudnn(), act_, &kOne, desc_, x.data(), &kZero,
-                                            desc_, y.data()));
+  Status Forward(const Tensor& x, Tensor& y) override {
+    PHUB_RETURN_IF_ERROR(Check("activation forward", "x", x, n_));
+    PHUB_RETURN_IF_ERROR(Check("activation forward", "y", y, n_));
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnActivationForward(ctx_.cudnn(), act_, &kOne, desc_, x.data(),
+                                                      &kZero, desc_, y.data()));
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    Check("activation backward", "y", y, n_);
-    Check("activation backward", "dy", dy, n_);
-    Check("activation backward", "dx", dx, n_);
+  Status Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    PHUB_RETURN_IF_ERROR(Check("activation backward", "y", y, n_));
+    PHUB_RETURN_IF_ERROR(Check("activation backward", "dy", dy, n_));
+    PHUB_RETURN_IF_ERROR(Check("activation backward", "dx", dx, n_));
     if (kind_ == ActivationKind::kRelu) {
-      PHUB_CUDA_CHECK(LaunchReluBackward(y.data(), dy.data(), dx.data(), n_, ctx_.stream()));
+      PHUB_RETURN_IF_CUDA_ERROR(
+          LaunchReluBackward(y.data(), dy.data(), dx.data(), n_, ctx_.stream()));
     } else {
-      PHUB_CUDA_CHECK(LaunchSigmoidBackward(y.data(), dy.data(), dx.data(), n_, ctx_.stream()));
+      PHUB_RETURN_IF_CUDA_ERROR(
+          LaunchSigmoidBackward(y.data(), dy.data(), dx.data(), n_, ctx_.stream()));
     }
+    return absl::OkStatus();
   }
 
  private:
@@ -47,10 +55,12 @@ class Activation final : public ActivationOp {
 
 }  // namespace
 
-std::unique_ptr<ActivationOp> MakeActivation(Context& ctx, ActivationKind kind,
-                                             const Shape& shape) {
-  if (shape.numel() < 1) throw std::invalid_argument("activation: empty shape " + shape.ToString());
-  return std::make_unique<Activation>(ctx, kind, shape);
+StatusOr<std::unique_ptr<ActivationOp>> MakeActivation(Context& ctx, ActivationKind kind,
+                                                       const Shape& shape) {
+  PHUB_RETURN_IF_ERROR(ValidateActivation(shape));
+  auto op = std::make_unique<Activation>(ctx, kind, shape);
+  PHUB_RETURN_IF_ERROR(op->Init());
+  return op;
 }
 
 }  // namespace phub::worker::cudnn

@@ -13,91 +13,103 @@ namespace {
 class BatchNorm final : public BatchNormOp {
  public:
   BatchNorm(Context& ctx, const BatchNormSpec& s)
-      : ctx_(ctx), s_(s), inv_std_(sizeof(float) * static_cast<std::size_t>(s.channels)) {
-    SetNchw(x_desc_, "BatchNorm", s.batch, s.channels, s.height, s.width);
-    PHUB_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(c_desc_, x_desc_, CUDNN_BATCHNORM_SPATIAL));
-    x_ = s.batch * s.channels * s.height * s.width;
+      : ctx_(ctx), s_(s), x_(s.batch * s.channels * s.height * s.width) {}
+
+  Status Init() {
+    PHUB_ASSIGN_OR_RETURN(
+        inv_std_, DeviceMemory::Allocate(sizeof(float) * static_cast<std::size_t>(s_.channels)));
+    PHUB_RETURN_IF_ERROR(SetNchw(x_desc_, "BatchNorm", s_.batch, s_.channels, s_.height, s_.width));
+    PHUB_RETURN_IF_ERROR(c_desc_.Init());
+    PHUB_RETURN_IF_CUDNN_ERROR(
+        cudnnDeriveBNTensorDescriptor(c_desc_, x_desc_, CUDNN_BATCHNORM_SPATIAL));
+    return absl::OkStatus();
   }
 
-  void ForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
-                       Tensor& save_mean, Tensor& save_var, Tensor& running_mean,
-                       Tensor& running_var) override {
+  Status ForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                         Tensor& save_mean, Tensor& save_var, Tensor& running_mean,
+                         Tensor& running_var) override {
     const char* op = "BatchNorm forward (training)";
-    Check(op, "x", x, x_);
-    Check(op, "y", y, x_);
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
     for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
                            {"beta", &beta},
                            {"save_mean", &save_mean},
                            {"save_var", &save_var},
                            {"running_mean", &running_mean},
                            {"running_var", &running_var}}) {
-      Check(op, name, *t, s_.channels);
+      PHUB_RETURN_IF_ERROR(Check(op, name, *t, s_.channels));
     }
     // Null running stats: cuDNN leaves them alone (BatchNormStats updates them below).
-    PHUB_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnBatchNormalizationForwardTraining(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_, x.data(), x_desc_, y.data(),
         c_desc_, gamma.data(), beta.data(), /*exponentialAverageFactor=*/0.0,
         /*resultRunningMean=*/nullptr, /*resultRunningVariance=*/nullptr, s_.eps, save_mean.data(),
         inv_std_.get()));
     const double m = static_cast<double>(s_.batch * s_.height * s_.width);
     const float unbias = m > 1 ? static_cast<float>(m / (m - 1)) : 1.0f;
-    PHUB_CUDA_CHECK(LaunchBatchNormStats(inv_std_.as<float>(), save_mean.data(), save_var.data(),
-                                         running_mean.data(), running_var.data(), s_.channels,
-                                         s_.eps, s_.momentum, unbias, ctx_.stream()));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchBatchNormStats(
+        inv_std_.as<float>(), save_mean.data(), save_var.data(), running_mean.data(),
+        running_var.data(), s_.channels, s_.eps, s_.momentum, unbias, ctx_.stream()));
+    return absl::OkStatus();
   }
 
-  void ForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                        const Tensor& running_mean, const Tensor& running_var, Tensor& y) override {
+  Status ForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                          const Tensor& running_mean, const Tensor& running_var,
+                          Tensor& y) override {
     const char* op = "BatchNorm forward (inference)";
-    Check(op, "x", x, x_);
-    Check(op, "y", y, x_);
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
     for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
                            {"beta", &beta},
                            {"running_mean", &running_mean},
                            {"running_var", &running_var}}) {
-      Check(op, name, *t, s_.channels);
+      PHUB_RETURN_IF_ERROR(Check(op, name, *t, s_.channels));
     }
-    PHUB_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnBatchNormalizationForwardInference(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_, x.data(), x_desc_, y.data(),
         c_desc_, gamma.data(), beta.data(), running_mean.data(), running_var.data(), s_.eps));
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                const Tensor& save_var, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                Tensor& dbeta) override {
+  Status Backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                  const Tensor& save_var, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                  Tensor& dbeta) override {
     const char* op = "BatchNorm backward";
-    Check(op, "x", x, x_);
-    Check(op, "dy", dy, x_);
-    Check(op, "dx", dx, x_);
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, x_));
     for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
                            {"save_mean", &save_mean},
                            {"save_var", &save_var},
                            {"dgamma", &dgamma},
                            {"dbeta", &dbeta}}) {
-      Check(op, name, *t, s_.channels);
+      PHUB_RETURN_IF_ERROR(Check(op, name, *t, s_.channels));
     }
-    PHUB_CUDA_CHECK(LaunchInverseStd(save_var.data(), inv_std_.as<float>(), s_.channels, s_.eps,
-                                     ctx_.stream()));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchInverseStd(save_var.data(), inv_std_.as<float>(), s_.channels,
+                                               s_.eps, ctx_.stream()));
     // alpha/beta pairs for dx and for dgamma, dbeta: overwrite both (ops.h).
-    PHUB_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnBatchNormalizationBackward(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_, x.data(),
         x_desc_, dy.data(), x_desc_, dx.data(), c_desc_, gamma.data(), dgamma.data(), dbeta.data(),
         s_.eps, save_mean.data(), inv_std_.get()));
+    return absl::OkStatus();
   }
 
  private:
   Context& ctx_;
   BatchNormSpec s_;
+  std::int64_t x_;
   TensorDesc x_desc_, c_desc_;  // [N, C, H, W] and cuDNN's [1, C, 1, 1]
   DeviceMemory inv_std_;        // [C]: cuDNN's saved 1/sqrt(var + eps)
-  std::int64_t x_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<BatchNormOp> MakeBatchNorm(Context& ctx, const BatchNormSpec& spec) {
-  Validate(spec);
-  return std::make_unique<BatchNorm>(ctx, spec);
+StatusOr<std::unique_ptr<BatchNormOp>> MakeBatchNorm(Context& ctx, const BatchNormSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  auto op = std::make_unique<BatchNorm>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(op->Init());
+  return op;
 }
 
 }  // namespace phub::worker::cudnn

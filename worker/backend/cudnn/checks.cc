@@ -1,29 +1,40 @@
 #include "worker/backend/cudnn/checks.h"
 
-#include <stdexcept>
-
 #include "absl/strings/str_cat.h"
 #include "phub/common/cuda_error_text.h"
 
 namespace phub::worker::cudnn {
+namespace {
 
-std::string CudaErrorMessage(cudaError_t error, const char* call, const char* file, int line) {
-  std::string hint;
+constexpr const char* kOutOfMemory =
+    ": out of GPU memory (a smaller batch, or nvidia-smi shows who holds it)";
+constexpr const char* kGpuFailed =
+    ": the GPU or the library failed; check nvidia-smi and dmesg (Xid errors) and restart the "
+    "process";
+
+bool IsNoGpu(cudaError_t error) {
   switch (error) {
-    case cudaErrorMemoryAllocation:
-      hint = ": out of GPU memory (a smaller batch, or nvidia-smi shows who holds it)";
-      break;
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
     case cudaErrorStubLibrary:
     case cudaErrorDevicesUnavailable:
     case cudaErrorInvalidDevice:
-      hint = absl::StrCat(": no usable GPU; check nvidia-smi, the driver (it must support CUDA ",
-                          CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10,
-                          ") and CUDA_VISIBLE_DEVICES", kCudaUnderAsanHint);
-      break;
+      return true;
     default:
-      break;
+      return false;
+  }
+}
+
+}  // namespace
+
+std::string CudaErrorMessage(cudaError_t error, const char* call, const char* file, int line) {
+  std::string hint;
+  if (error == cudaErrorMemoryAllocation) {
+    hint = kOutOfMemory;
+  } else if (IsNoGpu(error)) {
+    hint = absl::StrCat(": no usable GPU; check nvidia-smi, the driver (it must support CUDA ",
+                        CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10,
+                        ") and CUDA_VISIBLE_DEVICES", kCudaUnderAsanHint);
   }
   return absl::StrCat(call, " failed at ", RepoRelativePath(file), ":", line, ": ",
                       cudaGetErrorName(error), " (", cudaGetErrorString(error), ")", hint);
@@ -45,17 +56,61 @@ std::string CublasErrorMessage(cublasStatus_t status, const char* call, const ch
                       cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
 }
 
-void ThrowCudaError(cudaError_t error, const char* call, const char* file, int line) {
+Status CudaError(cudaError_t error, const char* call, const char* file, int line) {
   (void)cudaGetLastError();
-  throw std::runtime_error(CudaErrorMessage(error, call, file, line));
+  std::string what = CudaErrorMessage(error, call, file, line);
+  if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(what);
+  if (IsNoGpu(error)) return absl::FailedPreconditionError(what);
+  return absl::InternalError(absl::StrCat(what, kGpuFailed));
 }
 
-void ThrowCudnnError(cudnnStatus_t status, const char* call, const char* file, int line) {
-  throw std::runtime_error(CudnnErrorMessage(status, call, file, line));
+Status CudnnError(cudnnStatus_t status, const char* call, const char* file, int line) {
+  std::string what = CudnnErrorMessage(status, call, file, line);
+  switch (status) {
+    case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED:
+    case CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED:
+      return absl::ResourceExhaustedError(absl::StrCat(what, kOutOfMemory));
+    default:
+      break;
+  }
+  switch (CUDNN_STATUS_CATEGORY(status)) {
+    case 1000:  // CUDNN_STATUS_NOT_INITIALIZED, SUBLIBRARY_*...: the library could not start
+      return absl::FailedPreconditionError(
+          absl::StrCat(what,
+                       ": cuDNN cannot run here; check that its libraries match the headers it was "
+                       "built with (cudnnGetVersion) and nvidia-smi"));
+    case CUDNN_STATUS_BAD_PARAM:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": cuDNN refused a parameter (a size it cannot take?)"));
+    case CUDNN_STATUS_NOT_SUPPORTED:
+      return absl::UnimplementedError(
+          absl::StrCat(what,
+                       ": this cuDNN does not support that configuration on this GPU; try other "
+                       "sizes, or --backend onednn"));
+    default:
+      return absl::InternalError(absl::StrCat(what, kGpuFailed));
+  }
 }
 
-void ThrowCublasError(cublasStatus_t status, const char* call, const char* file, int line) {
-  throw std::runtime_error(CublasErrorMessage(status, call, file, line));
+Status CublasError(cublasStatus_t status, const char* call, const char* file, int line) {
+  std::string what = CublasErrorMessage(status, call, file, line);
+  switch (status) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return absl::ResourceExhaustedError(absl::StrCat(what, kOutOfMemory));
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": cuBLAS cannot run here; check the CUDA install and nvidia-smi"));
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": cuBLAS refused a parameter (a size it cannot take?)"));
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return absl::UnimplementedError(
+          absl::StrCat(what, ": not supported on this GPU; try --backend onednn"));
+    default:
+      return absl::InternalError(absl::StrCat(what, kGpuFailed));
+  }
 }
 
 }  // namespace phub::worker::cudnn

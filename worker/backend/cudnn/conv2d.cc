@@ -13,60 +13,70 @@ namespace {
 
 class Conv2d final : public Conv2dOp {
  public:
-  Conv2d(Context& ctx, const Conv2dSpec& s)
-      : ctx_(ctx), s_(s), d_(s, ctx.math_type()), algos_(FindConvAlgorithms(ctx, s)) {
-    SetConvolution(fwd_conv_, s, algos_.forward.math);
-    SetConvolution(data_conv_, s, algos_.backward_data.math);
-    SetConvolution(filter_conv_, s, algos_.backward_filter.math);
-    SetNchw(b_, "Conv2d", 1, s.out_channels, 1, 1);
-    workspace_ = std::max({algos_.forward.workspace, algos_.backward_data.workspace,
-                           algos_.backward_filter.workspace});
-    ctx.Workspace(workspace_);
+  Conv2d(Context& ctx, const Conv2dSpec& s) : ctx_(ctx), s_(s) {
     x_ = s.batch * s.in_channels * s.height * s.width;
     w_ = s.out_channels * s.in_channels * s.kernel_h * s.kernel_w;
     y_ = s.batch * s.out_channels * s.out_height() * s.out_width();
   }
 
-  void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+  // The descriptors, the algorithms (measured once per shape) and the workspace they need.
+  Status Init() {
+    PHUB_RETURN_IF_ERROR(d_.Init(s_, ctx_.math_type()));
+    PHUB_ASSIGN_OR_RETURN(algos_, FindConvAlgorithms(ctx_, s_));
+    PHUB_RETURN_IF_ERROR(SetConvolution(fwd_conv_, s_, algos_.forward.math));
+    PHUB_RETURN_IF_ERROR(SetConvolution(data_conv_, s_, algos_.backward_data.math));
+    PHUB_RETURN_IF_ERROR(SetConvolution(filter_conv_, s_, algos_.backward_filter.math));
+    PHUB_RETURN_IF_ERROR(SetNchw(b_, "Conv2d", 1, s_.out_channels, 1, 1));
+    workspace_ = std::max({algos_.forward.workspace, algos_.backward_data.workspace,
+                           algos_.backward_filter.workspace});
+    return ctx_.Workspace(workspace_).status();
+  }
+
+  Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
     const char* op = "Conv2d forward";
-    Check(op, "x", x, x_);
-    Check(op, "w", w, w_);
-    Check(op, "y", y, y_);
-    if (s_.bias) Check(op, "b", b, s_.out_channels);
-    void* ws = ctx_.Workspace(workspace_);
-    PHUB_CUDNN_CHECK(
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, s_.out_channels));
+    PHUB_ASSIGN_OR_RETURN(void* ws, ctx_.Workspace(workspace_));
+    PHUB_RETURN_IF_CUDNN_ERROR(
         cudnnConvolutionForward(ctx_.cudnn(), &kOne, d_.x, x.data(), d_.w, w.data(), fwd_conv_,
                                 static_cast<cudnnConvolutionFwdAlgo_t>(algos_.forward.algo), ws,
                                 workspace_, &kZero, d_.y, y.data()));
     if (s_.bias) {
-      PHUB_CUDNN_CHECK(cudnnAddTensor(ctx_.cudnn(), &kOne, b_, b.data(), &kOne, d_.y, y.data()));
+      PHUB_RETURN_IF_CUDNN_ERROR(
+          cudnnAddTensor(ctx_.cudnn(), &kOne, b_, b.data(), &kOne, d_.y, y.data()));
     }
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                Tensor& db) override {
+  Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                  Tensor& db) override {
     const char* op = "Conv2d backward";
-    Check(op, "x", x, x_);
-    Check(op, "dy", dy, y_);
-    Check(op, "dw", dw, w_);
-    if (s_.bias) Check(op, "db", db, s_.out_channels);
-    void* ws = ctx_.Workspace(workspace_);
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, w_));
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, s_.out_channels));
     if (dx != nullptr) {
-      Check(op, "w", w, w_);
-      Check(op, "dx", *dx, x_);
-      PHUB_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
+      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
+    }
+    PHUB_ASSIGN_OR_RETURN(void* ws, ctx_.Workspace(workspace_));
+    if (dx != nullptr) {
+      PHUB_RETURN_IF_CUDNN_ERROR(cudnnConvolutionBackwardData(
           ctx_.cudnn(), &kOne, d_.w, w.data(), d_.y, dy.data(), data_conv_,
           static_cast<cudnnConvolutionBwdDataAlgo_t>(algos_.backward_data.algo), ws, workspace_,
           &kZero, d_.x, dx->data()));
     }
-    PHUB_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnConvolutionBackwardFilter(
         ctx_.cudnn(), &kOne, d_.x, x.data(), d_.y, dy.data(), filter_conv_,
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(algos_.backward_filter.algo), ws, workspace_,
         &kZero, d_.w, dw.data()));
     if (s_.bias) {
-      PHUB_CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx_.cudnn(), &kOne, d_.y, dy.data(), &kZero,
-                                                    b_, db.data()));
+      PHUB_RETURN_IF_CUDNN_ERROR(cudnnConvolutionBackwardBias(ctx_.cudnn(), &kOne, d_.y, dy.data(),
+                                                              &kZero, b_, db.data()));
     }
+    return absl::OkStatus();
   }
 
  private:
@@ -82,9 +92,11 @@ class Conv2d final : public Conv2dOp {
 
 }  // namespace
 
-std::unique_ptr<Conv2dOp> MakeConv2d(Context& ctx, const Conv2dSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Conv2d>(ctx, spec);
+StatusOr<std::unique_ptr<Conv2dOp>> MakeConv2d(Context& ctx, const Conv2dSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  auto op = std::make_unique<Conv2d>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(op->Init());
+  return op;
 }
 
 }  // namespace phub::worker::cudnn

@@ -23,19 +23,21 @@ struct ConvAlgorithms {
   ConvChoice forward, backward_data, backward_filter;
 };
 
-// The descriptors of a convolution in NCHW float32. REQUIRES: Validate(spec) passed.
+// The descriptors of a convolution in NCHW float32, made by Init. REQUIRES: Validate(spec)
+// passed.
 struct ConvDescriptors {
-  ConvDescriptors(const Conv2dSpec& spec, cudnnMathType_t math);
+  Status Init(const Conv2dSpec& spec, cudnnMathType_t math);
   TensorDesc x, y;
   FilterDesc w;
   ConvolutionDesc conv;
 };
 
-// Sets conv to `spec`'s padding and strides (cross-correlation, as PyTorch's Conv2d) with `math`.
-void SetConvolution(const ConvolutionDesc& conv, const Conv2dSpec& spec, cudnnMathType_t math);
+// Makes conv `spec`'s padding and strides (cross-correlation, as PyTorch's Conv2d) with `math`.
+Status SetConvolution(ConvolutionDesc& conv, const Conv2dSpec& spec, cudnnMathType_t math);
 
 // The fastest algorithm per direction (cached). Without TF32 (ctx.allow_tf32()), only
-// algorithms that cuDNN reports as strict float32 (FMA math) are taken.
-ConvAlgorithms FindConvAlgorithms(Context& ctx, const Conv2dSpec& spec);
+// algorithms that cuDNN reports as strict float32 (FMA math) are taken; Unimplemented when no
+// algorithm qualifies. A failure is not cached: the next call measures again.
+StatusOr<ConvAlgorithms> FindConvAlgorithms(Context& ctx, const Conv2dSpec& spec);
 
 }  // namespace phub::worker::cudnn

@@ -14,138 +14,150 @@ using cudnn::Context;
 
 // "cuDNN 9.19.0 + cuBLAS 13.1.0 (NVIDIA H100 80GB HBM3, sm_90)": the versions loaded at run
 // time, which may differ from the headers'.
-std::string Description(const Context& ctx) {
+StatusOr<std::string> Description(const Context& ctx) {
   const std::size_t v = cudnnGetVersion();  // major * 10000 + minor * 100 + patch since 9.0
   int cublas = 0;
-  PHUB_CUBLAS_CHECK(cublasGetVersion(ctx.cublas(), &cublas));
+  PHUB_RETURN_IF_CUBLAS_ERROR(cublasGetVersion(ctx.cublas(), &cublas));
   cudaDeviceProp prop{};
-  PHUB_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device()));
+  PHUB_RETURN_IF_CUDA_ERROR(cudaGetDeviceProperties(&prop, ctx.device()));
   return absl::StrCat("cuDNN ", v / 10000, ".", v % 10000 / 100, ".", v % 100, " + cuBLAS ",
                       cublas / 10000, ".", cublas % 10000 / 100, ".", cublas % 100, " (", prop.name,
                       ", sm_", prop.major, prop.minor, ctx.allow_tf32() ? ", TF32 allowed" : "",
                       ")");
 }
 
+Status CheckHost(const char* op, const Tensor& host, std::int64_t numel) {
+  if (host.device() != Device::kCpu || host.numel() != numel) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": host tensor is ", host.ToString(),
+                                                   ", expected ", numel, " elements on the cpu"));
+  }
+  return absl::OkStatus();
+}
+
 class CudnnBackend final : public Backend {
  public:
-  explicit CudnnBackend(const CudnnOptions& options)
-      : ctx_(options.device, options.allow_tf32), description_(Description(ctx_)) {
-    cudnn::InstallTensorAllocator(options.device);
-  }
+  CudnnBackend(std::unique_ptr<Context> ctx, std::string description)
+      : ctx_(std::move(ctx)), description_(std::move(description)) {}
 
   Device device() const override { return Device::kCuda; }
   std::string Describe() const override { return description_; }
 
-  std::unique_ptr<Conv2dOp> MakeConv2d(const Conv2dSpec& s) override {
-    return cudnn::MakeConv2d(ctx_, s);
+  StatusOr<std::unique_ptr<Conv2dOp>> MakeConv2d(const Conv2dSpec& s) override {
+    return cudnn::MakeConv2d(*ctx_, s);
   }
-  std::unique_ptr<LinearOp> MakeLinear(const LinearSpec& s) override {
-    return cudnn::MakeLinear(ctx_, s);
+  StatusOr<std::unique_ptr<LinearOp>> MakeLinear(const LinearSpec& s) override {
+    return cudnn::MakeLinear(*ctx_, s);
   }
-  std::unique_ptr<BatchNormOp> MakeBatchNorm(const BatchNormSpec& s) override {
-    return cudnn::MakeBatchNorm(ctx_, s);
+  StatusOr<std::unique_ptr<BatchNormOp>> MakeBatchNorm(const BatchNormSpec& s) override {
+    return cudnn::MakeBatchNorm(*ctx_, s);
   }
-  std::unique_ptr<ActivationOp> MakeActivation(ActivationKind kind, const Shape& shape) override {
-    return cudnn::MakeActivation(ctx_, kind, shape);
+  StatusOr<std::unique_ptr<ActivationOp>> MakeActivation(ActivationKind kind,
+                                                         const Shape& shape) override {
+    return cudnn::MakeActivation(*ctx_, kind, shape);
   }
-  std::unique_ptr<PoolOp> MakePool(const PoolSpec& s) override { return cudnn::MakePool(ctx_, s); }
-  std::unique_ptr<DropoutOp> MakeDropout(const Shape& shape, float p) override {
-    return cudnn::MakeDropout(ctx_, shape, p);
+  StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolSpec& s) override {
+    return cudnn::MakePool(*ctx_, s);
   }
-  std::unique_ptr<ShortcutOp> MakeShortcut(const ShortcutSpec& s) override {
-    return cudnn::MakeShortcut(ctx_, s);
+  StatusOr<std::unique_ptr<DropoutOp>> MakeDropout(const Shape& shape, float p) override {
+    return cudnn::MakeDropout(*ctx_, shape, p);
   }
-  std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& s) override { return cudnn::MakeLrn(ctx_, s); }
-  std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
+  StatusOr<std::unique_ptr<ShortcutOp>> MakeShortcut(const ShortcutSpec& s) override {
+    return cudnn::MakeShortcut(*ctx_, s);
+  }
+  StatusOr<std::unique_ptr<LrnOp>> MakeLrn(const LrnSpec& s) override {
+    return cudnn::MakeLrn(*ctx_, s);
+  }
+  StatusOr<std::unique_ptr<SoftmaxCrossEntropyOp>> MakeSoftmaxCrossEntropy(
       const SoftmaxCrossEntropySpec& s) override {
-    return cudnn::MakeSoftmaxCrossEntropy(ctx_, s);
+    return cudnn::MakeSoftmaxCrossEntropy(*ctx_, s);
   }
-  std::unique_ptr<LstmOp> MakeLstm(const LstmSpec& s) override { return cudnn::MakeLstm(ctx_, s); }
-  std::unique_ptr<EmbeddingOp> MakeEmbedding(const EmbeddingSpec& s) override {
-    return cudnn::MakeEmbedding(ctx_, s);
+  StatusOr<std::unique_ptr<LstmOp>> MakeLstm(const LstmSpec& s) override {
+    return cudnn::MakeLstm(*ctx_, s);
+  }
+  StatusOr<std::unique_ptr<EmbeddingOp>> MakeEmbedding(const EmbeddingSpec& s) override {
+    return cudnn::MakeEmbedding(*ctx_, s);
   }
 
   // y = a + b as one copy and one cuBLAS axpy (y += 1 * x, exactly rounded like a + b), which
   // also covers y aliasing a or b without a kernel of our own.
-  void Add(const Tensor& a, const Tensor& b, Tensor& y) override {
+  Status Add(const Tensor& a, const Tensor& b, Tensor& y) override {
     const std::int64_t n = a.numel();
-    Check("Add", "a", a, n);
-    Check("Add", "b", b, n);
-    Check("Add", "y", y, n);
-    if (y.data() == a.data()) {
-      Axpy(b, y);
-    } else if (y.data() == b.data()) {
-      Axpy(a, y);
-    } else {
-      Copy(a, y);
-      Axpy(b, y);
-    }
+    PHUB_RETURN_IF_ERROR(Check("Add", "a", a, n));
+    PHUB_RETURN_IF_ERROR(Check("Add", "b", b, n));
+    PHUB_RETURN_IF_ERROR(Check("Add", "y", y, n));
+    if (y.data() == a.data()) return Axpy(b, y);
+    if (y.data() == b.data()) return Axpy(a, y);
+    PHUB_RETURN_IF_ERROR(Copy(a, y));
+    return Axpy(b, y);
   }
 
-  void Accumulate(const Tensor& x, Tensor& y) override {
-    Check("Accumulate", "x", x, x.numel());
-    Check("Accumulate", "y", y, x.numel());
-    Axpy(x, y);
+  Status Accumulate(const Tensor& x, Tensor& y) override {
+    PHUB_RETURN_IF_ERROR(Check("Accumulate", "x", x, x.numel()));
+    PHUB_RETURN_IF_ERROR(Check("Accumulate", "y", y, x.numel()));
+    return Axpy(x, y);
   }
 
-  Tensor Allocate(const Shape& shape) override { return Tensor::Empty(shape, Device::kCuda); }
+  StatusOr<Tensor> Allocate(const Shape& shape) override {
+    return Tensor::Allocate(shape, Device::kCuda);
+  }
 
-  void CopyFromHost(const Tensor& host, Tensor& mine) override {
-    CheckHost("CopyFromHost", host, mine.numel());
-    Check("CopyFromHost", "destination", mine, host.numel());
+  Status CopyFromHost(const Tensor& host, Tensor& mine) override {
+    PHUB_RETURN_IF_ERROR(CheckHost("CopyFromHost", host, mine.numel()));
+    PHUB_RETURN_IF_ERROR(Check("CopyFromHost", "destination", mine, host.numel()));
     // From pageable memory this returns once the bytes are staged: the host tensor may change.
     if (host.numel() > 0) {
-      PHUB_CUDA_CHECK(cudaMemcpyAsync(mine.data(), host.data(), host.bytes(),
-                                      cudaMemcpyHostToDevice, ctx_.stream()));
+      PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(mine.data(), host.data(), host.bytes(),
+                                                cudaMemcpyHostToDevice, ctx_->stream()));
     }
+    return absl::OkStatus();
   }
 
-  void CopyToHost(const Tensor& mine, Tensor& host) override {
-    Check("CopyToHost", "source", mine, host.numel());
-    CheckHost("CopyToHost", host, mine.numel());
+  Status CopyToHost(const Tensor& mine, Tensor& host) override {
+    PHUB_RETURN_IF_ERROR(Check("CopyToHost", "source", mine, host.numel()));
+    PHUB_RETURN_IF_ERROR(CheckHost("CopyToHost", host, mine.numel()));
     if (mine.numel() > 0) {
-      PHUB_CUDA_CHECK(cudaMemcpyAsync(host.data(), mine.data(), mine.bytes(),
-                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+      PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host.data(), mine.data(), mine.bytes(),
+                                                cudaMemcpyDeviceToHost, ctx_->stream()));
     }
-    ctx_.Synchronize();  // the caller reads the host tensor next
+    return ctx_->Synchronize();  // the caller reads the host tensor next
   }
 
-  void Copy(const Tensor& from, Tensor& to) override {
-    Check("Copy", "source", from, from.numel());
-    Check("Copy", "destination", to, from.numel());
+  Status Copy(const Tensor& from, Tensor& to) override {
+    PHUB_RETURN_IF_ERROR(Check("Copy", "source", from, from.numel()));
+    PHUB_RETURN_IF_ERROR(Check("Copy", "destination", to, from.numel()));
     if (from.numel() > 0 && from.data() != to.data()) {
-      PHUB_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), from.bytes(),
-                                      cudaMemcpyDeviceToDevice, ctx_.stream()));
+      PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(to.data(), from.data(), from.bytes(),
+                                                cudaMemcpyDeviceToDevice, ctx_->stream()));
     }
+    return absl::OkStatus();
   }
 
-  void Synchronize() override { ctx_.Synchronize(); }
+  Status Synchronize() override { return ctx_->Synchronize(); }
 
  private:
-  static void CheckHost(const char* op, const Tensor& host, std::int64_t numel) {
-    if (host.device() != Device::kCpu || host.numel() != numel) {
-      throw std::invalid_argument(absl::StrCat(op, ": host tensor is ", host.ToString(),
-                                               ", expected ", numel, " elements on the cpu"));
-    }
+  Status Axpy(const Tensor& x, Tensor& y) {
+    if (x.numel() == 0) return absl::OkStatus();
+    PHUB_ASSIGN_OR_RETURN(const int n, cudnn::ToInt("Add", "element count", x.numel()));
+    PHUB_RETURN_IF_CUBLAS_ERROR(
+        cublasSaxpy(ctx_->cublas(), n, &cudnn::kOne, x.data(), 1, y.data(), 1));
+    return absl::OkStatus();
   }
 
-  void Axpy(const Tensor& x, Tensor& y) {
-    if (x.numel() == 0) return;
-    const int n = cudnn::ToInt("Add", "element count", x.numel());
-    PHUB_CUBLAS_CHECK(cublasSaxpy(ctx_.cublas(), n, &cudnn::kOne, x.data(), 1, y.data(), 1));
-  }
-
-  Context ctx_;
+  std::unique_ptr<Context> ctx_;  // ops keep a reference: it never moves
   std::string description_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCudnnBackend(const CudnnOptions& options) {
-  return std::make_unique<CudnnBackend>(options);
+StatusOr<std::unique_ptr<Backend>> MakeCudnnBackend(const CudnnOptions& options) {
+  PHUB_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx,
+                        Context::Create(options.device, options.allow_tf32));
+  PHUB_ASSIGN_OR_RETURN(std::string description, Description(*ctx));
+  PHUB_RETURN_IF_ERROR(cudnn::InstallTensorAllocator(options.device));
+  return std::make_unique<CudnnBackend>(std::move(ctx), std::move(description));
 }
 
-std::unique_ptr<Backend> MakeCudnnBackend(int device) {
+StatusOr<std::unique_ptr<Backend>> MakeCudnnBackend(int device) {
   return MakeCudnnBackend(CudnnOptions{.device = device});
 }
 

@@ -22,16 +22,17 @@ struct CudnnOptions {
 
 // Makes the backend: a stream, cuDNN and cuBLAS handles on `options.device`, which becomes the
 // calling thread's current device. Installs the process's device-tensor allocator
-// (Tensor::Empty on Device::kCuda), so one GPU per process. The backend and its ops are used by
+// (Tensor::Allocate on Device::kCuda), so one GPU per process. The backend and its ops are used by
 // one thread at a time, whose current device must be this one; ops are asynchronous on the
-// backend's stream (CopyToHost, SoftmaxCrossEntropy::Forward, Embedding and Synchronize wait).
-// Throws std::runtime_error ("cuDNN backend: no CUDA device: ...") where no GPU is usable and
-// std::invalid_argument for a device that does not exist.
-std::unique_ptr<Backend> MakeCudnnBackend(const CudnnOptions& options);
-std::unique_ptr<Backend> MakeCudnnBackend(int device = 0);
+// backend's stream (CopyToHost, SoftmaxCrossEntropy::Forward, Embedding and Synchronize wait;
+// an asynchronous failure of an op is returned by the next of them). FailedPrecondition
+// ("cuDNN backend: no CUDA device: ...") where no GPU is usable, InvalidArgument for a device
+// that does not exist, else the failure of the CUDA, cuDNN or cuBLAS call setting it up.
+StatusOr<std::unique_ptr<Backend>> MakeCudnnBackend(const CudnnOptions& options);
+StatusOr<std::unique_ptr<Backend>> MakeCudnnBackend(int device = 0);
 
 // The number of CUDA devices this process sees; 0, with the reason in *why if given (no driver,
-// no GPU, CUDA_VISIBLE_DEVICES empty), where there is none. Needs no GPU; never throws.
+// no GPU, CUDA_VISIBLE_DEVICES empty), where there is none. Needs no GPU.
 int CudaDeviceCount(std::string* why = nullptr);
 
 }  // namespace phub::worker

@@ -4,7 +4,10 @@
 // Threading: a Context and the ops made with it are used by one thread at a time (as the oneDNN
 // backend's), and everything is enqueued on the one stream, so ops run in call order on the GPU
 // and never concurrently with each other. That is what lets them share one workspace.
-// The calling thread's current CUDA device must be the context's (the constructor sets it).
+// The calling thread's current CUDA device must be the context's (Create sets it).
+// Errors: every call into CUDA, cuDNN or cuBLAS is checked (checks.h) and returned as a Status;
+// objects that need such a call to exist (device memory, descriptors, the context) are made by
+// a factory or an Init that returns it. Nothing here throws.
 #pragma once
 
 #include <cublas_v2.h>
@@ -14,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <source_location>
 #include <type_traits>
 #include <utility>
 
@@ -26,8 +30,9 @@ namespace phub::worker::cudnn {
 // ids or labels): cudaMalloc'd once, freed with its owner. Bytes, not a Tensor: it may hold ints.
 class DeviceMemory {
  public:
-  DeviceMemory() = default;
-  explicit DeviceMemory(std::size_t bytes);
+  DeviceMemory() = default;  // none
+  // `bytes` of device memory (none for 0): ResourceExhausted when the GPU is out of memory.
+  static StatusOr<DeviceMemory> Allocate(std::size_t bytes);
   ~DeviceMemory();
   DeviceMemory(DeviceMemory&& other) noexcept
       : p_(std::exchange(other.p_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
@@ -43,17 +48,32 @@ class DeviceMemory {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  DeviceMemory(void* p, std::size_t bytes) : p_(p), bytes_(bytes) {}
+
   void* p_ = nullptr;
   std::size_t bytes_ = 0;
 };
 
-// A cuDNN descriptor, created with the object and destroyed with it.
-template <class T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+// A cuDNN descriptor, destroyed with the object. Null until Init creates it (a constructor
+// cannot return cuDNN's failure): an op Inits each of its descriptors when it is made. A null
+// one passed to cuDNN by mistake is refused by cuDNN (CUDNN_STATUS_BAD_PARAM), not a crash.
+template <class T, cudnnStatus_t (*CreateFn)(T*), cudnnStatus_t (*DestroyFn)(T)>
 class Descriptor {
  public:
-  Descriptor() { PHUB_CUDNN_CHECK(Create(&d_)); }
+  Descriptor() = default;
   ~Descriptor() {
-    if (d_ != nullptr) Destroy(d_);
+    if (d_ != nullptr) DestroyFn(d_);
+  }
+  // Creates the cuDNN object (once); a failure names the caller's line.
+  Status Init(std::source_location where = std::source_location::current()) {
+    if (d_ != nullptr) return absl::OkStatus();
+    const cudnnStatus_t status = CreateFn(&d_);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      d_ = nullptr;
+      return CudnnError(status, "creating a cuDNN descriptor", where.file_name(),
+                        static_cast<int>(where.line()));
+    }
+    return absl::OkStatus();
   }
   Descriptor(Descriptor&& other) noexcept : d_(std::exchange(other.d_, nullptr)) {}
   Descriptor& operator=(Descriptor&& other) noexcept {
@@ -89,14 +109,14 @@ using RnnDesc =
 using RnnDataDesc = Descriptor<cudnnRNNDataDescriptor_t, cudnnCreateRNNDataDescriptor,
                                cudnnDestroyRNNDataDescriptor>;
 
-// cuDNN and cuBLAS take int sizes: v as an int, or std::invalid_argument naming op and what.
-int ToInt(const char* op, const char* what, std::int64_t v);
-// A packed NCHW float32 descriptor.
-void SetNchw(const TensorDesc& desc, const char* op, std::int64_t n, std::int64_t c, std::int64_t h,
-             std::int64_t w);
-// Throws std::invalid_argument naming the op, the argument and both shapes when t is not a
-// plain (NCHW) cuda tensor of `numel` elements.
-void Check(const char* op, const char* arg, const Tensor& t, std::int64_t numel);
+// cuDNN and cuBLAS take int sizes: v as an int, or InvalidArgument naming op and what.
+StatusOr<int> ToInt(const char* op, const char* what, std::int64_t v);
+// Makes desc (Init) a packed NCHW float32 descriptor.
+Status SetNchw(TensorDesc& desc, const char* op, std::int64_t n, std::int64_t c, std::int64_t h,
+               std::int64_t w);
+// InvalidArgument naming the op, the argument and both shapes when t is not a plain (NCHW) cuda
+// tensor of `numel` elements.
+Status Check(const char* op, const char* arg, const Tensor& t, std::int64_t numel);
 
 // Scaling factors for cuDNN's "y = alpha * op(x) + beta * y" calls.
 inline constexpr float kOne = 1.0f;
@@ -104,9 +124,10 @@ inline constexpr float kZero = 0.0f;
 
 class Context {
  public:
-  // Throws std::runtime_error when no GPU is usable, std::invalid_argument for a device that
-  // does not exist.
-  Context(int device, bool allow_tf32);
+  // FailedPrecondition ("cuDNN backend: no CUDA device: ...") when no GPU is usable,
+  // InvalidArgument for a device that does not exist, else any failure of the CUDA, cuDNN or
+  // cuBLAS calls that set the context up.
+  static StatusOr<std::unique_ptr<Context>> Create(int device, bool allow_tf32);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -122,15 +143,18 @@ class Context {
 
   // At least `bytes` of scratch (null for 0), shared by every op of this context: they run one
   // at a time on stream(), so the largest request serves all. Growing it waits for the stream
-  // first, so work already enqueued keeps its old buffer until done. REQUIRES: the pointer is
-  // used only until the next call (ops ask for it each time they run, with the size they
-  // reserved when made, which never grows it).
-  void* Workspace(std::size_t bytes);
+  // first, so work already enqueued keeps its old buffer until done (ResourceExhausted if the
+  // larger one does not fit). REQUIRES: the pointer is used only until the next call (ops ask
+  // for it each time they run, with the size they reserved when made, which never grows it).
+  StatusOr<void*> Workspace(std::size_t bytes);
   std::size_t workspace_bytes() const { return workspace_.bytes(); }
 
-  void Synchronize() { PHUB_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  // Waits for the stream; a failure of a kernel enqueued earlier is reported here.
+  Status Synchronize();
 
  private:
+  Context(int device, bool allow_tf32) : device_(device), allow_tf32_(allow_tf32) {}
+
   struct StreamDeleter {
     void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
   };

@@ -3,7 +3,6 @@
 // its mask from that state, not from the seed the layer passes each step. A hash of (seed,
 // index) makes the mask a function of the seed alone: nothing stored, the backward recomputes
 // it, and runs repeat exactly. It is not the CPU backend's mask (std::mt19937_64 there).
-#include "absl/strings/str_cat.h"
 #include "worker/backend/cudnn/cudnn_ops.h"
 #include "worker/backend/cudnn/kernels.h"
 
@@ -14,17 +13,19 @@ class Dropout final : public DropoutOp {
  public:
   Dropout(Context& ctx, const Shape& shape, float p) : ctx_(ctx), n_(shape.numel()), p_(p) {}
 
-  void Forward(const Tensor& x, Tensor& y, std::uint64_t seed) override {
-    Check("Dropout forward", "x", x, n_);
-    Check("Dropout forward", "y", y, n_);
+  Status Forward(const Tensor& x, Tensor& y, std::uint64_t seed) override {
+    PHUB_RETURN_IF_ERROR(Check("Dropout forward", "x", x, n_));
+    PHUB_RETURN_IF_ERROR(Check("Dropout forward", "y", y, n_));
     seed_ = seed;
-    PHUB_CUDA_CHECK(LaunchDropout(x.data(), y.data(), n_, seed, p_, ctx_.stream()));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchDropout(x.data(), y.data(), n_, seed, p_, ctx_.stream()));
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& dy, Tensor& dx) override {
-    Check("Dropout backward", "dy", dy, n_);
-    Check("Dropout backward", "dx", dx, n_);
-    PHUB_CUDA_CHECK(LaunchDropout(dy.data(), dx.data(), n_, seed_, p_, ctx_.stream()));
+  Status Backward(const Tensor& dy, Tensor& dx) override {
+    PHUB_RETURN_IF_ERROR(Check("Dropout backward", "dy", dy, n_));
+    PHUB_RETURN_IF_ERROR(Check("Dropout backward", "dx", dx, n_));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchDropout(dy.data(), dx.data(), n_, seed_, p_, ctx_.stream()));
+    return absl::OkStatus();
   }
 
  private:
@@ -36,11 +37,8 @@ class Dropout final : public DropoutOp {
 
 }  // namespace
 
-std::unique_ptr<DropoutOp> MakeDropout(Context& ctx, const Shape& shape, float p) {
-  if (!(p >= 0 && p < 1)) {
-    throw std::invalid_argument(absl::StrCat("Dropout: p = ", p, ", must be in [0, 1)"));
-  }
-  if (shape.numel() < 1) throw std::invalid_argument("Dropout: empty shape " + shape.ToString());
+StatusOr<std::unique_ptr<DropoutOp>> MakeDropout(Context& ctx, const Shape& shape, float p) {
+  PHUB_RETURN_IF_ERROR(ValidateDropout(shape, p));
   return std::make_unique<Dropout>(ctx, shape, p);
 }
 

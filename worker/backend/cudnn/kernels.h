@@ -1,7 +1,8 @@
 // The cuDNN backend's own kernels: only what neither cuDNN nor cuBLAS offers (each op file says
 // why it needs one). Host launchers in plain C++, so that the op files need no nvcc: each
-// enqueues its kernel on `stream` and returns cudaGetLastError() for PHUB_CUDA_CHECK. Sizes are
-// element counts; n = 0 launches nothing. Pointers are device memory unless said otherwise.
+// enqueues its kernel on `stream` and returns cudaGetLastError() for PHUB_RETURN_IF_CUDA_ERROR.
+// Sizes are element counts; n = 0 launches nothing. Pointers are device memory unless said
+// otherwise.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -15,66 +15,77 @@ namespace {
 
 class Linear final : public LinearOp {
  public:
-  Linear(Context& ctx, const LinearSpec& s)
-      : ctx_(ctx),
-        s_(s),
-        n_(ToInt("Linear", "batch", s.batch)),
-        in_(ToInt("Linear", "in_features", s.in_features)),
-        out_(ToInt("Linear", "out_features", s.out_features)) {
-    if (s.bias) {
-      ones_ = DeviceMemory(sizeof(float) * static_cast<std::size_t>(n_));
+  Linear(Context& ctx, const LinearSpec& s) : ctx_(ctx), s_(s) {}
+
+  Status Init() {
+    PHUB_ASSIGN_OR_RETURN(n_, ToInt("Linear", "batch", s_.batch));
+    PHUB_ASSIGN_OR_RETURN(in_, ToInt("Linear", "in_features", s_.in_features));
+    PHUB_ASSIGN_OR_RETURN(out_, ToInt("Linear", "out_features", s_.out_features));
+    if (s_.bias) {
+      PHUB_ASSIGN_OR_RETURN(ones_,
+                            DeviceMemory::Allocate(sizeof(float) * static_cast<std::size_t>(n_)));
       const std::vector<float> host(static_cast<std::size_t>(n_), 1.0f);
-      PHUB_CUDA_CHECK(cudaMemcpy(ones_.get(), host.data(), ones_.bytes(), cudaMemcpyHostToDevice));
+      PHUB_RETURN_IF_CUDA_ERROR(
+          cudaMemcpy(ones_.get(), host.data(), ones_.bytes(), cudaMemcpyHostToDevice));
     }
+    return absl::OkStatus();
   }
 
-  void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+  Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
     const char* op = "Linear forward";
-    Check(op, "x", x, s_.batch * s_.in_features);
-    Check(op, "w", w, s_.out_features * s_.in_features);
-    Check(op, "y", y, s_.batch * s_.out_features);
-    PHUB_CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out_, n_, in_, &kOne,
-                                  w.data(), in_, x.data(), in_, &kZero, y.data(), out_));
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, s_.batch * s_.in_features));
+    PHUB_RETURN_IF_ERROR(Check(op, "w", w, s_.out_features * s_.in_features));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, s_.batch * s_.out_features));
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, s_.out_features));
+    PHUB_RETURN_IF_CUBLAS_ERROR(cublasSgemm(ctx_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out_, n_, in_,
+                                            &kOne, w.data(), in_, x.data(), in_, &kZero, y.data(),
+                                            out_));
     if (s_.bias) {
-      Check(op, "b", b, s_.out_features);
-      PHUB_CUBLAS_CHECK(cublasSger(ctx_.cublas(), out_, n_, &kOne, b.data(), 1, ones_.as<float>(),
-                                   1, y.data(), out_));
+      PHUB_RETURN_IF_CUBLAS_ERROR(cublasSger(ctx_.cublas(), out_, n_, &kOne, b.data(), 1,
+                                             ones_.as<float>(), 1, y.data(), out_));
     }
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                Tensor& db) override {
+  Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                  Tensor& db) override {
     const char* op = "Linear backward";
-    Check(op, "x", x, s_.batch * s_.in_features);
-    Check(op, "dy", dy, s_.batch * s_.out_features);
-    Check(op, "dw", dw, s_.out_features * s_.in_features);
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, s_.batch * s_.in_features));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, s_.batch * s_.out_features));
+    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, s_.out_features * s_.in_features));
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, s_.out_features));
     if (dx != nullptr) {
-      Check(op, "w", w, s_.out_features * s_.in_features);
-      Check(op, "dx", *dx, s_.batch * s_.in_features);
-      PHUB_CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, in_, n_, out_, &kOne,
-                                    w.data(), in_, dy.data(), out_, &kZero, dx->data(), in_));
+      PHUB_RETURN_IF_ERROR(Check(op, "w", w, s_.out_features * s_.in_features));
+      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, s_.batch * s_.in_features));
+      PHUB_RETURN_IF_CUBLAS_ERROR(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, in_, n_,
+                                              out_, &kOne, w.data(), in_, dy.data(), out_, &kZero,
+                                              dx->data(), in_));
     }
-    PHUB_CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, in_, out_, n_, &kOne,
-                                  x.data(), in_, dy.data(), out_, &kZero, dw.data(), in_));
+    PHUB_RETURN_IF_CUBLAS_ERROR(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, in_, out_, n_,
+                                            &kOne, x.data(), in_, dy.data(), out_, &kZero,
+                                            dw.data(), in_));
     if (s_.bias) {
-      Check(op, "db", db, s_.out_features);
-      PHUB_CUBLAS_CHECK(cublasSgemv(ctx_.cublas(), CUBLAS_OP_N, out_, n_, &kOne, dy.data(), out_,
-                                    ones_.as<float>(), 1, &kZero, db.data(), 1));
+      PHUB_RETURN_IF_CUBLAS_ERROR(cublasSgemv(ctx_.cublas(), CUBLAS_OP_N, out_, n_, &kOne,
+                                              dy.data(), out_, ones_.as<float>(), 1, &kZero,
+                                              db.data(), 1));
     }
+    return absl::OkStatus();
   }
 
  private:
   Context& ctx_;
   LinearSpec s_;
-  int n_, in_, out_;
+  int n_ = 0, in_ = 0, out_ = 0;
   DeviceMemory ones_;  // [N] of 1.0f, with a bias only
 };
 
 }  // namespace
 
-std::unique_ptr<LinearOp> MakeLinear(Context& ctx, const LinearSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Linear>(ctx, spec);
+StatusOr<std::unique_ptr<LinearOp>> MakeLinear(Context& ctx, const LinearSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  auto op = std::make_unique<Linear>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(op->Init());
+  return op;
 }
 
 }  // namespace phub::worker::cudnn

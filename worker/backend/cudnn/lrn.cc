@@ -8,49 +8,60 @@
 namespace phub::worker::cudnn {
 namespace {
 
-void CheckCudnnLimits(const LrnSpec& s) {
+Status CheckCudnnLimits(const LrnSpec& s) {
   const char* op = "LocalResponseNorm (cuDNN)";
   if (s.size > CUDNN_LRN_MAX_N) {
-    throw std::invalid_argument(
+    return absl::InvalidArgumentError(
         absl::StrCat(op, ": size = ", s.size, ", cuDNN takes at most ", CUDNN_LRN_MAX_N));
   }
   if (s.k < CUDNN_LRN_MIN_K) {
-    throw std::invalid_argument(
+    return absl::InvalidArgumentError(
         absl::StrCat(op, ": k = ", s.k, ", cuDNN takes k >= ", CUDNN_LRN_MIN_K));
   }
   if (s.beta < CUDNN_LRN_MIN_BETA) {
-    throw std::invalid_argument(
+    return absl::InvalidArgumentError(
         absl::StrCat(op, ": beta = ", s.beta, ", cuDNN takes beta >= ", CUDNN_LRN_MIN_BETA));
   }
+  return absl::OkStatus();
 }
 
 class Lrn final : public LrnOp {
  public:
-  Lrn(Context& ctx, const LrnSpec& s) : ctx_(ctx), n_(s.batch * s.channels * s.height * s.width) {
-    SetNchw(desc_, "LocalResponseNorm", s.batch, s.channels, s.height, s.width);
-    PHUB_CUDNN_CHECK(
-        cudnnSetLRNDescriptor(lrn_, static_cast<unsigned>(s.size), s.alpha, s.beta, s.k));
+  Lrn(Context& ctx, const LrnSpec& s)
+      : ctx_(ctx), s_(s), n_(s.batch * s.channels * s.height * s.width) {}
+
+  Status Init() {
+    PHUB_RETURN_IF_ERROR(
+        SetNchw(desc_, "LocalResponseNorm", s_.batch, s_.channels, s_.height, s_.width));
+    PHUB_RETURN_IF_ERROR(lrn_.Init());
+    PHUB_RETURN_IF_CUDNN_ERROR(
+        cudnnSetLRNDescriptor(lrn_, static_cast<unsigned>(s_.size), s_.alpha, s_.beta, s_.k));
+    return absl::OkStatus();
   }
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("LRN forward", "x", x, n_);
-    Check("LRN forward", "y", y, n_);
-    PHUB_CUDNN_CHECK(cudnnLRNCrossChannelForward(ctx_.cudnn(), lrn_, CUDNN_LRN_CROSS_CHANNEL_DIM1,
-                                                 &kOne, desc_, x.data(), &kZero, desc_, y.data()));
+  Status Forward(const Tensor& x, Tensor& y) override {
+    PHUB_RETURN_IF_ERROR(Check("LRN forward", "x", x, n_));
+    PHUB_RETURN_IF_ERROR(Check("LRN forward", "y", y, n_));
+    PHUB_RETURN_IF_CUDNN_ERROR(
+        cudnnLRNCrossChannelForward(ctx_.cudnn(), lrn_, CUDNN_LRN_CROSS_CHANNEL_DIM1, &kOne, desc_,
+                                    x.data(), &kZero, desc_, y.data()));
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    Check("LRN backward", "x", x, n_);
-    Check("LRN backward", "y", y, n_);
-    Check("LRN backward", "dy", dy, n_);
-    Check("LRN backward", "dx", dx, n_);
-    PHUB_CUDNN_CHECK(cudnnLRNCrossChannelBackward(ctx_.cudnn(), lrn_, CUDNN_LRN_CROSS_CHANNEL_DIM1,
-                                                  &kOne, desc_, y.data(), desc_, dy.data(), desc_,
-                                                  x.data(), &kZero, desc_, dx.data()));
+  Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    PHUB_RETURN_IF_ERROR(Check("LRN backward", "x", x, n_));
+    PHUB_RETURN_IF_ERROR(Check("LRN backward", "y", y, n_));
+    PHUB_RETURN_IF_ERROR(Check("LRN backward", "dy", dy, n_));
+    PHUB_RETURN_IF_ERROR(Check("LRN backward", "dx", dx, n_));
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnLRNCrossChannelBackward(
+        ctx_.cudnn(), lrn_, CUDNN_LRN_CROSS_CHANNEL_DIM1, &kOne, desc_, y.data(), desc_, dy.data(),
+        desc_, x.data(), &kZero, desc_, dx.data()));
+    return absl::OkStatus();
   }
 
  private:
   Context& ctx_;
+  LrnSpec s_;
   std::int64_t n_;
   TensorDesc desc_;
   LrnDesc lrn_;
@@ -58,10 +69,12 @@ class Lrn final : public LrnOp {
 
 }  // namespace
 
-std::unique_ptr<LrnOp> MakeLrn(Context& ctx, const LrnSpec& spec) {
-  Validate(spec);
-  CheckCudnnLimits(spec);
-  return std::make_unique<Lrn>(ctx, spec);
+StatusOr<std::unique_ptr<LrnOp>> MakeLrn(Context& ctx, const LrnSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  PHUB_RETURN_IF_ERROR(CheckCudnnLimits(spec));
+  auto op = std::make_unique<Lrn>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(op->Init());
+  return op;
 }
 
 }  // namespace phub::worker::cudnn

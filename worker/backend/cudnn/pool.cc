@@ -11,50 +11,66 @@ namespace {
 
 class Pool final : public PoolOp {
  public:
-  Pool(Context& ctx, const PoolSpec& s) : ctx_(ctx) {
+  Pool(Context& ctx, const PoolSpec& s)
+      : ctx_(ctx),
+        s_(s),
+        x_(s.batch * s.channels * s.height * s.width),
+        y_(s.batch * s.channels * s.out_height() * s.out_width()) {}
+
+  Status Init() {
     const char* op = "Pool";
-    SetNchw(x_desc_, op, s.batch, s.channels, s.height, s.width);
-    SetNchw(y_desc_, op, s.batch, s.channels, s.out_height(), s.out_width());
-    PHUB_CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+    PHUB_RETURN_IF_ERROR(SetNchw(x_desc_, op, s_.batch, s_.channels, s_.height, s_.width));
+    PHUB_RETURN_IF_ERROR(
+        SetNchw(y_desc_, op, s_.batch, s_.channels, s_.out_height(), s_.out_width()));
+    PHUB_ASSIGN_OR_RETURN(const int kernel_h, ToInt(op, "kernel_h", s_.kernel_h));
+    PHUB_ASSIGN_OR_RETURN(const int kernel_w, ToInt(op, "kernel_w", s_.kernel_w));
+    PHUB_ASSIGN_OR_RETURN(const int pad_h, ToInt(op, "pad_h", s_.pad_h));
+    PHUB_ASSIGN_OR_RETURN(const int pad_w, ToInt(op, "pad_w", s_.pad_w));
+    PHUB_ASSIGN_OR_RETURN(const int stride_h, ToInt(op, "stride_h", s_.stride_h));
+    PHUB_ASSIGN_OR_RETURN(const int stride_w, ToInt(op, "stride_w", s_.stride_w));
+    PHUB_RETURN_IF_ERROR(pool_.Init());
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnSetPooling2dDescriptor(
         pool_,
-        s.kind == PoolKind::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC
-                                 : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-        CUDNN_PROPAGATE_NAN, ToInt(op, "kernel_h", s.kernel_h), ToInt(op, "kernel_w", s.kernel_w),
-        ToInt(op, "pad_h", s.pad_h), ToInt(op, "pad_w", s.pad_w), ToInt(op, "stride_h", s.stride_h),
-        ToInt(op, "stride_w", s.stride_w)));
-    x_ = s.batch * s.channels * s.height * s.width;
-    y_ = s.batch * s.channels * s.out_height() * s.out_width();
+        s_.kind == PoolKind::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                  : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+        CUDNN_PROPAGATE_NAN, kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w));
+    return absl::OkStatus();
   }
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("Pool forward", "x", x, x_);
-    Check("Pool forward", "y", y, y_);
-    PHUB_CUDNN_CHECK(cudnnPoolingForward(ctx_.cudnn(), pool_, &kOne, x_desc_, x.data(), &kZero,
-                                         y_desc_, y.data()));
+  Status Forward(const Tensor& x, Tensor& y) override {
+    PHUB_RETURN_IF_ERROR(Check("Pool forward", "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check("Pool forward", "y", y, y_));
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnPoolingForward(ctx_.cudnn(), pool_, &kOne, x_desc_, x.data(),
+                                                   &kZero, y_desc_, y.data()));
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    Check("Pool backward", "x", x, x_);
-    Check("Pool backward", "y", y, y_);
-    Check("Pool backward", "dy", dy, y_);
-    Check("Pool backward", "dx", dx, x_);
-    PHUB_CUDNN_CHECK(cudnnPoolingBackward(ctx_.cudnn(), pool_, &kOne, y_desc_, y.data(), y_desc_,
-                                          dy.data(), x_desc_, x.data(), &kZero, x_desc_,
-                                          dx.data()));
+  Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    PHUB_RETURN_IF_ERROR(Check("Pool backward", "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check("Pool backward", "y", y, y_));
+    PHUB_RETURN_IF_ERROR(Check("Pool backward", "dy", dy, y_));
+    PHUB_RETURN_IF_ERROR(Check("Pool backward", "dx", dx, x_));
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnPoolingBackward(ctx_.cudnn(), pool_, &kOne, y_desc_, y.data(),
+                                                    y_desc_, dy.data(), x_desc_, x.data(), &kZero,
+                                                    x_desc_, dx.data()));
+    return absl::OkStatus();
   }
 
  private:
   Context& ctx_;
+  PoolSpec s_;
+  std::int64_t x_, y_;  // element counts
   TensorDesc x_desc_, y_desc_;
   PoolingDesc pool_;
-  std::int64_t x_ = 0, y_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<PoolOp> MakePool(Context& ctx, const PoolSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Pool>(ctx, spec);
+StatusOr<std::unique_ptr<PoolOp>> MakePool(Context& ctx, const PoolSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  auto op = std::make_unique<Pool>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(op->Init());
+  return op;
 }
 
 }  // namespace phub::worker::cudnn

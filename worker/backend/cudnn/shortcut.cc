@@ -13,16 +13,22 @@ class Shortcut final : public ShortcutOp {
       : ctx_(ctx), d_{s.batch,        s.in_channels, s.height, s.width,      s.out_channels,
                       s.out_height(), s.out_width(), s.stride, s.pad_front()} {}
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("Shortcut forward", "x", x, d_.batch * d_.in_channels * d_.height * d_.width);
-    Check("Shortcut forward", "y", y, d_.batch * d_.out_channels * d_.out_height * d_.out_width);
-    PHUB_CUDA_CHECK(LaunchShortcutForward(x.data(), y.data(), d_, ctx_.stream()));
+  Status Forward(const Tensor& x, Tensor& y) override {
+    PHUB_RETURN_IF_ERROR(
+        Check("Shortcut forward", "x", x, d_.batch * d_.in_channels * d_.height * d_.width));
+    PHUB_RETURN_IF_ERROR(Check("Shortcut forward", "y", y,
+                               d_.batch * d_.out_channels * d_.out_height * d_.out_width));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchShortcutForward(x.data(), y.data(), d_, ctx_.stream()));
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& dy, Tensor& dx) override {
-    Check("Shortcut backward", "dy", dy, d_.batch * d_.out_channels * d_.out_height * d_.out_width);
-    Check("Shortcut backward", "dx", dx, d_.batch * d_.in_channels * d_.height * d_.width);
-    PHUB_CUDA_CHECK(LaunchShortcutBackward(dy.data(), dx.data(), d_, ctx_.stream()));
+  Status Backward(const Tensor& dy, Tensor& dx) override {
+    PHUB_RETURN_IF_ERROR(Check("Shortcut backward", "dy", dy,
+                               d_.batch * d_.out_channels * d_.out_height * d_.out_width));
+    PHUB_RETURN_IF_ERROR(
+        Check("Shortcut backward", "dx", dx, d_.batch * d_.in_channels * d_.height * d_.width));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchShortcutBackward(dy.data(), dx.data(), d_, ctx_.stream()));
+    return absl::OkStatus();
   }
 
  private:
@@ -32,8 +38,8 @@ class Shortcut final : public ShortcutOp {
 
 }  // namespace
 
-std::unique_ptr<ShortcutOp> MakeShortcut(Context& ctx, const ShortcutSpec& spec) {
-  Validate(spec);
+StatusOr<std::unique_ptr<ShortcutOp>> MakeShortcut(Context& ctx, const ShortcutSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
   return std::make_unique<Shortcut>(ctx, spec);
 }
 

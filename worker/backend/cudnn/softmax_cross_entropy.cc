@@ -15,38 +15,42 @@ namespace {
 
 class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
  public:
-  SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s)
-      : ctx_(ctx),
-        s_(s),
-        log_probs_(Bytes(s.batch * s.classes)),
-        labels_(Bytes(s.batch)),
-        losses_(Bytes(s.batch)) {
-    SetNchw(desc_, "SoftmaxCrossEntropy", s.batch, s.classes, 1, 1);
+  SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s) : ctx_(ctx), s_(s) {}
+
+  Status Init() {
+    PHUB_ASSIGN_OR_RETURN(log_probs_, DeviceMemory::Allocate(Bytes(s_.batch * s_.classes)));
+    PHUB_ASSIGN_OR_RETURN(labels_, DeviceMemory::Allocate(Bytes(s_.batch)));
+    PHUB_ASSIGN_OR_RETURN(losses_, DeviceMemory::Allocate(Bytes(s_.batch)));
+    return SetNchw(desc_, "SoftmaxCrossEntropy", s_.batch, s_.classes, 1, 1);
   }
 
-  double Forward(const Tensor& logits, const Tensor& labels) override {
-    Check("SoftmaxCrossEntropy forward", "logits", logits, s_.batch * s_.classes);
-    UploadLabels(labels);
-    PHUB_CUDNN_CHECK(cudnnSoftmaxForward(ctx_.cudnn(), CUDNN_SOFTMAX_LOG,
-                                         CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, desc_, logits.data(),
-                                         &kZero, desc_, log_probs_.get()));
-    PHUB_CUDA_CHECK(LaunchNllLoss(log_probs_.as<float>(), labels_.as<float>(), losses_.as<float>(),
-                                  s_.batch, s_.classes, ctx_.stream()));
+  StatusOr<double> Forward(const Tensor& logits, const Tensor& labels) override {
+    PHUB_RETURN_IF_ERROR(
+        Check("SoftmaxCrossEntropy forward", "logits", logits, s_.batch * s_.classes));
+    PHUB_RETURN_IF_ERROR(UploadLabels(labels));
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnSoftmaxForward(ctx_.cudnn(), CUDNN_SOFTMAX_LOG,
+                                                   CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, desc_,
+                                                   logits.data(), &kZero, desc_, log_probs_.get()));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchNllLoss(log_probs_.as<float>(), labels_.as<float>(),
+                                            losses_.as<float>(), s_.batch, s_.classes,
+                                            ctx_.stream()));
     std::vector<float> losses(static_cast<std::size_t>(s_.batch));
-    PHUB_CUDA_CHECK(cudaMemcpyAsync(losses.data(), losses_.get(), losses_.bytes(),
-                                    cudaMemcpyDeviceToHost, ctx_.stream()));
-    ctx_.Synchronize();
+    PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(losses.data(), losses_.get(), losses_.bytes(),
+                                              cudaMemcpyDeviceToHost, ctx_.stream()));
+    PHUB_RETURN_IF_ERROR(ctx_.Synchronize());
     double loss = 0;
     for (float l : losses) loss += l;
     return loss / static_cast<double>(s_.batch);
   }
 
-  void Backward(const Tensor& labels, Tensor& dlogits) override {
-    Check("SoftmaxCrossEntropy backward", "dlogits", dlogits, s_.batch * s_.classes);
-    UploadLabels(labels);
-    PHUB_CUDA_CHECK(LaunchSoftmaxCrossEntropyBackward(log_probs_.as<float>(), labels_.as<float>(),
-                                                      dlogits.data(), s_.batch, s_.classes,
-                                                      ctx_.stream()));
+  Status Backward(const Tensor& labels, Tensor& dlogits) override {
+    PHUB_RETURN_IF_ERROR(
+        Check("SoftmaxCrossEntropy backward", "dlogits", dlogits, s_.batch * s_.classes));
+    PHUB_RETURN_IF_ERROR(UploadLabels(labels));
+    PHUB_RETURN_IF_CUDA_ERROR(
+        LaunchSoftmaxCrossEntropyBackward(log_probs_.as<float>(), labels_.as<float>(),
+                                          dlogits.data(), s_.batch, s_.classes, ctx_.stream()));
+    return absl::OkStatus();
   }
 
  private:
@@ -55,22 +59,23 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   }
 
   // Labels are a host tensor (ops.h): checked here, before any kernel indexes with them.
-  void UploadLabels(const Tensor& labels) {
+  Status UploadLabels(const Tensor& labels) {
     if (labels.device() != Device::kCpu || labels.numel() != s_.batch) {
-      throw std::invalid_argument(absl::StrCat("SoftmaxCrossEntropy: labels is ", labels.ToString(),
-                                               ", expected [", s_.batch, "] cpu"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SoftmaxCrossEntropy: labels is ", labels.ToString(), ", expected [", s_.batch, "] cpu"));
     }
     for (std::int64_t n = 0; n < s_.batch; ++n) {
       const float l = labels.data()[n];
       if (!(l >= 0 && l < static_cast<float>(s_.classes)) || l != std::floor(l)) {
-        throw std::invalid_argument(absl::StrCat("SoftmaxCrossEntropy: label ", n, " is ", l,
-                                                 ", must be a class index in [0, ", s_.classes,
-                                                 ")"));
+        return absl::InvalidArgumentError(absl::StrCat("SoftmaxCrossEntropy: label ", n, " is ", l,
+                                                       ", must be a class index in [0, ",
+                                                       s_.classes, ")"));
       }
     }
     // From pageable memory the copy returns once the bytes are staged: labels may change after.
-    PHUB_CUDA_CHECK(cudaMemcpyAsync(labels_.get(), labels.data(), labels_.bytes(),
-                                    cudaMemcpyHostToDevice, ctx_.stream()));
+    PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels_.get(), labels.data(), labels_.bytes(),
+                                              cudaMemcpyHostToDevice, ctx_.stream()));
+    return absl::OkStatus();
   }
 
   Context& ctx_;
@@ -81,10 +86,12 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
 
 }  // namespace
 
-std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
+StatusOr<std::unique_ptr<SoftmaxCrossEntropyOp>> MakeSoftmaxCrossEntropy(
     Context& ctx, const SoftmaxCrossEntropySpec& spec) {
-  Validate(spec);
-  return std::make_unique<SoftmaxCrossEntropy>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  auto op = std::make_unique<SoftmaxCrossEntropy>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(op->Init());
+  return op;
 }
 
 }  // namespace phub::worker::cudnn

@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <limits>
-#include <new>
 #include <utility>
 
 #include "worker/backend/cudnn/checks.h"
@@ -11,14 +10,10 @@
 namespace phub::worker::cudnn {
 namespace {
 
-void* PoolAllocate(std::size_t bytes) {
+// Out of memory is ResourceExhausted (checks.h), as the DeviceAllocator contract wants.
+StatusOr<void*> PoolAllocate(std::size_t bytes) {
   void* p = nullptr;
-  const cudaError_t error = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
-  if (error == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    throw std::bad_alloc();  // the DeviceAllocator contract
-  }
-  PHUB_CUDA_CHECK(error);
+  PHUB_RETURN_IF_CUDA_ERROR(cudaMallocAsync(&p, bytes, cudaStreamLegacy));
   return p;
 }
 
@@ -27,39 +22,34 @@ void PoolFree(void* p) {
   (void)cudaFreeAsync(p, cudaStreamLegacy);
 }
 
-void UseUncachedAllocations(DeviceAllocator& a) {
-  a.allocate = [](std::size_t bytes) {
-    void* p = nullptr;
-    const cudaError_t error = cudaMalloc(&p, bytes);
-    if (error == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      throw std::bad_alloc();
-    }
-    PHUB_CUDA_CHECK(error);
-    return p;
-  };
-  a.free = [](void* p) { (void)cudaFree(p); };
+StatusOr<void*> UncachedAllocate(std::size_t bytes) {
+  void* p = nullptr;
+  PHUB_RETURN_IF_CUDA_ERROR(cudaMalloc(&p, bytes));
+  return p;
 }
 
 }  // namespace
 
-void InstallTensorAllocator(int device) {
+Status InstallTensorAllocator(int device) {
   int pools = 0;
-  PHUB_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+  PHUB_RETURN_IF_CUDA_ERROR(
+      cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
   DeviceAllocator allocator;
   if (pools == 0) {
     // Some virtualised GPUs have no memory pools: plain, uncached allocations.
-    UseUncachedAllocations(allocator);
+    allocator.allocate = UncachedAllocate;
+    allocator.free = [](void* p) { (void)cudaFree(p); };
   } else {
     // By default the pool returns freed memory to the driver at every synchronisation; keep it.
     cudaMemPool_t pool = nullptr;
-    PHUB_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    PHUB_RETURN_IF_CUDA_ERROR(cudaDeviceGetDefaultMemPool(&pool, device));
     std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
-    PHUB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    PHUB_RETURN_IF_CUDA_ERROR(
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     allocator.allocate = PoolAllocate;
     allocator.free = PoolFree;
   }
-  SetDeviceAllocator(Device::kCuda, std::move(allocator));
+  return SetDeviceAllocator(Device::kCuda, std::move(allocator));
 }
 
 }  // namespace phub::worker::cudnn

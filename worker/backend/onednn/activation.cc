@@ -24,22 +24,28 @@ class Activation final : public ActivationOp {
         ctx.engine, fwd_pd_));
   }
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("activation forward", "x", x, flat_);
-    Check("activation forward", "y", y, flat_);
-    fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, flat_, x)},
-                               {DNNL_ARG_DST, Wrap(ctx_, flat_, y)}});
-    ctx_.stream.wait();
+  Status Forward(const Tensor& x, Tensor& y) override {
+    const char* op = "activation forward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, flat_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, flat_));
+    return OnednnCall(op, [&] {
+      fwd_.execute(ctx_.stream,
+                   {{DNNL_ARG_SRC, Wrap(ctx_, flat_, x)}, {DNNL_ARG_DST, Wrap(ctx_, flat_, y)}});
+      ctx_.stream.wait();
+    });
   }
 
-  void Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    Check("activation backward", "y", y, flat_);
-    Check("activation backward", "dy", dy, flat_);
-    Check("activation backward", "dx", dx, flat_);
-    bwd_.execute(ctx_.stream, {{DNNL_ARG_DST, Wrap(ctx_, flat_, y)},
-                               {DNNL_ARG_DIFF_DST, Wrap(ctx_, flat_, dy)},
-                               {DNNL_ARG_DIFF_SRC, Wrap(ctx_, flat_, dx)}});
-    ctx_.stream.wait();
+  Status Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    const char* op = "activation backward";
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, flat_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, flat_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, flat_));
+    return OnednnCall(op, [&] {
+      bwd_.execute(ctx_.stream, {{DNNL_ARG_DST, Wrap(ctx_, flat_, y)},
+                                 {DNNL_ARG_DIFF_DST, Wrap(ctx_, flat_, dy)},
+                                 {DNNL_ARG_DIFF_SRC, Wrap(ctx_, flat_, dx)}});
+      ctx_.stream.wait();
+    });
   }
 
  private:
@@ -52,9 +58,10 @@ class Activation final : public ActivationOp {
 
 }  // namespace
 
-std::unique_ptr<ActivationOp> MakeActivation(Context& ctx, ActivationKind kind, const Shape& shape) {
-  if (shape.numel() < 1) throw std::invalid_argument("activation: empty shape " + shape.ToString());
-  return std::make_unique<Activation>(ctx, kind, shape);
+StatusOr<std::unique_ptr<ActivationOp>> MakeActivation(Context& ctx, ActivationKind kind,
+                                                       const Shape& shape) {
+  PHUB_RETURN_IF_ERROR(ValidateActivation(shape));
+  return MakeOp<ActivationOp, Activation>("activation", ctx, kind, shape);
 }
 
 }  // namespace phub::worker::onednn

@@ -56,45 +56,49 @@ class Conv2d final : public Conv2dOp {
     wdw_ = Staged(ctx, w_, bwd_w_pd_.diff_weights_desc());
   }
 
-  void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    Check("Conv2d forward", "x", x, x_);
-    Check("Conv2d forward", "w", w, w_);
-    Check("Conv2d forward", "y", y, y_);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fx_.In(ctx_, x)},
-                                            {DNNL_ARG_WEIGHTS, fw_.In(ctx_, w)},
-                                            {DNNL_ARG_DST, fy_.Out(ctx_, y)}};
-    if (s_.bias) {
-      Check("Conv2d forward", "b", b, b_);
-      args[DNNL_ARG_BIAS] = Wrap(ctx_, b_, b);
-    }
-    fwd_.execute(ctx_.stream, args);
-    fy_.Finish(ctx_, y);
-    ctx_.stream.wait();
+  Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    const char* op = "Conv2d forward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, b_));
+    return OnednnCall(op, [&] {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fx_.In(ctx_, x)},
+                                              {DNNL_ARG_WEIGHTS, fw_.In(ctx_, w)},
+                                              {DNNL_ARG_DST, fy_.Out(ctx_, y)}};
+      if (s_.bias) args[DNNL_ARG_BIAS] = Wrap(ctx_, b_, b);
+      fwd_.execute(ctx_.stream, args);
+      fy_.Finish(ctx_, y);
+      ctx_.stream.wait();
+    });
   }
 
-  void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                Tensor& db) override {
-    Check("Conv2d backward", "x", x, x_);
-    Check("Conv2d backward", "dy", dy, y_);
-    Check("Conv2d backward", "dw", dw, w_);
+  Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                  Tensor& db) override {
+    const char* op = "Conv2d backward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, w_));
     if (dx != nullptr) {
-      Check("Conv2d backward", "w", w, w_);
-      Check("Conv2d backward", "dx", *dx, x_);
-      bwd_data_.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddy_.In(ctx_, dy)},
-                                      {DNNL_ARG_WEIGHTS, dw_in_.In(ctx_, w)},
-                                      {DNNL_ARG_DIFF_SRC, ddx_.Out(ctx_, *dx)}});
-      ddx_.Finish(ctx_, *dx);
+      PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
+      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
     }
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wx_.In(ctx_, x)},
-                                            {DNNL_ARG_DIFF_DST, wdy_.In(ctx_, dy)},
-                                            {DNNL_ARG_DIFF_WEIGHTS, wdw_.Out(ctx_, dw)}};
-    if (s_.bias) {
-      Check("Conv2d backward", "db", db, b_);
-      args[DNNL_ARG_DIFF_BIAS] = Wrap(ctx_, b_, db);
-    }
-    bwd_w_.execute(ctx_.stream, args);
-    wdw_.Finish(ctx_, dw);
-    ctx_.stream.wait();
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, b_));
+    return OnednnCall(op, [&] {
+      if (dx != nullptr) {
+        bwd_data_.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddy_.In(ctx_, dy)},
+                                        {DNNL_ARG_WEIGHTS, dw_in_.In(ctx_, w)},
+                                        {DNNL_ARG_DIFF_SRC, ddx_.Out(ctx_, *dx)}});
+        ddx_.Finish(ctx_, *dx);
+      }
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wx_.In(ctx_, x)},
+                                              {DNNL_ARG_DIFF_DST, wdy_.In(ctx_, dy)},
+                                              {DNNL_ARG_DIFF_WEIGHTS, wdw_.Out(ctx_, dw)}};
+      if (s_.bias) args[DNNL_ARG_DIFF_BIAS] = Wrap(ctx_, b_, db);
+      bwd_w_.execute(ctx_.stream, args);
+      wdw_.Finish(ctx_, dw);
+      ctx_.stream.wait();
+    });
   }
 
  private:
@@ -112,9 +116,9 @@ class Conv2d final : public Conv2dOp {
 
 }  // namespace
 
-std::unique_ptr<Conv2dOp> MakeConv2d(Context& ctx, const Conv2dSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Conv2d>(ctx, spec);
+StatusOr<std::unique_ptr<Conv2dOp>> MakeConv2d(Context& ctx, const Conv2dSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  return MakeOp<Conv2dOp, Conv2d>("Conv2d", ctx, spec);
 }
 
 }  // namespace phub::worker::onednn

@@ -38,45 +38,49 @@ class Linear final : public LinearOp {
     wdw_ = Staged(ctx, w_, bwd_w_pd_.diff_weights_desc());
   }
 
-  void Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    Check("Linear forward", "x", x, x_);
-    Check("Linear forward", "w", w, w_);
-    Check("Linear forward", "y", y, y_);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fx_.In(ctx_, x)},
-                                            {DNNL_ARG_WEIGHTS, fw_.In(ctx_, w)},
-                                            {DNNL_ARG_DST, Wrap(ctx_, y_, y)}};
-    if (s_.bias) {
-      Check("Linear forward", "b", b, b_);
-      args[DNNL_ARG_BIAS] = Wrap(ctx_, b_, b);
-    }
-    fwd_.execute(ctx_.stream, args);
-    ctx_.stream.wait();
+  Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    const char* op = "Linear forward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, b_));
+    return OnednnCall(op, [&] {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fx_.In(ctx_, x)},
+                                              {DNNL_ARG_WEIGHTS, fw_.In(ctx_, w)},
+                                              {DNNL_ARG_DST, Wrap(ctx_, y_, y)}};
+      if (s_.bias) args[DNNL_ARG_BIAS] = Wrap(ctx_, b_, b);
+      fwd_.execute(ctx_.stream, args);
+      ctx_.stream.wait();
+    });
   }
 
-  void Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                Tensor& db) override {
-    Check("Linear backward", "x", x, x_);
-    Check("Linear backward", "dy", dy, y_);
-    Check("Linear backward", "dw", dw, w_);
-    memory dy_mem = Wrap(ctx_, y_, dy);
+  Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                  Tensor& db) override {
+    const char* op = "Linear backward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, w_));
     if (dx != nullptr) {
-      Check("Linear backward", "w", w, w_);
-      Check("Linear backward", "dx", *dx, x_);
-      bwd_data_.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, dy_mem},
-                                      {DNNL_ARG_WEIGHTS, dw_in_.In(ctx_, w)},
-                                      {DNNL_ARG_DIFF_SRC, ddx_.Out(ctx_, *dx)}});
-      ddx_.Finish(ctx_, *dx);
+      PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
+      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
     }
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wx_.In(ctx_, x)},
-                                            {DNNL_ARG_DIFF_DST, dy_mem},
-                                            {DNNL_ARG_DIFF_WEIGHTS, wdw_.Out(ctx_, dw)}};
-    if (s_.bias) {
-      Check("Linear backward", "db", db, b_);
-      args[DNNL_ARG_DIFF_BIAS] = Wrap(ctx_, b_, db);
-    }
-    bwd_w_.execute(ctx_.stream, args);
-    wdw_.Finish(ctx_, dw);
-    ctx_.stream.wait();
+    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, b_));
+    return OnednnCall(op, [&] {
+      memory dy_mem = Wrap(ctx_, y_, dy);
+      if (dx != nullptr) {
+        bwd_data_.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, dy_mem},
+                                        {DNNL_ARG_WEIGHTS, dw_in_.In(ctx_, w)},
+                                        {DNNL_ARG_DIFF_SRC, ddx_.Out(ctx_, *dx)}});
+        ddx_.Finish(ctx_, *dx);
+      }
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wx_.In(ctx_, x)},
+                                              {DNNL_ARG_DIFF_DST, dy_mem},
+                                              {DNNL_ARG_DIFF_WEIGHTS, wdw_.Out(ctx_, dw)}};
+      if (s_.bias) args[DNNL_ARG_DIFF_BIAS] = Wrap(ctx_, b_, db);
+      bwd_w_.execute(ctx_.stream, args);
+      wdw_.Finish(ctx_, dw);
+      ctx_.stream.wait();
+    });
   }
 
  private:
@@ -94,9 +98,9 @@ class Linear final : public LinearOp {
 
 }  // namespace
 
-std::unique_ptr<LinearOp> MakeLinear(Context& ctx, const LinearSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Linear>(ctx, spec);
+StatusOr<std::unique_ptr<LinearOp>> MakeLinear(Context& ctx, const LinearSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  return MakeOp<LinearOp, Linear>("Linear", ctx, spec);
 }
 
 }  // namespace phub::worker::onednn

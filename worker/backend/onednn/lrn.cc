@@ -23,24 +23,30 @@ class Lrn final : public LrnOp {
     workspace_ = memory(fwd_pd_.workspace_desc(), ctx.engine);
   }
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("LRN forward", "x", x, x_);
-    Check("LRN forward", "y", y, x_);
-    fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
-                               {DNNL_ARG_DST, Wrap(ctx_, x_, y)},
-                               {DNNL_ARG_WORKSPACE, workspace_}});
-    ctx_.stream.wait();
+  Status Forward(const Tensor& x, Tensor& y) override {
+    const char* op = "LRN forward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
+    return OnednnCall(op, [&] {
+      fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
+                                 {DNNL_ARG_DST, Wrap(ctx_, x_, y)},
+                                 {DNNL_ARG_WORKSPACE, workspace_}});
+      ctx_.stream.wait();
+    });
   }
 
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    Check("LRN backward", "x", x, x_);
-    Check("LRN backward", "dy", dy, x_);
-    Check("LRN backward", "dx", dx, x_);
-    bwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
-                               {DNNL_ARG_DIFF_DST, Wrap(ctx_, x_, dy)},
-                               {DNNL_ARG_DIFF_SRC, Wrap(ctx_, x_, dx)},
-                               {DNNL_ARG_WORKSPACE, workspace_}});
-    ctx_.stream.wait();
+  Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    const char* op = "LRN backward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, x_));
+    return OnednnCall(op, [&] {
+      bwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
+                                 {DNNL_ARG_DIFF_DST, Wrap(ctx_, x_, dy)},
+                                 {DNNL_ARG_DIFF_SRC, Wrap(ctx_, x_, dx)},
+                                 {DNNL_ARG_WORKSPACE, workspace_}});
+      ctx_.stream.wait();
+    });
   }
 
  private:
@@ -54,9 +60,9 @@ class Lrn final : public LrnOp {
 
 }  // namespace
 
-std::unique_ptr<LrnOp> MakeLrn(Context& ctx, const LrnSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Lrn>(ctx, spec);
+StatusOr<std::unique_ptr<LrnOp>> MakeLrn(Context& ctx, const LrnSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  return MakeOp<LrnOp, Lrn>("LocalResponseNorm", ctx, spec);
 }
 
 }  // namespace phub::worker::onednn

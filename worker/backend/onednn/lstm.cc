@@ -60,34 +60,53 @@ class Lstm final : public LstmOp {
     w_hh_ = {4 * H, H};
   }
 
-  void Forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
-               Tensor& y, bool /*training: the workspace is always kept*/) override {
-    Check("LSTM forward", "x", x, x_);
-    Check("LSTM forward", "w_ih", w_ih, w_ih_);
-    Check("LSTM forward", "w_hh", w_hh, w_hh_);
-    Check("LSTM forward", "bias", bias, bias_);
-    Check("LSTM forward", "y", y, y_);
-    fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC_LAYER, Wrap(ctx_, x_, x)},
-                               {DNNL_ARG_SRC_ITER, zero_state_},
-                               {DNNL_ARG_SRC_ITER_C, zero_state_},
-                               {DNNL_ARG_WEIGHTS_LAYER, f_w_layer_.In(ctx_, w_ih)},
-                               {DNNL_ARG_WEIGHTS_ITER, f_w_iter_.In(ctx_, w_hh)},
-                               {DNNL_ARG_BIAS, Wrap(ctx_, bias_, bias)},
-                               {DNNL_ARG_DST_LAYER, Wrap(ctx_, y_, y)},
-                               {DNNL_ARG_WORKSPACE, workspace_}});
-    ctx_.stream.wait();
+  Status Forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
+                 Tensor& y, bool /*training: the workspace is always kept*/) override {
+    const char* op = "LSTM forward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "w_ih", w_ih, w_ih_));
+    PHUB_RETURN_IF_ERROR(Check(op, "w_hh", w_hh, w_hh_));
+    PHUB_RETURN_IF_ERROR(Check(op, "bias", bias, bias_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
+    return OnednnCall(op, [&] {
+      fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC_LAYER, Wrap(ctx_, x_, x)},
+                                 {DNNL_ARG_SRC_ITER, zero_state_},
+                                 {DNNL_ARG_SRC_ITER_C, zero_state_},
+                                 {DNNL_ARG_WEIGHTS_LAYER, f_w_layer_.In(ctx_, w_ih)},
+                                 {DNNL_ARG_WEIGHTS_ITER, f_w_iter_.In(ctx_, w_hh)},
+                                 {DNNL_ARG_BIAS, Wrap(ctx_, bias_, bias)},
+                                 {DNNL_ARG_DST_LAYER, Wrap(ctx_, y_, y)},
+                                 {DNNL_ARG_WORKSPACE, workspace_}});
+      ctx_.stream.wait();
+    });
   }
 
-  void Backward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
-                const Tensor& y, const Tensor& dy, Tensor* dx, Tensor& dw_ih, Tensor& dw_hh,
-                Tensor& dbias) override {
-    Check("LSTM backward", "dy", dy, y_);
-    Check("LSTM backward", "dw_ih", dw_ih, w_ih_);
-    Check("LSTM backward", "dw_hh", dw_hh, w_hh_);
-    Check("LSTM backward", "dbias", dbias, bias_);
-    if (dx != nullptr) Check("LSTM backward", "dx", *dx, x_);
-    if (dx == nullptr && !dx_scratch_.defined()) dx_scratch_ = Tensor::Empty(Shape(x_));
+  Status Backward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
+                  const Tensor& y, const Tensor& dy, Tensor* dx, Tensor& dw_ih, Tensor& dw_hh,
+                  Tensor& dbias) override {
+    const char* op = "LSTM backward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "w_ih", w_ih, w_ih_));
+    PHUB_RETURN_IF_ERROR(Check(op, "w_hh", w_hh, w_hh_));
+    PHUB_RETURN_IF_ERROR(Check(op, "bias", bias, bias_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dw_ih", dw_ih, w_ih_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dw_hh", dw_hh, w_hh_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dbias", dbias, bias_));
+    if (dx != nullptr) PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
+    if (dx == nullptr && !dx_scratch_.defined()) {
+      PHUB_ASSIGN_OR_RETURN(dx_scratch_, Tensor::Allocate(Shape(x_)));
+    }
     Tensor& dx_out = dx != nullptr ? *dx : dx_scratch_;
+    return OnednnCall(op, [&] { Run(x, w_ih, w_hh, bias, y, dy, dx_out, dw_ih, dw_hh, dbias); });
+  }
+
+ private:
+  // Backward's oneDNN calls (they may throw: run inside an OnednnCall).
+  void Run(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
+           const Tensor& y, const Tensor& dy, Tensor& dx_out, Tensor& dw_ih, Tensor& dw_hh,
+           Tensor& dbias) {
     // oneDNN's RNN backward ADDS to the weight gradients; ours overwrite (ops.h).
     d_w_layer_.ZeroOut(ctx_, dw_ih);
     d_w_iter_.ZeroOut(ctx_, dw_hh);
@@ -116,7 +135,6 @@ class Lstm final : public LstmOp {
     ctx_.stream.wait();
   }
 
- private:
   Context& ctx_;
   LstmSpec s_;
   dims x_, y_, bias_, w_ih_, w_hh_;
@@ -131,9 +149,9 @@ class Lstm final : public LstmOp {
 
 }  // namespace
 
-std::unique_ptr<LstmOp> MakeLstm(Context& ctx, const LstmSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Lstm>(ctx, spec);
+StatusOr<std::unique_ptr<LstmOp>> MakeLstm(Context& ctx, const LstmSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  return MakeOp<LstmOp, Lstm>("LSTM", ctx, spec);
 }
 
 }  // namespace phub::worker::onednn

@@ -35,63 +35,83 @@ class OnednnBackend final : public Backend {
                         IsaName(dnnl::get_effective_cpu_isa()), ")");
   }
 
-  std::unique_ptr<Conv2dOp> MakeConv2d(const Conv2dSpec& s) override {
+  StatusOr<std::unique_ptr<Conv2dOp>> MakeConv2d(const Conv2dSpec& s) override {
     return onednn::MakeConv2d(ctx_, s);
   }
-  std::unique_ptr<LinearOp> MakeLinear(const LinearSpec& s) override {
+  StatusOr<std::unique_ptr<LinearOp>> MakeLinear(const LinearSpec& s) override {
     return onednn::MakeLinear(ctx_, s);
   }
-  std::unique_ptr<BatchNormOp> MakeBatchNorm(const BatchNormSpec& s) override {
+  StatusOr<std::unique_ptr<BatchNormOp>> MakeBatchNorm(const BatchNormSpec& s) override {
     return onednn::MakeBatchNorm(ctx_, s);
   }
-  std::unique_ptr<ActivationOp> MakeActivation(ActivationKind kind, const Shape& shape) override {
+  StatusOr<std::unique_ptr<ActivationOp>> MakeActivation(ActivationKind kind,
+                                                         const Shape& shape) override {
     return onednn::MakeActivation(ctx_, kind, shape);
   }
-  std::unique_ptr<PoolOp> MakePool(const PoolSpec& s) override {
+  StatusOr<std::unique_ptr<PoolOp>> MakePool(const PoolSpec& s) override {
     return onednn::MakePool(ctx_, s);
   }
-  std::unique_ptr<DropoutOp> MakeDropout(const Shape& shape, float p) override {
+  StatusOr<std::unique_ptr<DropoutOp>> MakeDropout(const Shape& shape, float p) override {
     return onednn::MakeDropout(ctx_, shape, p);
   }
-  std::unique_ptr<ShortcutOp> MakeShortcut(const ShortcutSpec& s) override {
+  StatusOr<std::unique_ptr<ShortcutOp>> MakeShortcut(const ShortcutSpec& s) override {
     return onednn::MakeShortcut(ctx_, s);
   }
-  std::unique_ptr<LrnOp> MakeLrn(const LrnSpec& s) override { return onednn::MakeLrn(ctx_, s); }
-  std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
+  StatusOr<std::unique_ptr<LrnOp>> MakeLrn(const LrnSpec& s) override {
+    return onednn::MakeLrn(ctx_, s);
+  }
+  StatusOr<std::unique_ptr<SoftmaxCrossEntropyOp>> MakeSoftmaxCrossEntropy(
       const SoftmaxCrossEntropySpec& s) override {
     return onednn::MakeSoftmaxCrossEntropy(ctx_, s);
   }
-  std::unique_ptr<LstmOp> MakeLstm(const LstmSpec& s) override { return onednn::MakeLstm(ctx_, s); }
-  std::unique_ptr<EmbeddingOp> MakeEmbedding(const EmbeddingSpec& s) override {
+  StatusOr<std::unique_ptr<LstmOp>> MakeLstm(const LstmSpec& s) override {
+    return onednn::MakeLstm(ctx_, s);
+  }
+  StatusOr<std::unique_ptr<EmbeddingOp>> MakeEmbedding(const EmbeddingSpec& s) override {
     return onednn::MakeEmbedding(ctx_, s);
   }
 
-  void Add(const Tensor& a, const Tensor& b, Tensor& y) override {
+  Status Add(const Tensor& a, const Tensor& b, Tensor& y) override {
     const dims flat = {a.numel()};
-    Check("Add", "b", b, flat);
-    Check("Add", "y", y, flat);
-    AddPrimitive(a.numel()).execute(ctx_.stream, {{DNNL_ARG_SRC_0, onednn::Wrap(ctx_, flat, a)},
-                                                  {DNNL_ARG_SRC_1, onednn::Wrap(ctx_, flat, b)},
-                                                  {DNNL_ARG_DST, onednn::Wrap(ctx_, flat, y)}});
-    ctx_.stream.wait();
+    PHUB_RETURN_IF_ERROR(Check("Add", "a", a, flat));
+    PHUB_RETURN_IF_ERROR(Check("Add", "b", b, flat));
+    PHUB_RETURN_IF_ERROR(Check("Add", "y", y, flat));
+    if (a.numel() == 0) return absl::OkStatus();  // oneDNN takes no zero-sized memory
+    return onednn::OnednnCall("Add", [&] {
+      AddPrimitive(a.numel()).execute(ctx_.stream, {{DNNL_ARG_SRC_0, onednn::Wrap(ctx_, flat, a)},
+                                                    {DNNL_ARG_SRC_1, onednn::Wrap(ctx_, flat, b)},
+                                                    {DNNL_ARG_DST, onednn::Wrap(ctx_, flat, y)}});
+      ctx_.stream.wait();
+    });
   }
 
-  void Accumulate(const Tensor& x, Tensor& y) override { Add(y, x, y); }
+  Status Accumulate(const Tensor& x, Tensor& y) override { return Add(y, x, y); }
 
-  Tensor Allocate(const Shape& shape) override { return Tensor::Empty(shape); }
+  StatusOr<Tensor> Allocate(const Shape& shape) override { return Tensor::Allocate(shape); }
 
-  void CopyFromHost(const Tensor& host, Tensor& mine) override { HostCopy(host, mine); }
-  void CopyToHost(const Tensor& mine, Tensor& host) override { HostCopy(mine, host); }
-  void Copy(const Tensor& from, Tensor& to) override { HostCopy(from, to); }
-  void Synchronize() override { ctx_.stream.wait(); }
+  Status CopyFromHost(const Tensor& host, Tensor& mine) override {
+    return HostCopy("CopyFromHost", host, mine);
+  }
+  Status CopyToHost(const Tensor& mine, Tensor& host) override {
+    return HostCopy("CopyToHost", mine, host);
+  }
+  Status Copy(const Tensor& from, Tensor& to) override { return HostCopy("Copy", from, to); }
+  Status Synchronize() override {
+    return onednn::OnednnCall("Synchronize", [&] { ctx_.stream.wait(); });
+  }
+
+  // The context is made by MakeOnednnBackend, where a failure can be returned.
+  explicit OnednnBackend(std::unique_ptr<Context> ctx) : ctx_(*ctx), owned_ctx_(std::move(ctx)) {}
 
  private:
-  static void HostCopy(const Tensor& from, Tensor& to) {
-    Check("Copy", "destination", to, {from.numel()});
+  static Status HostCopy(const char* op, const Tensor& from, Tensor& to) {
+    PHUB_RETURN_IF_ERROR(Check(op, "source", from, {from.numel()}));
+    PHUB_RETURN_IF_ERROR(Check(op, "destination", to, {from.numel()}));
     if (from.numel() > 0) std::memcpy(to.data(), from.data(), from.bytes());
+    return absl::OkStatus();
   }
 
-  // oneDNN's binary add, one primitive per element count (a model has a handful).
+  // oneDNN's binary add, one primitive per element count (a model has a handful). May throw.
   dnnl::binary& AddPrimitive(std::int64_t n) {
     auto it = adds_.find(n);
     if (it == adds_.end()) {
@@ -104,12 +124,18 @@ class OnednnBackend final : public Backend {
     return it->second;
   }
 
-  Context ctx_;
+  Context& ctx_;
+  std::unique_ptr<Context> owned_ctx_;
   std::map<std::int64_t, dnnl::binary> adds_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeOnednnBackend() { return std::make_unique<OnednnBackend>(); }
+StatusOr<std::unique_ptr<Backend>> MakeOnednnBackend() {
+  std::unique_ptr<Context> ctx;
+  PHUB_RETURN_IF_ERROR(onednn::OnednnCall("oneDNN backend (CPU engine)",
+                                          [&] { ctx = std::make_unique<Context>(); }));
+  return std::make_unique<OnednnBackend>(std::move(ctx));
+}
 
 }  // namespace phub::worker

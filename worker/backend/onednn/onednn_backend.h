@@ -7,6 +7,8 @@
 
 namespace phub::worker {
 
-std::unique_ptr<Backend> MakeOnednnBackend();
+// Fails (Internal, with oneDNN's message) only if oneDNN cannot make its CPU engine. The backend
+// and its ops are used by one thread at a time.
+StatusOr<std::unique_ptr<Backend>> MakeOnednnBackend();
 
 }  // namespace phub::worker

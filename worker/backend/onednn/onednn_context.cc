@@ -4,19 +4,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/tensor/check.h"
 
 namespace phub::worker::onednn {
 namespace {
 
+// The ops only describe their own fixed-rank tensors (1 to 4 dimensions): another rank is a
+// bug in an op, not something a caller can pass.
 tag PlainTag(std::size_t rank) {
-  switch (rank) {
-    case 1: return tag::a;
-    case 2: return tag::ab;
-    case 3: return tag::abc;
-    case 4: return tag::abcd;
-    default: throw std::invalid_argument(absl::StrCat("oneDNN backend: rank ", rank,
-                                                      " tensors are not supported (1 to 4)"));
-  }
+  PHUB_WORKER_CHECK(rank >= 1 && rank <= 4, absl::StrCat("oneDNN backend: a plain descriptor of "
+                                                         "rank ",
+                                                         rank, " (1 to 4 are made)"));
+  static constexpr tag kTags[] = {tag::a, tag::ab, tag::abc, tag::abcd};
+  return kTags[rank - 1];
 }
 
 std::int64_t Product(const dims& d) {
@@ -27,6 +27,21 @@ std::int64_t Product(const dims& d) {
 
 }  // namespace
 
+Status OnednnError(const char* what, const dnnl::error& e) {
+  const std::string message = absl::StrCat(what, ": oneDNN failed: ", e.what(), " (status ",
+                                           static_cast<int>(e.status), ")");
+  if (e.status == dnnl_out_of_memory) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(message, ": out of host memory (a smaller --batch or model)"));
+  }
+  return absl::InternalError(message);
+}
+
+Status HostMemoryError(const char* what) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, ": out of host memory (a smaller --batch or model)"));
+}
+
 dnnl::memory::desc PlainDesc(const dims& shape) {
   return dnnl::memory::desc(shape, dnnl::memory::data_type::f32, PlainTag(shape.size()));
 }
@@ -35,11 +50,12 @@ dnnl::memory::desc AnyDesc(const dims& shape) {
   return dnnl::memory::desc(shape, dnnl::memory::data_type::f32, tag::any);
 }
 
-void Check(const char* op, const char* arg, const Tensor& t, const dims& shape) {
+Status Check(const char* op, const char* arg, const Tensor& t, const dims& shape) {
   if (t.device() != Device::kCpu || t.numel() != Product(shape)) {
-    throw std::invalid_argument(absl::StrCat(op, ": ", arg, " is ", t.ToString(), ", expected [",
-                                             absl::StrJoin(shape, ", "), "] cpu"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", arg, " is ", t.ToString(), ", expected [", absl::StrJoin(shape, ", "), "] cpu"));
   }
+  return absl::OkStatus();
 }
 
 dnnl::memory Wrap(Context& ctx, const dims& shape, const Tensor& t) {
@@ -59,11 +75,10 @@ Staged::Staged(Context& ctx, const dnnl::memory::desc& user, const dnnl::memory:
 }
 
 dnnl::memory Staged::User(Context& ctx, const Tensor& t) const {
-  if (static_cast<std::size_t>(t.bytes()) != plain_.get_size()) {
-    throw std::invalid_argument(absl::StrCat("oneDNN backend: tensor ", t.ToString(), " holds ",
-                                             t.bytes(), " bytes, the op expects ",
-                                             plain_.get_size()));
-  }
+  PHUB_WORKER_CHECK(
+      static_cast<std::size_t>(t.bytes()) == plain_.get_size(),
+      absl::StrCat("oneDNN backend: tensor ", t.ToString(), " holds ", t.bytes(),
+                   " bytes, the op expects ", plain_.get_size(), " (the op did not Check it)"));
   return dnnl::memory(plain_, ctx.engine, const_cast<float*>(t.data()));
 }
 

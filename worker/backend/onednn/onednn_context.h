@@ -1,13 +1,21 @@
 // What every oneDNN op shares: the CPU engine and stream, and the helpers that wrap our plain
 // tensors as oneDNN memory and reorder them to and from the layouts oneDNN's primitives choose.
+//
+// Errors: oneDNN's C++ API reports failures by throwing dnnl::error (and std::bad_alloc from its
+// wrappers). That is caught right at the library boundary, OnednnCall below, the checked
+// wrapper of this backend, and turned into a Status naming the op and oneDNN's status; nothing
+// thrown by oneDNN leaves an op. Everything oneDNN is called with runs inside one.
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
+#include <memory>
+#include <new>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "oneapi/dnnl/dnnl.hpp"
+#include "phub/common/status.h"
 #include "worker/tensor/tensor.h"
 
 namespace phub::worker::onednn {
@@ -15,10 +23,40 @@ namespace phub::worker::onednn {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
+// Made by OnednnBackend, inside an OnednnCall (creating the engine and stream can throw).
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
 };
+
+// The Status for a failure oneDNN threw while running `what` ("Conv2d forward"):
+// ResourceExhausted when it was out of memory, Internal otherwise (a bad descriptor is a bug
+// here: specs and tensors are validated before oneDNN sees them).
+Status OnednnError(const char* what, const dnnl::error& e);
+Status HostMemoryError(const char* what);
+
+// Runs f (which calls oneDNN) and returns its failure as a Status instead of an exception.
+template <class F>
+Status OnednnCall(const char* what, F&& f) noexcept {
+  try {
+    std::forward<F>(f)();
+    return absl::OkStatus();
+  } catch (const dnnl::error& e) {
+    return OnednnError(what, e);
+  } catch (const std::bad_alloc&) {
+    return HostMemoryError(what);
+  }
+}
+
+// An op object of type T made from args (its constructor builds oneDNN primitives), as the
+// interface type Op, or the failure as a Status.
+template <class Op, class T, class... Args>
+StatusOr<std::unique_ptr<Op>> MakeOp(const char* what, Args&&... args) {
+  std::unique_ptr<Op> op;
+  PHUB_RETURN_IF_ERROR(
+      OnednnCall(what, [&] { op = std::make_unique<T>(std::forward<Args>(args)...); }));
+  return op;
+}
 
 // A plain (row-major) f32 descriptor: nchw for rank 4, nc for 2, a for 1.
 dnnl::memory::desc PlainDesc(const dims& shape);
@@ -26,12 +64,14 @@ dnnl::memory::desc PlainDesc(const dims& shape);
 dnnl::memory::desc AnyDesc(const dims& shape);
 // Our tensor's bytes seen as oneDNN memory of the plain layout (no copy).
 dnnl::memory Wrap(Context& ctx, const dims& shape, const Tensor& t);
-// Throws std::invalid_argument naming the op, the argument and both shapes when t is not
-// `shape` (element count) on the CPU.
-void Check(const char* op, const char* arg, const Tensor& t, const dims& shape);
+// InvalidArgument naming the op, the argument and both shapes when t is not `shape` (element
+// count) on the CPU.
+Status Check(const char* op, const char* arg, const Tensor& t, const dims& shape);
 
 // A tensor as the primitive wants it: the user's memory when the layouts agree, else a scratch
-// buffer (allocated once) the user's bytes are reordered into (In) or out of (Out).
+// buffer (allocated once) the user's bytes are reordered into (In) or out of (Out). Every call
+// may throw dnnl::error (run it inside an OnednnCall). REQUIRES: the tensors passed hold the
+// bytes of the user descriptor (checked: the op's Check of the same tensor guarantees it).
 class Staged {
  public:
   Staged() = default;

@@ -38,24 +38,30 @@ class Pool final : public PoolOp {
     if (s.kind == PoolKind::kMax) workspace_ = memory(fwd_pd_.workspace_desc(), ctx.engine);
   }
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("Pool forward", "x", x, x_);
-    Check("Pool forward", "y", y, y_);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
-                                            {DNNL_ARG_DST, Wrap(ctx_, y_, y)}};
-    if (workspace_) args[DNNL_ARG_WORKSPACE] = workspace_;
-    fwd_.execute(ctx_.stream, args);
-    ctx_.stream.wait();
+  Status Forward(const Tensor& x, Tensor& y) override {
+    const char* op = "Pool forward";
+    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
+    return OnednnCall(op, [&] {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
+                                              {DNNL_ARG_DST, Wrap(ctx_, y_, y)}};
+      if (workspace_) args[DNNL_ARG_WORKSPACE] = workspace_;
+      fwd_.execute(ctx_.stream, args);
+      ctx_.stream.wait();
+    });
   }
 
-  void Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    Check("Pool backward", "dy", dy, y_);
-    Check("Pool backward", "dx", dx, x_);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, Wrap(ctx_, y_, dy)},
-                                            {DNNL_ARG_DIFF_SRC, Wrap(ctx_, x_, dx)}};
-    if (workspace_) args[DNNL_ARG_WORKSPACE] = workspace_;
-    bwd_.execute(ctx_.stream, args);
-    ctx_.stream.wait();
+  Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    const char* op = "Pool backward";
+    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
+    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, x_));
+    return OnednnCall(op, [&] {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, Wrap(ctx_, y_, dy)},
+                                              {DNNL_ARG_DIFF_SRC, Wrap(ctx_, x_, dx)}};
+      if (workspace_) args[DNNL_ARG_WORKSPACE] = workspace_;
+      bwd_.execute(ctx_.stream, args);
+      ctx_.stream.wait();
+    });
   }
 
  private:
@@ -70,9 +76,9 @@ class Pool final : public PoolOp {
 
 }  // namespace
 
-std::unique_ptr<PoolOp> MakePool(Context& ctx, const PoolSpec& spec) {
-  Validate(spec);
-  return std::make_unique<Pool>(ctx, spec);
+StatusOr<std::unique_ptr<PoolOp>> MakePool(Context& ctx, const PoolSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  return MakeOp<PoolOp, Pool>("Pool", ctx, spec);
 }
 
 }  // namespace phub::worker::onednn

@@ -13,18 +13,20 @@ class Shortcut final : public ShortcutOp {
       : s_(s), x_({s.batch, s.in_channels, s.height, s.width}),
         y_({s.batch, s.out_channels, s.out_height(), s.out_width()}) {}
 
-  void Forward(const Tensor& x, Tensor& y) override {
-    Check("Shortcut forward", "x", x, x_);
-    Check("Shortcut forward", "y", y, y_);
+  Status Forward(const Tensor& x, Tensor& y) override {
+    PHUB_RETURN_IF_ERROR(Check("Shortcut forward", "x", x, x_));
+    PHUB_RETURN_IF_ERROR(Check("Shortcut forward", "y", y, y_));
     std::fill_n(y.data(), y.numel(), 0.0f);
     Walk([&](std::int64_t xi, std::int64_t yi) { y.data()[yi] = x.data()[xi]; });
+    return absl::OkStatus();
   }
 
-  void Backward(const Tensor& dy, Tensor& dx) override {
-    Check("Shortcut backward", "dy", dy, y_);
-    Check("Shortcut backward", "dx", dx, x_);
+  Status Backward(const Tensor& dy, Tensor& dx) override {
+    PHUB_RETURN_IF_ERROR(Check("Shortcut backward", "dy", dy, y_));
+    PHUB_RETURN_IF_ERROR(Check("Shortcut backward", "dx", dx, x_));
     std::fill_n(dx.data(), dx.numel(), 0.0f);  // the rows and columns the stride skipped
     Walk([&](std::int64_t xi, std::int64_t yi) { dx.data()[xi] = dy.data()[yi]; });
+    return absl::OkStatus();
   }
 
  private:
@@ -51,8 +53,8 @@ class Shortcut final : public ShortcutOp {
 
 }  // namespace
 
-std::unique_ptr<ShortcutOp> MakeShortcut(Context&, const ShortcutSpec& spec) {
-  Validate(spec);
+StatusOr<std::unique_ptr<ShortcutOp>> MakeShortcut(Context&, const ShortcutSpec& spec) {
+  PHUB_RETURN_IF_ERROR(Validate(spec));
   return std::make_unique<Shortcut>(spec);
 }
 

@@ -12,20 +12,27 @@ using namespace dnnl;
 
 class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
  public:
-  SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s)
-      : ctx_(ctx), s_(s), logits_({s.batch, s.classes}), labels_({s.batch}),
-        log_probs_(Tensor::Empty(Shape{s.batch, s.classes})) {
+  // log_probs: [N, K] host storage.
+  SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s, Tensor log_probs)
+      : ctx_(ctx),
+        s_(s),
+        logits_({s.batch, s.classes}),
+        labels_({s.batch}),
+        log_probs_(std::move(log_probs)) {
     const auto md = PlainDesc(logits_);
     fwd_ = logsoftmax_forward(logsoftmax_forward::primitive_desc(
         logsoftmax_forward::desc(prop_kind::forward_inference, md, 1), ctx.engine));
   }
 
-  double Forward(const Tensor& logits, const Tensor& labels) override {
-    Check("SoftmaxCrossEntropy forward", "logits", logits, logits_);
-    CheckLabels(labels);
-    fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, logits_, logits)},
-                               {DNNL_ARG_DST, Wrap(ctx_, logits_, log_probs_)}});
-    ctx_.stream.wait();
+  StatusOr<double> Forward(const Tensor& logits, const Tensor& labels) override {
+    const char* op = "SoftmaxCrossEntropy forward";
+    PHUB_RETURN_IF_ERROR(Check(op, "logits", logits, logits_));
+    PHUB_RETURN_IF_ERROR(CheckLabels(labels));
+    PHUB_RETURN_IF_ERROR(OnednnCall(op, [&] {
+      fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, logits_, logits)},
+                                 {DNNL_ARG_DST, Wrap(ctx_, logits_, log_probs_)}});
+      ctx_.stream.wait();
+    }));
     double loss = 0;
     for (std::int64_t n = 0; n < s_.batch; ++n) {
       loss -= log_probs_.data()[n * s_.classes + static_cast<std::int64_t>(labels.data()[n])];
@@ -33,9 +40,9 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
     return loss / static_cast<double>(s_.batch);
   }
 
-  void Backward(const Tensor& labels, Tensor& dlogits) override {
-    Check("SoftmaxCrossEntropy backward", "dlogits", dlogits, logits_);
-    CheckLabels(labels);
+  Status Backward(const Tensor& labels, Tensor& dlogits) override {
+    PHUB_RETURN_IF_ERROR(Check("SoftmaxCrossEntropy backward", "dlogits", dlogits, logits_));
+    PHUB_RETURN_IF_ERROR(CheckLabels(labels));
     const float inv_n = 1.0f / static_cast<float>(s_.batch);
     const float* lp = log_probs_.data();
     float* d = dlogits.data();
@@ -43,19 +50,21 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
     for (std::int64_t n = 0; n < s_.batch; ++n) {
       d[n * s_.classes + static_cast<std::int64_t>(labels.data()[n])] -= inv_n;
     }
+    return absl::OkStatus();
   }
 
  private:
-  void CheckLabels(const Tensor& labels) const {
-    Check("SoftmaxCrossEntropy", "labels", labels, labels_);
+  Status CheckLabels(const Tensor& labels) const {
+    PHUB_RETURN_IF_ERROR(Check("SoftmaxCrossEntropy", "labels", labels, labels_));
     for (std::int64_t n = 0; n < s_.batch; ++n) {
       const float l = labels.data()[n];
       if (!(l >= 0 && l < static_cast<float>(s_.classes)) || l != std::floor(l)) {
-        throw std::invalid_argument(absl::StrCat("SoftmaxCrossEntropy: label ", n, " is ", l,
-                                                 ", must be a class index in [0, ", s_.classes,
-                                                 ")"));
+        return absl::InvalidArgumentError(absl::StrCat("SoftmaxCrossEntropy: label ", n, " is ", l,
+                                                       ", must be a class index in [0, ",
+                                                       s_.classes, ")"));
       }
     }
+    return absl::OkStatus();
   }
 
   Context& ctx_;
@@ -67,10 +76,12 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
 
 }  // namespace
 
-std::unique_ptr<SoftmaxCrossEntropyOp> MakeSoftmaxCrossEntropy(
+StatusOr<std::unique_ptr<SoftmaxCrossEntropyOp>> MakeSoftmaxCrossEntropy(
     Context& ctx, const SoftmaxCrossEntropySpec& spec) {
-  Validate(spec);
-  return std::make_unique<SoftmaxCrossEntropy>(ctx, spec);
+  PHUB_RETURN_IF_ERROR(Validate(spec));
+  PHUB_ASSIGN_OR_RETURN(Tensor log_probs, Tensor::Allocate(Shape{spec.batch, spec.classes}));
+  return MakeOp<SoftmaxCrossEntropyOp, SoftmaxCrossEntropy>("SoftmaxCrossEntropy", ctx, spec,
+                                                            std::move(log_probs));
 }
 
 }  // namespace phub::worker::onednn

@@ -19,11 +19,11 @@ class Conv2d final : public Layer {
  public:
   Conv2d(std::string name, Conv2dOptions options) : Layer(std::move(name)), o_(options) {}
   std::string Kind() const override { return "Conv2d"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   Conv2dOptions o_;
@@ -40,11 +40,11 @@ class Linear final : public Layer {
   Linear(std::string name, std::int64_t out_features, bool bias = true)
       : Layer(std::move(name)), out_(out_features), bias_(bias) {}
   std::string Kind() const override { return "Linear"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   std::int64_t out_;
@@ -61,28 +61,30 @@ class BatchNorm final : public Layer {
   explicit BatchNorm(std::string name, float eps = 1e-5f, float momentum = 0.1f)
       : Layer(std::move(name)), eps_(eps), momentum_(momentum) {}
   std::string Kind() const override { return "BatchNorm"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
   const Tensor& running_mean() const { return running_mean_; }
   const Tensor& running_var() const { return running_var_; }
 
  private:
   float eps_, momentum_;
+  Backend* backend_ = nullptr;
   std::unique_ptr<BatchNormOp> op_;
   Tensor running_mean_, running_var_, save_mean_, save_var_;
+  Tensor dx_scratch_;  // dx nobody wants (the layer sees the image), made at first need
 };
 
 class Activation : public Layer {
  public:
   Activation(std::string name, ActivationKind kind) : Layer(std::move(name)), kind_(kind) {}
   std::string Kind() const override { return kind_ == ActivationKind::kRelu ? "ReLU" : "Sigmoid"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   ActivationKind kind_;
@@ -111,10 +113,10 @@ class Pool final : public Layer {
   std::string Kind() const override {
     return o_.global ? "GlobalAvgPool" : o_.kind == PoolKind::kMax ? "MaxPool" : "AvgPool";
   }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   PoolOptions o_;
@@ -125,10 +127,10 @@ class LocalResponseNorm final : public Layer {
  public:
   LocalResponseNorm(std::string name, LrnSpec params) : Layer(std::move(name)), p_(params) {}
   std::string Kind() const override { return "LocalResponseNorm"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   LrnSpec p_;  // size, alpha, beta, k; the shape fields are filled by Setup
@@ -141,11 +143,14 @@ class Dropout final : public Layer {
  public:
   Dropout(std::string name, float p) : Layer(std::move(name)), p_(p) {}
   std::string Kind() const override { return "Dropout"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void InitParameters(Backend& backend, std::mt19937_64& rng) override { seed_ = rng(); }
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status InitParameters(Backend& backend, std::mt19937_64& rng) override {
+    seed_ = rng();
+    return absl::OkStatus();
+  }
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   float p_;
@@ -161,10 +166,10 @@ class Shortcut final : public Layer {
   Shortcut(std::string name, std::int64_t out_channels, std::int64_t stride)
       : Layer(std::move(name)), out_(out_channels), stride_(stride) {}
   std::string Kind() const override { return "Shortcut"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   std::int64_t out_, stride_;
@@ -176,10 +181,10 @@ class Add final : public Layer {
  public:
   explicit Add(std::string name) : Layer(std::move(name)) {}
   std::string Kind() const override { return "Add"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   Backend* backend_ = nullptr;
@@ -192,11 +197,11 @@ class Embedding final : public Layer {
   Embedding(std::string name, std::int64_t vocab, std::int64_t dim)
       : Layer(std::move(name)), vocab_(vocab), dim_(dim) {}
   std::string Kind() const override { return "Embedding"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   std::int64_t vocab_, dim_;
@@ -213,11 +218,11 @@ class Lstm final : public Layer {
  public:
   Lstm(std::string name, std::int64_t hidden) : Layer(std::move(name)), hidden_(hidden) {}
   std::string Kind() const override { return "LSTM"; }
-  Shape Setup(Backend& backend, std::span<const Shape> inputs) override;
-  void InitParameters(Backend& backend, std::mt19937_64& rng) override;
-  void Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
-  void Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
-                std::span<Tensor* const> dinputs) override;
+  StatusOr<Shape> Setup(Backend& backend, std::span<const Shape> inputs) override;
+  Status InitParameters(Backend& backend, std::mt19937_64& rng) override;
+  Status Forward(std::span<const Tensor* const> inputs, Tensor& y, bool training) override;
+  Status Backward(std::span<const Tensor* const> inputs, const Tensor& y, const Tensor& dy,
+                  std::span<Tensor* const> dinputs) override;
 
  private:
   std::int64_t hidden_;

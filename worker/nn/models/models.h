@@ -1,5 +1,6 @@
 // The model zoo: dlbench's models and a small CNN for Fashion-MNIST, built from worker/nn/layers.
-// Each builder returns an unbuilt Model (call Build with a backend).
+// Each builder returns an unbuilt Model (call Build with a backend, which also reports a size
+// the model cannot take, e.g. a batch of 0).
 #pragma once
 
 #include <cstdint>
@@ -34,8 +35,8 @@ std::unique_ptr<Model> MakeResNet50(std::int64_t batch, std::int64_t image = 224
 std::unique_ptr<Model> MakeLstmLanguageModel(std::int64_t batch, std::int64_t seq_len = 32);
 
 // By name ("fashion-cnn", "fcn5", "alexnet", "resnet56", "resnet50", "lstm");
-// std::invalid_argument listing the names otherwise.
-std::unique_ptr<Model> MakeModel(const std::string& name, std::int64_t batch);
+// InvalidArgument listing the names otherwise, or for a batch below 1.
+StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name, std::int64_t batch);
 std::vector<std::string> ModelNames();
 
 }  // namespace phub::worker
