@@ -27,6 +27,7 @@
 #include "phub/server/job_spec.h"
 #include "phub/server/shard.h"
 #include "phub/transport/wire_header.h"
+#include "spdlog/spdlog.h"
 #include "tests/fuzz/fake_connection.h"
 #include "tests/fuzz/shard_fuzz_input.h"
 
@@ -217,6 +218,13 @@ class Harness {
 
 }  // namespace
 }  // namespace phub::fuzz
+
+// The shard logs every connection it drops; at thousands of runs a second that buries the
+// fuzzer's output and halves its speed. PHUB_FUZZ_VERBOSE=1 keeps it.
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  if (!phub::fuzz::Verbose()) spdlog::set_level(spdlog::level::off);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
