@@ -121,6 +121,8 @@ std::vector<float> Floats(std::uint32_t n, float base) {
 std::string TrainingRun(std::uint8_t flags, int iterations) {
   const auto job = MakeShardFuzzJob(flags);
   ShardInputWriter w(flags);
+  w.LandingZones(0, 0);  // as verbs asks before the ATTACH arrives
+  w.LandingZones(1, 1);
   w.Message(0, Op::kAttach, 0, kCore, 0, {});
   w.Message(1, Op::kAttach, 1, kCore, 0, {});
   const auto& table = job->table;

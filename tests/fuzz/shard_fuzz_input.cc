@@ -25,21 +25,31 @@ std::shared_ptr<const server::JobSpec> MakeShardFuzzJob(std::uint8_t flags) {
   return job;
 }
 
-void ShardInputWriter::Message(std::size_t connection, transport::Op op, std::uint32_t worker,
-                               std::uint32_t chunk, std::uint8_t iteration,
-                               std::span<const float> payload) {
-  Action(connection, kReceive);
+void ShardInputWriter::Header(transport::Op op, std::uint32_t worker, std::uint32_t chunk,
+                              std::uint8_t iteration, bool payload) {
   Put(0xff);                                          // mode: structured header
   Put(static_cast<std::uint8_t>(op) - 1);             // op = 1 + byte % 6
   Put(static_cast<std::uint8_t>(worker));             // < 240: worker % world
   Put(static_cast<std::uint8_t>(chunk));              // < 240: chunk % (chunks + 1); ATTACH: core
   Put(op == transport::Op::kAttach ? 0 : iteration);  // ATTACH: < 240 is the session
-  Put(payload.empty() ? 0 : 1);                       // 0: no payload, 1: the chunk's size
+  Put(payload ? 1 : 0);                               // 0: no payload, 1: the chunk's size
   Put(0xff);                                          // no damage
+}
+
+void ShardInputWriter::Message(std::size_t connection, transport::Op op, std::uint32_t worker,
+                               std::uint32_t chunk, std::uint8_t iteration,
+                               std::span<const float> payload) {
+  Action(connection, kReceive);
+  Header(op, worker, chunk, iteration, !payload.empty());
   if (payload.empty()) return;
   Put(1);  // the payload comes now
   const auto* p = reinterpret_cast<const char*>(payload.data());
   bytes_.append(p, payload.size_bytes());
+}
+
+void ShardInputWriter::LandingZones(std::size_t connection, std::uint32_t worker) {
+  Action(connection, kLandingZones);
+  Header(transport::Op::kAttach, worker, kCore, 0, false);
 }
 
 void ShardInputWriter::CompleteSends(std::size_t connection, std::uint8_t n) {

@@ -3,9 +3,11 @@
 //
 // Input: byte 0 = flags (bits 0-1 the optimizer, bit 2: phubd loaded initial weights), then
 // steps. A step is an action byte, (connection << 4) | what, with what:
-//   0-4  the peer's next bytes on that connection: the payload it still owes, if any; else a
+//   0-3  the peer's next bytes on that connection: the payload it still owes, if any; else a
 //        header (below), then — when it has a payload — one byte whose bit 0 says whether the
 //        payload comes now (1) or later (0), then the payload (zero-filled past the input's end)
+//   4    a header (below) offered to LandingZones as the peer's ATTACH, as the verbs set-up does
+//        (nullptr if it does not decode); the shard's state must not change
 //   5    one byte n: up to (n & 7) + 1 of the connection's queued sends complete
 //   6    the peer closes the connection
 //   7    a closed connection is replaced by a fresh one (a reconnecting worker), at most 8 times
@@ -35,6 +37,7 @@ inline constexpr std::uint8_t kRawHeaderModes = 6;  // mode bytes below this: ra
 inline constexpr std::uint8_t kDamageBelow = 4;     // damage bytes below this: bits flipped
 
 inline constexpr std::uint8_t kReceive = 0;
+inline constexpr std::uint8_t kLandingZones = 4;
 inline constexpr std::uint8_t kCompleteSends = 5;
 inline constexpr std::uint8_t kPeerCloses = 6;
 inline constexpr std::uint8_t kReconnect = 7;
@@ -51,6 +54,8 @@ class ShardInputWriter {
   // REQUIRES: op ATTACH/BYE carry no payload; `payload` is the chunk's size for PUSH/INIT.
   void Message(std::size_t connection, transport::Op op, std::uint32_t worker, std::uint32_t chunk,
                std::uint8_t iteration, std::span<const float> payload);
+  // The verbs set-up's question for a peer whose ATTACH names `worker`.
+  void LandingZones(std::size_t connection, std::uint32_t worker);
   void CompleteSends(std::size_t connection, std::uint8_t n);
   void PeerCloses(std::size_t connection);
   void Reconnect(std::size_t connection);
@@ -59,6 +64,8 @@ class ShardInputWriter {
 
  private:
   void Put(std::uint8_t byte) { bytes_.push_back(static_cast<char>(byte)); }
+  void Header(transport::Op op, std::uint32_t worker, std::uint32_t chunk, std::uint8_t iteration,
+              bool payload);
   void Action(std::size_t connection, std::uint8_t what) {
     Put(static_cast<std::uint8_t>(connection << 4 | what));
   }

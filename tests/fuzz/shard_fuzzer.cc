@@ -1,6 +1,7 @@
 // libFuzzer target: one Shard (phub/server/shard.h), core 0 of a 2-core job of 2 workers,
 // driven through three in-memory connections (fake_connection.h) by arbitrary sequences of
-// messages, send completions, disconnects and reconnects. The harness is the transport: it
+// messages, send completions, disconnects, reconnects and the verbs set-up's LandingZones
+// question. The harness is the transport: it
 // keeps exactly the contract of connection.h and tcp_connection.cc:
 //  - every 32-byte header is decoded first (DecodeWireHeader); a decode error closes;
 //  - every decoded header, zero-length payload included, goes to ResolveSlot; non-OK closes;
@@ -91,8 +92,11 @@ class Harness {
           Connect(static_cast<std::size_t>(&link - links_));
         }
         break;
-      default:  // kReceive and the other values below kCompleteSends
-        if (what < kCompleteSends && !link.connection->closed()) Receive(link, in);
+      case kLandingZones:
+        QueryLandingZones(link, in);
+        break;
+      default:  // kReceive and the other values below kLandingZones
+        if (what < kLandingZones && !link.connection->closed()) Receive(link, in);
         break;
     }
   }
@@ -156,6 +160,42 @@ class Harness {
     link.awaiting.reset();
     link.slot = {};
     if (Status s = shard_.OnReceived(*link.connection, header); !s.ok()) Drop(link, s);
+  }
+
+  // What verbs asks before any data: the zones the peer whose ATTACH this is may write to.
+  // Each must be that rank's slot (or, for rank 0, a chunk's weights to INIT) of a chunk of
+  // this core, exactly the chunk's size, inside the buffers the shard registers.
+  void QueryLandingZones(Link& link, Input& in) {
+    const transport::EncodedHeader bytes = NextHeader(in);
+    auto attach = transport::DecodeWireHeader(bytes);
+    const std::uint64_t aggregations = shard_.stats().aggregations;
+    auto zones = shard_.LandingZones(*link.connection, attach.ok() ? &*attach : nullptr);
+    if (shard_.stats().aggregations != aggregations) Fail("LandingZones changed the shard");
+    if (Verbose()) {
+      std::fprintf(stderr, "landing zones: %s\n",
+                   zones.ok() ? absl::StrCat(zones->size(), " zones").c_str()
+                              : std::string(zones.status().message()).c_str());
+    }
+    if (!zones.ok()) return;
+    if (!attach.ok()) Fail("LandingZones for a peer that did not say who it is");
+    const auto buffers = shard_.Buffers();
+    const auto& table = job_->table;
+    for (const transport::LandingZone& zone : *zones) {
+      if (zone.worker != attach->worker) Fail("a zone for another worker");
+      if (zone.op != Op::kPush && !(zone.op == Op::kInit && attach->worker == 0)) {
+        Fail(absl::StrCat("a ", OpName(zone.op), " zone for rank ", attach->worker));
+      }
+      if (zone.chunk >= table.chunks().size() || table.owner(zone.chunk) != kCore) {
+        Fail(absl::StrCat("a zone for chunk ", zone.chunk, ", not one of core ", kCore));
+      }
+      if (zone.bytes.size() != table.chunks()[zone.chunk].bytes()) Fail("a zone of the wrong size");
+      bool inside = false;
+      for (const auto& buffer : buffers) {
+        inside = inside || (zone.bytes.data() >= buffer.data() &&
+                            zone.bytes.data() + zone.bytes.size() <= buffer.data() + buffer.size());
+      }
+      if (!inside) Fail("a zone outside the shard's registered buffers");
+    }
   }
 
   // A header from a few input bytes, mostly well-formed.
