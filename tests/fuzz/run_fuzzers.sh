@@ -6,7 +6,8 @@
 #
 # Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60] [target ...]
 # Environment: PHUB_FUZZ_BUILD_DIR (build-fuzz), PHUB_FUZZ_BUILD_JOBS (2),
-#              PHUB_FUZZ_FLAGS (extra libFuzzer flags, e.g. "-jobs=2 -workers=2").
+#              PHUB_FUZZ_FLAGS (extra libFuzzer flags, e.g. "-max_len=16384"; with -jobs the
+#              statistics are in fuzz-N.log, not in the table).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
