@@ -158,10 +158,13 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
                                                               " while its job forms")));
     case State::kInJob:
       if (message.has_goodbye()) {
-        session->state = State::kLeaving;
+        // Nothing may follow a Goodbye: the session ends here, whether or not the peer
+        // closes (one that stays silent must not hold the job).
         spdlog::info("rank {} says goodbye after {} iterations", session->rank,
                      message.goodbye().iterations());
-        return ReadNext(session);  // wait for it to close
+        session->state = State::kLeaving;
+        left_cleanly_[session->rank] = true;
+        return Drop(session, absl::OkStatus());
       }
       return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
                                                               " in a running job")));
@@ -383,6 +386,7 @@ void ControlPlane::StartJob() {
   running_ = true;
   stalled_ = false;
   live_members_ = options_.world_size;
+  left_cleanly_.assign(options_.world_size, false);
   ++jobs_started_;
   for (auto& member : members_) {
     member->state = State::kInJob;
@@ -406,9 +410,13 @@ void ControlPlane::StartJob() {
 }
 
 void ControlPlane::OnShardEvent(const ShardEvent& event) {
-  if (event.kind != ShardEvent::Kind::kWorkerLost || !running_) return;
-  auto& member = members_[event.rank];
-  if (member && member->state == State::kLeaving) return;
+  if (!running_) return;
+  if (event.kind == ShardEvent::Kind::kLeftEarly) {
+    // A clean leave is still a loss when the others go on pushing: they must be told.
+    return Stall(absl::StrCat("core ", event.core, ": ", event.reason));
+  }
+  if (event.kind != ShardEvent::Kind::kWorkerLost) return;
+  if (left_cleanly_[event.rank]) return;  // its data connections close after its Goodbye
   Stall(absl::StrCat("core ", event.core, " lost rank ", event.rank, ": ", event.reason));
 }
 

@@ -5,8 +5,8 @@
 // A control connection (a Session) is in exactly one state, and every state handles every
 // message: what the state does not expect is refused with an Error and the session dropped.
 //
-//   awaiting Hello --Hello ok--> joined (job forming) --job formed--> in job --Goodbye--> leaving
-//        |                          |                                  |                  |
+//   awaiting Hello --Hello ok--> joined (job forming) --job formed--> in job --Goodbye--> (ends)
+//        |                          |                                  |
 //        +-- anything else, no Hello within --hello-timeout-ms, the peer gone, a bad frame:
 //            Drop(): the one place a session ends. It frees the rank, and the job's accounting
 //            follows: a forming job loses a member; a running job loses a live member (stalled
@@ -17,7 +17,9 @@
 // refused) -> ended (every member's control connection closed) -> forming again, or the daemon
 // exits with --one-job. A worker that leaves without Goodbye, or a data connection lost without
 // BYE, stalls the job: it is logged, the remaining workers get Error JOB_STALLED, and members
-// still connected --stalled-job-timeout-ms later are closed, so the job always ends.
+// still connected --stalled-job-timeout-ms later are closed, so the job always ends. A Goodbye
+// ends its session at once; if the others then push an iteration the leaver's copy is missing
+// from, a shard reports it and the job stalls too (a clean leave mid-job is still a loss).
 //
 // Resources a peer can hold are bounded: --max-connections open control connections, a frame
 // of --max-control-frame-bytes read as its bytes arrive, --max-tensors and --max-model-bytes
@@ -110,6 +112,7 @@ class ControlPlane {
   bool running_ = false;
   bool stalled_ = false;
   std::uint32_t live_members_ = 0;
+  std::vector<bool> left_cleanly_;  // by rank: said Goodbye in the running job
   std::uint64_t jobs_started_ = 0;
   boost::asio::steady_timer job_deadline_;  // forming: --form-timeout-ms; stalled: closing
   std::uint64_t job_deadline_generation_ = 0;  // a deadline that fired late for another job

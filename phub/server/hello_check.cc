@@ -56,6 +56,13 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
     return MakeError(proto::Error::TENSOR_TABLE_MISMATCH, "the worker's tensor table is empty",
                      "register the model's parameters before connecting");
   }
+  bool any_elements = false;
+  for (const auto& t : hello.tensors()) any_elements = any_elements || t.elements() > 0;
+  if (!any_elements) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                     "every tensor of the worker's table has 0 elements: nothing to train",
+                     "register the model's parameters, with their sizes, before connecting");
+  }
   if (first == nullptr) return std::nullopt;
   const auto& mine = hello.tensors();
   const auto& theirs = first->tensors();

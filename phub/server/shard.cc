@@ -131,6 +131,10 @@ StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
     return std::span<std::byte>{};
   }
   const auto rank = static_cast<std::uint32_t>(connection.tag());
+  if (said_bye_[rank]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(header.op), " from rank ", rank, " after its BYE: the connection closes next"));
+  }
   if (header.worker != rank) {
     return absl::InvalidArgumentError(absl::StrCat(OpName(header.op), " names worker ",
                                                    header.worker, " on the connection of rank ",
@@ -244,6 +248,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
       ++state.arrived;
       stats_.bytes_in += header.payload_bytes;
       MaybeAggregate(state);
+      CheckCompletable(state);
       return absl::OkStatus();
     }
     case Op::kInit: {
@@ -255,6 +260,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
     }
     case Op::kBye:
       said_bye_[rank] = 1;
+      for (const ChunkState& state : chunks_) CheckCompletable(state);
       return absl::OkStatus();
     default:
       return absl::InternalError(absl::StrCat(OpName(header.op), " from rank ", rank,
@@ -276,6 +282,20 @@ void Shard::MaybeAggregate(ChunkState& state) {
   std::fill(state.pushed.begin(), state.pushed.end(), 0);
   ++stats_.aggregations;
   Broadcast(state);
+}
+
+void Shard::CheckCompletable(const ChunkState& state) {
+  if (reported_left_early_ || state.arrived == 0) return;
+  for (std::uint32_t w = 0; w < job_->world_size; ++w) {
+    if (!said_bye_[w] || state.pushed[w]) continue;
+    reported_left_early_ = true;
+    const std::string reason = absl::StrCat(
+        "rank ", w, " left (BYE) but chunk ", state.chunk->id, " of iteration ",
+        state.iteration + 1, " has pushes from other workers and needs rank ", w, "'s too");
+    spdlog::warn("core {}: {}", core_, reason);
+    sink_(ShardEvent{ShardEvent::Kind::kLeftEarly, core_, w, reason});
+    return;
+  }
 }
 
 void Shard::Broadcast(ChunkState& state) {

@@ -31,6 +31,8 @@ struct ShardEvent {
   enum class Kind {
     kWorkerLost,  // a worker's data connection closed without BYE: the job cannot complete
     kBadPeer,     // a connection that never attached was dropped (logged only)
+    kLeftEarly,   // a worker said BYE, yet another pushed a chunk that needs its copy too
+
   };
   Kind kind;
   std::uint32_t core = 0;
@@ -96,6 +98,9 @@ class Shard final : public transport::ConnectionHandler {
   Status CheckAttach(const transport::WireHeader& header) const;
   Status Attach(transport::Connection& connection, const transport::WireHeader& header);
   void MaybeAggregate(ChunkState& state);
+  // If `state` has pushes in but waits for a worker that said BYE, the iteration can never
+  // complete: tell the control plane (once per shard) rather than let the others wait.
+  void CheckCompletable(const ChunkState& state);
   void Broadcast(ChunkState& state);
   bool all_attached() const { return attached_ == job_->world_size; }
 
@@ -109,6 +114,7 @@ class Shard final : public transport::ConnectionHandler {
   std::vector<std::uint8_t> said_bye_;
   std::uint32_t attached_ = 0;
   bool closing_ = false;  // CloseAll in progress: closures are expected, not losses
+  bool reported_left_early_ = false;
   std::vector<const float*> inputs_;  // scratch for AggregateAndStep
   std::vector<float*> state_ptrs_;
   ShardStats stats_;

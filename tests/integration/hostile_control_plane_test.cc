@@ -170,7 +170,7 @@ TEST(HostileControlPlane, StalledJobMembersThatStayAreClosed) {
 // A member says BYE and Goodbye and then keeps its connections open, silent. phubd waits for
 // the close with no deadline (State::kLeaving), so the job never ends and every later Hello is
 // refused "a job of 2 workers is running" for good. Bound: a real job completes within 20 s.
-TEST(HostileControlPlane, DISABLED_GoodbyeThenSilenceDoesNotHoldTheJob) {
+TEST(HostileControlPlane, GoodbyeThenSilenceDoesNotHoldTheJob) {
   TempDir dir;
   auto phubd = StartHostilePhubd(dir);
   ForgedJob job;
@@ -188,7 +188,7 @@ TEST(HostileControlPlane, DISABLED_GoodbyeThenSilenceDoesNotHoldTheJob) {
 // iteration 1. A Goodbye suppresses the stall, so the honest worker waits for its push for
 // ever (PsClient::Wait has no deadline). Bound: the honest worker fails within 5 s, told that
 // rank 1 left; a real job then completes.
-TEST(HostileControlPlane, DISABLED_CleanLeaveMidJobFailsTheOthers) {
+TEST(HostileControlPlane, CleanLeaveMidJobFailsTheOthers) {
   TempDir dir;
   auto phubd = StartHostilePhubd(dir);
   ForgedJob job;
