@@ -3,6 +3,8 @@
 # Idempotent: packages already present are skipped, `apt-get update` runs at most once.
 # --torch also installs PyTorch (Debian's python3-torch, CPU) for bench/train's reference: large,
 # so only the benchmark asks for it.
+# --bare-check installs instead the host tools of deploy/bare-debian-check.sh (CI's bare Debian 12
+# run of the README's commands); the project itself needs none of them.
 # Each package and why it was chosen: docs/dependencies.md.
 set -euo pipefail
 
@@ -19,6 +21,7 @@ PACKAGES=(
   zlib1g-dev               # gzip'd IDX datasets (worker)
   dataset-fashion-mnist    # Fashion-MNIST (IDX .gz): the demo and the training tests
   libdnnl-dev              # oneDNN: the worker's CPU backend (worker/backend/onednn)
+  ocl-icd-opencl-dev       # OpenCL headers: oneDNN's CMake config requires them (only a Recommends of libdnnl-dev)
   libibverbs-dev ibverbs-providers # rdma-core verbs: the RDMA transport (phub/transport/verbs)
   perftest                         # ib_write_bw: the reference of bench/exchange/run_verbs_guest.py
   python3 python3-matplotlib # PNG plots of benchmark tables
@@ -38,8 +41,16 @@ fi
 if [[ "${1:-}" == "--torch" ]]; then
   # libopenblas0-pthread: without it python3-torch's BLAS is the reference one, ~25x slower.
   PACKAGES+=(python3-torch libopenblas0-pthread)
+elif [[ "${1:-}" == "--bare-check" ]]; then
+  # Only these: the check's point is that the chroot gets the main list from this very script.
+  PACKAGES=(
+    mmdebstrap            # builds the throwaway Debian 12 root from Debian's packages
+    debian-archive-keyring # the keys mmdebstrap's apt checks bookworm's Release files with
+    git                   # clones the checkout's HEAD into the root
+    util-linux mount      # findmnt, mount, umount: the root's /proc, /sys, /dev, caches
+  )
 elif [[ -n "${1:-}" ]]; then
-  echo "install-deps: unknown option '$1' (the only one is --torch)" >&2
+  echo "install-deps: unknown option '$1' (use --torch, --bare-check, or nothing)" >&2
   exit 2
 fi
 

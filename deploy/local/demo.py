@@ -5,12 +5,18 @@ with ring allreduce, and compare: time per mini-batch, images/s, communication s
 blocked on the exchange), test accuracy per epoch; a PNG of test accuracy vs wall-clock time.
 
   deploy/local/demo.py [--workers 2] [--epochs 2] [--batch 32] [--lr 0.05] [--modes ps,ring]
-                       [--build build] [--out results/demo]
+                       [--steps N] [--min-accuracy PCT] [--build build] [--out results/demo]
 
 Each worker runs with one OpenMP thread (2 workers on 2 cores), phubd with one core. Ctrl-C
-stops every process it started. Exit 1 if a process fails or the workers' accuracies differ.
+stops every process it started. Exit 1 if a process fails, the workers' accuracies differ, or
+(with --min-accuracy) a mode's final test accuracy is under the floor.
+
+--steps N is the quick run (deploy/bare-debian-check.sh uses it): every epoch is N mini-batches
+per worker, over the first N x workers x batch training images instead of all 60,000; the test
+set stays whole, so the accuracy printed is a real one, only of a shorter training.
 """
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -21,6 +27,12 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+# Where Debian's dataset-fashion-mnist puts the IDX files (phub-worker's default --data-dir).
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+# PS and ring compute the same synchronous SGD from the same weights and data order; only the
+# order of float additions differs, so their final test accuracies stay within a fraction of a
+# point. A wider gap means one exchange delivered wrong weights.
+AGREE_POINTS = 1.0
 procs = []
 
 
@@ -59,6 +71,36 @@ def wait_workers(workers, logs, timeout):
             raise SystemExit(f"demo: worker {r} failed (exit {code}); log above and in {logs[r]}")
 
 
+def make_short_train_set(images, run_dir):
+    """A --data-dir holding the first `images` training images and labels and the whole test set.
+
+    phub-worker has no step limit that still ends in a test accuracy (it tests at the end of each
+    epoch), so the quick run shortens the epoch instead: a truncated copy of the IDX files, with
+    the count in their headers rewritten (big-endian uint32 after the 4-byte magic)."""
+    data_dir = os.path.join(run_dir, "data")
+    os.makedirs(data_dir)
+    for kind, item_bytes in (("images-idx3", 28 * 28), ("labels-idx1", 1)):
+        name = f"train-{kind}-ubyte.gz"
+        src = os.path.join(FASHION_MNIST_DIR, name)
+        try:
+            with gzip.open(src, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise SystemExit(f"demo: cannot read {src} ({e}): install dataset-fashion-mnist "
+                             "(deploy/install-deps.sh does)")
+        header = 16 if kind.startswith("images") else 8
+        count = int.from_bytes(raw[4:8], "big")
+        if images > count:
+            raise SystemExit(f"demo: --steps asks for {images} training images; {src} has {count}: "
+                             "lower --steps (or --batch)")
+        with gzip.open(os.path.join(data_dir, name), "wb", compresslevel=1) as f:
+            f.write(raw[:4] + images.to_bytes(4, "big") + raw[8:header])
+            f.write(raw[header:header + images * item_bytes])
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        os.symlink(os.path.join(FASHION_MNIST_DIR, name), os.path.join(data_dir, name))
+    return data_dir
+
+
 def run_mode(mode, a, run_dir):
     worker_bin = os.path.join(ROOT, a.build, "worker", "phub-worker")
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -88,7 +130,8 @@ def run_mode(mode, a, run_dir):
                               "--data", "fashion-mnist", "--epochs", str(a.epochs), "--lr",
                               str(a.lr), "--optimizer", "momentum", "--rank", str(r), "--world",
                               str(a.workers), "--seed", "1", "--log-every", "200", "--results",
-                              os.path.join(run_dir, f"{mode}_{r}.json")] + comm, logs[-1], env))
+                              os.path.join(run_dir, f"{mode}_{r}.json")] + comm + a.data_args,
+                             logs[-1], env))
     log(f"{mode}: {'phubd + ' if server else ''}{a.workers} workers started "
         f"(logs in {run_dir}); {a.epochs} epochs")
     # Show rank 0's progress lines while it trains.
@@ -118,17 +161,27 @@ def main():
     p.add_argument("--batch", type=int, default=32, help="per worker")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--modes", default="ps,ring")
+    p.add_argument("--steps", type=int, default=0,
+                   help="quick run: N mini-batches per worker per epoch (default: whole epochs)")
+    p.add_argument("--min-accuracy", type=float, default=0,
+                   help="exit 1 if a mode's final test accuracy (%%) is under this (default: none)")
     p.add_argument("--build", default=os.environ.get("PHUB_BUILD_DIR", "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "demo"))
     a = p.parse_args()
     modes = a.modes.split(",")
-    if a.workers < 1 or a.epochs < 1 or a.batch < 1 or any(m not in ("ps", "ring") for m in modes):
-        raise SystemExit("demo: --workers, --epochs, --batch >= 1; --modes from ps,ring")
+    if a.workers < 1 or a.epochs < 1 or a.batch < 1 or a.steps < 0 or \
+            any(m not in ("ps", "ring") for m in modes):
+        raise SystemExit("demo: --workers, --epochs, --batch >= 1, --steps >= 0; --modes from ps,ring")
     signal.signal(signal.SIGINT, lambda *_: (print("\ndemo: interrupted, stopping everything"),
                                              stop_all(), sys.exit(130)))
     signal.signal(signal.SIGTERM, lambda *_: (stop_all(), sys.exit(143)))
     os.makedirs(a.out, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix="phub-demo.")
+    a.data_args = []
+    if a.steps:
+        images = a.steps * a.workers * a.batch
+        a.data_args = ["--data-dir", make_short_train_set(images, run_dir)]
+        log(f"quick run: {a.steps} mini-batches per worker per epoch ({images} training images)")
     results = {}
     try:
         for mode in modes:
@@ -137,7 +190,8 @@ def main():
         stop_all()
     print()
     print(f"fashion-cnn on Fashion-MNIST, {a.workers} workers x batch {a.batch} "
-          f"(momentum SGD, lr {a.lr}), {a.epochs} epochs, this box "
+          f"(momentum SGD, lr {a.lr}), {a.epochs} epochs"
+          f"{f' of {a.steps} steps' if a.steps else ''}, this box "
           f"({os.cpu_count()} CPUs, 1 thread per worker):")
     header = ["mode", "ms / mini-batch", "images/s", "comm share"] + \
              [f"test acc. epoch {e + 1}" for e in range(a.epochs)] + ["wall time"]
@@ -172,9 +226,20 @@ def main():
         log(f"wrote {a.out}/demo.json and demo_accuracy.png")
     except ImportError:
         log("matplotlib missing: no plot (deploy/install-deps.sh installs it)")
-    shutil.rmtree(run_dir, ignore_errors=True)
+    if "ps" in results and "ring" in results:
+        ps, ring = (100 * results[m]["epochs"][-1]["test_accuracy"] for m in ("ps", "ring"))
+        if abs(ps - ring) > AGREE_POINTS:
+            log(f"FAILED: PS and ring disagree: final test accuracy {ps:.2f} % vs {ring:.2f} % "
+                f"(more than {AGREE_POINTS:g} points apart; they train the same model the same "
+                f"way): one exchange is wrong; worker logs are in {run_dir}")
+            return 1
     worst = min(e["test_accuracy"] for r in results.values() for e in r["epochs"][-1:])
-    if worst < 0.85:
+    if a.min_accuracy and 100 * worst < a.min_accuracy:
+        log(f"FAILED: final test accuracy {100 * worst:.2f} % is under --min-accuracy "
+            f"{a.min_accuracy:g} %: training does not learn; worker logs are in {run_dir}")
+        return 1
+    shutil.rmtree(run_dir, ignore_errors=True)  # kept above on failure: the logs are there
+    if worst < 0.85 and not a.steps:
         log(f"note: final test accuracy {100 * worst:.2f} % is under 85 %: train longer (--epochs)")
     return 0
 
