@@ -110,12 +110,26 @@ MOUNTS=()  # in mount order; cleanup undoes them in reverse
 
 # Processes whose root is our chroot (a demo left behind by Ctrl-C, a hung worker): they keep
 # mounts busy. Only those are ended: the check started them all.
-end_chroot_processes() {
-  local signal=$1 pid pids=()
+chroot_pids() {
+  local pid
   for pid in /proc/[0-9]*; do
-    [[ "$(readlink "$pid/root" 2>/dev/null)" == "$ROOT" ]] && pids+=("${pid#/proc/}")
+    [[ "$(readlink "$pid/root" 2>/dev/null)" == "$ROOT" ]] && echo "${pid#/proc/}"
   done
-  ((${#pids[@]})) && kill "-$signal" "${pids[@]}" 2>/dev/null
+  return 0
+}
+end_chroot_processes() {
+  local pids i
+  pids=$(chroot_pids)
+  [[ -z "$pids" ]] && return 0
+  log "stopping what still runs in the root: $(echo $pids)"
+  kill -TERM $pids 2>/dev/null
+  for ((i = 0; i < 10; i++)); do
+    sleep 0.5
+    pids=$(chroot_pids)
+    [[ -z "$pids" ]] && return 0
+  done
+  kill -KILL $pids 2>/dev/null
+  sleep 0.5
   return 0
 }
 
@@ -128,14 +142,11 @@ cleanup() {
   if [[ -n "$STEP" ]]; then
     log "FAILED at step '$STEP' (exit $code); its output is above" >&2
     ((code == 0)) && code=1
+    STEP_NAMES+=("$STEP") STEP_SECONDS+=($(($(date +%s) - STEP_T)))
   fi
   if [[ -n "$ROOT" && -d "$ROOT" ]]; then
-    end_chroot_processes TERM
-    for ((i = 0; i < 50; i++)); do
-      [[ -z "$(for p in /proc/[0-9]*; do [[ "$(readlink "$p/root" 2>/dev/null)" == "$ROOT" ]] && echo x; done)" ]] && break
-      sleep 0.1
-    done
-    end_chroot_processes KILL
+    end_chroot_processes
+    log "unmounting ${#MOUNTS[@]} mounts, removing $ROOT"
     for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
       umount "${MOUNTS[i]}" 2>/dev/null || { sleep 1; umount "${MOUNTS[i]}"; } ||
         umount --lazy "${MOUNTS[i]}"
@@ -151,7 +162,10 @@ cleanup() {
   fi
   if ((${#STEP_NAMES[@]})); then
     log "step times:"
-    for i in "${!STEP_NAMES[@]}"; do printf '  %-6s %5d s\n' "${STEP_NAMES[i]}" "${STEP_SECONDS[i]}"; done
+    for i in "${!STEP_NAMES[@]}"; do
+      printf '  %-6s %5d s%s\n' "${STEP_NAMES[i]}" "${STEP_SECONDS[i]}" \
+        "$([[ "${STEP_NAMES[i]}" == "$STEP" ]] && echo '  (failed)')"
+    done
   fi
   log "$( ((code == 0)) && echo passed || echo failed ) in $(($(date +%s) - T0)) s"
   exit "$code"
