@@ -139,6 +139,7 @@ cleanup() {
   local code=$? i left
   trap '' INT TERM  # a second Ctrl-C must not stop the clean-up half-way
   set +e
+  rm -f "$CACHE_DIR/.new-$$.tar.gz"  # a base tarball that mmdebstrap did not finish
   if [[ -n "$STEP" ]]; then
     log "FAILED at step '$STEP' (exit $code); its output is above" >&2
     ((code == 0)) && code=1
