@@ -50,7 +50,7 @@ elif [[ "${1:-}" == "--bare-check" ]]; then
     util-linux mount      # findmnt, mount, umount: the root's /proc, /sys, /dev, caches
   )
 elif [[ -n "${1:-}" ]]; then
-  echo "install-deps: unknown option '$1' (use --torch, --bare-check, or nothing)" >&2
+  echo "install-deps: unknown option '$1' (use --fuzz, --torch, --bare-check, or nothing)" >&2
   exit 2
 fi
 
