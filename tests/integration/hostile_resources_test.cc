@@ -317,6 +317,15 @@ TEST(HostileResources, UnattachedDataConnectionsAreCappedPerCore) {
 // Accept must back off, not spin: over 2 s of the storm phubd uses < 0.5 s of CPU and logs at
 // most 10 lines mentioning "accept"; once the connections go, a real job completes.
 TEST(HostileResources, AcceptBacksOffWhenOutOfDescriptors) {
+#ifdef PHUB_SANITIZE_UNDEFINED
+  // UBSan's vptr check, on a (type, vtable) pair it has not cached, tests whether the vtable is
+  // readable by writing it into a pipe (compiler-rt's IsAccessibleMemoryRange), and it reads its
+  // suppressions file only at its first report. With no descriptor left both fail, so a sound
+  // object is reported as "invalid vptr" and phubd halts (seen on Boost.System's
+  // error_category as phubd logged accept()'s EMFILE). The Release and TSan runs cover this.
+  GTEST_SKIP() << "UBSan's runtime needs free descriptors (pipe()) for its vptr check; this "
+                  "test takes them all. Runs in the Release and TSan builds";
+#endif
   TempDir dir;
   PhubdRlimits limits;
   limits.open_files = 64;
