@@ -27,10 +27,11 @@ namespace {
 // phubd sends a worker only WEIGHTS (into the weight buffers, landing zones): staged messages
 // are header-sized. Pushes come from unregistered gradient memory, so they go by copy through
 // send buffers: enough of them to keep several chunks in flight per core.
-transport::verbs::VerbsLimits ClientLimits() {
+transport::verbs::VerbsLimits ClientLimits(std::uint64_t chunk_bytes) {
   transport::verbs::VerbsLimits limits;
   limits.staged_payload_bytes = 1024;
   limits.send_buffers = 16;
+  limits.max_send_payload_bytes = chunk_bytes;  // pushes and INIT: at most one chunk
   return limits;
 }
 }  // namespace
@@ -226,7 +227,8 @@ StatusOr<std::shared_ptr<Connection>> PsClient::Impl::Attach(const proto::CoreEn
   const WireHeader attach_header{Op::kAttach, options_.rank, endpoint.core(), session_, 0};
   if (verbs_) {  // the ATTACH travels in the verbs set-up
     auto connection =
-        VerbsConnection::Dial(std::move(socket), *verbs_, this, ClientLimits(), attach_header);
+        VerbsConnection::Dial(std::move(socket), *verbs_, this,
+                              ClientLimits(table_->chunk_bytes()), attach_header);
     if (!connection.ok()) {
       return Status(connection.status().code(),
                     absl::StrCat("verbs connection to phubd core ", endpoint.core(), " at ",

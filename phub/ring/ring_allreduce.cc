@@ -257,6 +257,7 @@ Status RingAllreduce::Impl::OpenVerbs() {
 transport::verbs::VerbsLimits RingAllreduce::Impl::VerbsLimitsForPieces() const {
   transport::verbs::VerbsLimits limits;
   limits.staged_payload_bytes = static_cast<std::uint32_t>(piece_elems_ * sizeof(float));
+  limits.max_send_payload_bytes = piece_elems_ * sizeof(float);
   limits.staged_slots = 8;
   limits.send_buffers = 8;
   return limits;

@@ -164,7 +164,9 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
                      message.goodbye().iterations());
         session->state = State::kLeaving;
         left_cleanly_[session->rank] = true;
-        return Drop(session, absl::OkStatus());
+        Drop(session, absl::OkStatus());
+        if (running_) ArmLeaveDeadline(session->rank);
+        return;
       }
       return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
                                                               " in a running job")));
@@ -206,7 +208,7 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   ++joined_;
   spdlog::info("rank {} joined ({}/{})", hello.rank(), joined_, options_.world_size);
   if (joined_ == 1) {
-    ArmJobDeadline(options_.limits.form_timeout_ms, [this] {
+    ArmJobDeadline(JobDeadline::kForming, options_.limits.form_timeout_ms, [this] {
       std::string missing;
       int listed = 0;
       for (std::uint32_t r = 0; r < options_.world_size && listed < 16; ++r) {
@@ -225,19 +227,25 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   if (joined_ == options_.world_size) StartJob();
 }
 
-void ControlPlane::ArmJobDeadline(int timeout_ms, std::function<void()> fire) {
+// One timer bounds every phase of a job in which members could hold phubd: forming
+// (--form-timeout-ms), attaching after the Welcome (--attach-timeout-ms), the others' leave after
+// a Goodbye (--leave-timeout-ms), closing a stalled job (--stalled-job-timeout-ms).
+void ControlPlane::ArmJobDeadline(JobDeadline kind, int timeout_ms, std::function<void()> fire) {
   const std::uint64_t generation = ++job_deadline_generation_;
+  job_deadline_kind_ = kind;
   job_deadline_.expires_after(std::chrono::milliseconds(timeout_ms));
   job_deadline_.async_wait([this, generation, fire = std::move(fire),
                             alive = alive_](const boost::system::error_code& ec) {
     // A wait cancelled, or one that fired just as the job it was for moved on: nothing to do.
     if (!*alive || ec || generation != job_deadline_generation_) return;
+    job_deadline_kind_ = JobDeadline::kNone;
     fire();
   });
 }
 
 void ControlPlane::CancelJobDeadline() {
   ++job_deadline_generation_;
+  job_deadline_kind_ = JobDeadline::kNone;
   job_deadline_.cancel();
 }
 
@@ -314,6 +322,27 @@ void ControlPlane::Drop(const SessionPtr& session, const Status& why,
   if (--live_members_ == 0) EndJob();
 }
 
+// A member said Goodbye: the job cannot take another iteration, so the others must follow
+// within --leave-timeout-ms (one that stays connected and silent would hold phubd for good).
+// A stalled job's shorter deadline, or this one already running, is left as it is.
+void ControlPlane::ArmLeaveDeadline(std::int64_t first_to_leave) {
+  if (stalled_ || job_deadline_kind_ == JobDeadline::kLeaving ||
+      job_deadline_kind_ == JobDeadline::kStalled) {
+    return;
+  }
+  ArmJobDeadline(JobDeadline::kLeaving, options_.limits.leave_timeout_ms, [this, first_to_leave] {
+    const proto::Error error = MakeError(
+        proto::Error::TIMEOUT,
+        absl::StrCat("still in the job ", options_.limits.leave_timeout_ms, " ms after rank ",
+                     first_to_leave, " said goodbye (--leave-timeout-ms)"),
+        "end every worker's run with the same number of iterations, or raise --leave-timeout-ms");
+    auto members = members_;
+    for (auto& member : members) {
+      if (member) Refuse(member, error);
+    }
+  });
+}
+
 void ControlPlane::FailForming(const proto::Error& error) {
   spdlog::error("cannot start the job: {} ({})", error.message(), error.fix());
   auto members = members_;
@@ -385,6 +414,7 @@ void ControlPlane::StartJob() {
   welcome.set_transport(transport::TransportName(options_.transport));
   running_ = true;
   stalled_ = false;
+  cores_attached_ = 0;
   live_members_ = options_.world_size;
   left_cleanly_.assign(options_.world_size, false);
   ++jobs_started_;
@@ -403,6 +433,13 @@ void ControlPlane::StartJob() {
     }
     Send(member, message);
   }
+  // A member that took its Welcome but never attaches would hold the job (and phubd) for good.
+  ArmJobDeadline(JobDeadline::kAttaching, options_.limits.attach_timeout_ms, [this] {
+    Stall(absl::StrCat("not every worker attached to every core within ",
+                       options_.limits.attach_timeout_ms, " ms of the job's start (",
+                       cores_attached_, " of ", cores_.size(),
+                       " cores have all their workers; --attach-timeout-ms)"));
+  });
   spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}",
                jobs_started_, options_.world_size, spec->table.tensors().size(),
                spec->table.chunks().size(), spec->table.chunk_bytes(), cores_.size(),
@@ -411,6 +448,12 @@ void ControlPlane::StartJob() {
 
 void ControlPlane::OnShardEvent(const ShardEvent& event) {
   if (!running_) return;
+  if (event.kind == ShardEvent::Kind::kAllAttached) {
+    if (++cores_attached_ == cores_.size() && job_deadline_kind_ == JobDeadline::kAttaching) {
+      CancelJobDeadline();
+    }
+    return;
+  }
   if (event.kind == ShardEvent::Kind::kLeftEarly) {
     // A clean leave is still a loss when the others go on pushing: they must be told.
     return Stall(absl::StrCat("core ", event.core, ": ", event.reason));
@@ -433,7 +476,7 @@ void ControlPlane::Stall(const std::string& reason) {
     if (member) Send(member, message);
   }
   // Members that stay connected to a job that cannot go on must not hold phubd for good.
-  ArmJobDeadline(options_.limits.stalled_job_timeout_ms, [this] {
+  ArmJobDeadline(JobDeadline::kStalled, options_.limits.stalled_job_timeout_ms, [this] {
     auto members = members_;
     for (auto& member : members) {
       if (!member) continue;

@@ -87,10 +87,13 @@ class ControlPlane {
   void Drop(const SessionPtr& session, const Status& why,
             const proto::Error* farewell = nullptr);
   void Refuse(const SessionPtr& session, const proto::Error& error);
-  void ArmJobDeadline(int timeout_ms, std::function<void()> fire);
+  // The job's one deadline, and what it is for: a later phase's deadline replaces an earlier's.
+  enum class JobDeadline { kNone, kForming, kAttaching, kLeaving, kStalled };
+  void ArmJobDeadline(JobDeadline kind, int timeout_ms, std::function<void()> fire);
   void CancelJobDeadline();
   void StartJob();
   void FailForming(const proto::Error& error);
+  void ArmLeaveDeadline(std::int64_t first_to_leave);
   void Stall(const std::string& reason);
   void EndJob();
   void OnShardEvent(const ShardEvent& event);
@@ -114,7 +117,9 @@ class ControlPlane {
   std::uint32_t live_members_ = 0;
   std::vector<bool> left_cleanly_;  // by rank: said Goodbye in the running job
   std::uint64_t jobs_started_ = 0;
-  boost::asio::steady_timer job_deadline_;  // forming: --form-timeout-ms; stalled: closing
+  std::uint32_t cores_attached_ = 0;  // cores every member has attached to (kAllAttached)
+  boost::asio::steady_timer job_deadline_;  // the flags of JobDeadline's phases, in the .cc
+  JobDeadline job_deadline_kind_ = JobDeadline::kNone;
   std::uint64_t job_deadline_generation_ = 0;  // a deadline that fired late for another job
   // Shards post events here after the control plane is gone during shutdown: guard them.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -102,7 +102,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 3600000));
   app.add_option("--attach-timeout-ms", limits.attach_timeout_ms,
-                 "A data connection must send its ATTACH within this time or is closed")
+                 "A data connection must send its ATTACH within this time or is closed; and "
+                 "every worker must be attached to every core this long after the job starts, "
+                 "or the job stalls")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600000));
   app.add_option("--form-timeout-ms", limits.form_timeout_ms,
@@ -113,6 +115,11 @@ int main(int argc, char** argv) {
   app.add_option("--stalled-job-timeout-ms", limits.stalled_job_timeout_ms,
                  "After a job stalls, members still connected this long are closed and the job "
                  "ends")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400000));
+  app.add_option("--leave-timeout-ms", limits.leave_timeout_ms,
+                 "Once one worker has said goodbye, the others must say theirs (or disconnect) "
+                 "within this time, or they are closed (TIMEOUT) and the job ends")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400000));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
@@ -128,10 +135,10 @@ int main(int argc, char** argv) {
     limits.max_model_bytes = phub::server::DefaultMaxModelBytes(options.world_size);
   }
   spdlog::debug("limits: control frame {} B, {} tensors, model {} B, {} connections; Hello {} ms, "
-                "ATTACH {} ms, forming {} ms, stalled {} ms",
+                "ATTACH {} ms, forming {} ms, stalled {} ms, leaving {} ms",
                 limits.max_control_frame_bytes, limits.max_tensors, limits.max_model_bytes,
                 limits.max_connections, limits.hello_timeout_ms, limits.attach_timeout_ms,
-                limits.form_timeout_ms, limits.stalled_job_timeout_ms);
+                limits.form_timeout_ms, limits.stalled_job_timeout_ms, limits.leave_timeout_ms);
   options.tcp.no_delay = !nagle;
   if (!token_file.empty()) {
     auto token = ReadTokenFile(token_file);

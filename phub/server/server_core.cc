@@ -16,10 +16,13 @@ using transport::verbs::VerbsConnection;
 namespace {
 // A worker sends the shard only pushes and INIT (landing zones), ATTACH and BYE: staged
 // messages are header-sized, so the staged ring stays small however many workers there are.
-transport::verbs::VerbsLimits ShardLimits() {
+// The shard sends only its chunks' weights; the set-up, ATTACH included, has --attach-timeout-ms.
+transport::verbs::VerbsLimits ShardLimits(std::uint64_t chunk_bytes, int attach_timeout_ms) {
   transport::verbs::VerbsLimits limits;
   limits.staged_payload_bytes = 1024;
   limits.send_buffers = 4;  // weights go out from registered memory, never by copy
+  limits.max_send_payload_bytes = chunk_bytes;
+  limits.setup_timeout_ms = attach_timeout_ms;
   return limits;
 }
 }  // namespace
@@ -66,12 +69,15 @@ void ServerCore::OnAccept(boost::asio::ip::tcp::socket socket) {
     spdlog::warn("core {}: refusing a data connection: no job is running", index_);
     return;  // the socket closes as it goes out of scope
   }
-  if (shard_->unattached() >= limits_.max_connections) {
+  // Connections still in their verbs set-up have not attached either: they count too.
+  std::erase_if(setting_up_, [](const auto& c) { return c.expired(); });
+  const std::size_t unattached = shard_->unattached() + setting_up_.size();
+  if (unattached >= limits_.max_connections) {
     // Closed at once, as the socket goes out of scope. Counted, not logged one by one.
     if (refused_++ % 1000 == 0) {
       spdlog::warn("core {}: refusing data connections: {} have not attached yet, the limit is "
                    "{} (--max-connections); {} refused so far",
-                   index_, shard_->unattached(), limits_.max_connections, refused_);
+                   index_, unattached, limits_.max_connections, refused_);
     }
     return;
   }
@@ -86,9 +92,9 @@ void ServerCore::OnAccept(boost::asio::ip::tcp::socket socket) {
   auto current = [this, generation]() -> transport::ConnectionHandler* {
     return shard_generation_ == generation ? shard_.get() : nullptr;
   };
-  std::erase_if(setting_up_, [](const auto& c) { return c.expired(); });
   setting_up_.push_back(VerbsConnection::Accept(
-      std::move(socket), *verbs_, current, ShardLimits(),
+      std::move(socket), *verbs_, current,
+      ShardLimits(job_chunk_bytes_, limits_.attach_timeout_ms),
       [this, current](StatusOr<std::shared_ptr<VerbsConnection>> c) {
         if (!c.ok()) {
           spdlog::warn("core {}: verbs connection set-up failed: {}", index_,
@@ -101,7 +107,7 @@ void ServerCore::OnAccept(boost::asio::ip::tcp::socket socket) {
 }
 
 void ServerCore::WatchAttach(const std::shared_ptr<transport::Connection>& connection) {
-  // On verbs the ATTACH travels in the set-up, which has its own deadline (VerbsLimits).
+  // On verbs the ATTACH travels in the set-up, under the same deadline (ShardLimits).
   auto timer = std::make_shared<boost::asio::steady_timer>(loop_.context());
   timer->expires_after(std::chrono::milliseconds(limits_.attach_timeout_ms));
   timer->async_wait([timer, weak = std::weak_ptr<transport::Connection>(connection),
@@ -137,6 +143,7 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
   loop_.Run([&] {
     ++shard_generation_;
     const std::uint64_t weight_bytes = job->table.bytes_on_core(index_);
+    job_chunk_bytes_ = job->table.chunk_bytes();
     try {
       shard_ = std::make_unique<Shard>(std::move(job), index_, std::move(sink));
     } catch (const std::bad_alloc&) {

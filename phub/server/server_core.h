@@ -48,6 +48,7 @@ class ServerCore {
 
   keys::CoreIndex index_;
   ServerLimits limits_;
+  std::uint64_t job_chunk_bytes_ = 0;  // the installed job's: the largest payload a shard sends
   std::unique_ptr<transport::tcp::TcpListener> listener_;  // used on loop_'s thread only
   std::unique_ptr<Shard> shard_;                            // used on loop_'s thread only
   std::uint64_t shard_generation_ = 0;                      // bumps with every shard

@@ -27,9 +27,12 @@ struct ServerLimits {
   // Open control connections; per core, data connections that have not attached yet.
   std::uint32_t max_connections = 1024;
   int hello_timeout_ms = 10000;        // a control connection must send its Hello by then
-  int attach_timeout_ms = 10000;       // a data connection must ATTACH by then
+  // A data connection must ATTACH by then; and every member must be attached to every core
+  // this long after the job's Welcome, or the job stalls.
+  int attach_timeout_ms = 10000;
   int form_timeout_ms = 300000;        // a job must have all its workers this long after the first
   int stalled_job_timeout_ms = 30000;  // a stalled job's members still connected are then closed
+  int leave_timeout_ms = 300000;  // after a member's Goodbye, the others must have left by then
 };
 
 struct ServerOptions {

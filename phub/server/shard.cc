@@ -230,6 +230,7 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
   spdlog::debug("core {}: rank {} attached from {} ({}/{})", core_, header.worker,
                 connection.peer(), attached_, job_->world_size);
   if (all_attached()) {
+    sink_(ShardEvent{ShardEvent::Kind::kAllAttached, core_, -1, ""});
     for (ChunkState& state : chunks_) {
       if (state.initialized && !state.announced) Broadcast(state);
     }

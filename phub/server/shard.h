@@ -32,6 +32,7 @@ struct ShardEvent {
     kWorkerLost,  // a worker's data connection closed without BYE: the job cannot complete
     kBadPeer,     // a connection that never attached was dropped (logged only)
     kLeftEarly,   // a worker said BYE, yet another pushed a chunk that needs its copy too
+    kAllAttached,  // every worker of the job has attached to this core (sent once)
 
   };
   Kind kind;

@@ -166,10 +166,10 @@ TEST(HostileControlPlane, StalledJobMembersThatStayAreClosed) {
   EXPECT_TRUE(StaysSmall(phubd));
 }
 
-// Found while attacking the fixed phubd (2279408), not fixed yet: enable when it is.
-// A member says BYE and Goodbye and then keeps its connections open, silent. phubd waits for
-// the close with no deadline (State::kLeaving), so the job never ends and every later Hello is
-// refused "a job of 2 workers is running" for good. Bound: a real job completes within 20 s.
+// Found while attacking phubd at 2279408, fixed since: a member says BYE and Goodbye and then
+// keeps its connections open, silent. phubd used to wait for the close with no deadline
+// (State::kLeaving), so the job never ended and every later Hello was refused "a job of 2
+// workers is running" for good. Bound: a real job completes within 20 s.
 TEST(HostileControlPlane, GoodbyeThenSilenceDoesNotHoldTheJob) {
   TempDir dir;
   auto phubd = StartHostilePhubd(dir);
@@ -183,11 +183,10 @@ TEST(HostileControlPlane, GoodbyeThenSilenceDoesNotHoldTheJob) {
   ExpectServesAJobAndStaysSmall(phubd);  // the forged member's sockets are still open
 }
 
-// Found while attacking the fixed phubd (2279408), not fixed yet: enable when it is.
-// A member leaves cleanly (BYE, Goodbye, close) after the initial weights, without pushing
-// iteration 1. A Goodbye suppresses the stall, so the honest worker waits for its push for
-// ever (PsClient::Wait has no deadline). Bound: the honest worker fails within 5 s, told that
-// rank 1 left; a real job then completes.
+// Found while attacking phubd at 2279408, fixed since: a member leaves cleanly (BYE, Goodbye,
+// close) after the initial weights, without pushing iteration 1. A Goodbye used to suppress the
+// stall, so the honest worker waited for its push for ever. Bound: the honest worker fails
+// within 5 s, told that rank 1 left; a real job then completes.
 TEST(HostileControlPlane, CleanLeaveMidJobFailsTheOthers) {
   TempDir dir;
   auto phubd = StartHostilePhubd(dir);
@@ -204,6 +203,49 @@ TEST(HostileControlPlane, CleanLeaveMidJobFailsTheOthers) {
       << "the honest worker neither finished nor failed within 5 s";
   EXPECT_FALSE(honest_outcome.ok());
   EXPECT_THAT(std::string(honest_outcome.message()), HasSubstr("rank 1")) << honest_outcome;
+  job.honest.client.reset();
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// The other side of the Goodbye: the honest member says Goodbye and the forged one stays in the
+// job, connected and silent (no BYE, no push: nothing a shard would notice). With
+// --leave-timeout-ms 500 it gets Error TIMEOUT naming the flag 0.4-2 s after the Goodbye and is
+// closed; the job ends and a real job completes within 20 s.
+TEST(HostileControlPlane, MemberSilentAfterAnothersGoodbyeIsClosed) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir, {"--leave-timeout-ms", "500"});
+  ForgedJob job;
+  ASSERT_TRUE(FormForgedJob(phubd, 1, job));
+  const auto start = Clock::now();
+  EXPECT_TRUE(RunBounded(phubd, std::chrono::seconds(5),
+                         [&] { EXPECT_TRUE(job.honest.client->Close().ok()); }));
+  job.honest.client.reset();
+  proto::Error error =
+      ExpectErrorThenClose(job.forged.control, std::chrono::seconds(3), proto::Error::TIMEOUT);
+  const auto elapsed = MillisSince(start);
+  EXPECT_GE(elapsed, 400) << "closed before --leave-timeout-ms";
+  EXPECT_LE(elapsed, 2000) << "closed " << elapsed << " ms after the other's Goodbye";
+  EXPECT_THAT(error.message() + error.fix(), HasSubstr("--leave-timeout-ms"));
+  ExpectServesAJobAndStaysSmall(phubd);  // the forged data connections are still open
+}
+
+// A member takes its Welcome and never opens a data connection, so no shard ever hears of it.
+// With --attach-timeout-ms 500 the job stalls (JOB_STALLED naming --attach-timeout-ms, to both
+// members) 0.4-2 s after the Welcome, and with --stalled-job-timeout-ms 500 the silent member is
+// closed within 3 s of it; a real job then completes within 20 s.
+TEST(HostileControlPlane, WelcomedMemberThatNeverAttachesStallsTheJob) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(
+      dir, {"--attach-timeout-ms", "500", "--stalled-job-timeout-ms", "500", "--cores", "2"});
+  ForgedJob job;
+  const auto start = Clock::now();
+  ASSERT_TRUE(FormForgedJob(phubd, 1, job, /*attach=*/false));
+  proto::Error error = ExpectErrorThenClose(job.forged.control, std::chrono::seconds(3),
+                                            proto::Error::JOB_STALLED);
+  const auto elapsed = MillisSince(start);
+  EXPECT_GE(elapsed, 400) << "stalled before --attach-timeout-ms";
+  EXPECT_LE(elapsed, 3000) << "closed " << elapsed << " ms after the Welcome";
+  EXPECT_THAT(error.message(), HasSubstr("--attach-timeout-ms"));
   job.honest.client.reset();
   ExpectServesAJobAndStaysSmall(phubd);
 }

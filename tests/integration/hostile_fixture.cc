@@ -193,7 +193,8 @@ void ExpectServesAJobAndStaysSmall(RunningPhubd& phubd) {
   EXPECT_TRUE(StaysSmall(phubd));
 }
 
-bool FormForgedJob(RunningPhubd& phubd, std::uint32_t forged_rank, ForgedJob& job) {
+bool FormForgedJob(RunningPhubd& phubd, std::uint32_t forged_rank, ForgedJob& job,
+                   bool attach) {
   const std::uint32_t honest_rank = 1 - forged_rank;
   if (!job.forged.SendHello(phubd.port, MakeHello(forged_rank, 2, kHostileModel))) {
     ADD_FAILURE() << "cannot reach phubd's control port";
@@ -207,7 +208,9 @@ bool FormForgedJob(RunningPhubd& phubd, std::uint32_t forged_rank, ForgedJob& jo
   bool in_time = RunBounded(phubd, std::chrono::seconds(10), [&] {
     std::thread forged([&] {
       welcome_error = job.forged.AwaitWelcome(kHostileModel, std::chrono::seconds(8));
-      if (welcome_error.empty() && !job.forged.AttachAll()) welcome_error = "cannot attach";
+      if (welcome_error.empty() && attach && !job.forged.AttachAll()) {
+        welcome_error = "cannot attach";
+      }
     });
     job.honest = std::move(ConnectWorkers(options, {honest_rank}, kHostileModel)[0]);
     forged.join();

@@ -95,8 +95,10 @@ struct ForgedJob {
   std::vector<std::vector<float>> honest_start;  // honest's weights before anything happened
 };
 
-// Forms and attaches the job; on failure the test has failed (ADD_FAILURE) and false returns.
-bool FormForgedJob(RunningPhubd& phubd, std::uint32_t forged_rank, ForgedJob& job);
+// Forms the job and, if `attach`, attaches the forged member; on failure the test has failed
+// (ADD_FAILURE) and false returns.
+bool FormForgedJob(RunningPhubd& phubd, std::uint32_t forged_rank, ForgedJob& job,
+                   bool attach = true);
 
 // Reads what phubd sends on `socket` until it closes or `timeout` passes. Counts WEIGHTS
 // messages by iteration (the test decides which are wrong). True if phubd closed it.

@@ -60,8 +60,11 @@ VerbsConnection::~VerbsConnection() {
 
 Status VerbsConnection::Prepare(const WireHeader* peer_attach) {
   if (limits_.send_depth == 0 || limits_.recv_depth == 0 || limits_.staged_slots == 0 ||
-      limits_.send_buffers == 0 || limits_.staged_slots > kIndexMask) {
-    return absl::InvalidArgumentError("VerbsLimits: every depth and count must be positive");
+      limits_.send_buffers == 0 || limits_.staged_slots > kIndexMask ||
+      limits_.max_send_payload_bytes == 0 || limits_.max_send_payload_bytes > kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(
+        "VerbsLimits: every depth and count must be positive, and the largest payload sent "
+        "within the wire header's limit");
   }
   staged_slot_bytes_ = static_cast<std::uint32_t>(
       RoundUp64(kWireHeaderBytes + std::size_t{limits_.staged_payload_bytes}));
@@ -104,11 +107,8 @@ Status VerbsConnection::ConnectQp() {
   PHUB_RETURN_IF_ERROR(qp_->Connect(peer_endpoint_.qp));
   for (std::uint32_t i = 0; i < limits_.recv_depth; ++i) PHUB_RETURN_IF_ERROR(qp_->PostReceive(0));
   credits_ = peer_endpoint_.ring.slots;
-  send_buffer_bytes_ = peer_endpoint_.ring.slot_bytes;
-  for (const RemoteZone& zone : peer_endpoint_.zones) {
-    send_buffer_bytes_ = std::max<std::size_t>(send_buffer_bytes_, zone.bytes);
-  }
-  send_buffer_bytes_ = RoundUp64(send_buffer_bytes_);
+  // What we send, not what the peer publishes: a staged copy is a header and a payload.
+  send_buffer_bytes_ = RoundUp64(kWireHeaderBytes + limits_.max_send_payload_bytes);
   return absl::OkStatus();
 }
 
@@ -139,6 +139,10 @@ std::shared_ptr<VerbsConnection> VerbsConnection::Accept(asio::ip::tcp::socket s
                                                          Accepted done) {
   std::shared_ptr<VerbsConnection> c(
       new VerbsConnection(std::move(socket), std::move(loop), nullptr, limits));
+  // One deadline for the whole set-up, from here to the dialer's "ready": a peer that connects
+  // and says nothing holds the socket no longer than one that stops half-way holds its QP and
+  // completion-queue entries.
+  c->ArmSetupDeadline();
   tcp::AsyncReadControlMessage(c->socket_, [c, handler_now, done](
                                                StatusOr<proto::ControlMessage> message) {
     if (c->closed_) return done(c->closed_why_);
@@ -168,18 +172,6 @@ std::shared_ptr<VerbsConnection> VerbsConnection::Accept(asio::ip::tcp::socket s
       return done(status);
     }
     auto framed = tcp::FrameControlMessage(c->LocalEndpoint());
-    // From here the QP holds completion-queue entries: a dialer that never says "ready" must
-    // not keep them for ever.
-    const auto timeout = std::chrono::milliseconds(c->limits_.setup_timeout_ms);
-    c->setup_deadline_ = std::make_unique<asio::steady_timer>(c->socket_.get_executor(), timeout);
-    c->setup_deadline_->async_wait([weak = c->weak_from_this(), timeout](
-                                       const boost::system::error_code& ec) {
-      auto self = weak.lock();
-      if (ec || !self || self->closed_) return;
-      self->Close(absl::DeadlineExceededError(
-          absl::StrCat("verbs set-up with ", self->peer_, ": the peer did not finish it within ",
-                       timeout.count(), " ms")));
-    });
     asio::async_write(c->socket_, asio::buffer(*framed),
                       [c, framed, done](const boost::system::error_code& ec, std::size_t) {
       if (ec) return done(absl::UnavailableError(absl::StrCat("verbs set-up with ", c->peer_, ": ", ec.message())));
@@ -263,6 +255,19 @@ void VerbsConnection::Pump() {
   }
 }
 
+void VerbsConnection::ArmSetupDeadline() {
+  const auto timeout = std::chrono::milliseconds(limits_.setup_timeout_ms);
+  setup_deadline_ = std::make_unique<asio::steady_timer>(socket_.get_executor(), timeout);
+  setup_deadline_->async_wait([weak = weak_from_this(), timeout](
+                                  const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_) return;
+    self->Close(absl::DeadlineExceededError(
+        absl::StrCat("verbs set-up with ", self->peer_, ": the peer did not finish it within ",
+                     timeout.count(), " ms")));
+  });
+}
+
 StatusOr<int> VerbsConnection::TakeSendBuffer() {
   if (send_pool_.empty()) {  // first payload that needs a copy: make the pool now
     send_pool_.assign(std::size_t{limits_.send_buffers} * send_buffer_bytes_, std::byte{0});
@@ -280,6 +285,12 @@ StatusOr<int> VerbsConnection::TakeSendBuffer() {
 
 Status VerbsConnection::PostNext(Pending& next, bool& blocked) {
   const WireHeader& h = next.header;
+  if (next.payload.size() > limits_.max_send_payload_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(h.op), " of ", next.payload.size(), " bytes to ", peer_,
+        ": over this connection's VerbsLimits.max_send_payload_bytes (",
+        limits_.max_send_payload_bytes, "), which sizes its send buffers"));
+  }
   const std::uint64_t wr = next_wr_id_;
   int buffer = -1;
   auto zone_it = next.payload.empty()

@@ -47,7 +47,11 @@ struct VerbsLimits {
   std::uint32_t staged_slots = 8;      // staged messages the peer may have in flight to us
   std::uint32_t staged_payload_bytes = 4096;  // the largest staged payload we accept
   std::uint32_t send_buffers = 8;      // registered buffers for payloads sent by copy
-  int setup_timeout_ms = 30000;        // acceptor: from its endpoint to the dialer's "ready"
+  // The largest payload this side ever sends (its chunk or piece size). Send buffers are sized
+  // by it, never by the zones or slots the peer publishes (a peer's claim allocates nothing);
+  // a larger payload is refused.
+  std::uint64_t max_send_payload_bytes = 1 << 20;
+  int setup_timeout_ms = 30000;        // acceptor: from accept to the dialer's "ready"
 };
 
 // What the connections of one event loop share: the device, the loop's completion queue and
@@ -135,6 +139,7 @@ class VerbsConnection final : public Connection,
   void Pump();
   Status PostNext(Pending& next, bool& blocked);
   StatusOr<int> TakeSendBuffer();  // -1: all in use
+  void ArmSetupDeadline();         // acceptor: closes the connection if set-up outlasts it
   void OnReceive(const ibv_wc& completion);
   Status OnStaged(std::uint32_t slot, std::uint32_t bytes);
   Status OnDirect(std::uint32_t zone, std::uint32_t bytes);

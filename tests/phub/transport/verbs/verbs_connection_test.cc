@@ -364,27 +364,48 @@ TEST_F(VerbsConnectionTest, AZoneOutsideRegisteredMemoryFailsTheSetUp) {
 namespace phub::transport::verbs {
 namespace {
 
-// A dialer that sends its endpoint and then never says "ready" (a stuck or hostile client)
-// must not hold the acceptor's queue pair and CQ entries for ever: the set-up times out.
-TEST_F(VerbsConnectionTest, ADialerThatNeverFinishesTheSetUpTimesOut) {
-  VerbsLimits limits;
-  limits.setup_timeout_ms = 300;
+// The outcome of one acceptor-side set-up, reported from the accept loop.
+struct SetUpOutcome {
   std::mutex mu;
   std::condition_variable cv;
-  std::optional<Status> outcome;
-  accept_loop_.Run([&] {
-    auto listener = tcp::TcpListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
-    ASSERT_TRUE(listener.ok());
-    listener_ = std::move(*listener);
-    listener_->Start([&, limits](boost::asio::ip::tcp::socket socket) {
-      VerbsConnection::Accept(std::move(socket), accept_verbs_, [&] { return &acceptor_handler_; },
-                              limits, [&](StatusOr<std::shared_ptr<VerbsConnection>> c) {
-                                std::lock_guard lock(mu);
-                                outcome = c.status();
-                                cv.notify_all();
-                              });
+  std::optional<Status> status;
+
+  // Waits up to 30 s; the status, or nullopt if the set-up never ended.
+  std::optional<Status> Wait() {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return status.has_value(); });
+    return status;
+  }
+};
+
+class VerbsSetUpDeadlineTest : public VerbsConnectionTest {
+ protected:
+  // Listens; every accepted socket starts an acceptor-side set-up with `limits`.
+  void AcceptWith(const VerbsLimits& limits) {
+    accept_loop_.Run([&] {
+      auto listener = tcp::TcpListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
+      ASSERT_TRUE(listener.ok());
+      listener_ = std::move(*listener);
+      listener_->Start([this, limits](boost::asio::ip::tcp::socket socket) {
+        VerbsConnection::Accept(std::move(socket), accept_verbs_,
+                                [this] { return &acceptor_handler_; }, limits,
+                                [this](StatusOr<std::shared_ptr<VerbsConnection>> c) {
+                                  std::lock_guard lock(outcome_.mu);
+                                  outcome_.status = c.status();
+                                  outcome_.cv.notify_all();
+                                });
+      });
     });
-  });
+  }
+  SetUpOutcome outcome_;
+};
+
+// A dialer that sends its endpoint and then never says "ready" (a stuck or hostile client)
+// must not hold the acceptor's queue pair and CQ entries for ever: the set-up times out.
+TEST_F(VerbsSetUpDeadlineTest, ADialerThatNeverFinishesTheSetUpTimesOut) {
+  VerbsLimits limits;
+  limits.setup_timeout_ms = 300;
+  ASSERT_NO_FATAL_FAILURE(AcceptWith(limits));
   auto socket = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
   ASSERT_TRUE(socket.ok());
   QpAddress address;  // a plausible endpoint: this device's GID, a queue pair nobody has
@@ -398,11 +419,37 @@ TEST_F(VerbsConnectionTest, ADialerThatNeverFinishesTheSetUpTimesOut) {
   auto reply = tcp::ReadControlMessage(*socket);  // the acceptor's endpoint comes back
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_TRUE(reply->has_verbs_endpoint());
-  std::unique_lock lock(mu);  // ... and no "ready" from us
-  cv.wait_for(lock, std::chrono::seconds(30), [&] { return outcome.has_value(); });
+  std::optional<Status> outcome = outcome_.Wait();  // ... and no "ready" from us
   ASSERT_TRUE(outcome.has_value()) << "the set-up never ended";
   EXPECT_EQ(outcome->code(), absl::StatusCode::kDeadlineExceeded) << *outcome;
   EXPECT_THAT(std::string(outcome->message()), HasSubstr("did not finish it within 300 ms"));
+}
+
+// A peer that connects and never sends its endpoint is under the same deadline: the socket is
+// not held until the job ends.
+TEST_F(VerbsSetUpDeadlineTest, ADialerThatSaysNothingTimesOut) {
+  VerbsLimits limits;
+  limits.setup_timeout_ms = 300;
+  ASSERT_NO_FATAL_FAILURE(AcceptWith(limits));
+  auto socket = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
+  ASSERT_TRUE(socket.ok());
+  std::optional<Status> outcome = outcome_.Wait();
+  ASSERT_TRUE(outcome.has_value()) << "a silent peer held the set-up for 30 s";
+  EXPECT_EQ(outcome->code(), absl::StatusCode::kDeadlineExceeded) << *outcome;
+  EXPECT_THAT(std::string(outcome->message()), HasSubstr("did not finish it within 300 ms"));
+}
+
+// Send buffers are sized by what this side sends (max_send_payload_bytes), not by the slots
+// and zones the peer publishes; a payload over it is refused, naming the limit.
+TEST_F(VerbsConnectionTest, APayloadOverMaxSendPayloadBytesIsRefused) {
+  VerbsLimits limits;
+  limits.max_send_payload_bytes = 256;
+  ASSERT_NO_FATAL_FAILURE(Connect(limits));
+  std::vector<std::byte> payload(512);
+  dial_loop_.Run([&] { dialer_->Send(WireHeader{Op::kPush, 0, 0, 1, 512}, payload, nullptr); });
+  Status why = dialer_handler_.WaitClosed();
+  EXPECT_EQ(why.code(), absl::StatusCode::kInvalidArgument) << why;
+  EXPECT_THAT(std::string(why.message()), HasSubstr("max_send_payload_bytes"));
 }
 
 }  // namespace
