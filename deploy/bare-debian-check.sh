@@ -12,12 +12,14 @@
 #             README's command, shortened to N mini-batches per worker; it runs install-deps and
 #             build again, finding both done; it fails if a process fails, the workers' or PS and
 #             ring's accuracies disagree, or the accuracy is under P)
+#   6. tests  with --tests only: inside chroot, bash deploy/test.sh (the README's other command;
+#             every ctest test; too long for every CI run, run by hand before a release)
 # Only committed work is tested: the root gets `git clone` of HEAD, uncommitted changes are not
 # in it (the check says so when there are some).
 #
 # Usage (root; host tools: bash deploy/install-deps.sh --bare-check):
 #   deploy/bare-debian-check.sh [--steps 300] [--min-accuracy 70] [--cache-dir /var/cache/phub-bare]
-#                               [--ccache-dir ~/.cache/phub-ccache]
+#                               [--ccache-dir ~/.cache/phub-ccache] [--tests]
 #
 # Caches, so CI's later runs neither re-download nor recompile: the base tarball and apt's .deb
 # archive under --cache-dir; ccache's dir (default the one deploy/build.sh uses on this machine,
@@ -26,7 +28,7 @@
 # (failure, Ctrl-C) every mount is undone in reverse order and the temp root is removed; if a
 # mount cannot be undone the root is left in place and the check fails saying so.
 # Not covered: other Debian releases or Ubuntu, a non-root user with sudo, the test command
-# (deploy/test.sh) and hardware (RDMA NICs, GPUs). docs/operations.md "Bare-machine check".
+# unless --tests, and hardware (RDMA NICs, GPUs). docs/operations.md "Bare-machine check".
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +37,7 @@ STEPS=300
 # chance is 10 %, and a PS or ring that drops or garbles updates stays near it, so 70 % fails
 # only a demo that does not learn while leaving room for other CPUs' rounding.
 MIN_ACCURACY=70
+RUN_TESTS=0
 CACHE_DIR=/var/cache/phub-bare
 CCACHE_HOST=${CCACHE_DIR:-$HOME/.cache/phub-ccache}
 SUITE=bookworm
@@ -45,13 +48,14 @@ SUITE=bookworm
 VARIANT=minbase
 INCLUDE=""
 
-usage() { sed -n '2,29p' "$0"; }
+usage() { sed -n '2,31p' "$0"; }
 while (($#)); do
   case "$1" in
     --steps) STEPS=${2:?--steps needs a number}; shift 2 ;;
     --min-accuracy) MIN_ACCURACY=${2:?--min-accuracy needs a percentage}; shift 2 ;;
     --cache-dir) CACHE_DIR=${2:?--cache-dir needs a directory}; shift 2 ;;
     --ccache-dir) CCACHE_HOST=${2:?--ccache-dir needs a directory}; shift 2 ;;
+    --tests) RUN_TESTS=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bare-debian-check: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
@@ -257,4 +261,8 @@ in_root build "bash deploy/build.sh (ccache: $CCACHE_HOST)" \
   "bash deploy/build.sh | awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 25) next } { print; fflush() }'; exit \${PIPESTATUS[0]}"
 DEMO="bash deploy/local/demo.sh --epochs 1 --steps $STEPS --min-accuracy $MIN_ACCURACY"
 in_root demo "$DEMO" "$DEMO"
+if ((RUN_TESTS)); then
+  in_root tests "bash deploy/test.sh" "bash deploy/test.sh"
+  log "the README's test command works on a bare Debian 12 too"
+fi
 log "the README's demo command works on a bare Debian 12 (commit $(git -C "$ROOT/phub" rev-parse --short HEAD))"
