@@ -25,7 +25,10 @@ else
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:protect_shadow_gap=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # Suppressions cover only races inside uninstrumented Debian libraries (reasons in the file).
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
+  # allocator_may_return_null: a malloc TSan cannot serve (over its 1 TiB maximum) returns NULL as
+  # glibc's would, so tests of what a failed allocation does see the real behaviour; `new` still
+  # ends the process there.
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
   # libgomp (oneDNN's thread pool) is not TSan-instrumented: its barriers are invisible to TSan,
   # so every parallel region would read as a race. One OpenMP thread keeps TSan on our threads.
   [[ "$sanitize" == thread ]] && export OMP_NUM_THREADS=1

@@ -306,6 +306,9 @@ TEST_F(TcpConnectionTest, ZeroLengthMessageIsRefusedByResolveSlotToo) {
   SendResults sent;
   ClientSend(WireHeader{Op::kPush, 0, 9, 3, 0}, {}, sent.Callback());
   ASSERT_TRUE(server_handler_.WaitForClosed());
+  // The client's send reports before `sent` goes out of scope (TSan saw the loop write to it
+  // after the test had left).
+  ASSERT_TRUE(sent.WaitFor(1));
   EXPECT_EQ(server_handler_.why(), refusal);
   EXPECT_EQ(server_handler_.resolve_calls(), 1);
   EXPECT_TRUE(server_handler_.messages().empty());
