@@ -58,6 +58,59 @@ RawSocket RawSocket::Connect(std::uint16_t port, Millis timeout) {
 
 RawSocket::RawSocket(RawSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
 
+RawListener RawListener::Listen() {
+  RawListener listener;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return listener;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = 0;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      listen(fd, 8) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    close(fd);
+    return listener;
+  }
+  listener.fd_ = fd;
+  listener.port_ = ntohs(address.sin_port);
+  return listener;
+}
+
+RawListener::RawListener(RawListener&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+
+RawListener& RawListener::operator=(RawListener&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = std::exchange(other.fd_, -1);
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+RawSocket RawListener::Accept(Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (fd_ >= 0) {
+    const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return RawSocket(fd);
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) break;
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, MillisLeft(deadline)) == 0) break;
+  }
+  return RawSocket();
+}
+
+void RawListener::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 RawSocket& RawSocket::operator=(RawSocket&& other) noexcept {
   if (this != &other) {
     Close();

@@ -68,8 +68,34 @@ class RawSocket {
   void Close();
 
  private:
+  friend class RawListener;
   explicit RawSocket(int fd) : fd_(fd) {}
   int fd_ = -1;
+};
+
+// The other side, for a test that plays phubd: a listener on 127.0.0.1 (the kernel picks the
+// port) whose accepted connections are RawSockets.
+class RawListener {
+ public:
+  // listening() is false if the socket could not be bound.
+  static RawListener Listen();
+
+  RawListener() = default;
+  RawListener(RawListener&& other) noexcept;
+  RawListener& operator=(RawListener&& other) noexcept;
+  RawListener(const RawListener&) = delete;
+  RawListener& operator=(const RawListener&) = delete;
+  ~RawListener() { Close(); }
+
+  bool listening() const { return fd_ >= 0; }
+  std::uint16_t port() const { return port_; }
+  // The next connection, or one that is not connected() if none came within `timeout`.
+  RawSocket Accept(Millis timeout);
+  void Close();
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
 };
 
 const char* ReadName(RawSocket::Read read);

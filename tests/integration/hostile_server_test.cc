@@ -9,17 +9,11 @@
 // Nothing here may hang: every accept and read of the forged phubd has a deadline, PsClient runs
 // on its own thread and is awaited with a deadline, and closing the forged phubd's sockets ends
 // any PsClient call still blocked on it.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <future>
 #include <memory>
 #include <ostream>
@@ -35,6 +29,7 @@
 #include "phub/transport/wire_header.h"
 #include "proto/phub.pb.h"
 #include "spdlog/spdlog.h"
+#include "tests/integration/forged_client.h"
 #include "tests/integration/test_data.h"
 
 namespace phub::testing {
@@ -96,173 +91,11 @@ std::vector<std::vector<float>> ExpectedWeights(const std::vector<std::uint32_t>
   return weights;
 }
 
-// ---- Sockets of the forged phubd: non-blocking, every wait bounded by poll(2). ----
-
-int MillisLeft(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
-  return left < 0 ? 0 : static_cast<int>(left);
-}
-
-// Whether `events` came on `fd` before the deadline (an error counts: the next syscall says it).
-bool Await(int fd, short events, Clock::time_point deadline) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    const int ready = poll(&p, 1, MillisLeft(deadline));
-    if (ready > 0) return true;
-    if (ready == 0) return false;
-    if (errno != EINTR) return true;
-  }
-}
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      Close();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Close(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-struct Listener {
-  Fd fd;
-  std::uint16_t port = 0;
-};
-
-// A listener on 127.0.0.1, port chosen by the kernel; invalid fd if that failed.
-Listener Listen() {
-  Listener listener;
-  listener.fd = Fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = 0;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (!listener.fd.valid() ||
-      bind(listener.fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      listen(listener.fd.get(), 8) != 0 ||
-      getsockname(listener.fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    return {};
-  }
-  listener.port = ntohs(address.sin_port);
-  return listener;
-}
-
-// The next connection on `listener`, or an invalid Fd if none came within `timeout`.
-Fd Accept(const Listener& listener, Millis timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (true) {
-    const int fd = accept4(listener.fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) return Fd(fd);
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-      return Fd();
-    }
-    if (!Await(listener.fd.get(), POLLIN, deadline)) return Fd();
-  }
-}
-
-enum class Got { kOk, kClosed, kTimeout };
-
-const char* GotName(Got got) {
-  switch (got) {
-    case Got::kOk:
-      return "ok";
-    case Got::kClosed:
-      return "closed by PsClient";
-    case Got::kTimeout:
-      return "nothing before the deadline";
-  }
-  return "?";
-}
-
-Got ReadExact(const Fd& fd, std::span<std::byte> out, Clock::time_point deadline) {
-  std::size_t got = 0;
-  while (got < out.size()) {
-    const ssize_t n = recv(fd.get(), out.data() + got, out.size() - got, 0);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n == 0) return Got::kClosed;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return Got::kClosed;  // reset
-    if (!Await(fd.get(), POLLIN, deadline)) return Got::kTimeout;
-  }
-  return Got::kOk;
-}
-
-// All of `bytes`, or false if the peer is gone or kStep passed with the send buffer full.
-bool SendAll(const Fd& fd, std::span<const std::byte> bytes) {
-  const auto deadline = Clock::now() + kStep;
-  std::size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = send(fd.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!Await(fd.get(), POLLOUT, deadline)) return false;
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
-
-// Discards what arrives until the peer closes: true if it closed within `timeout`.
-bool WaitClosed(const Fd& fd, Millis timeout) {
-  const auto deadline = Clock::now() + timeout;
-  std::byte sink[4096];
-  while (true) {
-    const ssize_t n = recv(fd.get(), sink, sizeof(sink), 0);
-    if (n == 0) return true;
-    if (n > 0) continue;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return true;  // reset
-    if (!Await(fd.get(), POLLIN, deadline)) return false;
-  }
-}
-
-// Control-plane framing (control_channel.h): a 4-byte little-endian length, then the message.
-AssertionResult ReadControl(const Fd& fd, proto::ControlMessage& out) {
-  const auto deadline = Clock::now() + kStep;
-  std::uint32_t length = 0;
-  Got got = ReadExact(fd, std::as_writable_bytes(std::span(&length, 1)), deadline);
-  if (got != Got::kOk) return AssertionFailure() << "no control message: " << GotName(got);
-  if (length > (1u << 20)) return AssertionFailure() << "a control frame of " << length << " bytes";
-  std::string body(length, '\0');
-  got = ReadExact(fd, std::as_writable_bytes(std::span(body)), deadline);
-  if (got != Got::kOk) return AssertionFailure() << "a cut control message: " << GotName(got);
-  if (!out.ParseFromString(body)) return AssertionFailure() << "a frame that is not a ControlMessage";
+// A control message from the forged phubd's side, as an AssertionResult.
+AssertionResult ReadControl(RawSocket& socket, proto::ControlMessage& out) {
+  const RawSocket::Read read = socket.ReadMessage(out, kStep);
+  if (read != RawSocket::Read::kOk) return AssertionFailure() << "no control message: " << read;
   return AssertionSuccess();
-}
-
-bool SendControl(const Fd& fd, const proto::ControlMessage& message) {
-  const std::string body = message.SerializeAsString();
-  const auto length = static_cast<std::uint32_t>(body.size());
-  std::string framed(4, '\0');
-  std::memcpy(framed.data(), &length, 4);
-  framed += body;
-  return SendAll(fd, std::as_bytes(std::span(framed)));
 }
 
 // ---- The forged phubd ----
@@ -272,23 +105,23 @@ bool SendControl(const Fd& fd, const proto::ControlMessage& message) {
 // would; after that the test sends on the data connections whatever it likes.
 class ForgedPhubd {
  public:
-  ForgedPhubd() : control_listener_(Listen()), data_(kCores) {
-    for (std::uint32_t c = 0; c < kCores; ++c) data_listeners_.push_back(Listen());
+  ForgedPhubd() : control_listener_(RawListener::Listen()), data_(kCores) {
+    for (std::uint32_t c = 0; c < kCores; ++c) data_listeners_.push_back(RawListener::Listen());
   }
 
   bool listening() const {
-    bool all = control_listener_.fd.valid();
-    for (const Listener& l : data_listeners_) all = all && l.fd.valid();
+    bool all = control_listener_.listening();
+    for (const RawListener& l : data_listeners_) all = all && l.listening();
     return all;
   }
-  std::uint16_t port() const { return control_listener_.port; }
+  std::uint16_t port() const { return control_listener_.port(); }
 
   // Accepts the control connection, checks the Hello, answers with the Welcome phubd's
   // ControlPlane::StartJob would build (placement kOwners), then accepts each core's data
   // connection and checks its ATTACH.
   AssertionResult Handshake() {
-    control_ = Accept(control_listener_, kStep);
-    if (!control_.valid()) return AssertionFailure() << "PsClient did not connect within 5 s";
+    control_ = control_listener_.Accept(kStep);
+    if (!control_.connected()) return AssertionFailure() << "PsClient did not connect within 5 s";
     proto::ControlMessage hello_message;
     if (AssertionResult read = ReadControl(control_, hello_message); !read) return read;
     const proto::Hello& hello = hello_message.hello();
@@ -315,24 +148,24 @@ class ForgedPhubd {
       core.set_server(0);
       core.set_core(c);
       core.set_host("127.0.0.1");
-      core.set_port(data_listeners_[c].port);
+      core.set_port(data_listeners_[c].port());
     }
     welcome.set_session(kSession);
     welcome.set_weights_from_server(false);
     welcome.set_optimizer("forged");
     welcome.set_transport("tcp");
-    if (!SendControl(control_, welcome_message)) {
+    if (!control_.SendMessage(welcome_message)) {
       return AssertionFailure() << "could not send the Welcome";
     }
 
     for (std::uint32_t c = 0; c < kCores; ++c) {
-      data_[c] = Accept(data_listeners_[c], kStep);
-      if (!data_[c].valid()) {
+      data_[c] = data_listeners_[c].Accept(kStep);
+      if (!data_[c].connected()) {
         return AssertionFailure() << "PsClient did not open core " << c << "'s data connection";
       }
       transport::EncodedHeader bytes;
-      const Got got = ReadExact(data_[c], bytes, Clock::now() + kStep);
-      if (got != Got::kOk) return AssertionFailure() << "no ATTACH on core " << c << ": " << GotName(got);
+      const RawSocket::Read got = data_[c].ReadExact(bytes, kStep);
+      if (got != RawSocket::Read::kOk) return AssertionFailure() << "no ATTACH on core " << c << ": " << got;
       auto attach = transport::DecodeWireHeader(bytes);
       if (!attach.ok()) return AssertionFailure() << "core " << c << ": " << attach.status();
       if (attach->op != Op::kAttach || attach->worker != kRank || attach->chunk != c ||
@@ -350,7 +183,7 @@ class ForgedPhubd {
     const transport::EncodedHeader encoded = transport::EncodeWireHeader(header);
     std::vector<std::byte> bytes(encoded.begin(), encoded.end());
     bytes.insert(bytes.end(), payload.begin(), payload.end());
-    return SendAll(data_[core], bytes);
+    return data_[core].Send(bytes);
   }
 
   // Correct WEIGHTS of iteration 0 for `chunk` (ServerValue), on its owner's connection.
@@ -367,14 +200,14 @@ class ForgedPhubd {
 
   // Whether PsClient closed core `core`'s data connection within `timeout`.
   bool DroppedByClient(std::uint32_t core, Millis timeout) {
-    return WaitClosed(data_[core], timeout);
+    return data_[core].WaitClosed(timeout);
   }
 
   // The next message on core `core`'s connection is the client's BYE.
   AssertionResult ExpectBye(std::uint32_t core) {
     transport::EncodedHeader bytes;
-    const Got got = ReadExact(data_[core], bytes, Clock::now() + kStep);
-    if (got != Got::kOk) return AssertionFailure() << "no BYE on core " << core << ": " << GotName(got);
+    const RawSocket::Read got = data_[core].ReadExact(bytes, kStep);
+    if (got != RawSocket::Read::kOk) return AssertionFailure() << "no BYE on core " << core << ": " << got;
     auto bye = transport::DecodeWireHeader(bytes);
     if (!bye.ok()) return AssertionFailure() << "core " << core << ": " << bye.status();
     if (bye->op != Op::kBye || bye->worker != kRank || bye->payload_bytes != 0) {
@@ -397,16 +230,16 @@ class ForgedPhubd {
   // Closes every socket: any PsClient call still blocked on this phubd returns.
   void CloseAll() {
     control_.Close();
-    for (Fd& d : data_) d.Close();
-    control_listener_.fd.Close();
-    for (Listener& l : data_listeners_) l.fd.Close();
+    for (RawSocket& d : data_) d.Close();
+    control_listener_.Close();
+    for (RawListener& l : data_listeners_) l.Close();
   }
 
  private:
-  Listener control_listener_;
-  std::vector<Listener> data_listeners_;
-  Fd control_;
-  std::vector<Fd> data_;  // by core
+  RawListener control_listener_;
+  std::vector<RawListener> data_listeners_;
+  RawSocket control_;
+  std::vector<RawSocket> data_;  // by core
 };
 
 // ---- The real PsClient ----
