@@ -1,27 +1,19 @@
 #include "phub/ring/ring_allreduce.h"
 
-#include <boost/asio/write.hpp>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "phub/transport/tcp/event_loop.h"
-#include "phub/transport/tcp/socket_options.h"
-#include "phub/transport/tcp/tcp_connection.h"
-#include "phub/transport/tcp/tcp_listener.h"
-#include "phub/transport/verbs/verbs_connection.h"
+#include "phub/ring/ring_allreduce_impl.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::ring {
 
-namespace asio = boost::asio;
 using transport::Connection;
 using transport::Op;
 using transport::WireHeader;
-using transport::tcp::TcpConnection;
-using transport::verbs::VerbsConnection;
 
 namespace {
 // Steps of one call are numbered within its sequence number: iteration = seq * kStepSpan + step.
@@ -31,126 +23,40 @@ constexpr std::uint64_t kStepSpan = 1 << 16;
 constexpr std::size_t kMaxEarlyMessages = 1 << 14;
 }  // namespace
 
-// Runs every connection on one event-loop thread; a call's state lives on that thread, the
-// caller only waits on `cv_`.
-class RingAllreduce::Impl final : public transport::ConnectionHandler {
- public:
-  explicit Impl(RingOptions options)
-      : options_(std::move(options)),
-        loop_(absl::StrCat("ring ", options_.rank), /*pin_core=*/-1),
-        world_(options_.world_size),
-        rank_(options_.rank) {}
-  ~Impl() override {
-    // Leave cleanly: BYE to both neighbours, so that a neighbour still finishing its own last
-    // call tells "left after its calls" from "died".
-    std::mutex bye_mu;
-    std::condition_variable bye_cv;
-    int byes = 0;
-    loop_.Run([&] {
-      if (listener_) listener_->Stop();
-      for (auto& c : {next_, prev_}) {
-        if (!c || c->closed()) continue;
-        ++byes;
-        c->Send(WireHeader{Op::kBye, rank_, 0, 0, 0}, {}, [&](const Status&) {
-          std::lock_guard lock(bye_mu);
-          --byes;
-          bye_cv.notify_all();
-        });
-      }
-    });
-    {
-      std::unique_lock lock(bye_mu);
-      bye_cv.wait_for(lock, std::chrono::seconds(5), [&] { return byes == 0; });
+RingAllreduce::Impl::~Impl() {
+  // Leave cleanly: BYE to both neighbours, so that a neighbour still finishing its own last
+  // call tells "left after its calls" from "died".
+  std::mutex bye_mu;
+  std::condition_variable bye_cv;
+  int byes = 0;
+  loop_.Run([&] {
+    if (links_.acceptor) links_.acceptor->Stop();
+    for (auto& c : {links_.next, prev_}) {
+      if (!c || c->closed()) continue;
+      ++byes;
+      c->Send(WireHeader{Op::kBye, rank_, 0, 0, 0}, {}, [&](const Status&) {
+        std::lock_guard lock(bye_mu);
+        --byes;
+        bye_cv.notify_all();
+      });
     }
-    closing_ = true;
-    loop_.Run([this] {
-      for (auto& weak : setting_up_) {
-        if (auto c = weak.lock()) c->Close(absl::CancelledError("the ring is going away"));
-      }
-      if (next_) next_->Close(absl::OkStatus());
-      if (prev_) prev_->Close(absl::OkStatus());
-      for (auto& c : pending_accepts_) c->Close(absl::OkStatus());
-      next_.reset();
-      prev_.reset();
-      pending_accepts_.clear();
-      verbs_.reset();
-    });
+  });
+  {
+    std::unique_lock lock(bye_mu);
+    bye_cv.wait_for(lock, std::chrono::seconds(5), [&] { return byes == 0; });
   }
-
-  Status Setup();
-  Status Allreduce(std::span<float> data, ReduceOp op);
-
-  StatusOr<std::span<std::byte>> ResolveSlot(Connection& connection,
-                                             const WireHeader& header) override;
-  Status OnReceived(Connection& connection, const WireHeader& header) override;
-  void OnClosed(Connection& connection, const Status& why) override;
-
- private:
-  // A message of the next call that arrived before this rank started it.
-  struct Early {
-    WireHeader header;
-    std::vector<float> payload;
-  };
-
-  std::uint32_t Segment(std::int64_t x) const {
-    const std::int64_t n = world_;
-    return static_cast<std::uint32_t>(((x % n) + n) % n);
-  }
-  std::uint64_t SegmentBegin(std::uint32_t s) const { return s * data_.size() / world_; }
-  std::uint64_t SegmentSize(std::uint32_t s) const { return SegmentBegin(s + 1) - SegmentBegin(s); }
-  std::uint64_t Pieces(std::uint32_t s) const {
-    return (SegmentSize(s) + piece_elems_ - 1) / piece_elems_;
-  }
-  std::span<float> Piece(std::uint32_t s, std::uint64_t j) const {
-    std::uint64_t offset = j * piece_elems_;
-    return data_.subspan(SegmentBegin(s) + offset, std::min(piece_elems_, SegmentSize(s) - offset));
-  }
-
-  void Start();
-  void SendPiece(Op op, std::uint32_t step, std::uint32_t segment, std::uint64_t piece);
-  StatusOr<std::span<float>> Locate(const WireHeader& header) const;
-  Status Consume(const WireHeader& header, const float* staged);
-  void CheckDone();
-  void Fail(const Status& status);
-
-  RingOptions options_;
-  transport::tcp::EventLoop loop_;
-  const std::uint32_t world_;
-  const std::uint32_t rank_;
-  const std::uint64_t piece_elems_ = std::max<std::uint64_t>(1, options_.piece_bytes / 4);
-  std::unique_ptr<transport::tcp::TcpListener> listener_;
-  Status OpenVerbs();
-  void Adopt(std::shared_ptr<Connection> connection);
-  transport::verbs::VerbsLimits VerbsLimitsForPieces() const;
-
-  std::optional<transport::verbs::VerbsLoop> verbs_;        // --transport verbs
-  std::vector<std::weak_ptr<VerbsConnection>> setting_up_;  // accepted, set-up not done
-  std::vector<std::shared_ptr<Connection>> pending_accepts_;  // until they ATTACH
-  std::shared_ptr<Connection> next_, prev_;
-  std::atomic<bool> closing_{false};
-  std::vector<const Connection*> said_bye_;  // neighbours that left cleanly
-  std::string gone_;                         // non-empty once a neighbour has left
-
-  // The call in progress, owned by the loop thread.
-  std::span<float> data_;
-  ReduceOp op_ = ReduceOp::kSum;
-  std::uint64_t calls_started_ = 0;
-  bool active_ = false;
-  std::vector<float> scratch_;
-  std::deque<Early> early_;
-  // The last entry of early_ is still being received (its payload has not fully landed).
-  bool receiving_early_ = false;
-  // A call is done when every piece this rank must receive has arrived (reduce-scatter: all
-  // segments but its own; allgather: all but the one it completed) and every send has left.
-  std::uint64_t reduce_expected_ = 0, reduced_ = 0;
-  std::uint64_t gather_expected_ = 0, gathered_ = 0, pending_sends_ = 0;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool prev_attached_ = false;  // guarded by mu_
-  bool call_done_ = false;      // guarded by mu_
-  Status error_;                // guarded by mu_
-};
+  closing_ = true;
+  loop_.Run([this] {
+    if (links_.next) links_.next->Close(absl::OkStatus());
+    if (prev_) prev_->Close(absl::OkStatus());
+    for (auto& c : pending_accepts_) c->Close(absl::OkStatus());
+    prev_.reset();
+    pending_accepts_.clear();
+    links_.next.reset();
+    links_.acceptor.reset();  // fails the set-ups still in progress
+    links_.transport.reset();
+  });
+}
 
 Status RingAllreduce::Impl::Setup() {
   if (options_.piece_bytes < 4 || options_.piece_bytes % 4 != 0) {
@@ -162,71 +68,17 @@ Status RingAllreduce::Impl::Setup() {
         absl::StrCat("rank ", rank_, " is not in 0..world_size-1 (world size ", world_, ")"));
   }
   if (world_ == 1) return absl::OkStatus();
-  FileRendezvous rendezvous(options_.rendezvous_dir);
-  if (options_.transport == transport::TransportKind::kVerbs) PHUB_RETURN_IF_ERROR(OpenVerbs());
-  Status status;
-  loop_.Run([&] {
-    auto listener = transport::tcp::TcpListener::Bind(loop_.context(), options_.listen_host, 0);
-    if (!listener.ok()) {
-      status = listener.status();
-      return;
-    }
-    listener_ = std::move(*listener);
-    listener_->Start([this](asio::ip::tcp::socket socket) {
-      if (!verbs_) return Adopt(TcpConnection::Create(std::move(socket), this));
-      std::erase_if(setting_up_, [](const auto& c) { return c.expired(); });
-      setting_up_.push_back(VerbsConnection::Accept(
-          std::move(socket), *verbs_, [this] { return this; }, VerbsLimitsForPieces(),
-          [this](StatusOr<std::shared_ptr<VerbsConnection>> c) {
-            if (!c.ok()) {
-              spdlog::warn("ring rank {}: verbs set-up of an incoming connection failed: {}",
-                           rank_, c.status().message());
-              return;
-            }
-            Adopt(*std::move(c));
-          }));
-    });
-  });
-  PHUB_RETURN_IF_ERROR(status);
-  PHUB_RETURN_IF_ERROR(rendezvous.Publish(rank_, {options_.listen_host, listener_->port()}));
-
-  const std::uint32_t next = (rank_ + 1) % world_;
-  PHUB_ASSIGN_OR_RETURN(PeerAddress address, rendezvous.Lookup(next, options_.connect_timeout_ms));
-  PHUB_ASSIGN_OR_RETURN(auto socket,
-                        transport::tcp::ConnectWithRetry(loop_.context(), address.host, address.port,
-                                                         options_.connect_timeout_ms));
-  const WireHeader attach{Op::kAttach, rank_, next, 0, 0};
-  if (verbs_) {
-    auto connection =
-        VerbsConnection::Dial(std::move(socket), *verbs_, this, VerbsLimitsForPieces(), attach);
-    if (!connection.ok()) {
-      return Status(connection.status().code(), absl::StrCat("ring rank ", rank_, ": verbs link to rank ",
-                                                             next, ": ", connection.status().message()));
-    }
-    loop_.Run([&] {
-      next_ = *std::move(connection);
-      next_->set_tag(next);
-      next_->Start();
-    });
-  } else {
-    auto encoded = transport::EncodeWireHeader(attach);
-    boost::system::error_code ec;
-    asio::write(socket, asio::buffer(encoded), ec);
-    if (ec) {
-      return absl::UnavailableError(absl::StrCat("ring rank ", rank_, ": attaching to rank ", next,
-                                                 ": ", ec.message()));
-    }
-    loop_.Run([&] {
-      next_ = TcpConnection::Create(std::move(socket), this);
-      next_->set_tag(next);
-      next_->Start();
-    });
-  }
+  PHUB_RETURN_IF_ERROR(OpenRingLinks(options_, loop_, this,
+                                     [this](std::shared_ptr<Connection> c) {
+                                       pending_accepts_.push_back(c);
+                                       c->Start();
+                                     },
+                                     links_));
 
   std::unique_lock lock(mu_);
   bool attached = cv_.wait_for(lock, std::chrono::milliseconds(options_.connect_timeout_ms),
-                               [&] { return prev_attached_ || !error_.ok(); });
-  if (!error_.ok()) return error_;
+                               [&] { return prev_attached_ || !error_.status().ok(); });
+  if (!error_.status().ok()) return error_.status();
   if (!attached) {
     return absl::DeadlineExceededError(absl::StrCat("ring rank ", rank_, ": rank ",
                                                     (rank_ + world_ - 1) % world_,
@@ -236,43 +88,11 @@ Status RingAllreduce::Impl::Setup() {
   return absl::OkStatus();
 }
 
-Status RingAllreduce::Impl::OpenVerbs() {
-  auto device = transport::verbs::VerbsDevice::Open(options_.rdma);
-  if (!device.ok()) {
-    return Status(device.status().code(), absl::StrCat("ring rank ", rank_, ": --transport verbs: ",
-                                                       device.status().message()));
-  }
-  std::shared_ptr<const transport::verbs::VerbsDevice> shared = std::move(*device);
-  Status status;
-  loop_.Run([&] {
-    auto verbs = transport::verbs::OpenVerbsLoop(shared, loop_.context());
-    if (verbs.ok()) verbs_ = std::move(*verbs);
-    status = verbs.status();
-  });
-  return status;
-}
-
-// Every piece goes staged (its place in the caller's buffer changes with every call, and the
-// reduce-scatter's lands in scratch): slots of one piece, eight in flight per link.
-transport::verbs::VerbsLimits RingAllreduce::Impl::VerbsLimitsForPieces() const {
-  transport::verbs::VerbsLimits limits;
-  limits.staged_payload_bytes = static_cast<std::uint32_t>(piece_elems_ * sizeof(float));
-  limits.max_send_payload_bytes = piece_elems_ * sizeof(float);
-  limits.staged_slots = 8;
-  limits.send_buffers = 8;
-  return limits;
-}
-
-void RingAllreduce::Impl::Adopt(std::shared_ptr<Connection> connection) {
-  pending_accepts_.push_back(connection);
-  connection->Start();
-}
-
 Status RingAllreduce::Impl::Allreduce(std::span<float> data, ReduceOp op) {
   if (world_ == 1) return absl::OkStatus();  // sum and mean of one copy are the copy
   {
     std::lock_guard lock(mu_);
-    if (!error_.ok()) return error_;
+    if (!error_.status().ok()) return error_.status();
     call_done_ = false;
   }
   loop_.Post([this, data, op] {
@@ -281,8 +101,8 @@ Status RingAllreduce::Impl::Allreduce(std::span<float> data, ReduceOp op) {
     Start();
   });
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return call_done_ || !error_.ok(); });
-  return error_;
+  cv_.wait(lock, [&] { return call_done_ || !error_.status().ok(); });
+  return error_.status();
 }
 
 void RingAllreduce::Impl::Start() {
@@ -326,7 +146,7 @@ void RingAllreduce::Impl::SendPiece(Op op, std::uint32_t step, std::uint32_t seg
   WireHeader header{op, rank_, static_cast<std::uint32_t>(piece),
                     (calls_started_ - 1) * kStepSpan + step, static_cast<std::uint32_t>(bytes.size())};
   ++pending_sends_;
-  next_->Send(header, bytes, [this](const Status& s) {
+  links_.next->Send(header, bytes, [this](const Status& s) {
     --pending_sends_;
     if (!s.ok()) return Fail(s);
     CheckDone();
@@ -494,12 +314,8 @@ void RingAllreduce::Impl::CheckDone() {
 }
 
 void RingAllreduce::Impl::Fail(const Status& status) {
-  {
-    std::lock_guard lock(mu_);
-    if (error_.ok()) error_ = status;
-  }
+  error_.Record(status);
   spdlog::error("ring rank {}: {}", rank_, status.message());
-  cv_.notify_all();
 }
 
 void RingAllreduce::Impl::OnClosed(Connection& connection, const Status& why) {

@@ -12,14 +12,14 @@
 #include "phub/server/hello_check.h"
 #include "phub/server/initial_weights.h"
 #include "phub/server/job_limits.h"
-#include "phub/transport/tcp/control_channel.h"
+#include "phub/transport/control_channel.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
 
 namespace asio = boost::asio;
-using transport::tcp::AsyncReadControlMessage;
-using transport::tcp::FrameControlMessage;
+using transport::AsyncReadControlMessage;
+using transport::FrameControlMessage;
 
 namespace {
 
@@ -28,12 +28,6 @@ constexpr std::chrono::milliseconds kFarewellTimeout{1000};
 // At most one log line per this interval about connections refused for --max-connections.
 constexpr std::chrono::seconds kRefusalLogInterval{10};
 
-std::vector<keys::TensorSpec> TensorsOf(const proto::Hello& hello) {
-  std::vector<keys::TensorSpec> tensors;
-  tensors.reserve(hello.tensors_size());
-  for (const auto& t : hello.tensors()) tensors.push_back({t.name(), t.elements()});
-  return tensors;
-}
 
 std::string KindOf(const proto::ControlMessage& message) {
   switch (message.body_case()) {
@@ -69,7 +63,7 @@ ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& optio
 ControlPlane::~ControlPlane() { *alive_ = false; }
 
 Status ControlPlane::Start() {
-  PHUB_ASSIGN_OR_RETURN(listener_, transport::tcp::TcpListener::Bind(
+  PHUB_ASSIGN_OR_RETURN(listener_, transport::SocketListener::Bind(
                                        context_, options_.listen_address, options_.port,
                                        options_.tcp));
   listener_->Start([this](asio::ip::tcp::socket socket) { OnAccept(std::move(socket)); });
@@ -107,8 +101,8 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
   boost::system::error_code ec;
   auto endpoint = session->socket.remote_endpoint(ec);
   session->peer = ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
-  session->decoder = std::make_shared<transport::tcp::ControlFrameDecoder>(
-      transport::tcp::ControlFrameLimits{.max_frame_bytes = limits.max_control_frame_bytes,
+  session->decoder = std::make_shared<transport::ControlFrameDecoder>(
+      transport::ControlFrameLimits{.max_frame_bytes = limits.max_control_frame_bytes,
                                          .max_tensors = limits.max_tensors});
   sessions_[session->id] = session;
   session->deadline.expires_after(std::chrono::milliseconds(limits.hello_timeout_ms));
@@ -227,28 +221,6 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   if (joined_ == options_.world_size) StartJob();
 }
 
-// One timer bounds every phase of a job in which members could hold phubd: forming
-// (--form-timeout-ms), attaching after the Welcome (--attach-timeout-ms), the others' leave after
-// a Goodbye (--leave-timeout-ms), closing a stalled job (--stalled-job-timeout-ms).
-void ControlPlane::ArmJobDeadline(JobDeadline kind, int timeout_ms, std::function<void()> fire) {
-  const std::uint64_t generation = ++job_deadline_generation_;
-  job_deadline_kind_ = kind;
-  job_deadline_.expires_after(std::chrono::milliseconds(timeout_ms));
-  job_deadline_.async_wait([this, generation, fire = std::move(fire),
-                            alive = alive_](const boost::system::error_code& ec) {
-    // A wait cancelled, or one that fired just as the job it was for moved on: nothing to do.
-    if (!*alive || ec || generation != job_deadline_generation_) return;
-    job_deadline_kind_ = JobDeadline::kNone;
-    fire();
-  });
-}
-
-void ControlPlane::CancelJobDeadline() {
-  ++job_deadline_generation_;
-  job_deadline_kind_ = JobDeadline::kNone;
-  job_deadline_.cancel();
-}
-
 void ControlPlane::Send(const SessionPtr& session, const proto::ControlMessage& message) {
   if (!session->socket.is_open()) return;
   session->outbox.push_back(FrameControlMessage(message));
@@ -320,190 +292,6 @@ void ControlPlane::Drop(const SessionPtr& session, const Status& why,
   }
   members_[rank].reset();
   if (--live_members_ == 0) EndJob();
-}
-
-// A member said Goodbye: the job cannot take another iteration, so the others must follow
-// within --leave-timeout-ms (one that stays connected and silent would hold phubd for good).
-// A stalled job's shorter deadline, or this one already running, is left as it is.
-void ControlPlane::ArmLeaveDeadline(std::int64_t first_to_leave) {
-  if (stalled_ || job_deadline_kind_ == JobDeadline::kLeaving ||
-      job_deadline_kind_ == JobDeadline::kStalled) {
-    return;
-  }
-  ArmJobDeadline(JobDeadline::kLeaving, options_.limits.leave_timeout_ms, [this, first_to_leave] {
-    const proto::Error error = MakeError(
-        proto::Error::TIMEOUT,
-        absl::StrCat("still in the job ", options_.limits.leave_timeout_ms, " ms after rank ",
-                     first_to_leave, " said goodbye (--leave-timeout-ms)"),
-        "end every worker's run with the same number of iterations, or raise --leave-timeout-ms");
-    auto members = members_;
-    for (auto& member : members) {
-      if (member) Refuse(member, error);
-    }
-  });
-}
-
-void ControlPlane::FailForming(const proto::Error& error) {
-  spdlog::error("cannot start the job: {} ({})", error.message(), error.fix());
-  auto members = members_;
-  for (auto& member : members) {
-    if (member) Refuse(member, error);  // frees the rank
-  }
-}
-
-void ControlPlane::StartJob() {
-  CancelJobDeadline();
-  // Everything a job allocates is bounded by CheckJobLimits; a failed allocation is still the
-  // job's refusal (RESOURCE_EXHAUSTED), never the daemon's end.
-  StatusOr<keys::KeyTable> table = absl::UnknownError("not built");
-  std::vector<float> initial_weights;
-  try {
-    table = keys::KeyTable::Build(TensorsOf(members_[0]->hello), options_.chunk_bytes,
-                                  static_cast<std::uint32_t>(cores_.size()));
-    if (table.ok() && !options_.initial_weights_path.empty()) {
-      auto weights = LoadInitialWeights(options_.initial_weights_path, *table);
-      if (!weights.ok()) {
-        return FailForming(MakeError(proto::Error::BAD_INITIAL_WEIGHTS,
-                                     std::string(weights.status().message()),
-                                     "give phubd an --init-weights file made for this model"));
-      }
-      initial_weights = std::move(*weights);
-    }
-  } catch (const std::bad_alloc&) {
-    return FailForming(MakeError(proto::Error::RESOURCE_EXHAUSTED,
-                                 "phubd ran out of memory building the job's key table",
-                                 "a smaller model or fewer chunks (a larger --chunk-bytes); "
-                                 "lower --max-model-bytes so such jobs are refused up front"));
-  }
-  if (!table.ok()) {
-    return FailForming(MakeError(proto::Error::BAD_REQUEST, std::string(table.status().message()),
-                                 "fix phubd's --chunk-bytes or the model"));
-  }
-  auto job = std::make_shared<JobSpec>(JobSpec{
-      .table = std::move(*table),
-      .world_size = options_.world_size,
-      .optimizer = options_.optimizer,
-      .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
-      .initial_weights = std::move(initial_weights)});
-  std::shared_ptr<const JobSpec> spec = job;
-  auto sink = [this, alive = alive_](ShardEvent event) {
-    asio::post(context_, [this, alive, event = std::move(event)] {
-      if (*alive) OnShardEvent(event);
-    });
-  };
-  for (auto& core : cores_) {
-    if (Status s = core->InstallShard(spec, sink); !s.ok()) {
-      for (auto& installed : cores_) installed->RemoveShard();
-      const bool memory = absl::IsResourceExhausted(s);
-      return FailForming(MakeError(
-          memory ? proto::Error::RESOURCE_EXHAUSTED : proto::Error::BAD_REQUEST,
-          std::string(s.message()),
-          memory ? "a smaller model, or lower --max-model-bytes so such jobs are refused up front"
-                 : "see phubd's log; on verbs check the memlock limit (ulimit -l)"));
-    }
-  }
-
-  proto::ControlMessage message;
-  proto::Welcome& welcome = *message.mutable_welcome();
-  welcome.set_protocol_version(kProtocolVersion);
-  welcome.set_chunk_bytes(spec->table.chunk_bytes());
-  for (auto owner : spec->table.owners()) welcome.add_chunk_owner(owner);
-  welcome.set_session(spec->session);
-  welcome.set_weights_from_server(!spec->initial_weights.empty());
-  welcome.set_optimizer(kernels::Describe(options_.optimizer));
-  welcome.set_transport(transport::TransportName(options_.transport));
-  running_ = true;
-  stalled_ = false;
-  cores_attached_ = 0;
-  live_members_ = options_.world_size;
-  left_cleanly_.assign(options_.world_size, false);
-  ++jobs_started_;
-  for (auto& member : members_) {
-    member->state = State::kInJob;
-    // Workers reach the data ports at the address they reached the control port on.
-    boost::system::error_code ec;
-    std::string host = member->socket.local_endpoint(ec).address().to_string();
-    welcome.clear_cores();
-    for (auto& core : cores_) {
-      proto::CoreEndpoint& endpoint = *welcome.add_cores();
-      endpoint.set_server(0);
-      endpoint.set_core(core->index());
-      endpoint.set_host(host);
-      endpoint.set_port(core->port());
-    }
-    Send(member, message);
-  }
-  // A member that took its Welcome but never attaches would hold the job (and phubd) for good.
-  ArmJobDeadline(JobDeadline::kAttaching, options_.limits.attach_timeout_ms, [this] {
-    Stall(absl::StrCat("not every worker attached to every core within ",
-                       options_.limits.attach_timeout_ms, " ms of the job's start (",
-                       cores_attached_, " of ", cores_.size(),
-                       " cores have all their workers; --attach-timeout-ms)"));
-  });
-  spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}",
-               jobs_started_, options_.world_size, spec->table.tensors().size(),
-               spec->table.chunks().size(), spec->table.chunk_bytes(), cores_.size(),
-               welcome.optimizer());
-}
-
-void ControlPlane::OnShardEvent(const ShardEvent& event) {
-  if (!running_) return;
-  if (event.kind == ShardEvent::Kind::kAllAttached) {
-    if (++cores_attached_ == cores_.size() && job_deadline_kind_ == JobDeadline::kAttaching) {
-      CancelJobDeadline();
-    }
-    return;
-  }
-  if (event.kind == ShardEvent::Kind::kLeftEarly) {
-    // A clean leave is still a loss when the others go on pushing: they must be told.
-    return Stall(absl::StrCat("core ", event.core, ": ", event.reason));
-  }
-  if (event.kind != ShardEvent::Kind::kWorkerLost) return;
-  if (left_cleanly_[event.rank]) return;  // its data connections close after its Goodbye
-  Stall(absl::StrCat("core ", event.core, " lost rank ", event.rank, ": ", event.reason));
-}
-
-void ControlPlane::Stall(const std::string& reason) {
-  if (stalled_) return;
-  stalled_ = true;
-  spdlog::error("job {} stalled: {}; the other workers are told, phubd keeps running",
-                jobs_started_, reason);
-  proto::ControlMessage message;
-  *message.mutable_error() =
-      MakeError(proto::Error::JOB_STALLED, absl::StrCat("job stalled: ", reason),
-                "restart the job (all workers); phubd is still up");
-  for (auto& member : members_) {
-    if (member) Send(member, message);
-  }
-  // Members that stay connected to a job that cannot go on must not hold phubd for good.
-  ArmJobDeadline(JobDeadline::kStalled, options_.limits.stalled_job_timeout_ms, [this] {
-    auto members = members_;
-    for (auto& member : members) {
-      if (!member) continue;
-      Drop(member, absl::DeadlineExceededError(absl::StrCat(
-                       "still connected ", options_.limits.stalled_job_timeout_ms,
-                       " ms after the job stalled (--stalled-job-timeout-ms)")));
-    }
-  });
-}
-
-void ControlPlane::EndJob() {
-  CancelJobDeadline();
-  ShardStats total;
-  for (auto& core : cores_) {
-    ShardStats s = core->RemoveShard();
-    total.aggregations += s.aggregations;
-    total.bytes_in += s.bytes_in;
-    total.bytes_out += s.bytes_out;
-  }
-  spdlog::info("job {} ended{}: {} chunk aggregations, {:.1f} MiB in, {:.1f} MiB out",
-               jobs_started_, stalled_ ? " (stalled)" : "", total.aggregations,
-               total.bytes_in / 1048576.0, total.bytes_out / 1048576.0);
-  running_ = false;
-  stalled_ = false;
-  joined_ = 0;
-  for (auto& member : members_) member.reset();
-  if (on_job_end_) on_job_end_();
 }
 
 }  // namespace phub::server

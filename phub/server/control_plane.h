@@ -38,8 +38,8 @@
 
 #include "phub/server/server_core.h"
 #include "phub/server/server_options.h"
-#include "phub/transport/tcp/control_frame.h"
-#include "phub/transport/tcp/tcp_listener.h"
+#include "phub/transport/control_frame.h"
+#include "phub/transport/socket_listener.h"
 #include "proto/phub.pb.h"
 
 namespace phub::server {
@@ -62,7 +62,7 @@ class ControlPlane {
         : socket(std::move(s)), deadline(context) {}
     boost::asio::ip::tcp::socket socket;
     boost::asio::steady_timer deadline;  // the Hello's
-    std::shared_ptr<transport::tcp::ControlFrameDecoder> decoder;
+    std::shared_ptr<transport::ControlFrameDecoder> decoder;
     std::uint64_t id = 0;
     State state = State::kAwaitingHello;
     std::int64_t rank = -1;  // set once its Hello is accepted
@@ -102,7 +102,7 @@ class ControlPlane {
   const ServerOptions& options_;
   std::vector<std::unique_ptr<ServerCore>>& cores_;
   std::function<void()> on_job_end_;
-  std::unique_ptr<transport::tcp::TcpListener> listener_;
+  std::unique_ptr<transport::SocketListener> listener_;
   std::map<std::uint64_t, SessionPtr> sessions_;
   std::uint64_t next_session_id_ = 1;
   std::uint64_t refused_for_connections_ = 0;  // since the last log line about it

@@ -1,13 +1,12 @@
 #include "phub/server/server.h"
 
-#include "phub/transport/tcp/event_loop.h"
-
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "phub/transport/tcp/event_loop.h"
+#include "phub/transport/event_loop.h"
+#include "phub/transport/open_device.h"
 #include "phub/transport/wire_header.h"
 #include "spdlog/spdlog.h"
 
@@ -32,22 +31,16 @@ Status Server::Start() {
         "--chunk-bytes ", options_.chunk_bytes, " must be a positive multiple of 4 up to ",
         transport::kMaxPayloadBytes, " (e.g. 1048576)"));
   }
-  std::shared_ptr<const transport::verbs::VerbsDevice> rdma;
-  if (options_.transport == transport::TransportKind::kVerbs) {
-    auto device = transport::verbs::VerbsDevice::Open(options_.rdma);
-    if (!device.ok()) {
-      return Status(device.status().code(),
-                    absl::StrCat("--transport verbs: ", device.status().message()));
-    }
-    rdma = std::move(*device);
-    spdlog::info("data plane: verbs on {}", rdma->Describe());
-  }
+  PHUB_ASSIGN_OR_RETURN(
+      std::shared_ptr<transport::Device> device,
+      transport::OpenDevice({options_.transport, options_.tcp, options_.rdma}));
+  spdlog::info("data plane: {}", device->Describe());
   for (std::uint32_t i = 0; i < options_.cores; ++i) {
     std::uint16_t port =
         options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);
     int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
     PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin,
-                                                        options_.tcp, rdma, options_.limits));
+                                                        *device, options_.limits));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {
@@ -78,7 +71,7 @@ void Server::Run() {
     spdlog::info("signal {}: shutting down", signal);
     Stop();
   });
-  transport::tcp::RunSurvivingExceptions(context_, "control plane");
+  transport::RunSurvivingExceptions(context_, "control plane");
   spdlog::info("phubd stopped");
 }
 

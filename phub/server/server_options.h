@@ -6,7 +6,7 @@
 #include <string>
 
 #include "phub/kernels/aggregate_and_step.h"
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/socket_options.h"
 #include "phub/transport/transport_kind.h"
 #include "phub/transport/verbs/device_options.h"
 
@@ -49,7 +49,7 @@ struct ServerOptions {
   std::string job_token;                // contents of --token-file; empty = no token
   std::string initial_weights_path;     // raw float32 file; empty = rank 0 sends weights
   bool one_job = false;                 // exit after the first job ends
-  transport::tcp::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
+  transport::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
   transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
   transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long

@@ -10,7 +10,7 @@
 
 #include "phub/common/version.h"
 #include "phub/server/server_options.h"
-#include "phub/transport/tcp/control_frame.h"
+#include "phub/transport/control_frame.h"
 #include "proto/phub.pb.h"
 
 namespace phub::fuzz {
@@ -18,8 +18,8 @@ namespace phub::fuzz {
 inline constexpr std::uint8_t kMaxFeedSizes = 16;
 
 // Small limits, so that inputs of a few KiB reach both sides of each.
-inline transport::tcp::ControlFrameLimits FuzzFrameLimits() {
-  transport::tcp::ControlFrameLimits limits;
+inline transport::ControlFrameLimits FuzzFrameLimits() {
+  transport::ControlFrameLimits limits;
   limits.max_frame_bytes = 2048;
   limits.max_tensors = 16;
   return limits;

@@ -1,4 +1,4 @@
-// libFuzzer target: the control channel's decoder (phub/transport/tcp/control_frame.h) and the
+// libFuzzer target: the control channel's decoder (phub/transport/control_frame.h) and the
 // admission check that reads what it decodes (phub/server/hello_check.h).
 //
 // Input format: control_frame_fuzz_input.h. The stream is fed in those pieces to one decoder
@@ -21,13 +21,13 @@
 
 #include "phub/server/hello_check.h"
 #include "phub/server/job_limits.h"
-#include "phub/transport/tcp/control_frame.h"
+#include "phub/transport/control_frame.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"
 
 namespace phub::fuzz {
 namespace {
 
-using transport::tcp::ControlFrameDecoder;
+using transport::ControlFrameDecoder;
 
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "control_frame_fuzzer: %s\n", what);
@@ -119,7 +119,7 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace phub::fuzz;
-  using phub::transport::tcp::ControlFrameDecoder;
+  using phub::transport::ControlFrameDecoder;
   if (size == 0) return 0;
   const std::size_t k = std::min<std::size_t>(data[0] % kMaxFeedSizes, size - 1);
   const std::uint8_t* splits = data + 1;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "phub/transport/tcp/control_channel.h"
+#include "phub/transport/control_channel.h"
 #include "phub/transport/wire_header.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"
 #include "tests/fuzz/shard_fuzz_input.h"
@@ -46,7 +46,7 @@ void WireHeaders(const fs::path& dir) {
 }
 
 std::string Framed(const proto::ControlMessage& message) {
-  return *transport::tcp::FrameControlMessage(message);
+  return *transport::FrameControlMessage(message);
 }
 
 proto::ControlMessage HelloMessage(const proto::Hello& hello) {

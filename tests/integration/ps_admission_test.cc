@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "phub/common/version.h"
-#include "phub/transport/tcp/control_channel.h"
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/control_channel.h"
+#include "phub/transport/socket_options.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 
@@ -31,12 +31,12 @@ client::PsClientOptions Options(const RunningPhubd& phubd, std::uint32_t world) 
 // Sends a hand-made Hello and returns phubd's answer.
 proto::ControlMessage RawHello(const RunningPhubd& phubd, const proto::Hello& hello) {
   boost::asio::io_context context;
-  auto socket = transport::tcp::ConnectWithRetry(context, "127.0.0.1", phubd.port, 5000);
+  auto socket = transport::ConnectWithRetry(context, "127.0.0.1", phubd.port, 5000);
   EXPECT_TRUE(socket.ok()) << socket.status();
   proto::ControlMessage message;
   *message.mutable_hello() = hello;
-  EXPECT_TRUE(transport::tcp::WriteControlMessage(*socket, message).ok());
-  auto reply = transport::tcp::ReadControlMessage(*socket);
+  EXPECT_TRUE(transport::WriteControlMessage(*socket, message).ok());
+  auto reply = transport::ReadControlMessage(*socket);
   EXPECT_TRUE(reply.ok()) << reply.status();
   return reply.ok() ? *reply : proto::ControlMessage{};
 }

@@ -8,7 +8,7 @@
 #include <csignal>
 #include <thread>
 
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/socket_options.h"
 #include "phub/transport/verbs/verbs_device.h"
 #include "phub/transport/wire_header.h"
 #include "tests/integration/in_process_worker.h"
@@ -29,7 +29,7 @@ std::uint16_t FreePort() {
 // Sends `bytes` to 127.0.0.1:port and reports whether the peer then closed the connection.
 bool PeerClosesAfter(std::uint16_t port, const std::vector<std::byte>& bytes) {
   boost::asio::io_context context;
-  auto socket = transport::tcp::ConnectWithRetry(context, "127.0.0.1", port, 5000);
+  auto socket = transport::ConnectWithRetry(context, "127.0.0.1", port, 5000);
   if (!socket.ok()) return false;
   boost::system::error_code ec;
   boost::asio::write(*socket, boost::asio::buffer(bytes), ec);

@@ -1,6 +1,6 @@
 // Test support for TcpConnection: a recording ConnectionHandler, a collector of SendDone
 // results, and a fixture that connects two TcpConnections over 127.0.0.1 in one process (the
-// server side accepted by a TcpListener on one EventLoop, the client side made by
+// server side accepted by a SocketListener on one EventLoop, the client side made by
 // ConnectWithRetry on another). Every wait has a generous timeout that only keeps a broken
 // build from hanging; nothing here measures time.
 #pragma once
@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "phub/transport/connection.h"
-#include "phub/transport/tcp/event_loop.h"
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/event_loop.h"
+#include "phub/transport/socket_options.h"
 #include "phub/transport/tcp/tcp_connection.h"
-#include "phub/transport/tcp/tcp_listener.h"
+#include "phub/transport/socket_listener.h"
 
 namespace phub::transport::tcp {
 
@@ -171,8 +171,8 @@ class LoopbackPairTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_loop_.Run([&] {
-      StatusOr<std::unique_ptr<TcpListener>> listener =
-          TcpListener::Bind(server_loop_.context(), "127.0.0.1", 0);
+      StatusOr<std::unique_ptr<SocketListener>> listener =
+          SocketListener::Bind(server_loop_.context(), "127.0.0.1", 0);
       ASSERT_TRUE(listener.ok()) << listener.status();
       listener_ = *std::move(listener);
       listener_->Start([this](boost::asio::ip::tcp::socket socket) {
@@ -260,7 +260,7 @@ class LoopbackPairTest : public ::testing::Test {
   boost::asio::io_context raw_context_;
   EventLoop server_loop_{"test-server", -1};
   EventLoop client_loop_{"test-client", -1};
-  std::unique_ptr<TcpListener> listener_;  // used on server_loop_ only
+  std::unique_ptr<SocketListener> listener_;  // used on server_loop_ only
   std::shared_ptr<TcpConnection> server_;  // used on server_loop_ only
   std::shared_ptr<TcpConnection> client_;  // used on client_loop_ only
 

@@ -12,10 +12,10 @@
 #include <optional>
 #include <random>
 
-#include "phub/transport/tcp/control_channel.h"
-#include "phub/transport/tcp/event_loop.h"
-#include "phub/transport/tcp/socket_options.h"
-#include "phub/transport/tcp/tcp_listener.h"
+#include "phub/transport/control_channel.h"
+#include "phub/transport/event_loop.h"
+#include "phub/transport/socket_options.h"
+#include "phub/transport/socket_listener.h"
 #include "phub/transport/verbs/verbs_connection.h"
 
 namespace phub::transport::verbs {
@@ -141,7 +141,7 @@ class VerbsConnectionTest : public ::testing::Test {
     Status accept_status;
     bool accepted = false;
     accept_loop_.Run([&] {
-      auto listener = tcp::TcpListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
+      auto listener = SocketListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
       ASSERT_TRUE(listener.ok()) << listener.status();
       listener_ = std::move(*listener);
       listener_->Start([&, limits](boost::asio::ip::tcp::socket socket) {
@@ -156,7 +156,7 @@ class VerbsConnectionTest : public ::testing::Test {
                                 });
       });
     });
-    auto socket = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
+    auto socket = ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
     ASSERT_TRUE(socket.ok()) << socket.status();
     auto dialer =
         VerbsConnection::Dial(std::move(*socket), dial_verbs_, &dialer_handler_, limits, attach);
@@ -178,10 +178,10 @@ class VerbsConnectionTest : public ::testing::Test {
   }
 
   std::shared_ptr<const VerbsDevice> device_;
-  tcp::EventLoop accept_loop_{"acceptor", -1};
-  tcp::EventLoop dial_loop_{"dialer", -1};
+  EventLoop accept_loop_{"acceptor", -1};
+  EventLoop dial_loop_{"dialer", -1};
   VerbsLoop accept_verbs_, dial_verbs_;
-  std::unique_ptr<tcp::TcpListener> listener_;
+  std::unique_ptr<SocketListener> listener_;
   RecordingHandler acceptor_handler_, dialer_handler_;
   std::shared_ptr<VerbsConnection> acceptor_, dialer_;
   bool expect_refusal_ = false;
@@ -343,14 +343,14 @@ TEST_F(VerbsConnectionTest, AZoneOutsideRegisteredMemoryFailsTheSetUp) {
   std::vector<std::byte> not_registered(64);
   dialer_handler_.zones = {{Op::kWeights, 0, 0, 0, not_registered}};
   // No acceptor is needed: the dialer refuses before it writes anything.
-  std::unique_ptr<tcp::TcpListener> listener;
+  std::unique_ptr<SocketListener> listener;
   accept_loop_.Run([&] {
-    auto l = tcp::TcpListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
+    auto l = SocketListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
     ASSERT_TRUE(l.ok());
     listener = std::move(*l);
     listener->Start([](boost::asio::ip::tcp::socket) {});
   });
-  auto s = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener->port(), 5000);
+  auto s = ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener->port(), 5000);
   ASSERT_TRUE(s.ok());
   auto dialer = VerbsConnection::Dial(std::move(*s), dial_verbs_, &dialer_handler_);
   ASSERT_FALSE(dialer.ok());
@@ -383,7 +383,7 @@ class VerbsSetUpDeadlineTest : public VerbsConnectionTest {
   // Listens; every accepted socket starts an acceptor-side set-up with `limits`.
   void AcceptWith(const VerbsLimits& limits) {
     accept_loop_.Run([&] {
-      auto listener = tcp::TcpListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
+      auto listener = SocketListener::Bind(accept_loop_.context(), "127.0.0.1", 0);
       ASSERT_TRUE(listener.ok());
       listener_ = std::move(*listener);
       listener_->Start([this, limits](boost::asio::ip::tcp::socket socket) {
@@ -406,17 +406,17 @@ TEST_F(VerbsSetUpDeadlineTest, ADialerThatNeverFinishesTheSetUpTimesOut) {
   VerbsLimits limits;
   limits.setup_timeout_ms = 300;
   ASSERT_NO_FATAL_FAILURE(AcceptWith(limits));
-  auto socket = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
+  auto socket = ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
   ASSERT_TRUE(socket.ok());
   QpAddress address;  // a plausible endpoint: this device's GID, a queue pair nobody has
   address.qpn = 0xabcd;
   address.gid = device_->gid();
   address.lid = device_->lid();
   address.mtu = static_cast<std::uint8_t>(device_->active_mtu());
-  ASSERT_TRUE(tcp::WriteControlMessage(*socket, EncodeEndpoint(address, StagedRing{0, 0, 1, 64},
+  ASSERT_TRUE(WriteControlMessage(*socket, EncodeEndpoint(address, StagedRing{0, 0, 1, 64},
                                                                {}, std::nullopt))
                   .ok());
-  auto reply = tcp::ReadControlMessage(*socket);  // the acceptor's endpoint comes back
+  auto reply = ReadControlMessage(*socket);  // the acceptor's endpoint comes back
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_TRUE(reply->has_verbs_endpoint());
   std::optional<Status> outcome = outcome_.Wait();  // ... and no "ready" from us
@@ -431,7 +431,7 @@ TEST_F(VerbsSetUpDeadlineTest, ADialerThatSaysNothingTimesOut) {
   VerbsLimits limits;
   limits.setup_timeout_ms = 300;
   ASSERT_NO_FATAL_FAILURE(AcceptWith(limits));
-  auto socket = tcp::ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
+  auto socket = ConnectWithRetry(dial_loop_.context(), "127.0.0.1", listener_->port(), 5000);
   ASSERT_TRUE(socket.ok());
   std::optional<Status> outcome = outcome_.Wait();
   ASSERT_TRUE(outcome.has_value()) << "a silent peer held the set-up for 30 s";

@@ -23,7 +23,7 @@
 #include "phub/common/status.h"
 #include "proto/phub.pb.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 // The bounds a decoder enforces, and the command-line flags that set them (named in errors so
 // the reader knows what to raise). The daemon fills this from its options; clients use the
@@ -83,4 +83,4 @@ class ControlFrameDecoder {
 // is broken. Exposed for tests.
 StatusOr<std::uint64_t> CountHelloTensors(std::span<const std::byte> serialized);
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/socket_options.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 namespace {
 
 namespace asio = boost::asio;
@@ -73,4 +73,4 @@ TEST(TuneSocketTest, SetsBufferSizesWhenAsked) {
 }
 
 }  // namespace
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/control_frame.h"
+#include "phub/transport/control_frame.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 namespace {
 
 using google::protobuf::internal::WireFormatLite;
@@ -160,4 +160,4 @@ std::optional<proto::ControlMessage> ControlFrameDecoder::Pop() {
   return message;
 }
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -23,10 +23,10 @@
 #include <string>
 
 #include "phub/common/status.h"
-#include "phub/transport/tcp/control_frame.h"
+#include "phub/transport/control_frame.h"
 #include "proto/phub.pb.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 // The largest single read from the socket, and so the read buffer of one pending read.
 inline constexpr std::size_t kControlReadChunkBytes = 64 * 1024;
@@ -60,4 +60,4 @@ void AsyncReadControlMessage(boost::asio::ip::tcp::socket& socket,
                              std::shared_ptr<ControlFrameDecoder> decoder,
                              ControlMessageCallback done);
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

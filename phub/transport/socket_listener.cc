@@ -1,15 +1,15 @@
-#include "phub/transport/tcp/tcp_listener.h"
+#include "phub/transport/socket_listener.h"
 
 #include "absl/strings/str_cat.h"
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/socket_options.h"
 #include "spdlog/spdlog.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-StatusOr<std::unique_ptr<TcpListener>> TcpListener::Bind(asio::io_context& context,
+StatusOr<std::unique_ptr<SocketListener>> SocketListener::Bind(asio::io_context& context,
                                                          const std::string& address,
                                                          std::uint16_t port,
                                                          const SocketTuning& tuning) {
@@ -20,7 +20,7 @@ StatusOr<std::unique_ptr<TcpListener>> TcpListener::Bind(asio::io_context& conte
                                                    "' is not an IP address (", ec.message(),
                                                    "); use e.g. 0.0.0.0 or 127.0.0.1"));
   }
-  std::unique_ptr<TcpListener> listener(new TcpListener(context));
+  std::unique_ptr<SocketListener> listener(new SocketListener(context));
   tcp::endpoint endpoint(ip, port);
   listener->acceptor_.open(endpoint.protocol(), ec);
   if (!ec) listener->acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
@@ -36,12 +36,12 @@ StatusOr<std::unique_ptr<TcpListener>> TcpListener::Bind(asio::io_context& conte
   return listener;
 }
 
-void TcpListener::Start(OnAccept on_accept) {
+void SocketListener::Start(OnAccept on_accept) {
   on_accept_ = std::move(on_accept);
   AcceptNext();
 }
 
-void TcpListener::Stop() {
+void SocketListener::Stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   backoff_.cancel();
@@ -60,7 +60,7 @@ bool IsResourceShortage(const boost::system::error_code& ec) {
 }
 }  // namespace
 
-void TcpListener::AcceptNext() {
+void SocketListener::AcceptNext() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) return OnAcceptError(ec);
@@ -73,7 +73,7 @@ void TcpListener::AcceptNext() {
   });
 }
 
-void TcpListener::OnAcceptError(const boost::system::error_code& ec) {
+void SocketListener::OnAcceptError(const boost::system::error_code& ec) {
   // The daemon must not die of a busy moment, nor spin through it: count, log once per
   // interval, and for a shortage of descriptors or memory pause before trying again.
   ++accept_failures_;
@@ -98,4 +98,4 @@ void TcpListener::OnAcceptError(const boost::system::error_code& ec) {
   });
 }
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -10,7 +10,7 @@
 
 #include "phub/common/status.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 // Per-socket settings. Defaults are what production uses; the other values exist so that
 // bench/exchange can measure what each setting is worth (docs/design.md).
@@ -28,4 +28,4 @@ StatusOr<boost::asio::ip::tcp::socket> ConnectWithRetry(boost::asio::io_context&
                                                         std::uint16_t port, int timeout_ms,
                                                         const SocketTuning& tuning = {});
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

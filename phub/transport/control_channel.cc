@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/control_channel.h"
+#include "phub/transport/control_channel.h"
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 namespace asio = boost::asio;
 
@@ -151,4 +151,4 @@ void AsyncReadControlMessage(asio::ip::tcp::socket& socket,
       ->Start();
 }
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

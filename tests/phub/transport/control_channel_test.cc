@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/control_channel.h"
+#include "phub/transport/control_channel.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <string>
 #include <utility>
 
-#include "phub/transport/tcp/event_loop.h"
+#include "phub/transport/event_loop.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 namespace {
 
 namespace asio = boost::asio;
@@ -326,4 +326,4 @@ TEST_F(AsyncControlReadTest, PeerClosingIsUnavailable) {
 }
 
 }  // namespace
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/event_loop.h"
+#include "phub/transport/event_loop.h"
 
 #include <boost/asio/post.hpp>
 #include <future>
@@ -6,7 +6,7 @@
 #include "phub/common/cpu_pinning.h"
 #include "spdlog/spdlog.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 EventLoop::EventLoop(std::string name, int pin_core)
     : name_(std::move(name)), context_(1), work_(boost::asio::make_work_guard(context_)) {
@@ -66,4 +66,4 @@ void EventLoop::Run(const std::function<void()>& fn) {
   done.get_future().wait();
 }
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

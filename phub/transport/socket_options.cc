@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/socket_options.h"
 
 #include <boost/asio/connect.hpp>
 #include <chrono>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -53,4 +53,4 @@ StatusOr<tcp::socket> ConnectWithRetry(asio::io_context& context, const std::str
   }
 }
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
 // context.run() until it stops, surviving a throwing handler (logged as critical, `name` in the
 // line): no exception leaves a loop's thread. Every EventLoop runs so; phubd's control thread too.
@@ -41,4 +41,4 @@ class EventLoop {
   std::thread thread_;
 };
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

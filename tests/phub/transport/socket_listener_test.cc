@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/tcp_listener.h"
+#include "phub/transport/socket_listener.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 namespace {
 
 namespace asio = boost::asio;
@@ -22,28 +22,28 @@ using asio::ip::tcp;
          << "message \"" << status.message() << "\" lacks \"" << part << "\"";
 }
 
-TEST(TcpListenerTest, RejectsAnAddressThatIsNotAnIp) {
+TEST(SocketListenerTest, RejectsAnAddressThatIsNotAnIp) {
   asio::io_context context;
-  StatusOr<std::unique_ptr<TcpListener>> listener = TcpListener::Bind(context, "not-an-ip", 0);
+  StatusOr<std::unique_ptr<SocketListener>> listener = SocketListener::Bind(context, "not-an-ip", 0);
   ASSERT_FALSE(listener.ok());
   EXPECT_EQ(listener.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(MessageHas(listener.status(), "not-an-ip"));
 }
 
-TEST(TcpListenerTest, RefusesAPortInUseNamingIt) {
+TEST(SocketListenerTest, RefusesAPortInUseNamingIt) {
   asio::io_context context;
-  StatusOr<std::unique_ptr<TcpListener>> first = TcpListener::Bind(context, "127.0.0.1", 0);
+  StatusOr<std::unique_ptr<SocketListener>> first = SocketListener::Bind(context, "127.0.0.1", 0);
   ASSERT_TRUE(first.ok()) << first.status();
   const std::uint16_t port = (*first)->port();
-  StatusOr<std::unique_ptr<TcpListener>> second = TcpListener::Bind(context, "127.0.0.1", port);
+  StatusOr<std::unique_ptr<SocketListener>> second = SocketListener::Bind(context, "127.0.0.1", port);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(MessageHas(second.status(), "127.0.0.1:" + std::to_string(port)));
 }
 
-TEST(TcpListenerTest, HandsOverAcceptedSocketsWithNoDelay) {
+TEST(SocketListenerTest, HandsOverAcceptedSocketsWithNoDelay) {
   asio::io_context context;
-  StatusOr<std::unique_ptr<TcpListener>> listener = TcpListener::Bind(context, "127.0.0.1", 0);
+  StatusOr<std::unique_ptr<SocketListener>> listener = SocketListener::Bind(context, "127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status();
   std::optional<tcp::socket> accepted;
   (*listener)->Start([&](tcp::socket socket) { accepted.emplace(std::move(socket)); });
@@ -62,4 +62,4 @@ TEST(TcpListenerTest, HandsOverAcceptedSocketsWithNoDelay) {
 }
 
 }  // namespace
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -13,18 +13,18 @@
 #include <string>
 
 #include "phub/common/status.h"
-#include "phub/transport/tcp/socket_options.h"
+#include "phub/transport/socket_options.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 
-class TcpListener {
+class SocketListener {
  public:
   using OnAccept = std::function<void(boost::asio::ip::tcp::socket)>;
 
   // Binds and listens now (so errors surface here, e.g. port in use); accepting starts with
   // Start(). Must be created, started and destroyed on the context's thread, or before that
   // thread runs.
-  static StatusOr<std::unique_ptr<TcpListener>> Bind(boost::asio::io_context& context,
+  static StatusOr<std::unique_ptr<SocketListener>> Bind(boost::asio::io_context& context,
                                                      const std::string& address,
                                                      std::uint16_t port,
                                                      const SocketTuning& tuning = {});
@@ -33,7 +33,7 @@ class TcpListener {
   std::uint16_t port() const { return port_; }
 
  private:
-  explicit TcpListener(boost::asio::io_context& context) : acceptor_(context), backoff_(context) {}
+  explicit SocketListener(boost::asio::io_context& context) : acceptor_(context), backoff_(context) {}
   void AcceptNext();
   void OnAcceptError(const boost::system::error_code& ec);
 
@@ -46,4 +46,4 @@ class TcpListener {
   std::chrono::steady_clock::time_point last_accept_log_{};
 };
 
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -1,4 +1,4 @@
-#include "phub/transport/tcp/control_frame.h"
+#include "phub/transport/control_frame.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "phub/transport/tcp/control_channel.h"
+#include "phub/transport/control_channel.h"
 
-namespace phub::transport::tcp {
+namespace phub::transport {
 namespace {
 
 using ::testing::AllOf;
@@ -260,4 +260,4 @@ TEST(ControlFrameDecoderTest, ALargeFrameLetsItsBufferGoOnceDecoded) {
 }
 
 }  // namespace
-}  // namespace phub::transport::tcp
+}  // namespace phub::transport

@@ -1,0 +1,68 @@
+#include "phub/client/join_job.h"
+
+#include "absl/strings/str_cat.h"
+#include "phub/common/version.h"
+#include "phub/transport/control_channel.h"
+#include "phub/transport/socket_options.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::client {
+
+StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
+                            std::vector<keys::TensorSpec> tensors,
+                            boost::asio::ip::tcp::socket& control) {
+  PHUB_ASSIGN_OR_RETURN(control, transport::ConnectWithRetry(
+                                     context, options.host, options.port,
+                                     options.connect_timeout_ms,
+                                     {options.tcp_no_delay, options.socket_buffer_bytes}));
+  proto::ControlMessage hello_message;
+  proto::Hello& hello = *hello_message.mutable_hello();
+  hello.set_protocol_version(kProtocolVersion);
+  hello.set_job_token(options.job_token);
+  hello.set_rank(options.rank);
+  hello.set_world_size(options.world_size);
+  for (const auto& t : tensors) {
+    proto::TensorSpec& spec = *hello.add_tensors();
+    spec.set_name(t.name);
+    spec.set_elements(t.elements);
+  }
+  PHUB_RETURN_IF_ERROR(transport::WriteControlMessage(control, hello_message));
+  spdlog::debug("rank {}: Hello sent, waiting for the other workers", options.rank);
+  PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, transport::ReadControlMessage(control));
+  if (reply.has_error()) {
+    return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", options.rank, ": ",
+                                                   reply.error().message(), "; fix: ",
+                                                   reply.error().fix()));
+  }
+  if (!reply.has_welcome()) {
+    return absl::InvalidArgumentError("phubd answered the Hello with neither Welcome nor Error");
+  }
+  const proto::Welcome& welcome = reply.welcome();
+  std::vector<keys::CoreIndex> owners(welcome.chunk_owner().begin(), welcome.chunk_owner().end());
+  PHUB_ASSIGN_OR_RETURN(keys::KeyTable table,
+                        keys::KeyTable::WithPlacement(
+                            std::move(tensors), welcome.chunk_bytes(),
+                            static_cast<std::uint32_t>(welcome.cores_size()), std::move(owners)));
+  // Empty: a phubd from before verbs, which runs TCP.
+  StatusOr<transport::TransportKind> data_plane =
+      welcome.transport().empty() ? transport::TransportKind::kTcp
+                                  : transport::ParseTransportKind(welcome.transport());
+  if (!data_plane.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("phubd's Welcome names data plane '",
+                                                   welcome.transport(), "': ",
+                                                   data_plane.status().message()));
+  }
+  JoinedJob job{std::move(table), welcome.weights_from_server(), welcome.session(), *data_plane,
+                {}};
+  for (const proto::CoreEndpoint& endpoint : welcome.cores()) {
+    if (endpoint.core() != job.cores.size() || endpoint.port() == 0 || endpoint.port() > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "phubd's Welcome lists core ", endpoint.core(), " (port ", endpoint.port(),
+          ") in place ", job.cores.size(), ": the cores must come in order, each with a port"));
+    }
+    job.cores.push_back({endpoint.host(), static_cast<std::uint16_t>(endpoint.port())});
+  }
+  return job;
+}
+
+}  // namespace phub::client

@@ -1,0 +1,40 @@
+// A worker's side of the control-plane handshake (docs/protocol.md): Hello out on the control
+// connection, Welcome or Error back. What the Welcome says is checked here, once: the key
+// table it implies, the cores in order, the data plane phubd runs.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "phub/client/ps_client.h"
+#include "phub/common/status.h"
+#include "phub/keys/key_table.h"
+#include "phub/transport/transport_kind.h"
+
+namespace phub::client {
+
+struct CoreAddress {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+struct JoinedJob {
+  keys::KeyTable table;
+  bool weights_from_server = false;
+  std::uint64_t session = 0;
+  transport::TransportKind transport = transport::TransportKind::kTcp;  // phubd's data plane
+  std::vector<CoreAddress> cores;  // by core index
+};
+
+// Connects to phubd's control port (retrying refused connections for
+// options.connect_timeout_ms), sends the Hello and waits for the answer (phubd answers once
+// every worker has joined). `control` is the open control connection on return, OK or not.
+// InvalidArgument for a refused Hello (phubd's reason and fix) or a malformed Welcome,
+// Unavailable when phubd cannot be reached.
+StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
+                            std::vector<keys::TensorSpec> tensors,
+                            boost::asio::ip::tcp::socket& control);
+
+}  // namespace phub::client

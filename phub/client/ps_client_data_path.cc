@@ -1,0 +1,144 @@
+// PsClient's data path: pushes out, weights in (ResolveSlot is the one validation point of
+// everything phubd sends), and the first error, which every later call returns.
+#include "absl/strings/str_cat.h"
+#include "phub/client/ps_client_impl.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::client {
+
+void PsClient::Impl::RecordError(const Status& status) {
+  error_.Record(status);
+  spdlog::error("rank {}: {}", options_.rank, status.message());
+}
+void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
+                                std::uint64_t iteration) {
+  // Runs on the loop thread.
+  for (const keys::Chunk& chunk : table_->chunks_of_tensor(tensor)) {
+    auto bytes = std::as_bytes(data.subspan(chunk.offset, chunk.elements));
+    WireHeader header{op, options_.rank, chunk.id, iteration,
+                      static_cast<std::uint32_t>(bytes.size())};
+    connections_[table_->owner(chunk.id)]->Send(header, bytes, [this](const Status& s) {
+      if (!s.ok() && !closing_) RecordError(s);
+    });
+  }
+}
+Status PsClient::Impl::Init() {
+  if (options_.rank == 0 && !weights_from_server_) {
+    loop_.Post([this] {
+      for (std::uint32_t t = 0; t < tensors_.size(); ++t) SendChunks(Op::kInit, t, weights_[t], 0);
+    });
+  }
+  return WaitAll();
+}
+
+Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) {
+  if (tensor >= weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Push of tensor ", tensor, "; the model has ",
+                                                   weights_.size()));
+  }
+  if (grads.size() != weights_[tensor].size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Push of tensor ", tensor, " with ",
+                                                   grads.size(), " floats; it has ",
+                                                   weights_[tensor].size()));
+  }
+  std::uint64_t iteration;
+  {
+    std::lock_guard lock(mu_);
+    if (!error_.status().ok()) return error_.status();
+    TensorState& state = tensors_[tensor];
+    if (state.pending > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Push of tensor ", tensor, " while its previous push or Init is in flight: "
+                       "call Wait(", tensor, ") first"));
+    }
+    iteration = state.iteration + 1;
+    state.expect_iteration = iteration;
+    state.pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(tensor).size());
+    if (state.pending == 0) state.iteration = iteration;  // an empty tensor has nothing to move
+  }
+  loop_.Post([this, tensor, grads, iteration] { SendChunks(Op::kPush, tensor, grads, iteration); });
+  return absl::OkStatus();
+}
+
+Status PsClient::Impl::Wait(std::uint32_t tensor) {
+  if (tensor >= tensors_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Wait for tensor ", tensor, "; the model has ",
+                                                   tensors_.size()));
+  }
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return tensors_[tensor].pending == 0 || !error_.status().ok(); });
+  return error_.status();
+}
+
+Status PsClient::Impl::WaitAll() {
+  for (std::uint32_t t = 0; t < tensors_.size(); ++t) PHUB_RETURN_IF_ERROR(Wait(t));
+  return absl::OkStatus();
+}
+
+StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connection,
+                                                           const WireHeader& header) {
+  // The one validation point of every message phubd sends: OnReceived trusts what passes.
+  if (header.op != Op::kWeights) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("phubd sent ", OpName(header.op), "; a worker only receives WEIGHTS"));
+  }
+  if (header.worker != options_.rank) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS addressed to worker ", header.worker,
+                                                   " reached rank ", options_.rank));
+  }
+  if (header.chunk >= table_->chunks().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS for chunk ", header.chunk,
+                                                   " of ", table_->chunks().size()));
+  }
+  if (table_->owner(header.chunk) != connection.tag()) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS of chunk ", header.chunk,
+                                                   " from core ", connection.tag(),
+                                                   "; the chunk belongs to core ",
+                                                   table_->owner(header.chunk)));
+  }
+  const keys::Chunk& chunk = table_->chunks()[header.chunk];
+  if (header.payload_bytes != chunk.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS of chunk ", header.chunk, " carry ",
+                                                   header.payload_bytes, " bytes, expected ",
+                                                   chunk.bytes()));
+  }
+  {
+    std::lock_guard lock(mu_);
+    const TensorState& state = tensors_[chunk.tensor];
+    // landed_[chunk] is the iteration of the next weights this chunk may receive: once per
+    // iteration, and only for the push in flight.
+    if (state.pending == 0 || header.iteration != state.expect_iteration ||
+        landed_[header.chunk] != header.iteration) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected WEIGHTS for chunk ", header.chunk, " of iteration ", header.iteration,
+          " (tensor ", chunk.tensor, " awaits ",
+          state.pending ? absl::StrCat("iteration ", state.expect_iteration) : "nothing",
+          "; the chunk's next is ", landed_[header.chunk], ")"));
+    }
+  }
+  return std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
+}
+
+Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& header) {
+  const keys::Chunk& chunk = table_->chunks()[header.chunk];  // checked by ResolveSlot
+  bool done = false;
+  {
+    std::lock_guard lock(mu_);
+    ++landed_[header.chunk];
+    TensorState& state = tensors_[chunk.tensor];
+    if (--state.pending == 0) {
+      state.iteration = state.expect_iteration;
+      done = true;
+    }
+  }
+  if (done) cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void PsClient::Impl::OnClosed(Connection& connection, const Status& why) {
+  if (closing_) return;
+  RecordError(absl::UnavailableError(
+      absl::StrCat("lost the data connection to phubd (", connection.peer(), "): ", why.message())));
+}
+
+}  // namespace phub::client

@@ -1,0 +1,103 @@
+// PsClient's implementation, shared by its two halves: ps_client.cc (joining the job, the
+// transport and its connections, leaving) and ps_client_data_path.cc (pushes, the weights
+// that answer them, errors). Not part of the public API (ps_client.h).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "phub/client/ps_client.h"
+#include "phub/common/first_error.h"
+#include "phub/transport/event_loop.h"
+#include "phub/transport/transport.h"
+#include "phub/transport/transport_kind.h"
+
+namespace phub::client {
+
+using transport::Connection;
+using transport::Op;
+using transport::WireHeader;
+
+// All network I/O runs on one event-loop thread; the caller's threads only post work to it and
+// wait on `cv_` for tensors to complete.
+class PsClient::Impl final : public transport::ConnectionHandler {
+ public:
+  Impl(PsClientOptions options, std::vector<std::span<float>> weights)
+      : options_(std::move(options)),
+        loop_(absl::StrCat("client ", options_.rank), /*pin_core=*/-1),
+        control_(loop_.context()),
+        weights_(std::move(weights)),
+        error_(mu_, cv_) {}
+
+  ~Impl() override {
+    (void)Close();
+    // Connections and the transport (verbs: its CQ) are the loop thread's.
+    loop_.Run([this] {
+      connections_.clear();
+      transport_.reset();
+    });
+  }
+
+  Status Handshake(std::vector<keys::TensorSpec> tensors);
+  Status DeclareGradients(const std::vector<std::span<const float>>& grads);
+  Status Init();
+  Status Push(std::uint32_t tensor, std::span<const float> grads);
+  Status Wait(std::uint32_t tensor);
+  Status WaitAll();
+  Status Close();
+
+  const keys::KeyTable& table() const { return *table_; }
+  bool weights_from_server() const { return weights_from_server_; }
+  std::uint32_t rank() const { return options_.rank; }
+  std::uint64_t iteration(std::uint32_t t) const {
+    std::lock_guard lock(mu_);
+    return tensors_[t].iteration;
+  }
+
+  // ConnectionHandler, on the loop thread.
+  StatusOr<std::span<std::byte>> ResolveSlot(Connection& connection,
+                                             const WireHeader& header) override;
+  Status OnReceived(Connection& connection, const WireHeader& header) override;
+  void OnClosed(Connection& connection, const Status& why) override;
+  StatusOr<std::vector<transport::LandingZone>> LandingZones(const Connection& connection,
+                                                            const WireHeader* attach) override;
+
+ private:
+  struct TensorState {
+    std::uint64_t iteration = 0;         // completed pushes
+    std::uint64_t expect_iteration = 0;  // iteration of the weights in flight
+    std::uint32_t pending = 0;           // chunks still to land
+  };
+
+  void RecordError(const Status& status);
+  Status OpenTransport(transport::TransportKind kind);
+  void WatchControl();
+  void SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
+                  std::uint64_t iteration);
+
+  PsClientOptions options_;
+  transport::EventLoop loop_;
+  boost::asio::ip::tcp::socket control_;
+  std::optional<keys::KeyTable> table_;  // set by Handshake
+  std::vector<std::span<float>> weights_;
+
+  std::unique_ptr<transport::Transport> transport_;       // phubd's choice, on loop_
+  std::vector<std::shared_ptr<Connection>> connections_;  // by server core
+  bool weights_from_server_ = false;
+  std::uint64_t session_ = 0;
+  std::atomic<bool> closing_{false};
+  bool closed_ = false;
+  bool started_ = false;  // the data connections were started (Handshake completed)
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TensorState> tensors_;  // guarded by mu_
+  std::vector<std::uint64_t> landed_; // guarded by mu_; per chunk: weights received so far
+  FirstError error_;                  // status() guarded by mu_
+};
+
+}  // namespace phub::client

@@ -1,0 +1,24 @@
+// The one place a transport is chosen: everything above works with the Device it returns
+// (transport.h) and never names TCP or verbs again.
+#pragma once
+
+#include <memory>
+
+#include "phub/common/status.h"
+#include "phub/transport/socket_options.h"
+#include "phub/transport/transport.h"
+#include "phub/transport/transport_kind.h"
+#include "phub/transport/verbs/device_options.h"
+
+namespace phub::transport {
+
+struct TransportOptions {
+  TransportKind kind = TransportKind::kTcp;
+  SocketTuning tuning;          // every TCP socket: TCP's data connections, verbs' side channels
+  verbs::DeviceOptions rdma;    // kVerbs: device, port and GID
+};
+
+// kTcp always succeeds; kVerbs opens the RDMA device (an error says which device and why).
+StatusOr<std::shared_ptr<Device>> OpenDevice(const TransportOptions& options);
+
+}  // namespace phub::transport
