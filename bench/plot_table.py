@@ -26,39 +26,15 @@ Example (bench/aggregation/README.md):
       --xlabel "inputs N" --ylabel "GB/s" --annotate \
       --title "Fused aggregation + optimizer" --out results/aggregation/aggregation.png
 
-Needs only python3 and matplotlib (Agg backend: no display needed).
+Needs only python3 and matplotlib (Agg backend: no display needed). The plot itself is
+benchlib/plots.py's plot_tsv(), which the drivers call directly.
 """
 import argparse
-import csv
+import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
-
-
-def parse_match(text, flag):
-    """'COL=VAL' or 'COL!=VAL' -> (col, val, negate)."""
-    if "!=" in text:
-        col, val = text.split("!=", 1)
-        return col, val, True
-    if "=" in text:
-        col, val = text.split("=", 1)
-        return col, val, False
-    sys.exit(f"plot_table: {flag} '{text}' must look like COL=VAL or COL!=VAL")
-
-
-def matches(row, cond):
-    col, val, negate = cond
-    return (row[col] == val) != negate
-
-
-def as_number(text):
-    try:
-        return float(text)
-    except ValueError:
-        return None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib.plots import PlotError, plot_tsv  # noqa: E402
 
 
 def main():
@@ -78,95 +54,10 @@ def main():
     p.add_argument("--ylabel")
     p.add_argument("--annotate", action="store_true")
     args = p.parse_args()
-
-    with open(args.tsv, newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
-    if not rows:
-        sys.exit(f"plot_table: {args.tsv} has no data rows")
-    columns = rows[0].keys()
-    group_cols = args.group.split(",") if args.group else []
-    needed = [args.x, args.y] + group_cols
-    needed += [args.ref_label] if args.ref_label else []
-    refs = [parse_match(r, "--ref") for r in args.ref]
-    wheres = [parse_match(w, "--where") for w in args.where]
-    needed += [c[0] for c in refs + wheres]
-    missing = [c for c in needed if c not in columns]
-    if missing:
-        sys.exit(f"plot_table: no column(s) {missing} in {args.tsv}; it has {list(columns)}")
-
-    ref_rows = [r for r in rows if any(matches(r, c) for c in refs)]
-    data = [r for r in rows if r not in ref_rows and all(matches(r, c) for c in wheres)]
-    if not data:
-        sys.exit("plot_table: no rows left to plot after --ref/--where")
-    for r in data + ref_rows:
-        if as_number(r[args.y]) is None:
-            sys.exit(f"plot_table: y column '{args.y}' has non-numeric value '{r[args.y]}'")
-
-    def group_of(r):
-        return " ".join(r[c] for c in group_cols) if group_cols else args.y
-
-    groups = []
-    for r in data:
-        g = group_of(r)
-        if g not in groups:
-            groups.append(g)
-    xs = []
-    for r in data:
-        if r[args.x] not in xs:
-            xs.append(r[args.x])
-    numeric_x = all(as_number(x) is not None for x in xs)
-    if numeric_x:
-        xs.sort(key=as_number)
-
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(xs) * max(1, len(groups)) / 2), 4.8))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    if args.kind == "bar":
-        width = 0.8 / len(groups)
-        for gi, g in enumerate(groups):
-            pos, vals = [], []
-            for xi, x in enumerate(xs):
-                hits = [r for r in data
-                        if r[args.x] == x and group_of(r) == g]
-                if hits:
-                    pos.append(xi - 0.4 + width * (gi + 0.5))
-                    vals.append(as_number(hits[0][args.y]))
-            bars = ax.bar(pos, vals, width * 0.95, label=g, color=colors[gi % len(colors)])
-            if args.annotate:
-                ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
-        ax.set_xticks(range(len(xs)), xs)
-    else:
-        for gi, g in enumerate(groups):
-            pts = [(r[args.x], as_number(r[args.y])) for r in data
-                   if group_of(r) == g]
-            if numeric_x:
-                pts.sort(key=lambda t: as_number(t[0]))
-                px = [as_number(x) for x, _ in pts]
-            else:
-                px = [xs.index(x) for x, _ in pts]
-            ax.plot(px, [y for _, y in pts], marker="o", label=g, color=colors[gi % len(colors)])
-        if not numeric_x:
-            ax.set_xticks(range(len(xs)), xs)
-        if args.logx:
-            ax.set_xscale("log", base=2)
-
-    ref_styles = ["--", ":", "-."]
-    for ri, r in enumerate(ref_rows):
-        y = as_number(r[args.y])
-        name = r[args.ref_label] if args.ref_label else next(
-            c[1] for c in refs if matches(r, c))
-        ax.axhline(y, color="black", linestyle=ref_styles[ri % len(ref_styles)], linewidth=1.2,
-                   label=f"{name} ({y:.1f})")
-
-    ax.set_xlabel(args.xlabel or args.x)
-    ax.set_ylabel(args.ylabel or args.y)
-    if args.title:
-        ax.set_title(args.title)
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_ylim(bottom=0)
-    # Outside the axes, so it never hides a bar or a line.
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
+    try:
+        plot_tsv(**vars(args))
+    except (PlotError, RuntimeError) as e:
+        sys.exit(f"plot_table: {e}")
     print(f"wrote {args.out}", file=sys.stderr)
 
 

@@ -35,24 +35,25 @@ OUT/raw/. Progress on stderr. Exit 1 if any process fails, times out or computes
 The racks need root (ip netns, tc); loopback does not.
 """
 
-import argparse
 import datetime
 import os
-import platform
+import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
-import re
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "topo"))
 
 import nets  # noqa: E402
 import systems  # noqa: E402
-from harness import BenchError, kill_children, log, per_iteration  # noqa: E402
+from benchlib import BenchError, machine, outdir, plots, tables  # noqa: E402
+from benchlib.cli import parse_list, parser  # noqa: E402
+from benchlib.log import Progress, log  # noqa: E402
+from benchlib.procs import kill_children  # noqa: E402
+from timing import per_iteration  # noqa: E402
 
 MIB = 1 << 20
 TOPOLOGIES = ["loopback", "pbox", "cloud", "colocated"]
@@ -69,10 +70,6 @@ TOPOLOGY_PS = {"loopback": "ps", "pbox": "ps", "cloud": "ps", "colocated": "ps-c
 DEFAULT_SWEEP = "65536,262144,524288,1048576,4194304"
 SWEEP_WORKERS = 2
 SWEEP_MIB = 32
-
-
-def parse_list(text, kind):
-    return [kind(x) for x in text.split(",") if x.strip()]
 
 
 def fmt_ms(times):
@@ -95,8 +92,7 @@ def grid(args, settings, topologies, sizes, workers, chosen, raw_dir):
     """Runs everything; yields a summary row per (topology, system, N, S)."""
     plan = [(topo, n, mib, key) for topo in topologies for n in workers for mib in sizes
             for key in TOPOLOGY_SYSTEMS[topo] if key in chosen]
-    total = len(plan) * args.reps
-    done, started = 0, time.monotonic()
+    progress = Progress(len(plan) * args.reps)
     for topo in topologies:
         for n in workers:
             keys = [k for k in TOPOLOGY_SYSTEMS[topo] if k in chosen]
@@ -117,10 +113,9 @@ def grid(args, settings, topologies, sizes, workers, chosen, raw_dir):
                                                       os.path.join(raw_dir, tag), limit or 0.0)
                             reps[key].append(t)
                             sums.setdefault(key, set()).add(checksum)
-                            done += 1
-                            eta = (time.monotonic() - started) / done * (total - done)
+                            progress.step()
                             lim = f", limit {limit * 1e3:.0f} ms" if limit else ""
-                            log(f"  [{done}/{total}, ETA {eta / 60:.1f} min] {key:<17} N={n} "
+                            log(f"  [{progress}] {key:<17} N={n} "
                                 f"S={mib:g} MiB rep {rep + 1}/{args.reps}: {fmt_ms(t)}{lim}")
                     # Same inputs, same reduction order: repetitions agree bit for bit, and all
                     # allreduces end with the same mean.
@@ -207,7 +202,7 @@ def markdown(rows, topologies, sizes, workers, rate):
             head += ["ring/gloo-ring-chunked"]
         else:
             head[2:2] = ["PS limit ms", "ring limit ms"]
-        md += ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
+        table = []
         for n in workers:
             for mib in sizes:
                 by = {r["system"]: r for r in rows
@@ -222,7 +217,7 @@ def markdown(rows, topologies, sizes, workers, rate):
                                    if r["system"] == ps_key and "limit_ms" in r), None)
                     ring_lim = next((r["limit_ms"] for r in by.values()
                                      if r["system"] in systems.RINGS and "limit_ms" in r), None)
-                    cells += [f"{ps_lim:.0f}" if ps_lim else "-", f"{ring_lim:.0f}" if ring_lim else "-"]
+                    cells += [tables.fmt(ps_lim, ".0f"), tables.fmt(ring_lim, ".0f")]
                 raw = by.get("raw-tcp")
                 for key in present:
                     r = by.get(key)
@@ -235,10 +230,11 @@ def markdown(rows, topologies, sizes, workers, rate):
                     else:
                         cells.append(f"{r['ms']:.1f}")
                 cells.append(d.get("best_ring", "-"))
-                cells.append(f"{d['ps_speedup']:.2f}×" if "ps_speedup" in d else "-")
+                cells.append(tables.fmt(d.get("ps_speedup"), ".2f", suffix="×"))
                 if topo == "loopback":
-                    cells.append(f"{d['ring_vs_gloo']:.2f}" if "ring_vs_gloo" in d else "-")
-                md.append("| " + " | ".join(cells) + " |")
+                    cells.append(tables.fmt(d.get("ring_vs_gloo"), ".2f"))
+                table.append(cells)
+        md += tables.md_table(head, table, "r" * len(head))
         md.append("")
     return md
 
@@ -247,30 +243,8 @@ TSV_KEYS = ["topology", "system", "workers", "mib", "ms", "ms_min", "ms_max", "s
             "limit_ms", "x_limit", "checksum"]
 
 
-def write_tsv(path, rows, keys):
-    with open(path, "w") as f:
-        f.write("\t".join(keys) + "\n")
-        for row in rows:
-            f.write("\t".join(f"{row[k]:.6g}" if isinstance(row.get(k), float) else str(row.get(k, ""))
-                              for k in keys) + "\n")
-
-
 def machine_notes(args, start_load):
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, cwd=HERE).stdout.strip()
-    except OSError:
-        rev = "?"
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
-    except OSError:
-        pass
-    return (f"{datetime.datetime.now().isoformat(timespec='seconds')}, git {rev or '?'}, "
-            f"{platform.node()}: {os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}, "
-            f"load average {start_load} at start, "
-            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at end; "
+    return (f"{machine.describe(start_load)}; "
             f"phubd --cores {args.cores} (colocated: 1 per host)"
             f"{' --chunk-bytes ' + str(args.chunk_bytes) if args.chunk_bytes else ''}"
             f"{', Nagle on (PS)' if args.tcp_nagle else ''}"
@@ -281,22 +255,6 @@ def machine_notes(args, start_load):
 
 # ---- plots --------------------------------------------------------------------------------
 
-def import_pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        # A pyenv/venv python may not see Debian's python3-matplotlib: try its path once.
-        sys.path.append("/usr/lib/python3/dist-packages")
-        try:
-            import matplotlib
-        except ImportError:
-            log("matplotlib not found (apt-get install python3-matplotlib): no PNG plots")
-            return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 STYLE = {"raw-tcp": ("#9e9e9e", "o", ":"), "ps": ("#1f77b4", "s", "-"),
          "ps-colocated": ("#17becf", "s", "-"), "ring": ("#d62728", "^", "-"),
          "gloo-ring-chunked": ("#ff7f0e", "v", "--"), "gloo-allreduce": ("#bcbd22", "v", ":"),
@@ -304,7 +262,7 @@ STYLE = {"raw-tcp": ("#9e9e9e", "o", ":"), "ps": ("#1f77b4", "s", "-"),
 
 
 def plot_sizes(out_dir, rows, topologies, sizes, workers):
-    plt = import_pyplot()
+    plt = plots.import_pyplot()
     if plt is None:
         return []
     files = []
@@ -334,16 +292,14 @@ def plot_sizes(out_dir, rows, topologies, sizes, workers):
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-        fig.tight_layout()
         name = f"exchange_S{mib:g}.png"
-        fig.savefig(os.path.join(out_dir, name), dpi=110)
-        plt.close(fig)
+        plots.save(plt, fig, os.path.join(out_dir, name), dpi=110)
         files.append(name)
     return files
 
 
 def plot_sweep(path, sweep_rows):
-    plt = import_pyplot()
+    plt = plots.import_pyplot()
     if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -359,9 +315,7 @@ def plot_sweep(path, sweep_rows):
     ax.set_title(f"chunk size sweep, loopback, N={SWEEP_WORKERS}, S={SWEEP_MIB} MiB")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(plt, fig, path, dpi=110)
     return True
 
 
@@ -394,9 +348,7 @@ def chunk_sweep(args, settings, chunks, raw_dir):
 # ---- main ---------------------------------------------------------------------------------
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = parser(__doc__)
     p.add_argument("--build", default="build", help="CMake build dir with the binaries (default: build)")
     p.add_argument("--topologies", default=None,
                    help=f"comma list of {','.join(TOPOLOGIES)} (default: all)")
@@ -477,10 +429,7 @@ def main():
 
     settings = systems.Settings(needed, args.iters, args.warmup, args.cores, args.lr,
                                 args.chunk_bytes, args.tcp_nagle, args.socket_buffer_bytes)
-    os.makedirs(args.out, exist_ok=True)
-    raw_dir = os.path.join(args.out, "raw")
-    shutil.rmtree(raw_dir, ignore_errors=True)
-    os.makedirs(raw_dir)
+    raw_dir = outdir.with_raw(args.out)
 
     def on_term(signum, frame):
         log(f"run_exchange: signal {signum}, stopping")
@@ -488,7 +437,7 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
 
-    start_load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    start_load = machine.load_average()
     rows, sweep_rows = [], []
     try:
         if not args.skip_main:
@@ -519,22 +468,24 @@ def report(args, rows, sweep_rows, topologies, sizes, workers, notes):
           "time / the PS's time (> 1: the PS is faster). MiB = 2^20 B.", ""]
     md += markdown(rows, topologies, sizes, workers, args.rate)
     if rows:
-        write_tsv(os.path.join(args.out, "exchange.tsv"), rows, TSV_KEYS)
+        tables.write_tsv(os.path.join(args.out, "exchange.tsv"), rows, TSV_KEYS,
+                         tables.short_float)
         for name in plot_sizes(args.out, rows, topologies, sizes, workers):
             md += [f"![time vs N]({name})", ""]
     if sweep_rows:
         keys = ["chunk_bytes", "ps_ms", "ps_rate", "raw_rate", "ratio"]
-        write_tsv(os.path.join(args.out, "exchange_chunk_sweep.tsv"), sweep_rows, keys)
-        md += [f"### chunk size sweep (loopback, N={SWEEP_WORKERS}, S={SWEEP_MIB} MiB)", "",
-               "| chunk bytes | PS ms | PS byte rate GB/s | raw TCP GB/s | PS/raw |",
-               "|---:|---:|---:|---:|---:|"]
-        md += [f"| {r['chunk_bytes']} | {r['ps_ms']:.1f} | {r['ps_rate']:.3f} | "
-               f"{r['raw_rate']:.3f} | {r['ratio']:.0%} |" for r in sweep_rows]
+        tables.write_tsv(os.path.join(args.out, "exchange_chunk_sweep.tsv"), sweep_rows, keys,
+                         tables.short_float)
+        md += [f"### chunk size sweep (loopback, N={SWEEP_WORKERS}, S={SWEEP_MIB} MiB)", ""]
+        md += tables.md_table(
+            ["chunk bytes", "PS ms", "PS byte rate GB/s", "raw TCP GB/s", "PS/raw"],
+            [[str(r["chunk_bytes"]), f"{r['ps_ms']:.1f}", f"{r['ps_rate']:.3f}",
+              f"{r['raw_rate']:.3f}", f"{r['ratio']:.0%}"] for r in sweep_rows], "rrrrr")
         md.append("")
         if plot_sweep(os.path.join(args.out, "exchange_chunk_sweep.png"), sweep_rows):
             md += ["![chunk sweep](exchange_chunk_sweep.png)", ""]
-    with open(os.path.join(args.out, "exchange.md"), "w") as f:
-        f.write("\n".join(md))
+    # Every section ends with a blank line; the file ends with its last line's newline.
+    tables.write_markdown(os.path.join(args.out, "exchange.md"), md[:-1])
     print("\n".join(md[2:]))
     log(f"wrote {args.out}/exchange.md, .tsv, PNGs")
     return 0

@@ -30,11 +30,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-import harness  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, ".."))
+from benchlib import BenchError, plots, tables  # noqa: E402
+from benchlib.cli import parser  # noqa: E402
+from benchlib.log import log  # noqa: E402
+from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
+from timing import per_iteration  # noqa: E402
 
 MiB = 1 << 20
 
@@ -47,38 +53,38 @@ def ib_write_bw(bidirectional, iters):
             "--report_gbits"] + (["-b"] if bidirectional else [])
     with tempfile.TemporaryDirectory() as tmp:
         server_log = os.path.join(tmp, "server.log")
-        server = harness.start(args, server_log)
+        server = start(args, server_log)
         client = None
         for _ in range(50):  # the server needs a moment to listen
             client = subprocess.run(args + ["127.0.0.1"], capture_output=True, text=True)
             if client.returncode == 0:
                 break
-            harness.time.sleep(0.1)
+            time.sleep(0.1)
         server.wait(timeout=60)
         if client.returncode != 0:
-            raise harness.BenchError(f"ib_write_bw client failed:\n{client.stdout}{client.stderr}")
+            raise BenchError(f"ib_write_bw client failed:\n{client.stdout}{client.stderr}")
     # The data line: "#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]".
     for line in client.stdout.splitlines():
         fields = line.split()
         if len(fields) >= 4 and fields[0] == str(MiB) and re.match(r"^[0-9.]+$", fields[3]):
             return float(fields[3]) * 1e9 / 8
-    raise harness.BenchError(f"no bandwidth line in ib_write_bw's output:\n{client.stdout}")
+    raise BenchError(f"no bandwidth line in ib_write_bw's output:\n{client.stdout}")
 
 
 def ps(build, transport, n, mib, iters, warmup, tmp):
     port_file = os.path.join(tmp, "port")
     if os.path.exists(port_file):
         os.remove(port_file)
-    log = os.path.join(tmp, "phubd.log")
-    phubd = harness.start([os.path.join(build, "phub/server/phubd"), "--world-size", str(n),
-                           "--cores", "2", "--no-pin", "--port", "0", "--port-file", port_file,
-                           "--optimizer", "sgd", "--lr", "0.001", "--one-job", "--transport",
-                           transport], log)
-    port = harness.wait_port_file(port_file, phubd, "phubd", log)
+    log_path = os.path.join(tmp, "phubd.log")
+    phubd = start([os.path.join(build, "phub/server/phubd"), "--world-size", str(n),
+                   "--cores", "2", "--no-pin", "--port", "0", "--port-file", port_file,
+                   "--optimizer", "sgd", "--lr", "0.001", "--one-job", "--transport",
+                   transport], log_path)
+    port = wait_port_file(port_file, phubd, "phubd", log_path)
     return run_ranks("ps", n, tmp, lambda r, out: [
         os.path.join(build, "bench/exchange/phub_exchange_worker"), "--port", port, "--rank",
         str(r), "--world", str(n), "--mib", str(mib), "--iters", str(iters), "--warmup",
-        str(warmup), "--lr", "0.001", "--out", out], [("phubd", phubd, log)])
+        str(warmup), "--lr", "0.001", "--out", out], [("phubd", phubd, log_path)])
 
 
 def ring(build, transport, n, mib, iters, warmup, tmp):
@@ -94,13 +100,14 @@ def run_ranks(name, n, tmp, argv, others=()):
     returns the per-iteration times."""
     procs, outs = [], []
     for r in range(n):
-        out, log = os.path.join(tmp, f"{name}{r}.tsv"), os.path.join(tmp, f"{name}{r}.log")
+        out = os.path.join(tmp, f"{name}{r}.tsv")
+        log_path = os.path.join(tmp, f"{name}{r}.log")
         outs.append(out)
-        procs.append((f"{name} rank {r}", harness.start(argv(r, out), log), log))
-    harness.wait_all(procs + list(others), timeout=900)
-    times, checksums = harness.per_iteration(outs)
+        procs.append((f"{name} rank {r}", start(argv(r, out), log_path), log_path))
+    wait_all(procs + list(others), timeout=900)
+    times, checksums = per_iteration(outs)
     if len(set(checksums)) != 1:
-        raise harness.BenchError(f"{name} ranks disagree on their results: {checksums}")
+        raise BenchError(f"{name} ranks disagree on their results: {checksums}")
     return times
 
 
@@ -114,13 +121,13 @@ def in_guest(args):
                 ("ps tcp", lambda: ps(args.build, "tcp", args.workers, args.mib, args.iters, args.warmup, tmp)),
                 ("ring verbs", lambda: ring(args.build, "verbs", args.workers, args.mib, args.iters, args.warmup, tmp)),
                 ("ring tcp", lambda: ring(args.build, "tcp", args.workers, args.mib, args.iters, args.warmup, tmp))]:
-            harness.log(f"[rep {rep}/{args.reps}] {name} ...")
+            log(f"[rep {rep}/{args.reps}] {name} ...")
             value = run()
             print("RESULT " + json.dumps({"system": name, "rep": rep, "value": value}), flush=True)
-            harness.log(f"[rep {rep}/{args.reps}] {name}: "
-                        + (f"{value / 1e6:.1f} MB/s" if name.startswith("ib_") else
-                           f"median {statistics.median(value) * 1e3:.0f} ms"))
-    harness.kill_children()
+            log(f"[rep {rep}/{args.reps}] {name}: "
+                + (f"{value / 1e6:.1f} MB/s" if name.startswith("ib_") else
+                   f"median {statistics.median(value) * 1e3:.0f} ms"))
+    kill_children()
 
 
 # ---- on the host ---------------------------------------------------------------------------
@@ -151,41 +158,27 @@ def report(args, results):
         rows.append({"label": name, "system": f"{name} (N={n}, S={args.mib} MiB)", "ms": t * 1e3,
                      "mb_per_s": moved / t / 1e6, "ratio": moved / t / bi})
     os.makedirs(args.out, exist_ok=True)
-    keys = ["label", "system", "ms", "mb_per_s", "ratio"]
-    with open(os.path.join(args.out, "verbs.tsv"), "w") as f:
-        f.write("\t".join(keys) + "\n")
-        for r in rows:
-            f.write("\t".join(str(r[k]) for k in keys) + "\n")
-    fmt = lambda v, spec: "" if v == "" else format(v, spec)  # noqa: E731
-    md = ["| system | time per iteration (ms) | bytes moved (MB/s) | of ib_write_bw -b |",
-          "|---|---:|---:|---:|"]
-    for r in rows:
-        md.append(f"| {r['system']} | {fmt(r['ms'], '.0f')} | {fmt(r['mb_per_s'], '.1f')} | "
-                  f"{fmt(r['ratio'], '.0%')} |")
+    tsv = os.path.join(args.out, "verbs.tsv")
+    tables.write_tsv(tsv, rows, ["label", "system", "ms", "mb_per_s", "ratio"])
+    md = tables.md_table(
+        ["system", "time per iteration (ms)", "bytes moved (MB/s)", "of ib_write_bw -b"],
+        [[r["system"], tables.fmt(r["ms"], ".0f", missing=""),
+          tables.fmt(r["mb_per_s"], ".1f", missing=""), tables.fmt(r["ratio"], ".0%", missing="")]
+         for r in rows], "lrrr")
     md.append("")
     md.append(f"Soft-RoCE (rdma_rxe) in a QEMU TCG guest with 2 emulated CPUs; medians of "
               f"{args.reps} runs x {args.iters} iterations. Bytes moved: PS 2 N S per iteration, "
               f"ring 2 (N-1) S; the tcp rows run over the guest's loopback, not rxe0 (context "
               f"only). Emulation speeds, not hardware speeds.")
-    text = "\n".join(md) + "\n"
-    with open(os.path.join(args.out, "verbs.md"), "w") as f:
-        f.write(text)
-    print(text)
-    try:
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench/plot_table.py"),
-                        os.path.join(args.out, "verbs.tsv"), "--x", "label", "--y", "mb_per_s",
-                        "--kind", "bar", "--annotate", "--ylabel", "bytes moved, MB/s",
-                        "--xlabel", f"N = {n}, S = {args.mib} MiB",
-                        "--title", f"Exchange on soft-RoCE vs ib_write_bw (same guest)",
-                        "--out", os.path.join(args.out, "verbs.png")], check=True)
-    except (subprocess.CalledProcessError, FileNotFoundError) as e:
-        harness.log(f"no plot: {e}")
+    print(tables.write_markdown(os.path.join(args.out, "verbs.md"), md))
+    plots.plot_tsv_or_log(tsv, os.path.join(args.out, "verbs.png"), x="label", y="mb_per_s",
+                          kind="bar", annotate=True, ylabel="bytes moved, MB/s",
+                          xlabel=f"N = {n}, S = {args.mib} MiB",
+                          title="Exchange on soft-RoCE vs ib_write_bw (same guest)")
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = parser(__doc__)
     p.add_argument("--workers", type=int, default=2, help="N (default 2)")
     p.add_argument("--mib", type=int, default=32, help="S in MiB (default 32)")
     p.add_argument("--iters", type=int, default=3, help="timed iterations per run (default 3)")
@@ -219,10 +212,10 @@ def main():
             else:
                 sys.stdout.write(line)
     if guest.returncode == 77:
-        harness.log("skipped: no guest can be had on this machine (run_in_guest.sh exit 77)")
+        log("skipped: no guest can be had on this machine (run_in_guest.sh exit 77)")
         return 77
     if guest.returncode != 0:
-        harness.log(f"the guest run failed (exit {guest.returncode})")
+        log(f"the guest run failed (exit {guest.returncode})")
         return guest.returncode
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "raw.jsonl"), "w") as f:

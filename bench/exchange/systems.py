@@ -21,10 +21,11 @@ command on it (on loopback: 127.0.0.1 and as is).
 """
 
 import os
-import shutil
 
-from harness import BenchError, kill_children, per_iteration, run_timeout, start, wait_all, \
-    wait_port_file
+from benchlib import BenchError
+from benchlib.outdir import fresh_dir
+from benchlib.procs import kill_children, start, wait_all, wait_port_file
+from timing import per_iteration, run_timeout
 
 # Open MPI over TCP only (no shared memory, no UCX), ranks not bound to cores (nor are the other
 # systems' processes); --allow-run-as-root is a no-op when not root.
@@ -103,8 +104,7 @@ def colocated_partition_bytes(n, mib):
 def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
     """One run of `system` with N workers and S = mib MiB on `net`. Returns (per-iteration
     times in s, checksum). Raises BenchError on any failure or inconsistent result."""
-    shutil.rmtree(run_dir, ignore_errors=True)
-    os.makedirs(run_dir)
+    fresh_dir(run_dir)
     s = settings
     common = ["--mib", f"{mib:g}", "--iters", str(s.iters), "--warmup", str(s.warmup)]
     timeout = run_timeout(n, mib, s.iters + s.warmup, limit_s)

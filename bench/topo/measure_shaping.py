@@ -25,10 +25,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import topology as topo  # noqa: E402
+from benchlib.tables import md_row, md_table  # noqa: E402
 
 BASE_PORT = 5201
 WIRE_PER_GOODPUT = 1514.0 / 1448.0
+HEAD = ["cc", "qdisc", "burst", "topology", "N", "B", "traffic", "target", "measured",
+        "% target", "wire %", "retr", "snd CPU %", "rcv CPU %"]
 
 
 def wait_listening(t, pairs, timeout=10.0):
@@ -113,9 +117,7 @@ def main():
         cc_default = f.read().strip()
     n = a.workers
     if a.header:
-        print("| cc | qdisc | burst | topology | N | B | traffic | target | measured | % target "
-              "| wire % | retr | snd CPU % | rcv CPU % |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(md_table(HEAD, [])))
     try:
         for tname in a.topologies.split(","):
             t = topo.up(tname, n, a.rate, qdisc=a.qdisc, extra=extra)
@@ -131,13 +133,12 @@ def main():
                               ps_bits))
             for label, pairs, rev, target in cases:
                 got, retr, scpu, rcpu = run_streams(pairs, a.seconds, rev, a.cc)
-                print("| %s | %s | %s | %s | %d | %s | %s | %.2f Gbit/s | %.3f Gbit/s | %.1f %% "
-                      "| %.1f %% | %d | %s | %s |" % (
-                          a.cc or cc_default, a.qdisc, a.burst or "auto", tname, n, a.rate, label, target / 1e9,
-                          got / 1e9, 100.0 * got / target,
-                          100.0 * got * WIRE_PER_GOODPUT / target, retr,
-                          "+".join("%.0f" % c for c in scpu),
-                          "+".join("%.0f" % c for c in rcpu)), flush=True)
+                print(md_row([a.cc or cc_default, a.qdisc, a.burst or "auto", tname, str(n),
+                              a.rate, label, "%.2f Gbit/s" % (target / 1e9),
+                              "%.3f Gbit/s" % (got / 1e9), "%.1f %%" % (100.0 * got / target),
+                              "%.1f %%" % (100.0 * got * WIRE_PER_GOODPUT / target), str(retr),
+                              "+".join("%.0f" % c for c in scpu),
+                              "+".join("%.0f" % c for c in rcpu)]), flush=True)
     finally:
         topo.down()
     return 0

@@ -18,23 +18,24 @@ need root. Note: every worker, phubd and the ring share this box's CPUs, so comp
 (one core per two workers at N = 4 on 2 cores): scaling efficiency here measures the box, and
 the PS-vs-ring and overlap comparisons (same compute on both sides) are what the run is for.
 """
-import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "topo"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "exchange"))
 
 import nets  # noqa: E402
-from harness import BenchError, kill_children, start, wait_all, wait_port_file  # noqa: E402
-from run_train import log, parse_models, write_tsv  # noqa: E402
+from benchlib import BenchError, outdir, plots, tables  # noqa: E402
+from benchlib.cli import parse_list, parser  # noqa: E402
+from benchlib.log import Progress, log  # noqa: E402
+from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
+from run_train import parse_models  # noqa: E402
 
 COLOCATED_SOCKET_BUFFER_BYTES = 64 * 1024  # incast cap, as in bench/exchange (operations.md)
 SYSTEMS = {"loopback": ["ps", "ring"], "pbox": ["ps", "ring"], "cloud": ["ps", "ring"],
@@ -119,7 +120,7 @@ def run_one(a, net, system, model, batch, n, overlap, run_dir):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, epilog=False)
     p.add_argument("--topologies", default="loopback,pbox")
     p.add_argument("--models", default="resnet56:16,alexnet:2", help="MODEL:BATCH per worker,...")
     p.add_argument("--n", default="2,4")
@@ -141,7 +142,7 @@ def main():
     for b in (a.worker, a.phubd):
         if not os.access(b, os.X_OK):
             raise SystemExit(f"run_distributed.py: {b} missing: run deploy/build.sh first")
-    topologies = a.topologies.split(",")
+    topologies = parse_list(a.topologies, str)
     if any(t not in SYSTEMS for t in topologies):
         raise SystemExit(f"run_distributed.py: topologies are {', '.join(SYSTEMS)}")
     if any(t != "loopback" for t in topologies) and nets.rack_problem():
@@ -152,11 +153,8 @@ def main():
         raise SystemExit("run_distributed.py: --device cuda but nvidia-smi lists no GPU")
     systems = {t: SYSTEMS[t] + (["nccl"] if a.device == "cuda" and t == "loopback" else [])
                for t in topologies}
-    ns = [int(x) for x in a.n.split(",")]
-    os.makedirs(a.out, exist_ok=True)
-    run_dir = os.path.join(a.out, "raw")
-    shutil.rmtree(run_dir, ignore_errors=True)  # stale port files would point at dead servers
-    os.makedirs(run_dir)
+    ns = parse_list(a.n, int)
+    run_dir = outdir.with_raw(a.out)  # stale port files would point at dead servers
 
     alone = {}
     for model, batch in models:
@@ -164,8 +162,7 @@ def main():
         alone[model] = r["median_ms"]
         log(f"{model} batch {batch} alone: {r['median_ms']:.1f} ms per mini-batch")
     rows = []
-    total = sum(len(systems[t]) for t in topologies) * len(models) * len(ns) * 2
-    done, start = 0, time.time()
+    progress = Progress(sum(len(systems[t]) for t in topologies) * len(models) * len(ns) * 2)
     nets.cleanup()
     try:
         for topo in topologies:
@@ -177,7 +174,7 @@ def main():
                             if system == "nccl" and n > a.gpus:
                                 log(f"nccl N={n} skipped: NCCL needs one GPU per worker "
                                     f"({a.gpus} here)")
-                                total -= 2
+                                progress.total -= 2
                                 continue
                             for overlap in (True, False):
                                 r = run_one(a, net, system, model, batch, n, overlap, run_dir)
@@ -188,12 +185,10 @@ def main():
                                     "ms": round(r["ms"], 1), "images_s": round(ips, 1),
                                     "scaling_eff": round(ips / (n * 1000 * batch / alone[model]), 3),
                                     "comm_share": round(r["comm_share"], 3)})
-                                done += 1
-                                eta = (time.time() - start) / done * (total - done)
+                                progress.step()
                                 log(f"{topo} N={n} {model} {system} overlap "
                                     f"{'on ' if overlap else 'off'}: {r['ms']:.1f} ms, comm "
-                                    f"{100 * r['comm_share']:.1f} % ({done}/{total}, ETA "
-                                    f"{eta / 60:.1f} min)")
+                                    f"{100 * r['comm_share']:.1f} % ({progress})")
                 finally:
                     net.close()
     except BenchError as e:
@@ -204,19 +199,19 @@ def main():
         nets.cleanup()
         keys = ["topology", "model", "batch", "n", "system", "overlap", "ms", "images_s",
                 "scaling_eff", "comm_share"]
-        write_tsv(os.path.join(a.out, "distributed.tsv"), rows, keys)
+        tables.write_tsv(os.path.join(a.out, "distributed.tsv"), rows, keys)
 
     engine = "oneDNN, 1 thread per worker" if a.device == "cpu" else f"cuDNN, {a.gpus} GPU(s)"
     lines = [f"Distributed training on synthetic data, phub-worker ({engine}), "
              f"links {a.rate} on racks; one worker alone: "
              + ", ".join(f"{m} {alone[m]:.1f} ms" for m in alone)
              + f"; {a.warmup} warm-up + {a.iters} timed steps per run.", ""]
-    lines += ["| topology | model | N | system | overlap | ms / mini-batch | images/s | "
-              "scaling eff. | comm share |", "|---|---|---:|---|---|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['topology']} | {r['model']} b{r['batch']} | {r['n']} | {r['system']} | "
-                     f"{r['overlap']} | {r['ms']} | {r['images_s']} | {r['scaling_eff']} | "
-                     f"{100 * r['comm_share']:.1f} % |")
+    lines += tables.md_table(
+        ["topology", "model", "N", "system", "overlap", "ms / mini-batch", "images/s",
+         "scaling eff.", "comm share"],
+        [[r["topology"], f"{r['model']} b{r['batch']}", str(r["n"]), r["system"], r["overlap"],
+          str(r["ms"]), str(r["images_s"]), str(r["scaling_eff"]),
+          f"{100 * r['comm_share']:.1f} %"] for r in rows], "llrllrrrr")
     # The issue's two comparisons, where the run has them.
     lines.append("")
     for topo in topologies:
@@ -234,21 +229,16 @@ def main():
                                  f"overlap cuts the PS's comm share "
                                  f"{100 * off[ps]['comm_share']:.1f} % → "
                                  f"{100 * on[ps]['comm_share']:.1f} %")
-    table = "\n".join(lines) + "\n"
-    with open(os.path.join(a.out, "distributed.md"), "w") as f:
-        f.write(table)
+    table = tables.write_markdown(os.path.join(a.out, "distributed.md"), lines)
     # One plot per topology and model: bars per system at each N, overlap on and off.
     for topo in topologies:
         for model, batch in models:
-            subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "plot_table.py"),
-                            os.path.join(a.out, "distributed.tsv"), "--x", "n", "--y", "ms",
-                            "--group", "system,overlap", "--kind", "bar",
-                            "--where", f"topology={topo}", "--where", f"model={model}",
-                            "--annotate", "--xlabel", "workers N", "--ylabel",
-                            "ms per mini-batch (lower is better)", "--title",
-                            f"{topo}: {model} batch {batch} per worker, time per mini-batch",
-                            "--out", os.path.join(a.out, f"distributed_{topo}_{model}.png")],
-                           check=False)
+            plots.plot_tsv_or_log(
+                os.path.join(a.out, "distributed.tsv"),
+                os.path.join(a.out, f"distributed_{topo}_{model}.png"), x="n", y="ms",
+                group="system,overlap", kind="bar", where=[f"topology={topo}", f"model={model}"],
+                annotate=True, xlabel="workers N", ylabel="ms per mini-batch (lower is better)",
+                title=f"{topo}: {model} batch {batch} per worker, time per mini-batch")
     print(table)
     return 0
 

@@ -19,19 +19,20 @@ ResNet-56 128, LSTM 128 (dlbench's own), AlexNet 16 and ResNet-50 16 (ImageNet s
 Writes OUT/train.tsv (every run), OUT/train_summary.tsv, OUT/train.md and OUT/train.png.
 Exit 1 if a run fails (its output is printed).
 """
-import argparse
-import datetime
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchlib import BenchError, machine, plots, tables  # noqa: E402
+from benchlib.cli import parser  # noqa: E402
+from benchlib.log import Progress, log  # noqa: E402
+from benchlib.procs import run_checked  # noqa: E402
 
 DEFAULT = "fashion-cnn:64,fcn5:1024,resnet56:128,alexnet:16,lstm:128,resnet50:16"
 QUICK = "fashion-cnn:16,fcn5:128,resnet56:16,alexnet:2,lstm:16"
@@ -39,25 +40,11 @@ BARS = {"resnet56", "alexnet", "fcn5"}  # the issue's CPU bars
 BAR = 1.2
 
 
-def log(msg):
-    print(f"[{datetime.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(RuntimeError):
-    pass
-
-
-def run(cmd, env=None, timeout=3600):
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stdout}{p.stderr}")
-    return p.stdout
-
-
 def time_phub(worker, model, batch, a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    out = run([worker, "--model", model, "--batch", str(batch), "--iters", str(a.iters),
-               "--warmup", str(a.warmup), "--log-level", "warn", "--backend", a.backend], env)
+    out = run_checked([worker, "--model", model, "--batch", str(batch), "--iters",
+                       str(a.iters), "--warmup", str(a.warmup), "--log-level", "warn",
+                       "--backend", a.backend], env)
     m = re.search(r"median ([0-9.]+) ms per mini-batch", out)
     if not m:
         raise BenchError(f"phub-worker printed no median:\n{out}")
@@ -66,10 +53,10 @@ def time_phub(worker, model, batch, a):
 
 def time_torch(model, batch, a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    out = run(["/usr/bin/python3", os.path.join(HERE, "torch_models.py"), "--model", model,
-               "--batch", str(batch), "--iters", str(a.iters), "--warmup", str(a.warmup),
-               "--threads", str(a.threads), "--device", a.device]
-              + (["--channels-last"] if a.channels_last else []), env)
+    out = run_checked(["/usr/bin/python3", os.path.join(HERE, "torch_models.py"), "--model",
+                       model, "--batch", str(batch), "--iters", str(a.iters), "--warmup",
+                       str(a.warmup), "--threads", str(a.threads), "--device", a.device]
+                      + (["--channels-last"] if a.channels_last else []), env)
     r = json.loads(out.strip().splitlines()[-1])
     return r["median_ms"], r["torch"]
 
@@ -84,15 +71,8 @@ def parse_models(text):
     return pairs
 
 
-def write_tsv(path, rows, keys):
-    with open(path, "w") as f:
-        f.write("\t".join(keys) + "\n")
-        for r in rows:
-            f.write("\t".join(str(r[k]) for k in keys) + "\n")
-
-
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, epilog=False)
     p.add_argument("--models", default=None, help=f"MODEL:BATCH,... (default {DEFAULT})")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iters", type=int, default=5, help="timed mini-batches per run")
@@ -124,7 +104,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
 
     raw, summary, torch_version = [], [], "?"
-    start, done, total = time.time(), 0, len(pairs) * a.rounds
+    progress = Progress(len(pairs) * a.rounds)
     try:
         for model, batch in pairs:
             ours, theirs = [], []
@@ -135,10 +115,9 @@ def main():
                 ms, torch_version = time_torch(model, batch, a)
                 theirs.append(ms)
                 raw.append({"model": model, "batch": batch, "system": "pytorch", "round": rnd, "ms": ms})
-                done += 1
-                eta = (time.time() - start) / done * (total - done)
+                progress.step()
                 log(f"{model} batch {batch} round {rnd + 1}/{a.rounds}: phub {ours[-1]:.1f} ms, "
-                    f"PyTorch {theirs[-1]:.1f} ms ({done}/{total}, ETA {eta / 60:.1f} min)")
+                    f"PyTorch {theirs[-1]:.1f} ms ({progress})")
             o, t = statistics.median(ours), statistics.median(theirs)
             summary.append({"model": model, "batch": batch, "phub_ms": round(o, 1),
                             "pytorch_ms": round(t, 1), "ratio": round(o / t, 3),
@@ -150,29 +129,26 @@ def main():
         log(str(e))
         return 1
     finally:
-        write_tsv(os.path.join(a.out, "train.tsv"), raw, ["model", "batch", "system", "round", "ms"])
+        tables.write_tsv(os.path.join(a.out, "train.tsv"), raw,
+                         ["model", "batch", "system", "round", "ms"])
 
     keys = ["model", "batch", "phub_ms", "pytorch_ms", "ratio", "phub_samples_s",
             "pytorch_samples_s", "bar"]
-    write_tsv(os.path.join(a.out, "train_summary.tsv"), summary, keys)
-    machine = (f"{platform.node()}, {os.cpu_count()} CPUs, {a.threads} threads, device {a.device}, "
-               f"PyTorch {torch_version}; {a.rounds} rounds x ({a.warmup} warm-up + {a.iters} "
-               f"timed) mini-batches per system; median of the rounds' medians")
-    lines = [f"Time per mini-batch (forward + backward + momentum SGD), single worker. {machine}.",
-             "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in summary]
-    table = "\n".join(lines) + "\n"
-    with open(os.path.join(a.out, "train.md"), "w") as f:
-        f.write(table)
+    tables.write_tsv(os.path.join(a.out, "train_summary.tsv"), summary, keys)
+    setup = (f"{machine.host_cpus()}, {a.threads} threads, device {a.device}, "
+             f"PyTorch {torch_version}; {a.rounds} rounds x ({a.warmup} warm-up + {a.iters} "
+             f"timed) mini-batches per system; median of the rounds' medians")
+    lines = [f"Time per mini-batch (forward + backward + momentum SGD), single worker. {setup}.",
+             ""] + tables.md_table(keys, [[str(r[k]) for k in keys] for r in summary])
+    table = tables.write_markdown(os.path.join(a.out, "train.md"), lines)
     plot_rows = [{"model": f"{r['model']} b{r['batch']}", "system": s, "ratio": r[k] / r["pytorch_ms"]}
                  for r in summary for s, k in (("phub", "phub_ms"), ("PyTorch", "pytorch_ms"))]
-    write_tsv(os.path.join(a.out, "train_plot.tsv"), plot_rows, ["model", "system", "ratio"])
-    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "plot_table.py"),
-                    os.path.join(a.out, "train_plot.tsv"), "--x", "model", "--y", "ratio",
-                    "--group", "system", "--kind", "bar", "--annotate",
-                    "--ylabel", "time per mini-batch / PyTorch's", "--title",
-                    f"phub-worker vs PyTorch, same run ({a.device}, {a.threads} threads)",
-                    "--out", os.path.join(a.out, "train.png")], check=False)
+    plot_tsv = os.path.join(a.out, "train_plot.tsv")
+    tables.write_tsv(plot_tsv, plot_rows, ["model", "system", "ratio"])
+    plots.plot_tsv_or_log(
+        plot_tsv, os.path.join(a.out, "train.png"), x="model", y="ratio", group="system",
+        kind="bar", annotate=True, ylabel="time per mini-batch / PyTorch's",
+        title=f"phub-worker vs PyTorch, same run ({a.device}, {a.threads} threads)")
     print(table)
     log(f"wrote {a.out}/train.md, train.tsv, train_summary.tsv, train.png")
     return 0

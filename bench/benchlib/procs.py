@@ -1,26 +1,30 @@
-"""Process handling and timing files shared by the `exchange` driver's systems: start children
-in their own sessions (killed on every way out), wait for them with a timeout, read the
-per-iteration TSVs every worker writes, and reduce them to per-iteration times by the one
-timing rule (max over workers of t1 - t0)."""
+"""Child processes of a benchmark: daemons, workers, launchers.
+
+Every child starts in a session of its own and is remembered, so kill_children() can end it and
+everything it started (mpirun's ranks, a worker's helpers) on every way out of a driver: a
+finished run, a failed one, Ctrl-C. Waits have deadlines and a failure names the process and
+shows the end of its log. Not thread-safe: one driver thread starts and kills its children.
+"""
 
 import os
 import signal
 import subprocess
-import sys
 import time
 
+from benchlib import BenchError
 
-class BenchError(Exception):
-    """A process failed, timed out, or produced wrong results."""
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
+_children = []  # every Popen started and not yet killed, so they can all be killed on the way out
 
 
-# ---- processes ----------------------------------------------------------------------------
-
-_children = []  # every Popen started, so they can all be killed on the way out
+def start(argv, log_path, env=None):
+    """Starts argv with stdout and stderr to log_path, stdin closed, in a new session; env adds
+    to (does not replace) this process's environment. Does not wait."""
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=None if env is None else {**os.environ, **env})
+    _children.append(proc)
+    return proc
 
 
 def session_members(sid):
@@ -41,6 +45,8 @@ def session_members(sid):
 
 
 def kill_children():
+    """Ends every child start() began and all they started; returns when they are reaped (or
+    after a few seconds' grace). Harmless when none is left."""
     # SIGTERM first: mpirun forwards it to its ranks and reaps them; after a grace period,
     # SIGKILL to whatever is left in each child's session (ranks of a killed mpirun included).
     live = [proc for proc in _children if proc.poll() is None]
@@ -66,16 +72,8 @@ def kill_children():
     _children.clear()
 
 
-def start(argv, log_path, env=None):
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=None if env is None else {**os.environ, **env})
-    _children.append(proc)
-    return proc
-
-
 def tail(path, lines=15):
+    """The last lines of a log, for an error message."""
     try:
         with open(path, errors="replace") as f:
             return "".join(f.readlines()[-lines:]).rstrip()
@@ -84,6 +82,8 @@ def tail(path, lines=15):
 
 
 def wait_port_file(path, proc, name, log_path, timeout=20.0):
+    """The text a server writes to its --port-file once it listens. Raises BenchError if `proc`
+    exits first or nothing is written within `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -102,7 +102,9 @@ def wait_port_file(path, proc, name, log_path, timeout=20.0):
 
 
 def wait_all(procs, timeout):
-    """procs: [(name, Popen, log_path)]. Returns when all exited 0; raises on the first failure."""
+    """procs: [(name, Popen, log_path)]. Returns when all exited 0; raises BenchError on the
+    first failure or when `timeout` seconds pass. Kills nothing: the caller's kill_children()
+    does."""
     deadline = time.monotonic() + timeout
     pending = list(procs)
     while pending:
@@ -122,37 +124,11 @@ def wait_all(procs, timeout):
         time.sleep(0.01)
 
 
-def run_timeout(n, mib, rounds, limit_s=0.0):
-    # Generous: 20 ms per MiB moved per worker per round (~50 MB/s), or 4x the link limit of a
-    # round on an emulated rack, whichever is longer, plus start-up.
-    return 60.0 + rounds * max(n * mib * 2 * 0.02, 4 * limit_s)
-
-
-# ---- one measurement ----------------------------------------------------------------------
-
-def read_samples(path):
-    """Returns ([(t0_ns, t1_ns)], checksum or None) from a worker's or client's TSV."""
-    samples, checksum = [], None
-    with open(path) as f:
-        for line in f:
-            if line.startswith("#") or line.startswith("iter"):
-                continue
-            fields = line.split()
-            if fields[0] == "checksum":
-                checksum = fields[1]
-            elif fields:
-                samples.append((int(fields[1]), int(fields[2])))
-    return samples, checksum
-
-
-def per_iteration(files):
-    """Per-iteration max over workers of (t1 - t0), in seconds; plus the checksums."""
-    runs = [read_samples(path) for path in files]
-    counts = {len(samples) for samples, _ in runs}
-    if len(counts) != 1 or 0 in counts:
-        raise BenchError(f"workers wrote different or zero iteration counts: "
-                         f"{[len(s) for s, _ in runs]} ({files[0]} ...)")
-    times = []
-    for i in range(counts.pop()):
-        times.append(max(samples[i][1] - samples[i][0] for samples, _ in runs) * 1e-9)
-    return times, [checksum for _, checksum in runs]
+def run_checked(cmd, env=None, timeout=3600):
+    """Runs cmd to its end and returns its stdout; raises BenchError with its output if it
+    exits non-zero (subprocess.TimeoutExpired after `timeout` seconds). For short tools whose
+    output is the result, not for daemons (start() is)."""
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stdout}{p.stderr}")
+    return p.stdout
