@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "phub/client/join_job.h"
 #include "phub/client/ps_client_impl.h"
+#include "phub/common/membership.h"
 #include "phub/transport/control_channel.h"
 #include "phub/transport/open_device.h"
 #include "spdlog/spdlog.h"
@@ -206,11 +207,7 @@ PsClient::~PsClient() = default;
 StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOptions& options,
                                                       std::vector<keys::TensorSpec> tensors,
                                                       std::vector<std::span<float>> weights) {
-  if (options.world_size == 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank,
-                                                   " is not in 0..world_size-1 (world size ",
-                                                   options.world_size, ")"));
-  }
+  PHUB_RETURN_IF_ERROR(CheckMembership(options.rank, options.world_size));
   auto impl = std::make_unique<Impl>(options, std::move(weights));
   PHUB_RETURN_IF_ERROR(impl->Handshake(std::move(tensors)));
   return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));

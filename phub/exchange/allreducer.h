@@ -7,11 +7,12 @@
 #include <span>
 #include <string>
 
+#include "phub/common/reduce_op.h"
 #include "phub/common/status.h"
 
 namespace phub::exchange {
 
-enum class ReduceOp { kSum, kMean };
+using phub::ReduceOp;  // phub/common/reduce_op.h
 
 class Allreducer {
  public:

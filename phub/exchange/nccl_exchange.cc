@@ -15,9 +15,7 @@ class NcclAllreducer final : public Allreducer {
   Status Allreduce(std::span<float> data, ReduceOp op) override {
     PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer* buffer, BufferFor(data.size()));
     PHUB_RETURN_IF_ERROR(buffer->CopyFromHost(data));
-    PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(),
-                                          op == ReduceOp::kMean ? nccl::ReduceOp::kMean
-                                                                : nccl::ReduceOp::kSum));
+    PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(), op));
     return buffer->CopyToHost(data);
   }
   std::uint32_t rank() const override { return nccl_->rank(); }

@@ -8,8 +8,7 @@ class RingAllreducer final : public Allreducer {
   RingAllreducer(std::unique_ptr<ring::RingAllreduce> ring, std::uint32_t rank)
       : ring_(std::move(ring)), rank_(rank) {}
   Status Allreduce(std::span<float> data, ReduceOp op) override {
-    return ring_->Allreduce(data, op == ReduceOp::kMean ? ring::ReduceOp::kMean
-                                                        : ring::ReduceOp::kSum);
+    return ring_->Allreduce(data, op);
   }
   std::uint32_t rank() const override { return rank_; }
   std::string name() const override { return "ring"; }

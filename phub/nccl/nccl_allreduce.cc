@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/membership.h"
 #include "phub/nccl/detail/checks.h"
 #include "phub/nccl/unique_id_file.h"
 #include "spdlog/spdlog.h"
@@ -31,11 +32,7 @@ Status ValidateOptions(const NcclOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("world_size ", o.world_size, " is more ranks than NCCL supports"));
   }
-  if (o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", o.rank, " is outside a world of ",
-                                                   o.world_size, " ranks (0..", o.world_size - 1,
-                                                   ")"));
-  }
+  PHUB_RETURN_IF_ERROR(CheckMembership(o.rank, o.world_size));
   if (o.world_size > 1 && o.rendezvous_dir.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rendezvous_dir is empty: ", o.world_size,

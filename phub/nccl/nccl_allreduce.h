@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "phub/common/reduce_op.h"
 #include "phub/common/status.h"
 
 namespace phub::nccl {
@@ -36,9 +37,9 @@ struct NcclOptions {
   int timeout_ms = 30000;      // bounds Connect (rank 0's id, every rank joining) and each call
 };
 
-// Same meaning as phub::ring::ReduceOp. kMean is NCCL's ncclAvg: the division is fused into
-// the reduction, as in our ring.
-enum class ReduceOp { kSum, kMean };
+// phub/common/reduce_op.h; kMean is NCCL's ncclAvg: the division is fused into the reduction,
+// as in our ring.
+using phub::ReduceOp;
 
 // The number of CUDA devices this process can use. 0 — not an error — when there is no NVIDIA
 // driver or no GPU is visible (CUDA_VISIBLE_DEVICES), so that tests can skip. An error when a

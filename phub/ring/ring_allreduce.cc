@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/membership.h"
 #include "phub/ring/ring_allreduce_impl.h"
 #include "spdlog/spdlog.h"
 
@@ -63,10 +64,7 @@ Status RingAllreduce::Impl::Setup() {
     return absl::InvalidArgumentError(absl::StrCat("piece_bytes must be a positive multiple of 4, got ",
                                                    options_.piece_bytes));
   }
-  if (world_ == 0 || rank_ >= world_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, " is not in 0..world_size-1 (world size ", world_, ")"));
-  }
+  PHUB_RETURN_IF_ERROR(CheckMembership(rank_, world_));
   if (world_ == 1) return absl::OkStatus();
   PHUB_RETURN_IF_ERROR(OpenRingLinks(options_, loop_, this,
                                      [this](std::shared_ptr<Connection> c) {

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 
+#include "phub/common/reduce_op.h"
 #include "phub/common/status.h"
 #include "phub/ring/file_rendezvous.h"
 #include "phub/transport/transport_kind.h"
@@ -39,7 +40,7 @@ struct RingOptions {
   transport::verbs::DeviceOptions rdma;
 };
 
-enum class ReduceOp { kSum, kMean };
+using phub::ReduceOp;  // phub/common/reduce_op.h
 
 class RingAllreduce {
  public:
