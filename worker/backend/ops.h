@@ -9,7 +9,8 @@
 //   weights [Out, In] (y = x W^T + b), x is [N, In] (trailing dims flattened by the caller).
 // - Backward ops take dy and write dx (when asked: dx may be null for the first layer) and
 //   OVERWRITE the parameter gradients (accumulation across layers is the model's job).
-// - Every tensor is on the backend's device; shapes are checked once when the op is made.
+// - Every tensor is on the backend's device; specs are checked once when the op is made
+//   (Validate below), the tensors of each call by the op (ops_checks.h, shared by the backends).
 // Errors: every call returns a Status, never throws. A spec that cannot be made, or a tensor of
 // the wrong shape or device, is InvalidArgument naming the op, the argument and what it should
 // be; the library's own failures keep the library's meaning (ResourceExhausted out of memory,

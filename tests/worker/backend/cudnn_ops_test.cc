@@ -649,7 +649,7 @@ TEST_F(CudnnOpsTest, BadSpecsAndTensorsAreRefusedAsOnTheCpu) {
   EXPECT_THAT(
       op->Forward(host_x, w, b, y),
       StatusIs(absl::StatusCode::kInvalidArgument,
-               HasSubstr("Conv2d forward: x is [1, 3, 5, 5] cpu, expected 75 elements, cuda")));
+               HasSubstr("Conv2d forward: x is [1, 3, 5, 5] cpu, expected [1, 3, 5, 5] cuda")));
   Tensor small_x = GpuEmpty({1, 3, 5, 4});
   EXPECT_THAT(op->Forward(small_x, w, b, y),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x is [1, 3, 5, 4] cuda")));

@@ -12,7 +12,7 @@ namespace {
 class Activation final : public ActivationOp {
  public:
   Activation(Context& ctx, ActivationKind kind, const Shape& shape)
-      : ctx_(ctx), kind_(kind), n_(shape.numel()) {}
+      : ctx_(ctx), kind_(kind), shape_(shape), n_(shape.numel()) {}
 
   Status Init() {
     PHUB_RETURN_IF_ERROR(SetNchw(desc_, "activation", 1, 1, 1, n_));
@@ -24,17 +24,14 @@ class Activation final : public ActivationOp {
   }
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(Check("activation forward", "x", x, n_));
-    PHUB_RETURN_IF_ERROR(Check("activation forward", "y", y, n_));
+    PHUB_RETURN_IF_ERROR(CheckActivationForward(shape_, Device::kCuda, x, y));
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnActivationForward(ctx_.cudnn(), act_, &kOne, desc_, x.data(),
                                                       &kZero, desc_, y.data()));
     return absl::OkStatus();
   }
 
   Status Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    PHUB_RETURN_IF_ERROR(Check("activation backward", "y", y, n_));
-    PHUB_RETURN_IF_ERROR(Check("activation backward", "dy", dy, n_));
-    PHUB_RETURN_IF_ERROR(Check("activation backward", "dx", dx, n_));
+    PHUB_RETURN_IF_ERROR(CheckActivationBackward(shape_, Device::kCuda, y, dy, dx));
     if (kind_ == ActivationKind::kRelu) {
       PHUB_RETURN_IF_CUDA_ERROR(
           LaunchReluBackward(y.data(), dy.data(), dx.data(), n_, ctx_.stream()));
@@ -48,6 +45,7 @@ class Activation final : public ActivationOp {
  private:
   Context& ctx_;
   ActivationKind kind_;
+  Shape shape_;
   std::int64_t n_;
   TensorDesc desc_;  // [1, 1, 1, n]
   ActivationDesc act_;

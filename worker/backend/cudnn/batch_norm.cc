@@ -12,8 +12,7 @@ namespace {
 
 class BatchNorm final : public BatchNormOp {
  public:
-  BatchNorm(Context& ctx, const BatchNormSpec& s)
-      : ctx_(ctx), s_(s), x_(s.batch * s.channels * s.height * s.width) {}
+  BatchNorm(Context& ctx, const BatchNormSpec& s) : ctx_(ctx), s_(s) {}
 
   Status Init() {
     PHUB_ASSIGN_OR_RETURN(
@@ -28,17 +27,8 @@ class BatchNorm final : public BatchNormOp {
   Status ForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                          Tensor& save_mean, Tensor& save_var, Tensor& running_mean,
                          Tensor& running_var) override {
-    const char* op = "BatchNorm forward (training)";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
-    for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
-                           {"beta", &beta},
-                           {"save_mean", &save_mean},
-                           {"save_var", &save_var},
-                           {"running_mean", &running_mean},
-                           {"running_var", &running_var}}) {
-      PHUB_RETURN_IF_ERROR(Check(op, name, *t, s_.channels));
-    }
+    PHUB_RETURN_IF_ERROR(CheckBatchNormForwardTraining(
+        s_, Device::kCuda, x, gamma, beta, y, save_mean, save_var, running_mean, running_var));
     // Null running stats: cuDNN leaves them alone (BatchNormStats updates them below).
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnBatchNormalizationForwardTraining(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_, x.data(), x_desc_, y.data(),
@@ -56,15 +46,8 @@ class BatchNorm final : public BatchNormOp {
   Status ForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                           const Tensor& running_mean, const Tensor& running_var,
                           Tensor& y) override {
-    const char* op = "BatchNorm forward (inference)";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
-    for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
-                           {"beta", &beta},
-                           {"running_mean", &running_mean},
-                           {"running_var", &running_var}}) {
-      PHUB_RETURN_IF_ERROR(Check(op, name, *t, s_.channels));
-    }
+    PHUB_RETURN_IF_ERROR(CheckBatchNormForwardInference(s_, Device::kCuda, x, gamma, beta,
+                                                        running_mean, running_var, y));
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnBatchNormalizationForwardInference(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_, x.data(), x_desc_, y.data(),
         c_desc_, gamma.data(), beta.data(), running_mean.data(), running_var.data(), s_.eps));
@@ -74,17 +57,8 @@ class BatchNorm final : public BatchNormOp {
   Status Backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                   const Tensor& save_var, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                   Tensor& dbeta) override {
-    const char* op = "BatchNorm backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, x_));
-    for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
-                           {"save_mean", &save_mean},
-                           {"save_var", &save_var},
-                           {"dgamma", &dgamma},
-                           {"dbeta", &dbeta}}) {
-      PHUB_RETURN_IF_ERROR(Check(op, name, *t, s_.channels));
-    }
+    PHUB_RETURN_IF_ERROR(CheckBatchNormBackward(s_, Device::kCuda, x, gamma, save_mean, save_var,
+                                                dy, dx, dgamma, dbeta));
     PHUB_RETURN_IF_CUDA_ERROR(LaunchInverseStd(save_var.data(), inv_std_.as<float>(), s_.channels,
                                                s_.eps, ctx_.stream()));
     // alpha/beta pairs for dx and for dgamma, dbeta: overwrite both (ops.h).
@@ -98,7 +72,6 @@ class BatchNorm final : public BatchNormOp {
  private:
   Context& ctx_;
   BatchNormSpec s_;
-  std::int64_t x_;
   TensorDesc x_desc_, c_desc_;  // [N, C, H, W] and cuDNN's [1, C, 1, 1]
   DeviceMemory inv_std_;        // [C]: cuDNN's saved 1/sqrt(var + eps)
 };

@@ -13,11 +13,7 @@ namespace {
 
 class Conv2d final : public Conv2dOp {
  public:
-  Conv2d(Context& ctx, const Conv2dSpec& s) : ctx_(ctx), s_(s) {
-    x_ = s.batch * s.in_channels * s.height * s.width;
-    w_ = s.out_channels * s.in_channels * s.kernel_h * s.kernel_w;
-    y_ = s.batch * s.out_channels * s.out_height() * s.out_width();
-  }
+  Conv2d(Context& ctx, const Conv2dSpec& s) : ctx_(ctx), s_(s) {}
 
   // The descriptors, the algorithms (measured once per shape) and the workspace they need.
   Status Init() {
@@ -33,11 +29,7 @@ class Conv2d final : public Conv2dOp {
   }
 
   Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    const char* op = "Conv2d forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, s_.out_channels));
+    PHUB_RETURN_IF_ERROR(CheckConv2dForward(s_, Device::kCuda, x, w, b, y));
     PHUB_ASSIGN_OR_RETURN(void* ws, ctx_.Workspace(workspace_));
     PHUB_RETURN_IF_CUDNN_ERROR(
         cudnnConvolutionForward(ctx_.cudnn(), &kOne, d_.x, x.data(), d_.w, w.data(), fwd_conv_,
@@ -52,15 +44,7 @@ class Conv2d final : public Conv2dOp {
 
   Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                   Tensor& db) override {
-    const char* op = "Conv2d backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, w_));
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, s_.out_channels));
-    if (dx != nullptr) {
-      PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
-      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
-    }
+    PHUB_RETURN_IF_ERROR(CheckConv2dBackward(s_, Device::kCuda, x, w, dy, dx, dw, db));
     PHUB_ASSIGN_OR_RETURN(void* ws, ctx_.Workspace(workspace_));
     if (dx != nullptr) {
       PHUB_RETURN_IF_CUDNN_ERROR(cudnnConvolutionBackwardData(
@@ -87,7 +71,6 @@ class Conv2d final : public Conv2dOp {
   ConvolutionDesc fwd_conv_, data_conv_, filter_conv_;
   TensorDesc b_;
   std::size_t workspace_ = 0;
-  std::int64_t x_ = 0, w_ = 0, y_ = 0;  // element counts
 };
 
 }  // namespace

@@ -9,7 +9,6 @@
 namespace phub::worker {
 namespace {
 
-using cudnn::Check;
 using cudnn::Context;
 
 // "cuDNN 9.19.0 + cuBLAS 13.1.0 (NVIDIA H100 80GB HBM3, sm_90)": the versions loaded at run
@@ -24,6 +23,11 @@ StatusOr<std::string> Description(const Context& ctx) {
                       cublas / 10000, ".", cublas % 10000 / 100, ".", cublas % 100, " (", prop.name,
                       ", sm_", prop.major, prop.minor, ctx.allow_tf32() ? ", TF32 allowed" : "",
                       ")");
+}
+
+// A tensor of this backend's: cuda, NCHW, `numel` elements (ops_checks.h).
+Status CheckDevice(const char* op, const char* arg, const Tensor& t, std::int64_t numel) {
+  return CheckTensor(op, arg, t, Device::kCuda, Shape{numel});
 }
 
 Status CheckHost(const char* op, const Tensor& host, std::int64_t numel) {
@@ -82,9 +86,9 @@ class CudnnBackend final : public Backend {
   // also covers y aliasing a or b without a kernel of our own.
   Status Add(const Tensor& a, const Tensor& b, Tensor& y) override {
     const std::int64_t n = a.numel();
-    PHUB_RETURN_IF_ERROR(Check("Add", "a", a, n));
-    PHUB_RETURN_IF_ERROR(Check("Add", "b", b, n));
-    PHUB_RETURN_IF_ERROR(Check("Add", "y", y, n));
+    PHUB_RETURN_IF_ERROR(CheckDevice("Add", "a", a, n));
+    PHUB_RETURN_IF_ERROR(CheckDevice("Add", "b", b, n));
+    PHUB_RETURN_IF_ERROR(CheckDevice("Add", "y", y, n));
     if (y.data() == a.data()) return Axpy(b, y);
     if (y.data() == b.data()) return Axpy(a, y);
     PHUB_RETURN_IF_ERROR(Copy(a, y));
@@ -92,8 +96,8 @@ class CudnnBackend final : public Backend {
   }
 
   Status Accumulate(const Tensor& x, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(Check("Accumulate", "x", x, x.numel()));
-    PHUB_RETURN_IF_ERROR(Check("Accumulate", "y", y, x.numel()));
+    PHUB_RETURN_IF_ERROR(CheckDevice("Accumulate", "x", x, x.numel()));
+    PHUB_RETURN_IF_ERROR(CheckDevice("Accumulate", "y", y, x.numel()));
     return Axpy(x, y);
   }
 
@@ -103,7 +107,7 @@ class CudnnBackend final : public Backend {
 
   Status CopyFromHost(const Tensor& host, Tensor& mine) override {
     PHUB_RETURN_IF_ERROR(CheckHost("CopyFromHost", host, mine.numel()));
-    PHUB_RETURN_IF_ERROR(Check("CopyFromHost", "destination", mine, host.numel()));
+    PHUB_RETURN_IF_ERROR(CheckDevice("CopyFromHost", "destination", mine, host.numel()));
     // From pageable memory this returns once the bytes are staged: the host tensor may change.
     if (host.numel() > 0) {
       PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(mine.data(), host.data(), host.bytes(),
@@ -113,7 +117,7 @@ class CudnnBackend final : public Backend {
   }
 
   Status CopyToHost(const Tensor& mine, Tensor& host) override {
-    PHUB_RETURN_IF_ERROR(Check("CopyToHost", "source", mine, host.numel()));
+    PHUB_RETURN_IF_ERROR(CheckDevice("CopyToHost", "source", mine, host.numel()));
     PHUB_RETURN_IF_ERROR(CheckHost("CopyToHost", host, mine.numel()));
     if (mine.numel() > 0) {
       PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host.data(), mine.data(), mine.bytes(),
@@ -123,8 +127,8 @@ class CudnnBackend final : public Backend {
   }
 
   Status Copy(const Tensor& from, Tensor& to) override {
-    PHUB_RETURN_IF_ERROR(Check("Copy", "source", from, from.numel()));
-    PHUB_RETURN_IF_ERROR(Check("Copy", "destination", to, from.numel()));
+    PHUB_RETURN_IF_ERROR(CheckDevice("Copy", "source", from, from.numel()));
+    PHUB_RETURN_IF_ERROR(CheckDevice("Copy", "destination", to, from.numel()));
     if (from.numel() > 0 && from.data() != to.data()) {
       PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(to.data(), from.data(), from.bytes(),
                                                 cudaMemcpyDeviceToDevice, ctx_->stream()));

@@ -46,15 +46,6 @@ Status SetNchw(TensorDesc& desc, const char* op, std::int64_t n, std::int64_t c,
   return absl::OkStatus();
 }
 
-Status Check(const char* op, const char* arg, const Tensor& t, std::int64_t numel) {
-  if (t.device() != Device::kCuda || t.layout() != Layout::kNCHW || t.numel() != numel ||
-      (numel > 0 && t.data() == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, " is ", t.ToString(),
-                                                   ", expected ", numel, " elements, cuda, NCHW"));
-  }
-  return absl::OkStatus();
-}
-
 StatusOr<std::unique_ptr<Context>> Context::Create(int device, bool allow_tf32) {
   std::string why;
   const int count = CudaDeviceCount(&why);

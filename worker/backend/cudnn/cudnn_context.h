@@ -114,9 +114,6 @@ StatusOr<int> ToInt(const char* op, const char* what, std::int64_t v);
 // Makes desc (Init) a packed NCHW float32 descriptor.
 Status SetNchw(TensorDesc& desc, const char* op, std::int64_t n, std::int64_t c, std::int64_t h,
                std::int64_t w);
-// InvalidArgument naming the op, the argument and both shapes when t is not a plain (NCHW) cuda
-// tensor of `numel` elements.
-Status Check(const char* op, const char* arg, const Tensor& t, std::int64_t numel);
 
 // Scaling factors for cuDNN's "y = alpha * op(x) + beta * y" calls.
 inline constexpr float kOne = 1.0f;

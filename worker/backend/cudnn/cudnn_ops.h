@@ -1,12 +1,14 @@
 // The cuDNN op factories (one file each); CudnnBackend hands them its Context. Each validates
 // its spec (ops.h), makes its descriptors once and, where cuDNN has a choice (convolution),
-// picks the algorithm once.
+// picks the algorithm once; each call checks its tensors (ops_checks.h, on Device::kCuda)
+// before anything is enqueued.
 #pragma once
 
 #include <memory>
 
 #include "worker/backend/cudnn/cudnn_context.h"
 #include "worker/backend/ops.h"
+#include "worker/backend/ops_checks.h"
 
 namespace phub::worker::cudnn {
 

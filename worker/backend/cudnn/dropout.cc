@@ -11,25 +11,25 @@ namespace {
 
 class Dropout final : public DropoutOp {
  public:
-  Dropout(Context& ctx, const Shape& shape, float p) : ctx_(ctx), n_(shape.numel()), p_(p) {}
+  Dropout(Context& ctx, const Shape& shape, float p)
+      : ctx_(ctx), shape_(shape), n_(shape.numel()), p_(p) {}
 
   Status Forward(const Tensor& x, Tensor& y, std::uint64_t seed) override {
-    PHUB_RETURN_IF_ERROR(Check("Dropout forward", "x", x, n_));
-    PHUB_RETURN_IF_ERROR(Check("Dropout forward", "y", y, n_));
+    PHUB_RETURN_IF_ERROR(CheckDropoutForward(shape_, Device::kCuda, x, y));
     seed_ = seed;
     PHUB_RETURN_IF_CUDA_ERROR(LaunchDropout(x.data(), y.data(), n_, seed, p_, ctx_.stream()));
     return absl::OkStatus();
   }
 
   Status Backward(const Tensor& dy, Tensor& dx) override {
-    PHUB_RETURN_IF_ERROR(Check("Dropout backward", "dy", dy, n_));
-    PHUB_RETURN_IF_ERROR(Check("Dropout backward", "dx", dx, n_));
+    PHUB_RETURN_IF_ERROR(CheckDropoutBackward(shape_, Device::kCuda, dy, dx));
     PHUB_RETURN_IF_CUDA_ERROR(LaunchDropout(dy.data(), dx.data(), n_, seed_, p_, ctx_.stream()));
     return absl::OkStatus();
   }
 
  private:
   Context& ctx_;
+  Shape shape_;
   std::int64_t n_;
   float p_;
   std::uint64_t seed_ = 0;  // the last forward's: its mask is the backward's

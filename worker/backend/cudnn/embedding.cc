@@ -4,10 +4,8 @@
 // host and checked before any kernel indexes the table with them, as the CPU backend checks
 // them: a bad id is InvalidArgument naming it, and leaves y and the gradient untouched.
 // The copy is count floats, and waits for the stream.
-#include <cmath>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "worker/backend/cudnn/cudnn_ops.h"
 #include "worker/backend/cudnn/kernels.h"
 
@@ -20,8 +18,7 @@ class Embedding final : public EmbeddingOp {
       : ctx_(ctx), s_(s), host_ids_(static_cast<std::size_t>(s.count)) {}
 
   Status Forward(const Tensor& ids, const Tensor& table, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(CheckShapes("Embedding forward", ids, table));
-    PHUB_RETURN_IF_ERROR(Check("Embedding forward", "y", y, s_.count * s_.dim));
+    PHUB_RETURN_IF_ERROR(CheckEmbeddingForward(s_, Device::kCuda, ids, table, y));
     PHUB_RETURN_IF_ERROR(CheckIds(ids));
     PHUB_RETURN_IF_CUDA_ERROR(LaunchEmbeddingForward(ids.data(), table.data(), y.data(), s_.count,
                                                      s_.dim, ctx_.stream()));
@@ -29,8 +26,7 @@ class Embedding final : public EmbeddingOp {
   }
 
   Status Backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) override {
-    PHUB_RETURN_IF_ERROR(CheckShapes("Embedding backward", ids, dtable));
-    PHUB_RETURN_IF_ERROR(Check("Embedding backward", "dy", dy, s_.count * s_.dim));
+    PHUB_RETURN_IF_ERROR(CheckEmbeddingBackward(s_, Device::kCuda, ids, dy, dtable));
     PHUB_RETURN_IF_ERROR(CheckIds(ids));
     PHUB_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dtable.data(), 0, dtable.bytes(), ctx_.stream()));
     PHUB_RETURN_IF_CUDA_ERROR(LaunchEmbeddingBackward(ids.data(), dy.data(), dtable.data(),
@@ -39,24 +35,12 @@ class Embedding final : public EmbeddingOp {
   }
 
  private:
-  Status CheckShapes(const char* op, const Tensor& ids, const Tensor& table) const {
-    PHUB_RETURN_IF_ERROR(Check(op, "ids", ids, s_.count));
-    return Check(op, "table", table, s_.vocab * s_.dim);
-  }
-
+  // The ids' values, read back to the host (ops_checks.h).
   Status CheckIds(const Tensor& ids) {
     PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host_ids_.data(), ids.data(), ids.bytes(),
                                               cudaMemcpyDeviceToHost, ctx_.stream()));
     PHUB_RETURN_IF_ERROR(ctx_.Synchronize());
-    for (std::int64_t i = 0; i < s_.count; ++i) {
-      const float id = host_ids_[static_cast<std::size_t>(i)];
-      if (!(id >= 0 && id < static_cast<float>(s_.vocab)) || std::floor(id) != id) {
-        return absl::InvalidArgumentError(absl::StrCat("Embedding: id ", id, " at position ", i,
-                                                       " is not a row of the table [0, ", s_.vocab,
-                                                       "): check the data's vocabulary size"));
-      }
-    }
-    return absl::OkStatus();
+    return CheckEmbeddingIds(s_, host_ids_);
   }
 
   Context& ctx_;

@@ -32,11 +32,7 @@ class Linear final : public LinearOp {
   }
 
   Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    const char* op = "Linear forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, s_.batch * s_.in_features));
-    PHUB_RETURN_IF_ERROR(Check(op, "w", w, s_.out_features * s_.in_features));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, s_.batch * s_.out_features));
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, s_.out_features));
+    PHUB_RETURN_IF_ERROR(CheckLinearForward(s_, Device::kCuda, x, w, b, y));
     PHUB_RETURN_IF_CUBLAS_ERROR(cublasSgemm(ctx_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out_, n_, in_,
                                             &kOne, w.data(), in_, x.data(), in_, &kZero, y.data(),
                                             out_));
@@ -49,14 +45,8 @@ class Linear final : public LinearOp {
 
   Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                   Tensor& db) override {
-    const char* op = "Linear backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, s_.batch * s_.in_features));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, s_.batch * s_.out_features));
-    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, s_.out_features * s_.in_features));
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, s_.out_features));
+    PHUB_RETURN_IF_ERROR(CheckLinearBackward(s_, Device::kCuda, x, w, dy, dx, dw, db));
     if (dx != nullptr) {
-      PHUB_RETURN_IF_ERROR(Check(op, "w", w, s_.out_features * s_.in_features));
-      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, s_.batch * s_.in_features));
       PHUB_RETURN_IF_CUBLAS_ERROR(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, in_, n_,
                                               out_, &kOne, w.data(), in_, dy.data(), out_, &kZero,
                                               dx->data(), in_));

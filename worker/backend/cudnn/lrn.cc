@@ -27,8 +27,7 @@ Status CheckCudnnLimits(const LrnSpec& s) {
 
 class Lrn final : public LrnOp {
  public:
-  Lrn(Context& ctx, const LrnSpec& s)
-      : ctx_(ctx), s_(s), n_(s.batch * s.channels * s.height * s.width) {}
+  Lrn(Context& ctx, const LrnSpec& s) : ctx_(ctx), s_(s) {}
 
   Status Init() {
     PHUB_RETURN_IF_ERROR(
@@ -40,8 +39,7 @@ class Lrn final : public LrnOp {
   }
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(Check("LRN forward", "x", x, n_));
-    PHUB_RETURN_IF_ERROR(Check("LRN forward", "y", y, n_));
+    PHUB_RETURN_IF_ERROR(CheckLrnForward(s_, Device::kCuda, x, y));
     PHUB_RETURN_IF_CUDNN_ERROR(
         cudnnLRNCrossChannelForward(ctx_.cudnn(), lrn_, CUDNN_LRN_CROSS_CHANNEL_DIM1, &kOne, desc_,
                                     x.data(), &kZero, desc_, y.data()));
@@ -49,10 +47,7 @@ class Lrn final : public LrnOp {
   }
 
   Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    PHUB_RETURN_IF_ERROR(Check("LRN backward", "x", x, n_));
-    PHUB_RETURN_IF_ERROR(Check("LRN backward", "y", y, n_));
-    PHUB_RETURN_IF_ERROR(Check("LRN backward", "dy", dy, n_));
-    PHUB_RETURN_IF_ERROR(Check("LRN backward", "dx", dx, n_));
+    PHUB_RETURN_IF_ERROR(CheckLrnBackward(s_, Device::kCuda, x, y, dy, dx));
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnLRNCrossChannelBackward(
         ctx_.cudnn(), lrn_, CUDNN_LRN_CROSS_CHANNEL_DIM1, &kOne, desc_, y.data(), desc_, dy.data(),
         desc_, x.data(), &kZero, desc_, dx.data()));
@@ -62,7 +57,6 @@ class Lrn final : public LrnOp {
  private:
   Context& ctx_;
   LrnSpec s_;
-  std::int64_t n_;
   TensorDesc desc_;
   LrnDesc lrn_;
 };

@@ -79,10 +79,7 @@ class Lstm final : public LstmOp {
 
   Status Forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
                  Tensor& y, bool training) override {
-    const char* op = "LSTM forward";
-    PHUB_RETURN_IF_ERROR(CheckWeights(op, w_ih, w_hh, bias));
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, s_.seq_len * s_.batch * s_.input_size));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, s_.seq_len * s_.batch * s_.hidden_size));
+    PHUB_RETURN_IF_ERROR(CheckLstmForward(s_, Device::kCuda, x, w_ih, w_hh, bias, y));
     PHUB_RETURN_IF_ERROR(CopyWeights(w_ih, w_hh, bias));
     PHUB_ASSIGN_OR_RETURN(void* ws, ctx_.Workspace(workspace_));
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnRNNForward(
@@ -97,14 +94,9 @@ class Lstm final : public LstmOp {
   Status Backward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
                   const Tensor& y, const Tensor& dy, Tensor* dx, Tensor& dw_ih, Tensor& dw_hh,
                   Tensor& dbias) override {
-    const char* op = "LSTM backward";
-    PHUB_RETURN_IF_ERROR(CheckWeights(op, w_ih, w_hh, bias));
-    PHUB_RETURN_IF_ERROR(CheckWeights(op, dw_ih, dw_hh, dbias));
+    PHUB_RETURN_IF_ERROR(
+        CheckLstmBackward(s_, Device::kCuda, x, w_ih, w_hh, bias, y, dy, dx, dw_ih, dw_hh, dbias));
     const std::int64_t x_n = s_.seq_len * s_.batch * s_.input_size;
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_n));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, s_.seq_len * s_.batch * s_.hidden_size));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, s_.seq_len * s_.batch * s_.hidden_size));
-    if (dx != nullptr) PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_n));
     // The weight gradient needs what the data backward leaves in the reserve space, so the
     // data backward runs even when nobody wants dx.
     if (dx == nullptr && dx_scratch_.bytes() == 0) {
@@ -176,14 +168,6 @@ class Lstm final : public LstmOp {
   std::size_t Offset(const void* p) const {
     return static_cast<std::size_t>(static_cast<const char*>(p) -
                                     static_cast<const char*>(weights_.get()));
-  }
-
-  Status CheckWeights(const char* op, const Tensor& w_ih, const Tensor& w_hh,
-                      const Tensor& bias) const {
-    const std::int64_t h4 = kGates * s_.hidden_size;
-    PHUB_RETURN_IF_ERROR(Check(op, "w_ih", w_ih, h4 * s_.input_size));
-    PHUB_RETURN_IF_ERROR(Check(op, "w_hh", w_hh, h4 * s_.hidden_size));
-    return Check(op, "bias", bias, h4);
   }
 
   // Calls f(tensor, offset in cuDNN's space in bytes, offset in our tensor in floats, floats)

@@ -11,11 +11,7 @@ namespace {
 
 class Pool final : public PoolOp {
  public:
-  Pool(Context& ctx, const PoolSpec& s)
-      : ctx_(ctx),
-        s_(s),
-        x_(s.batch * s.channels * s.height * s.width),
-        y_(s.batch * s.channels * s.out_height() * s.out_width()) {}
+  Pool(Context& ctx, const PoolSpec& s) : ctx_(ctx), s_(s) {}
 
   Status Init() {
     const char* op = "Pool";
@@ -38,18 +34,14 @@ class Pool final : public PoolOp {
   }
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(Check("Pool forward", "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check("Pool forward", "y", y, y_));
+    PHUB_RETURN_IF_ERROR(CheckPoolForward(s_, Device::kCuda, x, y));
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnPoolingForward(ctx_.cudnn(), pool_, &kOne, x_desc_, x.data(),
                                                    &kZero, y_desc_, y.data()));
     return absl::OkStatus();
   }
 
   Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    PHUB_RETURN_IF_ERROR(Check("Pool backward", "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check("Pool backward", "y", y, y_));
-    PHUB_RETURN_IF_ERROR(Check("Pool backward", "dy", dy, y_));
-    PHUB_RETURN_IF_ERROR(Check("Pool backward", "dx", dx, x_));
+    PHUB_RETURN_IF_ERROR(CheckPoolBackward(s_, Device::kCuda, x, y, dy, dx));
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnPoolingBackward(ctx_.cudnn(), pool_, &kOne, y_desc_, y.data(),
                                                     y_desc_, dy.data(), x_desc_, x.data(), &kZero,
                                                     x_desc_, dx.data()));
@@ -59,7 +51,6 @@ class Pool final : public PoolOp {
  private:
   Context& ctx_;
   PoolSpec s_;
-  std::int64_t x_, y_;  // element counts
   TensorDesc x_desc_, y_desc_;
   PoolingDesc pool_;
 };

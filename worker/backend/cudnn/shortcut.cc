@@ -10,29 +10,24 @@ namespace {
 class Shortcut final : public ShortcutOp {
  public:
   Shortcut(Context& ctx, const ShortcutSpec& s)
-      : ctx_(ctx), d_{s.batch,        s.in_channels, s.height, s.width,      s.out_channels,
-                      s.out_height(), s.out_width(), s.stride, s.pad_front()} {}
+      : ctx_(ctx), s_(s), d_{s.batch,        s.in_channels, s.height, s.width,      s.out_channels,
+                             s.out_height(), s.out_width(), s.stride, s.pad_front()} {}
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(
-        Check("Shortcut forward", "x", x, d_.batch * d_.in_channels * d_.height * d_.width));
-    PHUB_RETURN_IF_ERROR(Check("Shortcut forward", "y", y,
-                               d_.batch * d_.out_channels * d_.out_height * d_.out_width));
+    PHUB_RETURN_IF_ERROR(CheckShortcutForward(s_, Device::kCuda, x, y));
     PHUB_RETURN_IF_CUDA_ERROR(LaunchShortcutForward(x.data(), y.data(), d_, ctx_.stream()));
     return absl::OkStatus();
   }
 
   Status Backward(const Tensor& dy, Tensor& dx) override {
-    PHUB_RETURN_IF_ERROR(Check("Shortcut backward", "dy", dy,
-                               d_.batch * d_.out_channels * d_.out_height * d_.out_width));
-    PHUB_RETURN_IF_ERROR(
-        Check("Shortcut backward", "dx", dx, d_.batch * d_.in_channels * d_.height * d_.width));
+    PHUB_RETURN_IF_ERROR(CheckShortcutBackward(s_, Device::kCuda, dy, dx));
     PHUB_RETURN_IF_CUDA_ERROR(LaunchShortcutBackward(dy.data(), dx.data(), d_, ctx_.stream()));
     return absl::OkStatus();
   }
 
  private:
   Context& ctx_;
+  ShortcutSpec s_;
   ShortcutDims d_;
 };
 

@@ -3,10 +3,8 @@
 // gradient (exp(log p) - onehot) / N are a gather and an elementwise pass cuDNN has no call
 // for (kernels.h). The N per-sample losses come back to the host and are summed in double,
 // as the CPU backend does; Forward waits for them, it returns the number.
-#include <cmath>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "worker/backend/cudnn/cudnn_ops.h"
 #include "worker/backend/cudnn/kernels.h"
 
@@ -25,8 +23,7 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   }
 
   StatusOr<double> Forward(const Tensor& logits, const Tensor& labels) override {
-    PHUB_RETURN_IF_ERROR(
-        Check("SoftmaxCrossEntropy forward", "logits", logits, s_.batch * s_.classes));
+    PHUB_RETURN_IF_ERROR(CheckSoftmaxCrossEntropyForward(s_, Device::kCuda, logits, labels));
     PHUB_RETURN_IF_ERROR(UploadLabels(labels));
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnSoftmaxForward(ctx_.cudnn(), CUDNN_SOFTMAX_LOG,
                                                    CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, desc_,
@@ -44,8 +41,7 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   }
 
   Status Backward(const Tensor& labels, Tensor& dlogits) override {
-    PHUB_RETURN_IF_ERROR(
-        Check("SoftmaxCrossEntropy backward", "dlogits", dlogits, s_.batch * s_.classes));
+    PHUB_RETURN_IF_ERROR(CheckSoftmaxCrossEntropyBackward(s_, Device::kCuda, labels, dlogits));
     PHUB_RETURN_IF_ERROR(UploadLabels(labels));
     PHUB_RETURN_IF_CUDA_ERROR(
         LaunchSoftmaxCrossEntropyBackward(log_probs_.as<float>(), labels_.as<float>(),
@@ -58,20 +54,8 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
     return static_cast<std::size_t>(floats) * sizeof(float);
   }
 
-  // Labels are a host tensor (ops.h): checked here, before any kernel indexes with them.
+  // Labels are a host tensor (ops.h), checked (ops_checks.h) before any kernel indexes with them.
   Status UploadLabels(const Tensor& labels) {
-    if (labels.device() != Device::kCpu || labels.numel() != s_.batch) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SoftmaxCrossEntropy: labels is ", labels.ToString(), ", expected [", s_.batch, "] cpu"));
-    }
-    for (std::int64_t n = 0; n < s_.batch; ++n) {
-      const float l = labels.data()[n];
-      if (!(l >= 0 && l < static_cast<float>(s_.classes)) || l != std::floor(l)) {
-        return absl::InvalidArgumentError(absl::StrCat("SoftmaxCrossEntropy: label ", n, " is ", l,
-                                                       ", must be a class index in [0, ",
-                                                       s_.classes, ")"));
-      }
-    }
     // From pageable memory the copy returns once the bytes are staged: labels may change after.
     PHUB_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(labels_.get(), labels.data(), labels_.bytes(),
                                               cudaMemcpyHostToDevice, ctx_.stream()));

@@ -10,7 +10,7 @@ using namespace dnnl;
 class Activation final : public ActivationOp {
  public:
   Activation(Context& ctx, ActivationKind kind, const Shape& shape)
-      : ctx_(ctx), flat_({shape.numel()}) {
+      : ctx_(ctx), shape_(shape), flat_({shape.numel()}) {
     const auto md = PlainDesc(flat_);
     const auto alg = kind == ActivationKind::kRelu ? algorithm::eltwise_relu_use_dst_for_bwd
                                                    : algorithm::eltwise_logistic_use_dst_for_bwd;
@@ -25,10 +25,8 @@ class Activation final : public ActivationOp {
   }
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    const char* op = "activation forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, flat_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, flat_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckActivationForward(shape_, Device::kCpu, x, y));
+    return OnednnCall("activation forward", [&] {
       fwd_.execute(ctx_.stream,
                    {{DNNL_ARG_SRC, Wrap(ctx_, flat_, x)}, {DNNL_ARG_DST, Wrap(ctx_, flat_, y)}});
       ctx_.stream.wait();
@@ -36,11 +34,8 @@ class Activation final : public ActivationOp {
   }
 
   Status Backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    const char* op = "activation backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, flat_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, flat_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, flat_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckActivationBackward(shape_, Device::kCpu, y, dy, dx));
+    return OnednnCall("activation backward", [&] {
       bwd_.execute(ctx_.stream, {{DNNL_ARG_DST, Wrap(ctx_, flat_, y)},
                                  {DNNL_ARG_DIFF_DST, Wrap(ctx_, flat_, dy)},
                                  {DNNL_ARG_DIFF_SRC, Wrap(ctx_, flat_, dx)}});
@@ -50,6 +45,7 @@ class Activation final : public ActivationOp {
 
  private:
   Context& ctx_;
+  Shape shape_;
   dims flat_;
   eltwise_forward::primitive_desc fwd_pd_;
   eltwise_forward fwd_;

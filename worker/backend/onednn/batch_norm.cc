@@ -37,15 +37,9 @@ class BatchNorm final : public BatchNormOp {
   Status ForwardTraining(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                          Tensor& save_mean, Tensor& save_var, Tensor& running_mean,
                          Tensor& running_var) override {
-    const char* op = "BatchNorm forward (training)";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
-    for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
-                           {"beta", &beta}, {"save_mean", &save_mean}, {"save_var", &save_var},
-                           {"running_mean", &running_mean}, {"running_var", &running_var}}) {
-      PHUB_RETURN_IF_ERROR(Check(op, name, *t, c_));
-    }
-    PHUB_RETURN_IF_ERROR(OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckBatchNormForwardTraining(
+        s_, Device::kCpu, x, gamma, beta, y, save_mean, save_var, running_mean, running_var));
+    PHUB_RETURN_IF_ERROR(OnednnCall("BatchNorm forward (training)", [&] {
       train_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
                                    {DNNL_ARG_SCALE, Wrap(ctx_, c_, gamma)},
                                    {DNNL_ARG_SHIFT, Wrap(ctx_, c_, beta)},
@@ -68,16 +62,9 @@ class BatchNorm final : public BatchNormOp {
   Status ForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                           const Tensor& running_mean, const Tensor& running_var,
                           Tensor& y) override {
-    const char* op = "BatchNorm forward (inference)";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
-    for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
-                           {"beta", &beta},
-                           {"running_mean", &running_mean},
-                           {"running_var", &running_var}}) {
-      PHUB_RETURN_IF_ERROR(Check(op, name, *t, c_));
-    }
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckBatchNormForwardInference(s_, Device::kCpu, x, gamma, beta,
+                                                        running_mean, running_var, y));
+    return OnednnCall("BatchNorm forward (inference)", [&] {
       infer_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
                                    {DNNL_ARG_SCALE, Wrap(ctx_, c_, gamma)},
                                    {DNNL_ARG_SHIFT, Wrap(ctx_, c_, beta)},
@@ -91,18 +78,9 @@ class BatchNorm final : public BatchNormOp {
   Status Backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                   const Tensor& save_var, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                   Tensor& dbeta) override {
-    const char* op = "BatchNorm backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, x_));
-    for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
-                           {"save_mean", &save_mean},
-                           {"save_var", &save_var},
-                           {"dgamma", &dgamma},
-                           {"dbeta", &dbeta}}) {
-      PHUB_RETURN_IF_ERROR(Check(op, name, *t, c_));
-    }
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckBatchNormBackward(s_, Device::kCpu, x, gamma, save_mean, save_var, dy,
+                                                dx, dgamma, dbeta));
+    return OnednnCall("BatchNorm backward", [&] {
       bwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
                                  {DNNL_ARG_DIFF_DST, Wrap(ctx_, x_, dy)},
                                  {DNNL_ARG_SCALE, Wrap(ctx_, c_, gamma)},

@@ -57,12 +57,8 @@ class Conv2d final : public Conv2dOp {
   }
 
   Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    const char* op = "Conv2d forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, b_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckConv2dForward(s_, Device::kCpu, x, w, b, y));
+    return OnednnCall("Conv2d forward", [&] {
       std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fx_.In(ctx_, x)},
                                               {DNNL_ARG_WEIGHTS, fw_.In(ctx_, w)},
                                               {DNNL_ARG_DST, fy_.Out(ctx_, y)}};
@@ -75,16 +71,8 @@ class Conv2d final : public Conv2dOp {
 
   Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                   Tensor& db) override {
-    const char* op = "Conv2d backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, w_));
-    if (dx != nullptr) {
-      PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
-      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
-    }
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, b_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckConv2dBackward(s_, Device::kCpu, x, w, dy, dx, dw, db));
+    return OnednnCall("Conv2d backward", [&] {
       if (dx != nullptr) {
         bwd_data_.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddy_.In(ctx_, dy)},
                                         {DNNL_ARG_WEIGHTS, dw_in_.In(ctx_, w)},

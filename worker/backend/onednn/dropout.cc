@@ -11,30 +11,29 @@ class Dropout final : public DropoutOp {
  public:
   // mask: [numel] host storage for the mask.
   Dropout(const Shape& shape, float p, Tensor mask)
-      : flat_({shape.numel()}), p_(p), mask_(std::move(mask)) {}
+      : shape_(shape), p_(p), mask_(std::move(mask)) {}
 
   Status Forward(const Tensor& x, Tensor& y, std::uint64_t seed) override {
-    PHUB_RETURN_IF_ERROR(Check("Dropout forward", "x", x, flat_));
-    PHUB_RETURN_IF_ERROR(Check("Dropout forward", "y", y, flat_));
+    PHUB_RETURN_IF_ERROR(CheckDropoutForward(shape_, Device::kCpu, x, y));
     std::mt19937_64 rng(seed);
     std::bernoulli_distribution keep(1.0 - p_);
     const float scale = 1.0f / (1.0f - p_);
     float* m = mask_.data();
-    for (std::int64_t i = 0; i < flat_[0]; ++i) m[i] = keep(rng) ? scale : 0.0f;
-    for (std::int64_t i = 0; i < flat_[0]; ++i) y.data()[i] = x.data()[i] * m[i];
+    const std::int64_t n = shape_.numel();
+    for (std::int64_t i = 0; i < n; ++i) m[i] = keep(rng) ? scale : 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) y.data()[i] = x.data()[i] * m[i];
     return absl::OkStatus();
   }
 
   Status Backward(const Tensor& dy, Tensor& dx) override {
-    PHUB_RETURN_IF_ERROR(Check("Dropout backward", "dy", dy, flat_));
-    PHUB_RETURN_IF_ERROR(Check("Dropout backward", "dx", dx, flat_));
+    PHUB_RETURN_IF_ERROR(CheckDropoutBackward(shape_, Device::kCpu, dy, dx));
     const float* m = mask_.data();
-    for (std::int64_t i = 0; i < flat_[0]; ++i) dx.data()[i] = dy.data()[i] * m[i];
+    for (std::int64_t i = 0; i < shape_.numel(); ++i) dx.data()[i] = dy.data()[i] * m[i];
     return absl::OkStatus();
   }
 
  private:
-  dims flat_;
+  Shape shape_;
   float p_;
   Tensor mask_;
 };

@@ -1,10 +1,8 @@
 // Embedding lookup on the CPU: oneDNN has no gather primitive, so a row copy per id (memcpy of
 // `dim` floats) forward and a row add per id backward. Ids are checked before anything is
 // written, so a bad batch leaves y and the gradient untouched.
-#include <cmath>
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "worker/backend/onednn/onednn_ops.h"
 
 namespace phub::worker::onednn {
@@ -15,9 +13,8 @@ class Embedding final : public EmbeddingOp {
   explicit Embedding(const EmbeddingSpec& s) : s_(s) {}
 
   Status Forward(const Tensor& ids, const Tensor& table, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(CheckShapes("Embedding forward", ids, table));
-    PHUB_RETURN_IF_ERROR(Check("Embedding forward", "y", y, {s_.count, s_.dim}));
-    PHUB_RETURN_IF_ERROR(CheckIds(ids));
+    PHUB_RETURN_IF_ERROR(CheckEmbeddingForward(s_, Device::kCpu, ids, table, y));
+    PHUB_RETURN_IF_ERROR(CheckEmbeddingIds(s_, ids.span()));
     for (std::int64_t i = 0; i < s_.count; ++i) {
       const auto row = static_cast<std::int64_t>(ids.data()[i]);
       std::memcpy(y.data() + i * s_.dim, table.data() + row * s_.dim, s_.dim * sizeof(float));
@@ -26,9 +23,8 @@ class Embedding final : public EmbeddingOp {
   }
 
   Status Backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) override {
-    PHUB_RETURN_IF_ERROR(CheckShapes("Embedding backward", ids, dtable));
-    PHUB_RETURN_IF_ERROR(Check("Embedding backward", "dy", dy, {s_.count, s_.dim}));
-    PHUB_RETURN_IF_ERROR(CheckIds(ids));
+    PHUB_RETURN_IF_ERROR(CheckEmbeddingBackward(s_, Device::kCpu, ids, dy, dtable));
+    PHUB_RETURN_IF_ERROR(CheckEmbeddingIds(s_, ids.span()));
     std::memset(dtable.data(), 0, dtable.bytes());
     for (std::int64_t i = 0; i < s_.count; ++i) {
       float* to = dtable.data() + static_cast<std::int64_t>(ids.data()[i]) * s_.dim;
@@ -39,23 +35,6 @@ class Embedding final : public EmbeddingOp {
   }
 
  private:
-  Status CheckShapes(const char* op, const Tensor& ids, const Tensor& table) const {
-    PHUB_RETURN_IF_ERROR(Check(op, "ids", ids, {s_.count}));
-    return Check(op, "table", table, {s_.vocab, s_.dim});
-  }
-
-  Status CheckIds(const Tensor& ids) const {
-    for (std::int64_t i = 0; i < s_.count; ++i) {
-      const float id = ids.data()[i];
-      if (!(id >= 0 && id < static_cast<float>(s_.vocab)) || std::floor(id) != id) {
-        return absl::InvalidArgumentError(absl::StrCat("Embedding: id ", id, " at position ", i,
-                                                       " is not a row of the table [0, ", s_.vocab,
-                                                       "): check the data's vocabulary size"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
   EmbeddingSpec s_;
 };
 

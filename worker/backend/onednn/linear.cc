@@ -39,12 +39,8 @@ class Linear final : public LinearOp {
   }
 
   Status Forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    const char* op = "Linear forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "b", b, b_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckLinearForward(s_, Device::kCpu, x, w, b, y));
+    return OnednnCall("Linear forward", [&] {
       std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fx_.In(ctx_, x)},
                                               {DNNL_ARG_WEIGHTS, fw_.In(ctx_, w)},
                                               {DNNL_ARG_DST, Wrap(ctx_, y_, y)}};
@@ -56,16 +52,8 @@ class Linear final : public LinearOp {
 
   Status Backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                   Tensor& db) override {
-    const char* op = "Linear backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dw", dw, w_));
-    if (dx != nullptr) {
-      PHUB_RETURN_IF_ERROR(Check(op, "w", w, w_));
-      PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
-    }
-    if (s_.bias) PHUB_RETURN_IF_ERROR(Check(op, "db", db, b_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckLinearBackward(s_, Device::kCpu, x, w, dy, dx, dw, db));
+    return OnednnCall("Linear backward", [&] {
       memory dy_mem = Wrap(ctx_, y_, dy);
       if (dx != nullptr) {
         bwd_data_.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, dy_mem},

@@ -9,7 +9,7 @@ using namespace dnnl;
 
 class Lrn final : public LrnOp {
  public:
-  Lrn(Context& ctx, const LrnSpec& s) : ctx_(ctx) {
+  Lrn(Context& ctx, const LrnSpec& s) : ctx_(ctx), s_(s) {
     x_ = {s.batch, s.channels, s.height, s.width};
     const auto md = PlainDesc(x_);
     fwd_pd_ = lrn_forward::primitive_desc(
@@ -24,10 +24,8 @@ class Lrn final : public LrnOp {
   }
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    const char* op = "LRN forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, x_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckLrnForward(s_, Device::kCpu, x, y));
+    return OnednnCall("LRN forward", [&] {
       fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
                                  {DNNL_ARG_DST, Wrap(ctx_, x_, y)},
                                  {DNNL_ARG_WORKSPACE, workspace_}});
@@ -36,11 +34,8 @@ class Lrn final : public LrnOp {
   }
 
   Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    const char* op = "LRN backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, x_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckLrnBackward(s_, Device::kCpu, x, y, dy, dx));
+    return OnednnCall("LRN backward", [&] {
       bwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
                                  {DNNL_ARG_DIFF_DST, Wrap(ctx_, x_, dy)},
                                  {DNNL_ARG_DIFF_SRC, Wrap(ctx_, x_, dx)},
@@ -51,6 +46,7 @@ class Lrn final : public LrnOp {
 
  private:
   Context& ctx_;
+  LrnSpec s_;
   dims x_;
   lrn_forward::primitive_desc fwd_pd_;
   lrn_forward fwd_;

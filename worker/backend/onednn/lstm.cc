@@ -56,19 +56,12 @@ class Lstm final : public LstmOp {
     d_w_layer_ = Staged(ctx, user_layer, bwd_pd_.diff_weights_layer_desc());
     d_w_iter_ = Staged(ctx, user_iter, bwd_pd_.diff_weights_iter_desc());
     bias_ = {4 * H};
-    w_ih_ = {4 * H, I};
-    w_hh_ = {4 * H, H};
   }
 
   Status Forward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
                  Tensor& y, bool /*training: the workspace is always kept*/) override {
-    const char* op = "LSTM forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "w_ih", w_ih, w_ih_));
-    PHUB_RETURN_IF_ERROR(Check(op, "w_hh", w_hh, w_hh_));
-    PHUB_RETURN_IF_ERROR(Check(op, "bias", bias, bias_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckLstmForward(s_, Device::kCpu, x, w_ih, w_hh, bias, y));
+    return OnednnCall("LSTM forward", [&] {
       fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC_LAYER, Wrap(ctx_, x_, x)},
                                  {DNNL_ARG_SRC_ITER, zero_state_},
                                  {DNNL_ARG_SRC_ITER_C, zero_state_},
@@ -84,22 +77,14 @@ class Lstm final : public LstmOp {
   Status Backward(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& bias,
                   const Tensor& y, const Tensor& dy, Tensor* dx, Tensor& dw_ih, Tensor& dw_hh,
                   Tensor& dbias) override {
-    const char* op = "LSTM backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "w_ih", w_ih, w_ih_));
-    PHUB_RETURN_IF_ERROR(Check(op, "w_hh", w_hh, w_hh_));
-    PHUB_RETURN_IF_ERROR(Check(op, "bias", bias, bias_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dw_ih", dw_ih, w_ih_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dw_hh", dw_hh, w_hh_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dbias", dbias, bias_));
-    if (dx != nullptr) PHUB_RETURN_IF_ERROR(Check(op, "dx", *dx, x_));
+    PHUB_RETURN_IF_ERROR(
+        CheckLstmBackward(s_, Device::kCpu, x, w_ih, w_hh, bias, y, dy, dx, dw_ih, dw_hh, dbias));
     if (dx == nullptr && !dx_scratch_.defined()) {
       PHUB_ASSIGN_OR_RETURN(dx_scratch_, Tensor::Allocate(Shape(x_)));
     }
     Tensor& dx_out = dx != nullptr ? *dx : dx_scratch_;
-    return OnednnCall(op, [&] { Run(x, w_ih, w_hh, bias, y, dy, dx_out, dw_ih, dw_hh, dbias); });
+    return OnednnCall("LSTM backward",
+                      [&] { Run(x, w_ih, w_hh, bias, y, dy, dx_out, dw_ih, dw_hh, dbias); });
   }
 
  private:
@@ -137,7 +122,7 @@ class Lstm final : public LstmOp {
 
   Context& ctx_;
   LstmSpec s_;
-  dims x_, y_, bias_, w_ih_, w_hh_;
+  dims x_, y_, bias_;
   lstm_forward::primitive_desc fwd_pd_;
   lstm_forward fwd_;
   lstm_backward::primitive_desc bwd_pd_;

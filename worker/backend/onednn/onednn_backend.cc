@@ -9,7 +9,6 @@
 namespace phub::worker {
 namespace {
 
-using onednn::Check;
 using onednn::Context;
 using onednn::dims;
 
@@ -73,9 +72,9 @@ class OnednnBackend final : public Backend {
 
   Status Add(const Tensor& a, const Tensor& b, Tensor& y) override {
     const dims flat = {a.numel()};
-    PHUB_RETURN_IF_ERROR(Check("Add", "a", a, flat));
-    PHUB_RETURN_IF_ERROR(Check("Add", "b", b, flat));
-    PHUB_RETURN_IF_ERROR(Check("Add", "y", y, flat));
+    PHUB_RETURN_IF_ERROR(CheckTensor("Add", "a", a, Device::kCpu, Shape(flat)));
+    PHUB_RETURN_IF_ERROR(CheckTensor("Add", "b", b, Device::kCpu, Shape(flat)));
+    PHUB_RETURN_IF_ERROR(CheckTensor("Add", "y", y, Device::kCpu, Shape(flat)));
     if (a.numel() == 0) return absl::OkStatus();  // oneDNN takes no zero-sized memory
     return onednn::OnednnCall("Add", [&] {
       AddPrimitive(a.numel()).execute(ctx_.stream, {{DNNL_ARG_SRC_0, onednn::Wrap(ctx_, flat, a)},
@@ -105,8 +104,8 @@ class OnednnBackend final : public Backend {
 
  private:
   static Status HostCopy(const char* op, const Tensor& from, Tensor& to) {
-    PHUB_RETURN_IF_ERROR(Check(op, "source", from, {from.numel()}));
-    PHUB_RETURN_IF_ERROR(Check(op, "destination", to, {from.numel()}));
+    PHUB_RETURN_IF_ERROR(CheckTensor(op, "source", from, Device::kCpu, Shape{from.numel()}));
+    PHUB_RETURN_IF_ERROR(CheckTensor(op, "destination", to, Device::kCpu, Shape{from.numel()}));
     if (from.numel() > 0) std::memcpy(to.data(), from.data(), from.bytes());
     return absl::OkStatus();
   }

@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "worker/tensor/check.h"
 
 namespace phub::worker::onednn {
@@ -17,12 +16,6 @@ tag PlainTag(std::size_t rank) {
                                                          rank, " (1 to 4 are made)"));
   static constexpr tag kTags[] = {tag::a, tag::ab, tag::abc, tag::abcd};
   return kTags[rank - 1];
-}
-
-std::int64_t Product(const dims& d) {
-  std::int64_t n = 1;
-  for (auto x : d) n *= x;
-  return n;
 }
 
 }  // namespace
@@ -50,14 +43,6 @@ dnnl::memory::desc AnyDesc(const dims& shape) {
   return dnnl::memory::desc(shape, dnnl::memory::data_type::f32, tag::any);
 }
 
-Status Check(const char* op, const char* arg, const Tensor& t, const dims& shape) {
-  if (t.device() != Device::kCpu || t.numel() != Product(shape)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", arg, " is ", t.ToString(), ", expected [", absl::StrJoin(shape, ", "), "] cpu"));
-  }
-  return absl::OkStatus();
-}
-
 dnnl::memory Wrap(Context& ctx, const dims& shape, const Tensor& t) {
   // oneDNN takes a non-const handle; inputs are only read by the primitives they are given to.
   return dnnl::memory(PlainDesc(shape), ctx.engine, const_cast<float*>(t.data()));
@@ -78,7 +63,7 @@ dnnl::memory Staged::User(Context& ctx, const Tensor& t) const {
   PHUB_WORKER_CHECK(
       static_cast<std::size_t>(t.bytes()) == plain_.get_size(),
       absl::StrCat("oneDNN backend: tensor ", t.ToString(), " holds ", t.bytes(),
-                   " bytes, the op expects ", plain_.get_size(), " (the op did not Check it)"));
+                   " bytes, the op expects ", plain_.get_size(), " (the op did not check it)"));
   return dnnl::memory(plain_, ctx.engine, const_cast<float*>(t.data()));
 }
 

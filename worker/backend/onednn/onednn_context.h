@@ -62,16 +62,15 @@ StatusOr<std::unique_ptr<Op>> MakeOp(const char* what, Args&&... args) {
 dnnl::memory::desc PlainDesc(const dims& shape);
 // A descriptor that lets the primitive choose the layout.
 dnnl::memory::desc AnyDesc(const dims& shape);
-// Our tensor's bytes seen as oneDNN memory of the plain layout (no copy).
+// Our tensor's bytes seen as oneDNN memory of the plain layout (no copy). REQUIRES: the op
+// checked t (ops_checks.h): a cpu tensor of shape's element count.
 dnnl::memory Wrap(Context& ctx, const dims& shape, const Tensor& t);
-// InvalidArgument naming the op, the argument and both shapes when t is not `shape` (element
-// count) on the CPU.
-Status Check(const char* op, const char* arg, const Tensor& t, const dims& shape);
 
 // A tensor as the primitive wants it: the user's memory when the layouts agree, else a scratch
 // buffer (allocated once) the user's bytes are reordered into (In) or out of (Out). Every call
 // may throw dnnl::error (run it inside an OnednnCall). REQUIRES: the tensors passed hold the
-// bytes of the user descriptor (checked: the op's Check of the same tensor guarantees it).
+// bytes of the user descriptor (checked: the op's check of the same tensor, ops_checks.h,
+// guarantees it).
 class Staged {
  public:
   Staged() = default;

@@ -1,11 +1,13 @@
 // The oneDNN op factories (one file each); OnednnBackend hands them its Context. Each validates
-// its spec (ops.h) and builds its primitives once.
+// its spec (ops.h) and builds its primitives once; each call checks its tensors (ops_checks.h,
+// on Device::kCpu) before oneDNN sees them.
 #pragma once
 
 #include <memory>
 
-#include "worker/backend/ops.h"
 #include "worker/backend/onednn/onednn_context.h"
+#include "worker/backend/ops.h"
+#include "worker/backend/ops_checks.h"
 
 namespace phub::worker::onednn {
 

@@ -13,7 +13,7 @@ using namespace dnnl;
 
 class Pool final : public PoolOp {
  public:
-  Pool(Context& ctx, const PoolSpec& s) : ctx_(ctx) {
+  Pool(Context& ctx, const PoolSpec& s) : ctx_(ctx), s_(s) {
     x_ = {s.batch, s.channels, s.height, s.width};
     y_ = {s.batch, s.channels, s.out_height(), s.out_width()};
     const dims strides = {s.stride_h, s.stride_w}, kernel = {s.kernel_h, s.kernel_w};
@@ -39,10 +39,8 @@ class Pool final : public PoolOp {
   }
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    const char* op = "Pool forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check(op, "y", y, y_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckPoolForward(s_, Device::kCpu, x, y));
+    return OnednnCall("Pool forward", [&] {
       std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, Wrap(ctx_, x_, x)},
                                               {DNNL_ARG_DST, Wrap(ctx_, y_, y)}};
       if (workspace_) args[DNNL_ARG_WORKSPACE] = workspace_;
@@ -52,10 +50,8 @@ class Pool final : public PoolOp {
   }
 
   Status Backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    const char* op = "Pool backward";
-    PHUB_RETURN_IF_ERROR(Check(op, "dy", dy, y_));
-    PHUB_RETURN_IF_ERROR(Check(op, "dx", dx, x_));
-    return OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckPoolBackward(s_, Device::kCpu, x, y, dy, dx));
+    return OnednnCall("Pool backward", [&] {
       std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, Wrap(ctx_, y_, dy)},
                                               {DNNL_ARG_DIFF_SRC, Wrap(ctx_, x_, dx)}};
       if (workspace_) args[DNNL_ARG_WORKSPACE] = workspace_;
@@ -66,6 +62,7 @@ class Pool final : public PoolOp {
 
  private:
   Context& ctx_;
+  PoolSpec s_;
   dims x_, y_;
   pooling_forward::primitive_desc fwd_pd_;
   pooling_forward fwd_;

@@ -9,21 +9,17 @@ namespace {
 
 class Shortcut final : public ShortcutOp {
  public:
-  explicit Shortcut(const ShortcutSpec& s)
-      : s_(s), x_({s.batch, s.in_channels, s.height, s.width}),
-        y_({s.batch, s.out_channels, s.out_height(), s.out_width()}) {}
+  explicit Shortcut(const ShortcutSpec& s) : s_(s) {}
 
   Status Forward(const Tensor& x, Tensor& y) override {
-    PHUB_RETURN_IF_ERROR(Check("Shortcut forward", "x", x, x_));
-    PHUB_RETURN_IF_ERROR(Check("Shortcut forward", "y", y, y_));
+    PHUB_RETURN_IF_ERROR(CheckShortcutForward(s_, Device::kCpu, x, y));
     std::fill_n(y.data(), y.numel(), 0.0f);
     Walk([&](std::int64_t xi, std::int64_t yi) { y.data()[yi] = x.data()[xi]; });
     return absl::OkStatus();
   }
 
   Status Backward(const Tensor& dy, Tensor& dx) override {
-    PHUB_RETURN_IF_ERROR(Check("Shortcut backward", "dy", dy, y_));
-    PHUB_RETURN_IF_ERROR(Check("Shortcut backward", "dx", dx, x_));
+    PHUB_RETURN_IF_ERROR(CheckShortcutBackward(s_, Device::kCpu, dy, dx));
     std::fill_n(dx.data(), dx.numel(), 0.0f);  // the rows and columns the stride skipped
     Walk([&](std::int64_t xi, std::int64_t yi) { dx.data()[xi] = dy.data()[yi]; });
     return absl::OkStatus();
@@ -48,7 +44,6 @@ class Shortcut final : public ShortcutOp {
   }
 
   ShortcutSpec s_;
-  dims x_, y_;
 };
 
 }  // namespace

@@ -2,7 +2,6 @@
 // its gradient are a pass over N x K values that no library offers fused on the CPU.
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
 #include "worker/backend/onednn/onednn_ops.h"
 
 namespace phub::worker::onednn {
@@ -14,21 +13,15 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
  public:
   // log_probs: [N, K] host storage.
   SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s, Tensor log_probs)
-      : ctx_(ctx),
-        s_(s),
-        logits_({s.batch, s.classes}),
-        labels_({s.batch}),
-        log_probs_(std::move(log_probs)) {
+      : ctx_(ctx), s_(s), logits_({s.batch, s.classes}), log_probs_(std::move(log_probs)) {
     const auto md = PlainDesc(logits_);
     fwd_ = logsoftmax_forward(logsoftmax_forward::primitive_desc(
         logsoftmax_forward::desc(prop_kind::forward_inference, md, 1), ctx.engine));
   }
 
   StatusOr<double> Forward(const Tensor& logits, const Tensor& labels) override {
-    const char* op = "SoftmaxCrossEntropy forward";
-    PHUB_RETURN_IF_ERROR(Check(op, "logits", logits, logits_));
-    PHUB_RETURN_IF_ERROR(CheckLabels(labels));
-    PHUB_RETURN_IF_ERROR(OnednnCall(op, [&] {
+    PHUB_RETURN_IF_ERROR(CheckSoftmaxCrossEntropyForward(s_, Device::kCpu, logits, labels));
+    PHUB_RETURN_IF_ERROR(OnednnCall("SoftmaxCrossEntropy forward", [&] {
       fwd_.execute(ctx_.stream, {{DNNL_ARG_SRC, Wrap(ctx_, logits_, logits)},
                                  {DNNL_ARG_DST, Wrap(ctx_, logits_, log_probs_)}});
       ctx_.stream.wait();
@@ -41,8 +34,7 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   }
 
   Status Backward(const Tensor& labels, Tensor& dlogits) override {
-    PHUB_RETURN_IF_ERROR(Check("SoftmaxCrossEntropy backward", "dlogits", dlogits, logits_));
-    PHUB_RETURN_IF_ERROR(CheckLabels(labels));
+    PHUB_RETURN_IF_ERROR(CheckSoftmaxCrossEntropyBackward(s_, Device::kCpu, labels, dlogits));
     const float inv_n = 1.0f / static_cast<float>(s_.batch);
     const float* lp = log_probs_.data();
     float* d = dlogits.data();
@@ -54,22 +46,9 @@ class SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   }
 
  private:
-  Status CheckLabels(const Tensor& labels) const {
-    PHUB_RETURN_IF_ERROR(Check("SoftmaxCrossEntropy", "labels", labels, labels_));
-    for (std::int64_t n = 0; n < s_.batch; ++n) {
-      const float l = labels.data()[n];
-      if (!(l >= 0 && l < static_cast<float>(s_.classes)) || l != std::floor(l)) {
-        return absl::InvalidArgumentError(absl::StrCat("SoftmaxCrossEntropy: label ", n, " is ", l,
-                                                       ", must be a class index in [0, ",
-                                                       s_.classes, ")"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
   Context& ctx_;
   SoftmaxCrossEntropySpec s_;
-  dims logits_, labels_;
+  dims logits_;
   Tensor log_probs_;
   logsoftmax_forward fwd_;
 };
