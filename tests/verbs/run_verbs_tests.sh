@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # ctest's VerbsTestsInSoftRoceGuest: builds the verbs tests for the guest's CPU (no
 # -march=native: the emulated CPU has no AVX-512) into BUILD_DIR, then runs them in the
-# soft-RoCE guest (run_in_guest.sh): verbs_test (devices, queue pairs, VerbsConnection) and the
-# integration tests' verbs cases (phubd and real worker processes on verbs: N workers against
-# float64, the colocated PS, ring allreduce on verbs, a dying worker). Exit 77 (ctest: skipped)
-# where no guest can be had.
+# soft-RoCE guest (run_in_guest.sh): verbs_test (devices, queue pairs, VerbsConnection, the
+# Connection conformance suite on TCP and verbs) and the integration tests' verbs cases (phubd
+# and real worker processes on verbs: N workers against float64, the colocated PS, ring
+# allreduce on verbs, a dying worker). Exit 77 (ctest: skipped) where no guest can be had.
 #
 #   tests/verbs/run_verbs_tests.sh BUILD_DIR [--prebuilt]
 #

@@ -27,7 +27,9 @@ VerbsLimits LimitsFor(const ConnectionSizing& sizing, int setup_timeout_ms) {
 class VerbsAcceptor final : public Acceptor {
  public:
   VerbsAcceptor(std::shared_ptr<VerbsLoop> loop, AcceptHooks hooks)
-      : loop_(std::move(loop)), hooks_(std::make_shared<AcceptHooks>(std::move(hooks))) {}
+      : loop_(std::move(loop)),
+        hooks_(std::make_shared<AcceptHooks>(std::move(hooks))),
+        setting_up_(std::make_shared<SettingUp>()) {}
   ~VerbsAcceptor() override {
     Stop();
     CloseSettingUp(absl::CancelledError("the listener is going away"));
@@ -45,8 +47,8 @@ class VerbsAcceptor final : public Acceptor {
     if (listener_) listener_->Stop();
   }
   void CloseSettingUp(const Status& why) override {
-    auto setting_up = std::move(setting_up_);
-    setting_up_.clear();
+    SettingUp setting_up = std::move(*setting_up_);
+    setting_up_->clear();
     for (auto& weak : setting_up) {
       if (auto c = weak.lock()) c->Close(why);
     }
@@ -54,18 +56,22 @@ class VerbsAcceptor final : public Acceptor {
 
  private:
   void OnAccept(asio::ip::tcp::socket socket) {
-    std::erase_if(setting_up_, [](const auto& c) { return c.expired(); });
-    std::optional<ConnectionSizing> sizing = hooks_->admit(setting_up_.size());
+    std::erase_if(*setting_up_, [](const auto& c) { return c.expired(); });
+    std::optional<ConnectionSizing> sizing = hooks_->admit(setting_up_->size());
     if (!sizing) return;  // the socket closes as it goes out of scope
-    // The hooks, not `this`: a set-up may end after the acceptor (with an error, then).
-    setting_up_.push_back(VerbsConnection::Accept(
+    // The hooks and the list, not `this`: a set-up may end after the acceptor (with an error,
+    // then).
+    setting_up_->push_back(VerbsConnection::Accept(
         std::move(socket), *loop_, hooks_->handler_now,
         LimitsFor(*sizing, hooks_->setup_timeout_ms),
-        [hooks = hooks_](StatusOr<std::shared_ptr<VerbsConnection>> c) {
+        [hooks = hooks_, setting_up = setting_up_](StatusOr<std::shared_ptr<VerbsConnection>> c) {
           if (!c.ok()) {
             spdlog::warn("verbs connection set-up failed: {}", c.status().message());
             return;
           }
+          // Ready: the owner's from here on, no longer counted as setting up nor closed by
+          // CloseSettingUp or the acceptor's end.
+          std::erase_if(*setting_up, [&](const auto& weak) { return weak.lock() == *c; });
           hooks->ready(*std::move(c));
         }));
   }
@@ -73,7 +79,10 @@ class VerbsAcceptor final : public Acceptor {
   std::shared_ptr<VerbsLoop> loop_;
   std::shared_ptr<AcceptHooks> hooks_;
   std::unique_ptr<SocketListener> listener_;
-  std::vector<std::weak_ptr<VerbsConnection>> setting_up_;
+  // Accepted and not yet ready (or failed and not yet gone): shared with the set-ups' callbacks,
+  // which take a connection off once it is ready.
+  using SettingUp = std::vector<std::weak_ptr<VerbsConnection>>;
+  std::shared_ptr<SettingUp> setting_up_;
 };
 
 class VerbsTransport final : public Transport {
