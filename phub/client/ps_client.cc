@@ -159,6 +159,11 @@ Status PsClient::Impl::Close() {
   if (closed_) return absl::OkStatus();
   closed_ = true;
   closing_ = true;
+  // Weights still in flight can no longer arrive (the connections close and their loss is not
+  // an error now): a Wait blocked on them, on another thread or later, and every later Push,
+  // Wait or Init return this instead of waiting for good.
+  error_.Record(absl::FailedPreconditionError(
+      "the client is closed: Close() was called, so no more weights arrive"));
   std::uint64_t iterations = 0;
   {
     std::lock_guard lock(mu_);

@@ -77,7 +77,8 @@ class PsClient {
   Status WaitAll();
 
   // Leaves the job cleanly (BYE on every data connection, Goodbye on the control connection)
-  // and closes. Idempotent.
+  // and closes. Idempotent. Afterwards Init, Push, Wait and WaitAll return FailedPrecondition,
+  // a Wait already blocked on another thread included: weights still in flight never arrive.
   Status Close();
 
   const keys::KeyTable& key_table() const;

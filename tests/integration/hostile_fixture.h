@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/integration/forged_client.h"
+#include "tests/support/forged_client.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/process_stats.h"

@@ -1,5 +1,5 @@
-// A forged phubd against a real PsClient: a plain TCP server in the test answers the Hello with
-// a Welcome of its making, takes the data connections, and then sends WEIGHTS no phubd would (a
+// A forged phubd against a real PsClient: a plain TCP server in the test
+// (tests/support/forged_phubd.h) answers the Hello with a Welcome of its making, takes the data connections, and then sends WEIGHTS no phubd would (a
 // chunk out of range or of another core, a wrong size, the same chunk twice, another rank's).
 // The client's one validation point (PsClient::Impl::ResolveSlot) must refuse each: the waiting
 // call (Init) fails within seconds with a Status naming what was wrong, the connection that
@@ -12,41 +12,30 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cerrno>
 #include <chrono>
-#include <future>
-#include <memory>
 #include <ostream>
 #include <span>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
 #include "phub/client/ps_client.h"
-#include "phub/common/version.h"
 #include "phub/keys/key_table.h"
 #include "phub/transport/wire_header.h"
-#include "proto/phub.pb.h"
-#include "spdlog/spdlog.h"
-#include "tests/integration/forged_client.h"
+#include "tests/support/forged_client.h"
+#include "tests/support/forged_phubd.h"
+#include "tests/support/ps_client_thread.h"
 #include "tests/integration/test_data.h"
 
 namespace phub::testing {
 namespace {
 
-using ::testing::AssertionFailure;
-using ::testing::AssertionResult;
-using ::testing::AssertionSuccess;
 using ::testing::HasSubstr;
 using transport::Op;
 using transport::WireHeader;
-using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
-// Each wait of the forged phubd, and of the test on PsClient: ample on a loaded 2-core machine
-// under ASan, short enough that a regression fails the test instead of hanging it.
-constexpr Millis kStep{5000};
+// Each wait of the test on PsClient (and, inside ForgedPhubd, of the forged phubd).
+constexpr Millis kStep = kForgedStep;
 // A refused message must cost its connection within this.
 constexpr Millis kDropPromptly{2000};
 
@@ -91,234 +80,52 @@ std::vector<std::vector<float>> ExpectedWeights(const std::vector<std::uint32_t>
   return weights;
 }
 
-// A control message from the forged phubd's side, as an AssertionResult.
-AssertionResult ReadControl(RawSocket& socket, proto::ControlMessage& out) {
-  const RawSocket::Read read = socket.ReadMessage(out, kStep);
-  if (read != RawSocket::Read::kOk) return AssertionFailure() << "no control message: " << read;
-  return AssertionSuccess();
+// The job as the forged phubd announces it.
+ForgedJob HostileJob() {
+  ForgedJob job;
+  job.model = kModel;
+  job.chunk_bytes = kChunkBytes;
+  job.owners = kOwners;
+  job.cores = kCores;
+  job.rank = kRank;
+  job.world = kWorld;
+  job.session = kSession;
+  return job;
 }
 
-// ---- The forged phubd ----
-
-// phubd as the test plays it, on the test's thread: a control listener and one data listener
-// per core on 127.0.0.1. Handshake takes PsClient through Hello, Welcome and ATTACH as phubd
-// would; after that the test sends on the data connections whatever it likes.
-class ForgedPhubd {
- public:
-  ForgedPhubd() : control_listener_(RawListener::Listen()), data_(kCores) {
-    for (std::uint32_t c = 0; c < kCores; ++c) data_listeners_.push_back(RawListener::Listen());
+// Correct WEIGHTS of iteration 0 for `chunk` (ServerValue), on its owner's connection.
+bool SendCorrectWeights(ForgedPhubd& phubd, std::uint32_t chunk) {
+  const keys::Chunk& c = Table().chunks()[chunk];
+  std::vector<float> values;
+  for (std::uint64_t i = c.offset; i < c.offset + c.elements; ++i) {
+    values.push_back(ServerValue(c.tensor, i));
   }
-
-  bool listening() const {
-    bool all = control_listener_.listening();
-    for (const RawListener& l : data_listeners_) all = all && l.listening();
-    return all;
-  }
-  std::uint16_t port() const { return control_listener_.port(); }
-
-  // Accepts the control connection, checks the Hello, answers with the Welcome phubd's
-  // ControlPlane::StartJob would build (placement kOwners), then accepts each core's data
-  // connection and checks its ATTACH.
-  AssertionResult Handshake() {
-    control_ = control_listener_.Accept(kStep);
-    if (!control_.connected()) return AssertionFailure() << "PsClient did not connect within 5 s";
-    proto::ControlMessage hello_message;
-    if (AssertionResult read = ReadControl(control_, hello_message); !read) return read;
-    const proto::Hello& hello = hello_message.hello();
-    bool as_expected = hello_message.has_hello() &&
-                       hello.protocol_version() == kProtocolVersion && hello.rank() == kRank &&
-                       hello.world_size() == kWorld &&
-                       hello.tensors_size() == static_cast<int>(kModel.size());
-    for (int t = 0; as_expected && t < hello.tensors_size(); ++t) {
-      as_expected = hello.tensors(t).name() == kModel[t].name &&
-                    hello.tensors(t).elements() == kModel[t].elements;
-    }
-    if (!as_expected) {
-      return AssertionFailure() << "not the Hello PsClient should send: "
-                                << hello_message.ShortDebugString();
-    }
-
-    proto::ControlMessage welcome_message;
-    proto::Welcome& welcome = *welcome_message.mutable_welcome();
-    welcome.set_protocol_version(kProtocolVersion);
-    welcome.set_chunk_bytes(kChunkBytes);
-    for (keys::CoreIndex owner : kOwners) welcome.add_chunk_owner(owner);
-    for (std::uint32_t c = 0; c < kCores; ++c) {
-      proto::CoreEndpoint& core = *welcome.add_cores();
-      core.set_server(0);
-      core.set_core(c);
-      core.set_host("127.0.0.1");
-      core.set_port(data_listeners_[c].port());
-    }
-    welcome.set_session(kSession);
-    welcome.set_weights_from_server(false);
-    welcome.set_optimizer("forged");
-    welcome.set_transport("tcp");
-    if (!control_.SendMessage(welcome_message)) {
-      return AssertionFailure() << "could not send the Welcome";
-    }
-
-    for (std::uint32_t c = 0; c < kCores; ++c) {
-      data_[c] = data_listeners_[c].Accept(kStep);
-      if (!data_[c].connected()) {
-        return AssertionFailure() << "PsClient did not open core " << c << "'s data connection";
-      }
-      transport::EncodedHeader bytes;
-      const RawSocket::Read got = data_[c].ReadExact(bytes, kStep);
-      if (got != RawSocket::Read::kOk) return AssertionFailure() << "no ATTACH on core " << c << ": " << got;
-      auto attach = transport::DecodeWireHeader(bytes);
-      if (!attach.ok()) return AssertionFailure() << "core " << c << ": " << attach.status();
-      if (attach->op != Op::kAttach || attach->worker != kRank || attach->chunk != c ||
-          attach->iteration != kSession || attach->payload_bytes != 0) {
-        return AssertionFailure() << "core " << c << " got " << OpName(attach->op) << " worker "
-                                  << attach->worker << " chunk " << attach->chunk
-                                  << " iteration " << attach->iteration << ", not the ATTACH";
-      }
-    }
-    return AssertionSuccess();
-  }
-
-  // One data-plane message on core `core`'s connection: the header, then `payload`.
-  bool Send(std::uint32_t core, const WireHeader& header, std::span<const std::byte> payload) {
-    const transport::EncodedHeader encoded = transport::EncodeWireHeader(header);
-    std::vector<std::byte> bytes(encoded.begin(), encoded.end());
-    bytes.insert(bytes.end(), payload.begin(), payload.end());
-    return data_[core].Send(bytes);
-  }
-
-  // Correct WEIGHTS of iteration 0 for `chunk` (ServerValue), on its owner's connection.
-  bool SendCorrectWeights(std::uint32_t chunk) {
-    const keys::Chunk& c = Table().chunks()[chunk];
-    std::vector<float> values;
-    for (std::uint64_t i = c.offset; i < c.offset + c.elements; ++i) {
-      values.push_back(ServerValue(c.tensor, i));
-    }
-    return Send(Table().owner(chunk),
-                {Op::kWeights, kRank, chunk, 0, static_cast<std::uint32_t>(c.bytes())},
-                std::as_bytes(std::span(values)));
-  }
-
-  // Whether PsClient closed core `core`'s data connection within `timeout`.
-  bool DroppedByClient(std::uint32_t core, Millis timeout) {
-    return data_[core].WaitClosed(timeout);
-  }
-
-  // The next message on core `core`'s connection is the client's BYE.
-  AssertionResult ExpectBye(std::uint32_t core) {
-    transport::EncodedHeader bytes;
-    const RawSocket::Read got = data_[core].ReadExact(bytes, kStep);
-    if (got != RawSocket::Read::kOk) return AssertionFailure() << "no BYE on core " << core << ": " << got;
-    auto bye = transport::DecodeWireHeader(bytes);
-    if (!bye.ok()) return AssertionFailure() << "core " << core << ": " << bye.status();
-    if (bye->op != Op::kBye || bye->worker != kRank || bye->payload_bytes != 0) {
-      return AssertionFailure() << "core " << core << " got " << OpName(bye->op) << ", not BYE";
-    }
-    return AssertionSuccess();
-  }
-
-  // The next control message is a Goodbye after `iterations` pushes.
-  AssertionResult ExpectGoodbye(std::uint64_t iterations) {
-    proto::ControlMessage message;
-    if (AssertionResult read = ReadControl(control_, message); !read) return read;
-    if (!message.has_goodbye() || message.goodbye().iterations() != iterations) {
-      return AssertionFailure() << "not a Goodbye after " << iterations
-                                << " pushes: " << message.ShortDebugString();
-    }
-    return AssertionSuccess();
-  }
-
-  // Closes every socket: any PsClient call still blocked on this phubd returns.
-  void CloseAll() {
-    control_.Close();
-    for (RawSocket& d : data_) d.Close();
-    control_listener_.Close();
-    for (RawListener& l : data_listeners_) l.Close();
-  }
-
- private:
-  RawListener control_listener_;
-  std::vector<RawListener> data_listeners_;
-  RawSocket control_;
-  std::vector<RawSocket> data_;  // by core
-};
+  return phubd.SendWeights(chunk, 0, values);
+}
 
 // ---- The real PsClient ----
 
-// PsClient on its own thread: Connect, Init, Close, then destroyed there. Everything it writes
-// lives in State, shared with the thread, so a client still hung past every deadline is
-// abandoned (the test has failed) rather than freed under it.
-class ClientThread {
- public:
-  // Starts connecting to `phubd`, whose CloseAll the destructor calls first.
-  explicit ClientThread(ForgedPhubd& phubd) : phubd_(phubd), state_(std::make_shared<State>()) {
-    for (const auto& t : kModel) state_->weights.emplace_back(t.elements, kUntouched);
-    init_returned_ = state_->init_returned.get_future().share();
-    finished_ = state_->finished.get_future().share();
-    spdlog::default_logger_raw();  // spdlog's registry exists before the client thread logs
-    thread_ = std::thread([state = state_, port = phubd.port()] { Run(*state, port); });
-  }
-  ~ClientThread() {
-    phubd_.CloseAll();
-    if (finished_.wait_for(kStep) == std::future_status::ready) {
-      thread_.join();
-      return;
-    }
-    ADD_FAILURE() << "PsClient still blocked 5 s after the forged phubd closed every socket";
-    thread_.detach();
-  }
-  ClientThread(const ClientThread&) = delete;
-  ClientThread& operator=(const ClientThread&) = delete;
+// PsClient as every test here meets it, on its own thread (ps_client_thread.h): rank 1 of 2,
+// every buffer kUntouched, Connect, Init and Close (then destroyed) queued at once. Destroying
+// this closes every socket of `phubd` first, which ends any call still blocked on it.
+struct HostileClient {
+  explicit HostileClient(ForgedPhubd& phubd)
+      : thread(Options(phubd.port()), kModel, ExpectedWeights({}), [&phubd] { phubd.CloseAll(); }),
+        connect(thread.Connect()),
+        init(thread.Run([](client::PsClient& c) { return c.Init(); })),
+        close(thread.Destroy()) {}
 
-  // Whether Init (or Connect, when it failed) returned within `timeout`.
-  bool InitReturned(Millis timeout) const {
-    return init_returned_.wait_for(timeout) == std::future_status::ready;
-  }
-  // Whether the client closed and was destroyed within `timeout`.
-  bool Finished(Millis timeout) const {
-    return finished_.wait_for(timeout) == std::future_status::ready;
-  }
-  // REQUIRES: InitReturned.
-  const Status& connect_status() const { return state_->connect; }
-  const Status& init_status() const { return state_->init; }
-  // REQUIRES: Finished (the client's event loop, which writes the weights, is gone).
-  const Status& close_status() const { return state_->close; }
-  const std::vector<std::vector<float>>& weights() const { return state_->weights; }
-
- private:
-  struct State {
-    std::vector<std::vector<float>> weights;
-    Status connect, init, close;
-    std::promise<void> init_returned, finished;
-  };
-
-  static void Run(State& state, std::uint16_t port) {
-    std::vector<std::span<float>> spans;
-    for (auto& w : state.weights) spans.emplace_back(w);
+  static client::PsClientOptions Options(std::uint16_t port) {
     client::PsClientOptions options;
     options.port = port;
     options.rank = kRank;
     options.world_size = kWorld;
     options.connect_timeout_ms = 2000;
-    auto client = client::PsClient::Connect(options, kModel, spans);
-    if (!client.ok()) {
-      state.connect = client.status();
-      state.init = absl::FailedPreconditionError("Init not called: Connect failed");
-      state.init_returned.set_value();
-      state.finished.set_value();
-      return;
-    }
-    state.init = (*client)->Init();
-    state.init_returned.set_value();
-    state.close = (*client)->Close();
-    client->reset();
-    state.finished.set_value();
+    return options;
   }
 
-  ForgedPhubd& phubd_;
-  std::shared_ptr<State> state_;
-  std::shared_future<void> init_returned_;
-  std::shared_future<void> finished_;
-  std::thread thread_;
+  PsClientThread thread;
+  PsClientThread::Call connect, init, close;  // close: done once the client is destroyed
 };
 
 // ---- The attacks ----
@@ -389,22 +196,22 @@ class HostileWeights : public ::testing::TestWithParam<WeightsAttack> {};
 // one hostile byte.
 TEST_P(HostileWeights, InitFailsNamingTheFaultAndNothingLands) {
   const WeightsAttack& attack = GetParam();
-  ForgedPhubd phubd;
+  ForgedPhubd phubd(HostileJob());
   ASSERT_TRUE(phubd.listening());
-  ClientThread client(phubd);
+  HostileClient client(phubd);
   ASSERT_TRUE(phubd.Handshake());
-  for (std::uint32_t k : attack.correct_first) ASSERT_TRUE(phubd.SendCorrectWeights(k));
+  for (std::uint32_t k : attack.correct_first) ASSERT_TRUE(SendCorrectWeights(phubd, k));
   ASSERT_TRUE(phubd.Send(attack.core, attack.header, HostileBytes(attack.header.payload_bytes)));
 
   EXPECT_TRUE(phubd.DroppedByClient(attack.core, kDropPromptly))
       << "PsClient kept the connection that carried the attack for 2 s";
-  ASSERT_TRUE(client.InitReturned(kStep)) << "Init still blocked 5 s after the attack";
-  ASSERT_TRUE(client.connect_status().ok()) << client.connect_status();
-  EXPECT_FALSE(client.init_status().ok()) << "Init accepted the attack";
-  EXPECT_THAT(std::string(client.init_status().message()), HasSubstr(attack.reason));
+  ASSERT_TRUE(PsClientThread::Done(client.init, kStep)) << "Init still blocked 5 s after the attack";
+  ASSERT_TRUE(client.connect.get().ok()) << client.connect.get();
+  EXPECT_FALSE(client.init.get().ok()) << "Init accepted the attack";
+  EXPECT_THAT(std::string(client.init.get().message()), HasSubstr(attack.reason));
   phubd.CloseAll();
-  ASSERT_TRUE(client.Finished(kStep)) << "PsClient did not close within 5 s";
-  EXPECT_EQ(client.weights(), ExpectedWeights(attack.correct_first))
+  ASSERT_TRUE(PsClientThread::Done(client.close, kStep)) << "PsClient did not close within 5 s";
+  EXPECT_EQ(client.thread.weights(), ExpectedWeights(attack.correct_first))
       << "the weights are not exactly the correct WEIGHTS sent before the attack";
 }
 
@@ -416,24 +223,25 @@ INSTANTIATE_TEST_SUITE_P(Attacks, HostileWeights, ::testing::ValuesIn(Attacks())
 // 5 s with exactly those values in every buffer; Close then says BYE on each data connection
 // and Goodbye (0 pushes) on the control connection, and returns OK within 5 s.
 TEST(HostileServerControl, CorrectWeightsOfEveryChunkCompleteInitWithExactlyThoseValues) {
-  ForgedPhubd phubd;
+  ForgedPhubd phubd(HostileJob());
   ASSERT_TRUE(phubd.listening());
-  ClientThread client(phubd);
+  HostileClient client(phubd);
   ASSERT_TRUE(phubd.Handshake());
   std::vector<std::uint32_t> sent;
   for (std::uint32_t k = kChunks; k-- > 0;) {
-    ASSERT_TRUE(phubd.SendCorrectWeights(k));
+    ASSERT_TRUE(SendCorrectWeights(phubd, k));
     sent.push_back(k);
   }
 
-  ASSERT_TRUE(client.InitReturned(kStep)) << "Init still blocked 5 s after every chunk was sent";
-  ASSERT_TRUE(client.connect_status().ok()) << client.connect_status();
-  EXPECT_TRUE(client.init_status().ok()) << client.init_status();
+  ASSERT_TRUE(PsClientThread::Done(client.init, kStep))
+      << "Init still blocked 5 s after every chunk was sent";
+  ASSERT_TRUE(client.connect.get().ok()) << client.connect.get();
+  EXPECT_TRUE(client.init.get().ok()) << client.init.get();
   for (std::uint32_t core = 0; core < kCores; ++core) EXPECT_TRUE(phubd.ExpectBye(core));
   EXPECT_TRUE(phubd.ExpectGoodbye(0));
-  ASSERT_TRUE(client.Finished(kStep)) << "PsClient did not close within 5 s";
-  EXPECT_TRUE(client.close_status().ok()) << client.close_status();
-  EXPECT_EQ(client.weights(), ExpectedWeights(sent));
+  ASSERT_TRUE(PsClientThread::Done(client.close, kStep)) << "PsClient did not close within 5 s";
+  EXPECT_TRUE(client.close.get().ok()) << client.close.get();
+  EXPECT_EQ(client.thread.weights(), ExpectedWeights(sent));
 }
 
 }  // namespace

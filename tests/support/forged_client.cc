@@ -1,4 +1,4 @@
-#include "tests/integration/forged_client.h"
+#include "tests/support/forged_client.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,6 +1,7 @@
-// Hostile clients for integration tests: raw TCP connections to a real phubd on 127.0.0.1 that
-// say exactly the bytes a test chooses (forged Hellos, control frames that lie about their
-// length, data-plane headers no PsClient would send).
+// Forged peers for tests: raw TCP connections on 127.0.0.1 that say exactly the bytes a test
+// chooses (forged Hellos, control frames that lie about their length, data-plane headers no
+// PsClient would send), to a real phubd (tests/integration/) or to a Shard on an in-process
+// event loop (tests/phub/server/); RawListener plays phubd's side (forged_phubd.h).
 //
 // Every read takes a deadline (poll(2) on a non-blocking socket), so a test that waits for
 // phubd's answer can fail but never hang, whatever phubd does. Writes are bounded the same way.
