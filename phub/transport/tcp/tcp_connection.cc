@@ -39,7 +39,10 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket, ConnectionHandler* ha
   peer_ = ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
 }
 
-void TcpConnection::Start() { ReadHeader(); }
+void TcpConnection::Start() {
+  started_ = true;
+  ReadHeader();
+}
 
 void TcpConnection::ReadHeader() {
   if (closed_) return;
@@ -154,7 +157,7 @@ void TcpConnection::Close(const Status& why) {
   for (auto& pending : failed) {
     if (pending.done) pending.done(send_error);
   }
-  handler_->OnClosed(*this, why);
+  if (started_) handler_->OnClosed(*this, why);  // callbacks only ever follow Start()
 }
 
 }  // namespace phub::transport::tcp

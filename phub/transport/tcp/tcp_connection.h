@@ -52,6 +52,7 @@ class TcpConnection final : public Connection,
   WireHeader header_;
   std::deque<PendingSend> queue_;
   bool writing_ = false;
+  bool started_ = false;
   bool closed_ = false;
   std::uint64_t bytes_sent_ = 0;
   std::uint64_t bytes_received_ = 0;

@@ -534,6 +534,25 @@ TEST_P(ConnectionConformanceTest, ReadyDeliversAConnectionThatWaitsForStart) {
   EXPECT_EQ(ready_count(), 1);
 }
 
+// connection.h: handler callbacks begin after Start(). An owner that refuses a ready
+// connection closes it unstarted (ServerCore when the job ended meanwhile): its handler, which
+// may be going away, hears nothing; queued sends still fail with the reason.
+TEST_P(ConnectionConformanceTest, CloseBeforeStartFailsSendsAndCallsNoHandler) {
+  ASSERT_NO_FATAL_FAILURE(ListenAndDial());
+  accepted_ = WaitReady();
+  ASSERT_NE(accepted_, nullptr);
+  SendResults sent;
+  accept_loop_.Run([&] {
+    accepted_->Send(WireHeader{Op::kWeights, 2, 0, 1, 0}, {}, sent.Callback());
+    accepted_->Close(absl::CancelledError("job over"));
+  });
+  ASSERT_TRUE(sent.WaitFor(1));
+  EXPECT_FALSE(sent.statuses()[0].ok());
+  DrainLoops();
+  EXPECT_EQ(acceptor_handler_.closed_count(), 0);
+  EXPECT_EQ(acceptor_handler_.resolve_calls(), 0);
+}
+
 TEST_P(ConnectionConformanceTest, TheAcceptorsPortIsTheOneItListensOn) {
   ASSERT_NO_FATAL_FAILURE(Listen());  // port 0: the kernel picks, port() says which
   ASSERT_NE(port_, 0);
