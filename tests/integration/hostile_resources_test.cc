@@ -250,14 +250,16 @@ TEST(HostileResources, ConnectionsWithoutAHelloInTimeAreClosed) {
         socket.Send(std::string_view(hello_frame).substr(0, hello_frame.size() / 2));
       proto::ControlMessage reply;
       RawSocket::Read r = RawSocket::Read::kTimeout;
-      for (std::size_t sent = 0; r == RawSocket::Read::kTimeout && MillisSince(start) < 3000;
+      // The wait is bounded by 2 s: a connection still open then has outlived the deadline.
+      for (std::size_t sent = 0; r == RawSocket::Read::kTimeout && MillisSince(start) < 2000;
            ++sent) {
         if (kind == kTrickle && sent < hello_frame.size() - 1)
           socket.Send(hello_frame.substr(sent, 1));
         r = socket.ReadMessage(reply, std::chrono::milliseconds(100));
       }
       if (r == RawSocket::Read::kOk && reply.has_error()) errors[kind] = reply.error();
-      if (r == RawSocket::Read::kClosed || socket.WaitClosed(kPromptly))
+      const auto left = std::chrono::milliseconds(std::max<std::int64_t>(0, 2000 - MillisSince(start)));
+      if (r == RawSocket::Read::kClosed || socket.WaitClosed(left))
         elapsed[kind] = MillisSince(start);
     });
   }
@@ -265,9 +267,8 @@ TEST(HostileResources, ConnectionsWithoutAHelloInTimeAreClosed) {
   for (int kind : {kSilent, kHalf, kTrickle}) {
     EXPECT_EQ(errors[kind].code(), proto::Error::TIMEOUT)
         << names[kind] << ": " << Text(errors[kind]);
-    EXPECT_GE(elapsed[kind], 400) << names[kind] << ": closed before the deadline (or never)";
-    EXPECT_LE(elapsed[kind], 2000)
-        << names[kind] << ": closed " << elapsed[kind] << " ms after connecting";
+    EXPECT_NE(elapsed[kind], -1) << names[kind] << ": still open after the bounded wait";
+    EXPECT_GE(elapsed[kind], 400) << names[kind] << ": closed before the deadline";
   }
   ExpectServesAJobAndStaysSmall(phubd);
 }
@@ -289,16 +290,16 @@ TEST(HostileResources, DataConnectionsWithoutAnAttachInTimeAreClosed) {
         RawSocket socket = RawSocket::Connect(job.forged.DataPort(0));
         auto attach = AttachHeader(1, 0, job.forged.welcome.session());
         if (half) socket.Send(std::span<const std::byte>(attach).first(16));
-        if (socket.WaitClosed(std::chrono::seconds(3))) elapsed[half] = MillisSince(start);
+        // Bounded by 2 s: a connection still open then has outlived the deadline.
+        if (socket.WaitClosed(std::chrono::seconds(2))) elapsed[half] = MillisSince(start);
       });
     }
     for (auto& t : threads) t.join();
   }
   for (int half = 0; half < 2; ++half) {
     const char* what = half ? "half an ATTACH" : "a silent data connection";
-    EXPECT_GE(elapsed[half], 400) << what << ": closed before the deadline (or never)";
-    EXPECT_LE(elapsed[half], 2000)
-        << what << ": closed " << elapsed[half] << " ms after connecting";
+    EXPECT_NE(elapsed[half], -1) << what << ": still open after the bounded 2 s wait";
+    EXPECT_GE(elapsed[half], 400) << what << ": closed before the deadline";
   }
   // The job itself was not touched.
   Status honest_outcome;
