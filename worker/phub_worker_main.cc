@@ -18,6 +18,7 @@
 #include <fstream>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "phub/common/logging.h"
@@ -30,6 +31,7 @@
 #include "worker/nn/models/models.h"
 #include "worker/train/evaluate.h"
 #include "worker/train/launch_env.h"
+#include "worker/train/supervisor.h"
 #include "worker/train/synthetic_data.h"
 #include "worker/train/trainer.h"
 #ifdef PHUB_HAVE_CUDNN
@@ -51,6 +53,8 @@ struct Flags {
   int iters = 20, warmup = 3, epochs = 0, log_every = 0;
   std::optional<std::uint32_t> rank, world;
   std::uint64_t seed = 1;
+  int restarts = 0, reconnect_timeout_ms = 60000;
+  std::string save_weights;
   bool describe = false, no_overlap = false;
   phub::exchange::ExchangeOptions exchange;  // --transport and the RDMA device flags
   phub::kernels::OptimizerConfig optimizer{.kind = phub::kernels::OptimizerKind::kMomentum,
@@ -93,6 +97,8 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
     o.ps.servers.push_back(endpoint);
   }
   PHUB_ASSIGN_OR_RETURN(o.ps.client.job_token, ReadToken(f.token_file));
+  // A worker that comes back (a restart, or phubd restarted with --resume) keeps trying this long.
+  if (f.reconnect_timeout_ms > 0) o.ps.client.connect_timeout_ms = f.reconnect_timeout_ms;
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
   o.ring.ring.rendezvous_dir = f.rendezvous;
   o.ring.ring.listen_host = f.listen_host;
@@ -113,6 +119,22 @@ double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// --save-weights: every parameter, in the model's order, as raw float32 (to compare runs).
+phub::Status SaveWeights(phub::worker::Model& model, phub::worker::Backend& backend,
+                         const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return absl::InvalidArgumentError("cannot write --save-weights '" + path + "'");
+  for (phub::worker::Parameter* p : model.parameters()) {
+    PHUB_ASSIGN_OR_RETURN(Tensor host, Tensor::Allocate(p->value.shape()));
+    PHUB_RETURN_IF_ERROR(backend.CopyToHost(p->value, host));
+    out.write(reinterpret_cast<const char*>(host.span().data()),
+              static_cast<std::streamsize>(host.span().size_bytes()));
+  }
+  out.flush();
+  if (!out) return absl::InternalError("writing --save-weights '" + path + "' failed");
+  return absl::OkStatus();
 }
 
 // The run; Ok when it trained (or described) to the end.
@@ -168,6 +190,14 @@ phub::Status Run(Flags& f) {
     PHUB_ASSIGN_OR_RETURN(
         loader, phub::worker::data::BatchLoader::Create(*train, f.batch, rank, world, f.seed));
   }
+  // The batches of `step` onwards: the very ones an uninterrupted run would have had.
+  auto seek = [&](std::int64_t step) -> phub::Status {
+    if (!train) return absl::OkStatus();
+    loader.reset();
+    PHUB_ASSIGN_OR_RETURN(loader, phub::worker::data::BatchLoader::Create(
+                                      *train, f.batch, rank, world, f.seed, true, step));
+    return absl::OkStatus();
+  };
   const std::int64_t per_epoch = loader ? loader->batches_per_epoch() : 0;
   const std::int64_t total_steps = f.epochs > 0 && loader ? f.epochs * per_epoch : f.warmup + f.iters;
   const int log_every = f.log_every > 0 ? f.log_every
@@ -176,6 +206,56 @@ phub::Status Run(Flags& f) {
   PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Trainer> trainer,
                         MakeTrainer(f, rank, world, *model, *backend));
   PHUB_RETURN_IF_ERROR(trainer->Init());
+  std::int64_t first_step = static_cast<std::int64_t>(trainer->start_iteration());
+  if (first_step > 0) {
+    spdlog::info("rank {} resumes the job at step {} (phubd holds the weights)", rank, first_step);
+    PHUB_RETURN_IF_ERROR(seek(first_step));
+  }
+  int reconnects = 0;
+  // Rank 0's initial weights, for a phubd that comes back without a checkpoint: the job then
+  // starts over, from them (rank 0 sends them again).
+  std::vector<Tensor> initial;
+  if (rank == 0 && f.comm == "ps" && f.reconnect_timeout_ms > 0) {
+    for (phub::worker::Parameter* p : model->parameters()) {
+      PHUB_ASSIGN_OR_RETURN(Tensor host, Tensor::Allocate(p->value.shape()));
+      PHUB_RETURN_IF_ERROR(backend->CopyToHost(p->value, host));
+      initial.push_back(std::move(host));
+    }
+  }
+  // phubd lost (gone, or silent past its --liveness-timeout-ms) or this worker dropped: connect
+  // again for up to --reconnect-timeout-ms and go on from the step phubd resumes us at (a
+  // phubd restarted with --resume replays at most its --checkpoint-every - 1 steps).
+  auto reconnect = [&](const phub::Status& lost, std::int64_t& step) -> phub::Status {
+    if (f.comm != "ps" || f.reconnect_timeout_ms <= 0 || !absl::IsUnavailable(lost)) return lost;
+    spdlog::warn("rank {} at step {}: {}; reconnecting for up to {} ms (--reconnect-timeout-ms)",
+                 rank, step, lost.message(), f.reconnect_timeout_ms);
+    trainer.reset();
+    const auto deadline = Clock::now() + std::chrono::milliseconds(f.reconnect_timeout_ms);
+    for (int attempt = 1;; ++attempt) {
+      // Rank 0 holds its initial weights again: a resumed job overwrites them at Init, a job
+      // started over gets them from it.
+      const auto params = model->parameters();
+      for (std::size_t i = 0; i < initial.size(); ++i) {
+        PHUB_RETURN_IF_ERROR(backend->CopyFromHost(initial[i], params[i]->value));
+      }
+      phub::Status joined = [&]() -> phub::Status {
+        PHUB_ASSIGN_OR_RETURN(trainer, MakeTrainer(f, rank, world, *model, *backend));
+        return trainer->Init();
+      }();
+      if (joined.ok()) break;
+      trainer.reset();
+      // A phubd still going down, or not up yet, answers and drops us: try again until the
+      // deadline. Anything else (a refusal) is final.
+      if (!absl::IsUnavailable(joined) || Clock::now() >= deadline) return joined;
+      spdlog::info("rank {}: reconnect attempt {} failed ({}); retrying", rank, attempt,
+                   joined.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    step = static_cast<std::int64_t>(trainer->start_iteration());
+    ++reconnects;
+    spdlog::info("rank {} reconnected ({} so far): going on from step {}", rank, reconnects, step);
+    return seek(step);
+  };
   spdlog::info("{} batch {} on {}: {} parameters; {} rank {}/{}{}; {} steps", f.model, f.batch,
                backend->Describe(), model->ParameterCount(), trainer->mode(), rank, world,
                f.no_overlap ? " (no overlap)" : "", total_steps);
@@ -190,7 +270,14 @@ phub::Status Run(Flags& f) {
   std::vector<EpochRecord> epochs;
   double epoch_loss = 0;
   const auto start = Clock::now();
-  for (std::int64_t step = 0; step < total_steps; ++step) {
+  for (std::int64_t step = first_step;; ++step) {
+    if (step == total_steps) {  // the last step's weights in, before saving or evaluating
+      const phub::Status finished = trainer->Finish();
+      if (finished.ok()) break;
+      PHUB_RETURN_IF_ERROR(reconnect(finished, step));
+      --step;
+      continue;
+    }
     phub::worker::data::LabeledBatch real;
     const Tensor* x_host;
     const Tensor* labels;
@@ -204,8 +291,14 @@ phub::Status Run(Flags& f) {
       labels = &synthetic.labels;
     }
     if (x.defined()) PHUB_RETURN_IF_ERROR(backend->CopyFromHost(*x_host, x));
-    PHUB_ASSIGN_OR_RETURN(const phub::worker::StepTimes t,
-                          trainer->Step(x.defined() ? x : *x_host, *labels));
+    phub::StatusOr<phub::worker::StepTimes> stepped =
+        trainer->Step(x.defined() ? x : *x_host, *labels);
+    if (!stepped.ok()) {
+      PHUB_RETURN_IF_ERROR(reconnect(stepped.status(), step));
+      --step;  // the loop's ++step lands on the step to run
+      continue;
+    }
+    const phub::worker::StepTimes t = *stepped;
     epoch_loss += t.loss;
     if (step >= (loader ? 1 : f.warmup)) {  // Fashion-MNIST runs time all but the first step
       step_ms.push_back(t.total_ms);
@@ -216,7 +309,11 @@ phub::Status Run(Flags& f) {
                    step + 1, total_steps, t.loss, t.total_ms, t.blocked_ms);
     }
     if (loader && (step + 1) % per_epoch == 0) {
-      PHUB_RETURN_IF_ERROR(trainer->Finish());
+      if (const phub::Status finished = trainer->Finish(); !finished.ok()) {
+        PHUB_RETURN_IF_ERROR(reconnect(finished, step));
+        --step;
+        continue;
+      }
       PHUB_ASSIGN_OR_RETURN(const phub::worker::Accuracy acc,
                             phub::worker::Evaluate(*model, *backend, *test));
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -227,7 +324,7 @@ phub::Status Run(Flags& f) {
                    epochs.back().epoch, 100 * acc.fraction(), acc.examples, acc.loss, seconds);
     }
   }
-  PHUB_RETURN_IF_ERROR(trainer->Finish());
+  if (!f.save_weights.empty()) PHUB_RETURN_IF_ERROR(SaveWeights(*model, *backend, f.save_weights));
   const double median = Median(step_ms);
   const double blocked = std::accumulate(blocked_ms.begin(), blocked_ms.end(), 0.0);
   const double total = std::accumulate(step_ms.begin(), step_ms.end(), 0.0);
@@ -317,6 +414,16 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "Seed of the weights, the data order and synthetic data")
       ->capture_default_str();
   phub::kernels::AddOptimizerFlags(app, f.optimizer);
+  app.add_option("--restarts", f.restarts,
+                 "Run supervised: a worker that dies (a signal, a failure that may pass) is "
+                 "started again, up to this many times, and rejoins its job (--comm ps)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--reconnect-timeout-ms", f.reconnect_timeout_ms,
+                 "--comm ps: when phubd is lost (or drops this worker), reconnect for up to this "
+                 "long and go on from where phubd resumes the job; 0: fail instead")
+      ->capture_default_str()->check(CLI::Range(0, 86400000));
+  app.add_option("--save-weights", f.save_weights,
+                 "Write the final weights (raw float32, parameter order) to this file");
   app.add_option("--log-every", f.log_every, "Progress line every K steps (default: 20 lines)");
   app.add_option("--results", f.results, "Write a JSON record of the run to this file");
   app.add_flag("--describe", f.describe, "Print the layers, their output shapes and parameters; exit");
@@ -327,6 +434,9 @@ int main(int argc, char** argv) {
   if (auto s = phub::SetUpLogging(f.log_level, "phub-worker"); !s.ok()) {
     std::fprintf(stderr, "phub-worker: %s\n", std::string(s.message()).c_str());
     return 2;
+  }
+  if (f.restarts > 0) {
+    return phub::worker::RunSupervised(phub::worker::WithoutRestartsFlag(argc, argv), f.restarts);
   }
   const phub::Status s = Run(f);
   if (!s.ok()) spdlog::error("{}", s.message());

@@ -7,6 +7,11 @@ blocked on the exchange), test accuracy per epoch; a PNG of test accuracy vs wal
   deploy/local/demo.py [--workers 2] [--epochs 2] [--batch 32] [--lr 0.05] [--modes ps,ring]
                        [--steps N] [--min-accuracy PCT] [--build build] [--out results/demo]
 
+Recovery is part of the PS run (--no-kill skips it): a third of the way through, the last
+worker is killed (SIGKILL) and started again with the same rank; it rejoins the running job
+(phubd gives it the weights of the step to replay, its data resumes there), the others wait for
+it, and its final test accuracy must equal rank 0's exactly (their weights are bitwise equal).
+
 Each worker runs with one OpenMP thread (2 workers on 2 cores), phubd with one core. Ctrl-C
 stops every process it started. Exit 1 if a process fails, the workers' accuracies differ, or
 (with --min-accuracy) a mode's final test accuracy is under the floor.
@@ -124,33 +129,57 @@ def run_mode(mode, a, run_dir):
         os.makedirs(rendezvous)
         comm = ["--comm", "ring", "--rendezvous", rendezvous]
     workers, logs = [], []
+    total_steps = a.epochs * (a.steps or 60000 // a.workers // a.batch)
+    log_every = max(1, total_steps // 12)
+
+    def worker_cmd(r):
+        return [worker_bin, "--model", "fashion-cnn", "--batch", str(a.batch), "--data",
+                "fashion-mnist", "--epochs", str(a.epochs), "--lr", str(a.lr), "--optimizer",
+                "momentum", "--rank", str(r), "--world", str(a.workers), "--seed", "1",
+                "--log-every", str(log_every), "--results",
+                os.path.join(run_dir, f"{mode}_{r}.json")] + comm + a.data_args
+
     for r in range(a.workers):
         logs.append(os.path.join(run_dir, f"{mode}_worker{r}.log"))
-        workers.append(start([worker_bin, "--model", "fashion-cnn", "--batch", str(a.batch),
-                              "--data", "fashion-mnist", "--epochs", str(a.epochs), "--lr",
-                              str(a.lr), "--optimizer", "momentum", "--rank", str(r), "--world",
-                              str(a.workers), "--seed", "1", "--log-every", "200", "--results",
-                              os.path.join(run_dir, f"{mode}_{r}.json")] + comm + a.data_args,
-                             logs[-1], env))
+        workers.append(start(worker_cmd(r), logs[-1], env))
     log(f"{mode}: {'phubd + ' if server else ''}{a.workers} workers started "
         f"(logs in {run_dir}); {a.epochs} epochs")
+    # Recovery, shown: the last worker killed a third of the way through, and restarted.
+    victim = a.workers - 1 if server and a.kill and a.workers > 1 else None
+    kill_at = max(1, total_steps // 3)
     # Show rank 0's progress lines while it trains.
     shown = 0
     while workers[0].poll() is None:
-        time.sleep(2)
+        time.sleep(0.5)
         lines = open(logs[0]).read().splitlines()
         for line in lines[shown:]:
             if "step " in line or "epoch " in line:
                 print(f"  {mode} rank 0: {line.split('] ', 2)[-1]}", flush=True)
         shown = len(lines)
+        done = [int(l.split("step ")[1].split("/")[0]) for l in lines if "] step " in l]
+        if victim is not None and done and done[-1] >= kill_at:
+            workers[victim].kill()
+            workers[victim].wait()
+            log(f"{mode}: killed worker {victim} (SIGKILL) at about step {done[-1]} of "
+                f"{total_steps}; starting it again with the same rank")
+            logs[victim] = os.path.join(run_dir, f"{mode}_worker{victim}_restarted.log")
+            workers[victim] = start(worker_cmd(victim), logs[victim], env)
+            victim = None
     wait_workers(workers, logs, timeout=600)
+    if server and a.kill and a.workers > 1:
+        text = open(logs[-1]).read()
+        resumed = [l.split("] ", 2)[-1] for l in text.splitlines() if "resumes the job at step" in l]
+        log(f"{mode}: the restarted worker: {resumed[0] if resumed else 'did not report a resume'}")
+        if not resumed:
+            raise SystemExit(f"demo: the restarted worker did not rejoin; its log: {logs[-1]}")
     if server:
         server.wait(timeout=30)
     results = [json.load(open(os.path.join(run_dir, f"{mode}_{r}.json"))) for r in range(a.workers)]
-    accs = {tuple(round(e["test_accuracy"], 6) for e in r["epochs"]) for r in results}
+    # A restarted worker reports only the epochs it finished itself: compare the last one.
+    accs = {r["epochs"][-1]["test_accuracy"] for r in results}
     if len(accs) != 1:
-        raise SystemExit(f"demo: {mode}: the workers' test accuracies differ ({accs}): their "
-                         "weights are not identical")
+        raise SystemExit(f"demo: {mode}: the workers' final test accuracies differ ({accs}): "
+                         "their weights are not identical")
     return results[0]
 
 
@@ -163,6 +192,8 @@ def main():
     p.add_argument("--modes", default="ps,ring")
     p.add_argument("--steps", type=int, default=0,
                    help="quick run: N mini-batches per worker per epoch (default: whole epochs)")
+    p.add_argument("--no-kill", dest="kill", action="store_false",
+                   help="PS run: do not kill and restart a worker mid-training")
     p.add_argument("--min-accuracy", type=float, default=0,
                    help="exit 1 if a mode's final test accuracy (%%) is under this (default: none)")
     p.add_argument("--build", default=os.environ.get("PHUB_BUILD_DIR", "build"))

@@ -1,5 +1,7 @@
 #include "phub/client/join_job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "phub/common/version.h"
 #include "phub/transport/control_channel.h"
@@ -29,6 +31,10 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   PHUB_RETURN_IF_ERROR(transport::WriteControlMessage(control, hello_message));
   spdlog::debug("rank {}: Hello sent, waiting for the other workers", options.rank);
   PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, transport::ReadControlMessage(control));
+  // A Notice (or a Heartbeat) can only come after the Welcome; tolerate one before it anyway.
+  for (int skipped = 0; (reply.has_notice() || reply.has_heartbeat()) && skipped < 16; ++skipped) {
+    PHUB_ASSIGN_OR_RETURN(reply, transport::ReadControlMessage(control));
+  }
   if (reply.has_error()) {
     return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", options.rank, ": ",
                                                    reply.error().message(), "; fix: ",
@@ -53,7 +59,12 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
                                                    data_plane.status().message()));
   }
   JoinedJob job{std::move(table), welcome.weights_from_server(), welcome.session(), *data_plane,
-                {}};
+                {}, welcome.resumed(), welcome.resume_iteration(),
+                static_cast<int>(std::min<std::uint32_t>(welcome.liveness_timeout_ms(), 3600000))};
+  if (job.resumed) {
+    spdlog::info("rank {}: phubd resumes this worker at iteration {}", options.rank,
+                 job.resume_iteration);
+  }
   for (const proto::CoreEndpoint& endpoint : welcome.cores()) {
     if (endpoint.core() != job.cores.size() || endpoint.port() == 0 || endpoint.port() > 65535) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -26,6 +26,11 @@ struct JoinedJob {
   std::uint64_t session = 0;
   transport::TransportKind transport = transport::TransportKind::kTcp;  // phubd's data plane
   std::vector<CoreAddress> cores;  // by core index
+  // The job's weights exist already (a rejoin, or phubd resumed a checkpoint): no INIT; the
+  // first weights are those of resume_iteration.
+  bool resumed = false;
+  std::uint64_t resume_iteration = 0;
+  int liveness_timeout_ms = 0;  // phubd's; 0: no heartbeats
 };
 
 // Connects to phubd's control port (retrying refused connections for

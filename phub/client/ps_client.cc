@@ -1,10 +1,12 @@
 #include "phub/client/ps_client.h"
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "phub/client/join_job.h"
 #include "phub/client/ps_client_impl.h"
+#include "phub/common/bounded_text.h"
 #include "phub/common/membership.h"
 #include "phub/transport/control_channel.h"
 #include "phub/transport/open_device.h"
@@ -47,10 +49,15 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   table_ = std::move(job.table);
   weights_from_server_ = job.weights_from_server;
   session_ = job.session;
+  resumed_ = job.resumed;
+  resume_iteration_ = job.resumed ? job.resume_iteration : 0;
+  liveness_timeout_ms_ = job.liveness_timeout_ms;
 
-  // Every tensor awaits its iteration-0 weights, which phubd sends once all workers attached.
-  tensors_.assign(table_->tensors().size(), TensorState{});
-  landed_.assign(table_->chunks().size(), 0);
+  // Every tensor awaits its first weights (iteration 0, or where the job resumes), which phubd
+  // sends once all workers attached (resumed: once this one attached).
+  tensors_.assign(table_->tensors().size(),
+                  TensorState{resume_iteration_, resume_iteration_, 0});
+  landed_.assign(table_->chunks().size(), resume_iteration_);
   for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
     tensors_[t].pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(t).size());
   }
@@ -72,7 +79,9 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   }
   loop_.Run([this] {
     for (auto& c : connections_) c->Start();
+    phubd_heard_ = std::chrono::steady_clock::now();
     WatchControl();
+    ArmHeartbeat();
     started_ = true;
   });
   spdlog::debug("rank {}: attached to {} server cores, {} chunks", options_.rank,
@@ -111,7 +120,7 @@ StatusOr<std::vector<transport::LandingZone>> PsClient::Impl::LandingZones(
     const Connection&, const WireHeader*) {
   std::vector<transport::LandingZone> zones;
   for (const keys::Chunk& chunk : table_->chunks()) {
-    zones.push_back({Op::kWeights, options_.rank, chunk.id, 0,
+    zones.push_back({Op::kWeights, options_.rank, chunk.id, resume_iteration_,
                      std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset,
                                                                            chunk.elements))});
   }
@@ -124,11 +133,74 @@ void PsClient::Impl::WatchControl() {
       return RecordError(absl::UnavailableError(
           absl::StrCat("lost the control connection to phubd: ", m.status().message())));
     }
+    phubd_heard_ = std::chrono::steady_clock::now();
     if (m->has_error()) {
-      RecordError(absl::UnavailableError(
-          absl::StrCat("phubd: ", m->error().message(), "; ", m->error().fix())));
+      // A stalled job cannot be rejoined: Aborted, so that no one reconnects to it. Anything
+      // else (this worker dropped as silent, phubd stopping) may pass: Unavailable.
+      const std::string text = absl::StrCat("phubd: ", m->error().message(), "; ", m->error().fix());
+      RecordError(m->error().code() == proto::Error::JOB_STALLED ? absl::AbortedError(text)
+                                                                 : absl::UnavailableError(text));
+    }
+    if (m->has_notice()) {
+      spdlog::warn("rank {}: phubd: {}", options_.rank, Bounded(m->notice().text(), 400));
     }
     WatchControl();
+  });
+}
+
+void PsClient::Impl::SendControl(const proto::ControlMessage& message,
+                                 std::function<void()> done) {
+  control_outbox_.emplace_back(transport::FrameControlMessage(message), std::move(done));
+  if (!control_writing_) WriteControlQueued();
+}
+
+void PsClient::Impl::WriteControlQueued() {
+  if (control_outbox_.empty() || !control_.is_open()) {
+    control_writing_ = false;
+    for (auto& [frame, done] : control_outbox_) {
+      if (done) done();
+    }
+    control_outbox_.clear();
+    return;
+  }
+  control_writing_ = true;
+  auto frame = control_outbox_.front().first;
+  asio::async_write(control_, asio::buffer(*frame),
+                    [this, frame](const boost::system::error_code& ec, std::size_t) {
+                      auto done = std::move(control_outbox_.front().second);
+                      control_outbox_.pop_front();
+                      if (done) done();
+                      if (ec) {  // the read side reports phubd's end
+                        boost::system::error_code ignored;
+                        control_.close(ignored);
+                      }
+                      WriteControlQueued();
+                    });
+}
+
+void PsClient::Impl::ArmHeartbeat() {
+  if (liveness_timeout_ms_ <= 0 || closing_) return;
+  if (!heartbeat_timer_) heartbeat_timer_ = std::make_unique<asio::steady_timer>(loop_.context());
+  heartbeat_timer_->expires_after(std::chrono::milliseconds(std::max(1, liveness_timeout_ms_ / 4)));
+  heartbeat_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec || closing_) return;
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - phubd_heard_);
+    if (silent.count() > liveness_timeout_ms_) {
+      // phubd stopped, hung or the link is cut: fail every wait now rather than hang.
+      return RecordError(absl::UnavailableError(absl::StrCat(
+          "nothing heard from phubd for ", silent.count(), " ms (its --liveness-timeout-ms is ",
+          liveness_timeout_ms_, "): phubd is stopped, hung, or the link is cut")));
+    }
+    proto::ControlMessage heartbeat;
+    std::uint64_t done = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& t : tensors_) done = std::max(done, t.iteration);
+    }
+    heartbeat.mutable_heartbeat()->set_iteration(done);
+    SendControl(heartbeat);
+    ArmHeartbeat();
   });
 }
 Status PsClient::Impl::DeclareGradients(const std::vector<std::span<const float>>& grads) {
@@ -193,18 +265,33 @@ Status PsClient::Impl::Close() {
     std::unique_lock lock(done_mu);
     done_cv.wait(lock, [&] { return remaining == 0; });
   }
-  Status status;
+  // The Goodbye goes behind any Heartbeat still being written (one write at a time).
+  bool goodbye_out = false;
   loop_.Run([&] {
-    if (control_.is_open()) {
-      proto::ControlMessage goodbye;
-      goodbye.mutable_goodbye()->set_iterations(iterations);
-      status = transport::WriteControlMessage(control_, goodbye);
-      boost::system::error_code ignored;
-      control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-      control_.close(ignored);
+    if (heartbeat_timer_) heartbeat_timer_->cancel();
+    if (!control_.is_open()) {
+      goodbye_out = true;
+      return;
     }
+    proto::ControlMessage goodbye;
+    goodbye.mutable_goodbye()->set_iterations(iterations);
+    SendControl(goodbye, [&] {
+      std::lock_guard lock(done_mu);
+      goodbye_out = true;
+      done_cv.notify_all();
+    });
   });
-  return status;
+  {
+    // Bounded: a phubd that does not read gets no more than this.
+    std::unique_lock lock(done_mu);
+    done_cv.wait_for(lock, std::chrono::seconds(5), [&] { return goodbye_out; });
+  }
+  loop_.Run([&] {
+    boost::system::error_code ignored;
+    control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    control_.close(ignored);
+  });
+  return absl::OkStatus();
 }
 PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsClient::~PsClient() = default;
@@ -229,6 +316,7 @@ Status PsClient::Close() { return impl_->Close(); }
 const keys::KeyTable& PsClient::key_table() const { return impl_->table(); }
 bool PsClient::weights_from_server() const { return impl_->weights_from_server(); }
 std::uint32_t PsClient::rank() const { return impl_->rank(); }
+std::uint64_t PsClient::resume_iteration() const { return impl_->resume_iteration(); }
 std::uint64_t PsClient::iteration(std::uint32_t t) const { return impl_->iteration(t); }
 
 }  // namespace phub::client

@@ -18,9 +18,11 @@
 // Push(t) and Wait(t)); `grads` must stay valid and unmodified until Wait(t) returns.
 //
 // Thread-safety: Push/Wait/Init/Close may be called from any thread, but one tensor is driven
-// by one thread at a time. Errors (phubd gone, job stalled because another worker died, a
-// refused handshake) come back as a Status from the next call: never as an exception, never
-// as a hang.
+// by one thread at a time. Errors (phubd gone or silent for its --liveness-timeout-ms, a job
+// stalled because another worker died and did not rejoin, a refused handshake) come back as a
+// Status from the next call: never as an exception, never as a hang. While another worker is
+// lost and the job waits for its rejoin, Wait simply waits (phubd's heartbeats keep coming;
+// its Notices are logged).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,8 @@ class PsClient {
 
   // Rank 0 sends its weights as the initial weights (unless phubd loaded them from a file);
   // every rank then waits until the initial weights have landed in its buffers. Blocks.
+  // In a resumed job (resume_iteration() below) nobody sends: the weights of the iteration to
+  // resume at land instead.
   Status Init();
 
   // Starts pushing tensor t's gradient. Does not block. REQUIRES: Init() returned OK and the
@@ -84,6 +88,10 @@ class PsClient {
   const keys::KeyTable& key_table() const;
   bool weights_from_server() const;
   std::uint32_t rank() const;
+  // Recovery (docs/design.md "Recovery"): 0 in a fresh job. In a job this worker rejoins, or
+  // that phubd resumed from a checkpoint, the iteration Init's weights are of: the caller's
+  // next Push is iteration resume_iteration() + 1, and its data must be that iteration's.
+  std::uint64_t resume_iteration() const;
   // Number of completed pushes of tensor t.
   std::uint64_t iteration(std::uint32_t tensor) const;
 

@@ -23,7 +23,7 @@ void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const flo
   }
 }
 Status PsClient::Impl::Init() {
-  if (options_.rank == 0 && !weights_from_server_) {
+  if (options_.rank == 0 && !weights_from_server_ && !resumed_) {
     loop_.Post([this] {
       for (std::uint32_t t = 0; t < tensors_.size(); ++t) SendChunks(Op::kInit, t, weights_[t], 0);
     });

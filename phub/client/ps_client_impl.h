@@ -5,6 +5,10 @@
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -15,6 +19,7 @@
 #include "phub/transport/event_loop.h"
 #include "phub/transport/transport.h"
 #include "phub/transport/transport_kind.h"
+#include "proto/phub.pb.h"
 
 namespace phub::client {
 
@@ -39,6 +44,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
     loop_.Run([this] {
       connections_.clear();
       transport_.reset();
+      heartbeat_timer_.reset();
     });
   }
 
@@ -53,6 +59,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   const keys::KeyTable& table() const { return *table_; }
   bool weights_from_server() const { return weights_from_server_; }
   std::uint32_t rank() const { return options_.rank; }
+  std::uint64_t resume_iteration() const { return resume_iteration_; }
   std::uint64_t iteration(std::uint32_t t) const {
     std::lock_guard lock(mu_);
     return tensors_[t].iteration;
@@ -76,6 +83,12 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   void RecordError(const Status& status);
   Status OpenTransport(transport::TransportKind kind);
   void WatchControl();
+  // Control connection writes (Heartbeats, the Goodbye): queued, one asynchronous write at a
+  // time. `done` runs once the frame is out (or failed).
+  void SendControl(const proto::ControlMessage& message, std::function<void()> done = {});
+  void WriteControlQueued();
+  // Every liveness/4: a Heartbeat out, and phubd's silence checked (ps_client.cc).
+  void ArmHeartbeat();
   void SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
                   std::uint64_t iteration);
 
@@ -88,6 +101,14 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   std::unique_ptr<transport::Transport> transport_;       // phubd's choice, on loop_
   std::vector<std::shared_ptr<Connection>> connections_;  // by server core
   bool weights_from_server_ = false;
+  bool resumed_ = false;                 // the Welcome's: no INIT, weights of resume_iteration_
+  std::uint64_t resume_iteration_ = 0;
+  int liveness_timeout_ms_ = 0;          // phubd's; 0: no heartbeats
+  // On the loop thread: the control connection's writes, and when phubd was last heard.
+  std::deque<std::pair<std::shared_ptr<std::string>, std::function<void()>>> control_outbox_;
+  bool control_writing_ = false;
+  std::chrono::steady_clock::time_point phubd_heard_{};
+  std::unique_ptr<boost::asio::steady_timer> heartbeat_timer_;
   std::uint64_t session_ = 0;
   std::atomic<bool> closing_{false};
   bool closed_ = false;

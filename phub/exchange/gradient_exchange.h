@@ -57,6 +57,11 @@ class GradientExchange {
   // Leaves the job cleanly. Idempotent.
   virtual Status Close() = 0;
 
+  // The iteration Init's weights are of: 0, except where the PS resumed this worker (it
+  // rejoined a running job, or phubd resumed a checkpoint): the caller's next step is then
+  // start_iteration() + 1 (0-based step start_iteration()), with that step's data.
+  virtual std::uint64_t start_iteration() const { return 0; }
+
   // "ps", "ps-colocated", "ring" or "nccl": for logs and result files.
   virtual std::string name() const = 0;
 };

@@ -75,6 +75,16 @@ StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOption
     }
     exchange->clients_.push_back(*std::move(client));
   }
+  // Several servers resume a worker together only at the same iteration (each holds a share
+  // of every step): one that resumed elsewhere means the job cannot go on consistently.
+  for (const auto& client : exchange->clients_) {
+    if (client->resume_iteration() != exchange->clients_[0]->resume_iteration()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the servers resume this worker at different iterations (",
+          exchange->clients_[0]->resume_iteration(), " and ", client->resume_iteration(),
+          "): restart the job from the same checkpoint on every server"));
+    }
+  }
   if (num_servers > 1) {
     spdlog::info("model spread over {} servers ({} slices)", num_servers, [&] {
       std::size_t n = 0;
@@ -86,6 +96,10 @@ StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOption
 }
 
 PsExchange::~PsExchange() { (void)Close(); }
+
+std::uint64_t PsExchange::start_iteration() const {
+  return clients_.empty() ? 0 : clients_[0]->resume_iteration();
+}
 
 Status PsExchange::Init() {
   // Every worker visits the servers in the same order, so no two wait on each other.

@@ -51,6 +51,7 @@ class PsExchange final : public GradientExchange {
   Status WaitAll() override;
   Status Close() override;
   std::string name() const override { return clients_.size() == 1 ? "ps" : "ps-colocated"; }
+  std::uint64_t start_iteration() const override;
 
   std::size_t num_servers() const { return clients_.size(); }
 

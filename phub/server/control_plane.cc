@@ -36,6 +36,8 @@ std::string KindOf(const proto::ControlMessage& message) {
     case proto::ControlMessage::kError: return "Error";
     case proto::ControlMessage::kGoodbye: return "Goodbye";
     case proto::ControlMessage::kVerbsEndpoint: return "VerbsEndpoint";
+    case proto::ControlMessage::kHeartbeat: return "Heartbeat";
+    case proto::ControlMessage::kNotice: return "Notice";
     case proto::ControlMessage::BODY_NOT_SET: return "an empty message";
   }
   return "an unknown message";
@@ -56,8 +58,19 @@ ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& optio
       options_(options),
       cores_(cores),
       on_job_end_(std::move(on_job_end)),
-      job_deadline_(context) {
+      job_deadline_(context),
+      liveness_timer_(context) {
   members_.resize(options_.world_size);
+  missing_.assign(options_.world_size, 0);
+  resume_point_.assign(options_.world_size, 0);
+  if (!options_.checkpoint.dir.empty()) {
+    checkpoints_ = std::make_unique<CheckpointWriter>(
+        options_.checkpoint.dir, [this, alive = alive_](std::function<void()> done) {
+          asio::post(context_, [alive, done = std::move(done)] {
+            if (*alive) done();
+          });
+        });
+  }
 }
 
 ControlPlane::~ControlPlane() { *alive_ = false; }
@@ -67,6 +80,7 @@ Status ControlPlane::Start() {
                                        context_, options_.listen_address, options_.port,
                                        options_.tcp));
   listener_->Start([this](asio::ip::tcp::socket socket) { OnAccept(std::move(socket)); });
+  ArmLiveness();
   return absl::OkStatus();
 }
 
@@ -75,6 +89,7 @@ void ControlPlane::Stop() {
   stopping_ = true;
   if (listener_) listener_->Stop();
   CancelJobDeadline();
+  liveness_timer_.cancel();
   auto sessions = sessions_;
   for (auto& [id, session] : sessions) Drop(session, absl::CancelledError("phubd is stopping"));
   if (running_) EndJob();
@@ -142,6 +157,7 @@ void ControlPlane::ReadNext(const SessionPtr& session) {
 }
 
 void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage message) {
+  session->last_heard = std::chrono::steady_clock::now();
   switch (session->state) {
     case State::kAwaitingHello:
       if (message.has_hello()) return OnHello(session, message.hello());
@@ -162,6 +178,7 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
         if (running_) ArmLeaveDeadline(session->rank);
         return;
       }
+      if (message.has_heartbeat()) return ReadNext(session);  // last_heard is all it is for
       return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
                                                               " in a running job")));
     case State::kLeaving:
@@ -173,6 +190,7 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
 }
 
 void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello) {
+  if (IsRejoin(hello)) return Rejoin(session, hello);
   if (running_) {
     return Refuse(session,
                   MakeError(proto::Error::BAD_REQUEST,
@@ -189,6 +207,7 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
     }
   }
   std::optional<proto::Error> error = CheckHello(hello, options_, first, taken);
+  if (!error && resume_) error = CheckResumedModel(hello, *resume_);
   if (!error) error = CheckJobLimits(hello, options_);
   if (error) {
     spdlog::warn("refusing a worker from {}: {}", session->peer, error->message());
@@ -287,11 +306,13 @@ void ControlPlane::Drop(const SessionPtr& session, const Status& why,
     return;
   }
   // In the running job.
-  if (was == State::kInJob && !stopping_) {
-    Stall(absl::StrCat("rank ", rank, " disconnected without goodbye (", why.message(), ")"));
-  }
   members_[rank].reset();
-  if (--live_members_ == 0) EndJob();
+  --live_members_;
+  if (was == State::kInJob && !stopping_) {
+    MemberLost(rank, absl::StrCat("disconnected without goodbye: ", why.message()));
+  }
+  // A job waiting for a lost member to rejoin goes on with nobody connected.
+  if (running_ && live_members_ == 0 && (stalled_ || missing_count_ == 0)) EndJob();
 }
 
 }  // namespace phub::server

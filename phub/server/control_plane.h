@@ -21,6 +21,14 @@
 // ends its session at once; if the others then push an iteration the leaver's copy is missing
 // from, a shard reports it and the job stalls too (a clean leave mid-job is still a loss).
 //
+// Recovery (control_plane_recovery.cc): a member lost mid-job (its control connection closed or
+// silent for --liveness-timeout-ms, or a data connection lost) leaves the job waiting up to
+// --rejoin-timeout-ms for a worker of the same rank to say Hello again; the others are told
+// (Notice) and wait. The rejoiner is welcomed into the running job at the iteration it must
+// replay (shard.h). Past the deadline the job stalls as above. Heartbeats go both ways on every
+// member's control connection. Checkpoints: every --checkpoint-every iterations the shards' copies
+// are gathered here and written on a writer thread; --resume starts the first job from one.
+//
 // Resources a peer can hold are bounded: --max-connections open control connections, a frame
 // of --max-control-frame-bytes read as its bytes arrive, --max-tensors and --max-model-bytes
 // checked before anything is allocated for a job.
@@ -36,6 +44,7 @@
 #include <memory>
 #include <vector>
 
+#include "phub/server/checkpoint_writer.h"
 #include "phub/server/server_core.h"
 #include "phub/server/server_options.h"
 #include "phub/transport/control_frame.h"
@@ -54,6 +63,10 @@ class ControlPlane {
   Status Start();  // binds the control port
   std::uint16_t port() const { return listener_->port(); }
   void Stop();     // closes every control connection and ends a running job
+  // SIGTERM with --checkpoint-dir: the running job's checkpoint, written before Stop.
+  void CheckpointBeforeStop() { CheckpointNow(); }
+  // --resume: loads the newest good checkpoint; the first job must match it. Before Start.
+  Status LoadResume();
 
  private:
   enum class State { kAwaitingHello, kJoined, kInJob, kLeaving, kClosed };
@@ -68,6 +81,7 @@ class ControlPlane {
     std::int64_t rank = -1;  // set once its Hello is accepted
     std::string peer;        // for logs
     proto::Hello hello;
+    std::chrono::steady_clock::time_point last_heard{};  // any message; liveness
     // Frames waiting to be written: asynchronous writes on one socket must not overlap.
     std::deque<std::shared_ptr<std::string>> outbox;
     bool writing = false;
@@ -88,7 +102,7 @@ class ControlPlane {
             const proto::Error* farewell = nullptr);
   void Refuse(const SessionPtr& session, const proto::Error& error);
   // The job's one deadline, and what it is for: a later phase's deadline replaces an earlier's.
-  enum class JobDeadline { kNone, kForming, kAttaching, kLeaving, kStalled };
+  enum class JobDeadline { kNone, kForming, kAttaching, kLeaving, kStalled, kRejoin };
   void ArmJobDeadline(JobDeadline kind, int timeout_ms, std::function<void()> fire);
   void CancelJobDeadline();
   void StartJob();
@@ -97,6 +111,17 @@ class ControlPlane {
   void Stall(const std::string& reason);
   void EndJob();
   void OnShardEvent(const ShardEvent& event);
+  void SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resume_iteration);
+  // Recovery (control_plane_recovery.cc).
+  void MemberLost(std::uint32_t rank, const std::string& why);
+  bool IsRejoin(const proto::Hello& hello) const;
+  void Rejoin(const SessionPtr& session, const proto::Hello& hello);
+  void Notify(const std::string& text);
+  void ArmLiveness();
+  void OnSnapshot(const ShardEvent& event);
+  // Writes the running job's checkpoint now, all chunks as they are (SIGTERM), and waits.
+  void CheckpointNow();
+  std::shared_ptr<JobSnapshot> SnapshotHeader() const;
 
   boost::asio::io_context& context_;
   const ServerOptions& options_;
@@ -121,6 +146,22 @@ class ControlPlane {
   boost::asio::steady_timer job_deadline_;  // the flags of JobDeadline's phases, in the .cc
   JobDeadline job_deadline_kind_ = JobDeadline::kNone;
   std::uint64_t job_deadline_generation_ = 0;  // a deadline that fired late for another job
+  // Recovery.
+  proto::Hello job_hello_;                    // the running job's tensors, for rejoins
+  std::vector<std::uint8_t> missing_;         // by rank: lost, may rejoin
+  std::vector<std::uint64_t> resume_point_;   // by rank: the iteration it rejoins at
+  std::uint32_t missing_count_ = 0;
+  std::uint64_t rejoins_ = 0, losses_ = 0;
+  boost::asio::steady_timer liveness_timer_;
+  std::shared_ptr<const JobSnapshot> resume_;  // --resume: the first job starts from it
+  std::uint64_t resume_iteration_ = 0;
+  std::unique_ptr<CheckpointWriter> checkpoints_;
+  // The checkpoint being gathered from the cores: its iteration and the chunks so far.
+  std::uint64_t gathering_iteration_ = 0;
+  std::uint32_t gathered_cores_ = 0;
+  double gathered_pause_ms_ = 0;
+  std::shared_ptr<JobSnapshot> gathering_;
+  std::shared_ptr<const JobSpec> spec_;  // the running job's
   // Shards post events here after the control plane is gone during shutdown: guard them.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -110,7 +110,11 @@ void ControlPlane::StartJob() {
       .world_size = options_.world_size,
       .optimizer = options_.optimizer,
       .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
-      .initial_weights = std::move(initial_weights)});
+      .initial_weights = resume_ ? std::vector<float>{} : std::move(initial_weights),
+      .keep_previous = options_.limits.rejoin_timeout_ms > 0 || !options_.checkpoint.dir.empty(),
+      .checkpoint_every = options_.checkpoint.dir.empty() ? 0 : options_.checkpoint.every,
+      .resume = resume_,
+      .resume_iteration = resume_ ? resume_iteration_ : 0});
   std::shared_ptr<const JobSpec> spec = job;
   auto sink = [this, alive = alive_](ShardEvent event) {
     asio::post(context_, [this, alive, event = std::move(event)] {
@@ -129,35 +133,23 @@ void ControlPlane::StartJob() {
     }
   }
 
-  proto::ControlMessage message;
-  proto::Welcome& welcome = *message.mutable_welcome();
-  welcome.set_protocol_version(kProtocolVersion);
-  welcome.set_chunk_bytes(spec->table.chunk_bytes());
-  for (auto owner : spec->table.owners()) welcome.add_chunk_owner(owner);
-  welcome.set_session(spec->session);
-  welcome.set_weights_from_server(!spec->initial_weights.empty());
-  welcome.set_optimizer(kernels::Describe(options_.optimizer));
-  welcome.set_transport(transport::TransportName(options_.transport));
+  spec_ = spec;
+  job_hello_ = members_[0]->hello;
   running_ = true;
   stalled_ = false;
   cores_attached_ = 0;
   live_members_ = options_.world_size;
   left_cleanly_.assign(options_.world_size, false);
+  missing_.assign(options_.world_size, 0);
+  missing_count_ = 0;
+  gathering_iteration_ = 0;
   ++jobs_started_;
+  const bool resumed = resume_ != nullptr;
+  resume_.reset();  // one job resumes it; the next starts afresh
   for (auto& member : members_) {
     member->state = State::kInJob;
-    // Workers reach the data ports at the address they reached the control port on.
-    boost::system::error_code ec;
-    std::string host = member->socket.local_endpoint(ec).address().to_string();
-    welcome.clear_cores();
-    for (auto& core : cores_) {
-      proto::CoreEndpoint& endpoint = *welcome.add_cores();
-      endpoint.set_server(0);
-      endpoint.set_core(core->index());
-      endpoint.set_host(host);
-      endpoint.set_port(core->port());
-    }
-    Send(member, message);
+    member->last_heard = std::chrono::steady_clock::now();
+    SendWelcome(member, resumed, spec->resume_iteration);
   }
   // A member that took its Welcome but never attaches would hold the job (and phubd) for good.
   ArmJobDeadline(JobDeadline::kAttaching, options_.limits.attach_timeout_ms, [this] {
@@ -166,17 +158,50 @@ void ControlPlane::StartJob() {
                        cores_attached_, " of ", cores_.size(),
                        " cores have all their workers; --attach-timeout-ms)"));
   });
-  spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}",
+  spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}{}",
                jobs_started_, options_.world_size, spec->table.tensors().size(),
                spec->table.chunks().size(), spec->table.chunk_bytes(), cores_.size(),
-               welcome.optimizer());
+               kernels::Describe(options_.optimizer),
+               resumed ? absl::StrCat(", resumed at iteration ", spec->resume_iteration) : "");
+}
+
+void ControlPlane::SendWelcome(const SessionPtr& member, bool resumed,
+                               std::uint64_t resume_iteration) {
+  proto::ControlMessage message;
+  proto::Welcome& welcome = *message.mutable_welcome();
+  welcome.set_protocol_version(kProtocolVersion);
+  welcome.set_chunk_bytes(spec_->table.chunk_bytes());
+  for (auto owner : spec_->table.owners()) welcome.add_chunk_owner(owner);
+  welcome.set_session(spec_->session);
+  welcome.set_weights_from_server(!spec_->initial_weights.empty());
+  welcome.set_optimizer(kernels::Describe(options_.optimizer));
+  welcome.set_transport(transport::TransportName(options_.transport));
+  welcome.set_resumed(resumed);
+  welcome.set_resume_iteration(resume_iteration);
+  welcome.set_liveness_timeout_ms(
+      static_cast<std::uint32_t>(std::max(0, options_.limits.liveness_timeout_ms)));
+  // Workers reach the data ports at the address they reached the control port on.
+  boost::system::error_code ec;
+  std::string host = member->socket.local_endpoint(ec).address().to_string();
+  for (auto& core : cores_) {
+    proto::CoreEndpoint& endpoint = *welcome.add_cores();
+    endpoint.set_server(0);
+    endpoint.set_core(core->index());
+    endpoint.set_host(host);
+    endpoint.set_port(core->port());
+  }
+  Send(member, message);
 }
 
 void ControlPlane::OnShardEvent(const ShardEvent& event) {
   if (!running_) return;
+  if (event.kind == ShardEvent::Kind::kSnapshot) return OnSnapshot(event);
   if (event.kind == ShardEvent::Kind::kAllAttached) {
-    if (++cores_attached_ == cores_.size() && job_deadline_kind_ == JobDeadline::kAttaching) {
+    if (++cores_attached_ < cores_.size()) return;
+    if (job_deadline_kind_ == JobDeadline::kAttaching) CancelJobDeadline();
+    if (job_deadline_kind_ == JobDeadline::kRejoin && missing_count_ == 0) {
       CancelJobDeadline();
+      Notify("every worker is back: the job goes on");
     }
     return;
   }
@@ -186,7 +211,14 @@ void ControlPlane::OnShardEvent(const ShardEvent& event) {
   }
   if (event.kind != ShardEvent::Kind::kWorkerLost) return;
   if (left_cleanly_[event.rank]) return;  // its data connections close after its Goodbye
-  Stall(absl::StrCat("core ", event.core, " lost rank ", event.rank, ": ", event.reason));
+  const std::string why =
+      absl::StrCat("core ", event.core, " lost its data connection: ", event.reason);
+  // The worker cannot go on without it: its session ends too, and the job waits for a rejoin
+  // (MemberLost). One already gone was handled when it went.
+  if (const SessionPtr member = members_[event.rank]) {
+    return Drop(member, absl::UnavailableError(why));
+  }
+  if (!missing_[event.rank]) Stall(absl::StrCat("rank ", event.rank, ": ", why));
 }
 
 void ControlPlane::Stall(const std::string& reason) {
@@ -228,6 +260,10 @@ void ControlPlane::EndJob() {
   running_ = false;
   stalled_ = false;
   joined_ = 0;
+  missing_.assign(options_.world_size, 0);
+  missing_count_ = 0;
+  spec_.reset();
+  gathering_.reset();
   for (auto& member : members_) member.reset();
   if (on_job_end_) on_job_end_();
 }

@@ -1,5 +1,7 @@
 #include "phub/server/hello_check.h"
 
+#include "phub/server/checkpoint_file.h"
+
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
 #include "phub/common/version.h"
@@ -79,6 +81,31 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                                     Describe(mine[i]), ", rank ", first->rank(), " has ",
                                     Describe(theirs[i])),
                        "run the same model, with parameters in the same order, on every worker");
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
+                                              const JobSnapshot& snapshot) {
+  const auto& mine = hello.tensors();
+  const char* fix = "start the workers with the model the checkpoint was written for, or start "
+                    "phubd without --resume";
+  if (static_cast<std::size_t>(mine.size()) != snapshot.tensors.size()) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                     absl::StrCat("phubd resumes a checkpoint of a model of ",
+                                  snapshot.tensors.size(), " tensors; rank ", hello.rank(),
+                                  " has ", mine.size()),
+                     fix);
+  }
+  for (int i = 0; i < mine.size(); ++i) {
+    const keys::TensorSpec& theirs = snapshot.tensors[i];
+    if (mine[i].name() != theirs.name || mine[i].elements() != theirs.elements) {
+      return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                       absl::StrCat("tensor ", i, ": rank ", hello.rank(), " has ",
+                                    Describe(mine[i]), ", the checkpoint phubd resumes has '",
+                                    theirs.name, "' (", theirs.elements, " floats)"),
+                       fix);
     }
   }
   return std::nullopt;

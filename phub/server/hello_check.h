@@ -24,4 +24,9 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken);
 
+struct JobSnapshot;  // checkpoint_file.h
+// phubd resumes `snapshot` (--resume): the worker's tensors must be the checkpoint's.
+std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
+                                              const JobSnapshot& snapshot);
+
 }  // namespace phub::server

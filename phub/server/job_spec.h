@@ -11,6 +11,8 @@
 
 namespace phub::server {
 
+struct JobSnapshot;  // checkpoint_file.h
+
 struct JobSpec {
   keys::KeyTable table;
   std::uint32_t world_size = 0;
@@ -19,6 +21,15 @@ struct JobSpec {
   // The whole model's initial weights, tensors concatenated in table order, when phubd loaded
   // them from a file; empty when rank 0 sends them (INIT).
   std::vector<float> initial_weights;
+  // Recovery (docs/design.md "Recovery"). keep_previous: each chunk keeps the weights of its
+  // previous iteration too, so a worker that rejoins can replay the iteration in flight.
+  bool keep_previous = false;
+  // Every chunk is copied for a checkpoint as it completes a multiple of this; 0 = never.
+  std::uint64_t checkpoint_every = 0;
+  // The job resumes from this checkpoint (its weights, state and iterations) instead of
+  // starting from initial weights; every worker then resumes at resume_iteration.
+  std::shared_ptr<const JobSnapshot> resume;
+  std::uint64_t resume_iteration = 0;
 };
 
 }  // namespace phub::server

@@ -122,6 +122,25 @@ int main(int argc, char** argv) {
                  "within this time, or they are closed (TIMEOUT) and the job ends")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400000));
+  app.add_option("--rejoin-timeout-ms", limits.rejoin_timeout_ms,
+                 "A worker lost mid-job may be restarted with the same rank and rejoin within "
+                 "this time; the others wait. Past it (or with 0) the job stalls")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400000));
+  app.add_option("--liveness-timeout-ms", limits.liveness_timeout_ms,
+                 "A worker heard nothing from (heartbeats every quarter of this) for this long "
+                 "is lost (stopped, hung, link cut); workers apply it to phubd too. 0: off")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
+  app.add_option("--checkpoint-dir", options.checkpoint.dir,
+                 "Write the running job's checkpoints (weights, optimizer state, iterations) "
+                 "here: every --checkpoint-every iterations and on SIGTERM; the two newest kept");
+  app.add_option("--checkpoint-every", options.checkpoint.every,
+                 "Iterations between checkpoints (with --checkpoint-dir); 0: only on SIGTERM")
+      ->capture_default_str();
+  app.add_option("--resume", options.checkpoint.resume_dir,
+                 "Resume the first job from the newest good checkpoint in this directory "
+                 "(corrupt ones are skipped, named in the log); the workers go on from it");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

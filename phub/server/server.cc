@@ -46,6 +46,7 @@ Status Server::Start() {
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {
     if (options_.one_job) Stop();
   });
+  PHUB_RETURN_IF_ERROR(control_->LoadResume());
   PHUB_RETURN_IF_ERROR(control_->Start());
   if (!options_.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written port.
@@ -69,6 +70,8 @@ void Server::Run() {
   signals.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", signal);
+    // The job's state goes to disk before its connections close (--checkpoint-dir).
+    if (signal == SIGTERM) control_->CheckpointBeforeStop();
     Stop();
   });
   transport::RunSurvivingExceptions(context_, "control plane");

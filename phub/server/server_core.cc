@@ -156,4 +156,29 @@ ShardStats ServerCore::RemoveShard() {
   return stats;
 }
 
+RejoinPoint ServerCore::ForgetWorker(std::uint32_t rank) {
+  RejoinPoint point;
+  loop_.Run([&] {
+    if (shard_) point = shard_->ForgetWorker(rank);
+  });
+  return point;
+}
+
+void ServerCore::ExpectRejoin(std::uint32_t rank, std::uint64_t iteration) {
+  loop_.Run([&] {
+    if (shard_) shard_->ExpectRejoin(rank, iteration);
+  });
+}
+
+std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot() {
+  std::vector<ChunkSnapshot> chunks;
+  loop_.Run([&] {
+    if (!shard_) return;
+    EndSetUps();
+    shard_->CloseAll(absl::CancelledError("phubd is stopping"));
+    chunks = shard_->SnapshotNow();
+  });
+  return chunks;
+}
+
 }  // namespace phub::server

@@ -37,6 +37,12 @@ class ServerCore {
   Status InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink);
   // Closes the shard's connections and frees it; returns its counters.
   ShardStats RemoveShard();
+  // Recovery, on the core's thread (shard.h): a worker gone, a worker coming back; the shard's
+  // connections closed (phubd stops) and then a copy of every chunk. Without a shard: nothing,
+  // or an empty copy.
+  RejoinPoint ForgetWorker(std::uint32_t rank);
+  void ExpectRejoin(std::uint32_t rank, std::uint64_t iteration);
+  std::vector<ChunkSnapshot> StopAndSnapshot();
 
  private:
   ServerCore(keys::CoreIndex index, int pin_core);

@@ -33,6 +33,18 @@ struct ServerLimits {
   int form_timeout_ms = 300000;        // a job must have all its workers this long after the first
   int stalled_job_timeout_ms = 30000;  // a stalled job's members still connected are then closed
   int leave_timeout_ms = 300000;  // after a member's Goodbye, the others must have left by then
+  // A member lost mid-job may say Hello again (same rank) this long; 0: the job stalls at once.
+  int rejoin_timeout_ms = 60000;
+  // A member of a running job heard from (any message, Heartbeats every quarter of it) less
+  // recently than this is lost; 0: no heartbeats. Workers apply phubd's value to phubd.
+  int liveness_timeout_ms = 10000;
+};
+
+// Checkpoints of the running job (docs/operations.md "Checkpoints").
+struct CheckpointOptions {
+  std::string dir;              // --checkpoint-dir; empty: none
+  std::uint64_t every = 0;      // --checkpoint-every K iterations; 0: only on SIGTERM
+  std::string resume_dir;       // --resume D: the first job resumes from D's newest good one
 };
 
 struct ServerOptions {
@@ -53,6 +65,7 @@ struct ServerOptions {
   transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
   transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long
+  CheckpointOptions checkpoint;
 };
 
 }  // namespace phub::server

@@ -43,7 +43,10 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     state.weights = AlignedBuffer(chunk.elements);
     for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
     state.pushed.assign(world, 0);
-    if (!job_->initial_weights.empty()) {
+    if (job_->keep_previous) state.previous = AlignedBuffer(chunk.elements);
+    if (job_->resume) {
+      LoadSnapshot(state, job_->resume->chunks[chunk.id]);
+    } else if (!job_->initial_weights.empty()) {
       std::memcpy(state.weights.data(),
                   job_->initial_weights.data() + tensor_start[chunk.tensor] + chunk.offset,
                   chunk.bytes());
@@ -53,6 +56,11 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
   }
   workers_.resize(world);
   said_bye_.assign(world, 0);
+  seen_.assign(world, 0);
+  push_kind_.assign(world, PushKind::kCount);
+  resume_at_.assign(world, job_->resume ? job_->resume_iteration : kNoResume);
+  replay_through_.assign(world, job_->resume ? job_->resume_iteration + 1 : 0);
+
   inputs_.resize(world);
   state_ptrs_.resize(state_arrays);
   spdlog::debug("core {}: shard holds {} chunks, {} bytes of weights", core_, chunks_.size(),
@@ -66,6 +74,9 @@ std::vector<std::span<std::byte>> Shard::Buffers() {
   for (ChunkState& state : chunks_) {
     buffers.push_back(AsBytes(state.slots.data(), state.slots.size()));
     buffers.push_back(AsBytes(state.weights.data(), state.weights.size()));
+    if (state.previous.size() != 0) {
+      buffers.push_back(AsBytes(state.previous.data(), state.previous.size()));
+    }
   }
   return buffers;
 }
@@ -80,7 +91,10 @@ StatusOr<std::vector<transport::LandingZone>> Shard::LandingZones(const Connecti
   std::vector<transport::LandingZone> zones;
   for (ChunkState& state : chunks_) {
     const std::uint32_t elements = state.chunk->elements;
-    zones.push_back({Op::kPush, rank, state.chunk->id, state.iteration + 1,
+    // A worker that resumes pushes every chunk from the iteration after its resume point.
+    const std::uint64_t next_push =
+        resume_at_[rank] != kNoResume ? resume_at_[rank] + 1 : state.iteration + 1;
+    zones.push_back({Op::kPush, rank, state.chunk->id, next_push,
                      AsBytes(state.slots.data() + std::size_t{rank} * elements, elements)});
     if (rank == 0 && !state.initialized) {
       zones.push_back({Op::kInit, 0, state.chunk->id, 0, AsBytes(state.weights.data(), elements)});
@@ -146,6 +160,18 @@ StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
       if (!state->initialized) {
         return absl::FailedPreconditionError(absl::StrCat(
             "PUSH of chunk ", header.chunk, " before its initial weights arrived from rank 0"));
+      }
+      push_kind_[rank] = PushKind::kCount;
+      if (header.iteration != state->iteration + 1 || state->pushed[rank]) {
+        // A worker back from a failure replays the iteration in flight: a copy that already
+        // counts is dropped. It lands in the worker's slot all the same (over verbs it is
+        // written there before this runs): either that slot is free until its next push, or
+        // it holds the same bits (the replay computes them again from the same weights and data).
+        if (std::optional<PushKind> replay = ReplayOf(rank, header, *state)) {
+          push_kind_[rank] = *replay;
+          return AsBytes(state->slots.data() + std::size_t{rank} * state->chunk->elements,
+                         state->chunk->elements);
+        }
       }
       if (header.iteration != state->iteration + 1) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -215,6 +241,11 @@ Status Shard::CheckAttach(const WireHeader& header) const {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", header.worker, " is already attached to core ", core_));
   }
+  if (seen_[header.worker] && resume_at_[header.worker] == kNoResume) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", header.worker, " attaches to core ", core_,
+        " again without rejoining: a worker that lost its connection says Hello again"));
+  }
   return absl::OkStatus();
 }
 
@@ -226,7 +257,9 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
   workers_[header.worker] = *it;
   unattached_.erase(it);
   connection.set_tag(header.worker);
+  seen_[header.worker] = 1;
   ++attached_;
+  if (resume_at_[header.worker] != kNoResume) SendResumeWeights(header.worker);
   spdlog::debug("core {}: rank {} attached from {} ({}/{})", core_, header.worker,
                 connection.peer(), attached_, job_->world_size);
   if (all_attached()) {
@@ -245,9 +278,14 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
   switch (header.op) {
     case Op::kPush: {
       ChunkState& state = chunks_[local_index_[header.chunk]];
+      stats_.bytes_in += header.payload_bytes;
+      if (push_kind_[rank] == PushKind::kReplayDone) {
+        SendTo(rank, state, state.weights, state.iteration);
+        return absl::OkStatus();
+      }
+      if (push_kind_[rank] == PushKind::kReplayCounted) return absl::OkStatus();
       state.pushed[rank] = 1;
       ++state.arrived;
-      stats_.bytes_in += header.payload_bytes;
       MaybeAggregate(state);
       CheckCompletable(state);
       return absl::OkStatus();
@@ -276,12 +314,18 @@ void Shard::MaybeAggregate(ChunkState& state) {
     inputs_[w] = state.slots.data() + std::size_t{w} * elements;
   }
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
+  if (state.previous.size() != 0) {
+    std::memcpy(state.previous.data(), state.weights.data(), state.chunk->bytes());
+  }
   kernels::AggregateAndStep(inputs_, state.weights.span(), state_ptrs_, job_->optimizer,
                             state.iteration + 1);
   ++state.iteration;
   state.arrived = 0;
   std::fill(state.pushed.begin(), state.pushed.end(), 0);
   ++stats_.aggregations;
+  if (job_->checkpoint_every > 0 && state.iteration % job_->checkpoint_every == 0) {
+    CopyForCheckpoint(state);
+  }
   Broadcast(state);
 }
 
@@ -301,18 +345,25 @@ void Shard::CheckCompletable(const ChunkState& state) {
 
 void Shard::Broadcast(ChunkState& state) {
   state.announced = true;
-  auto payload = std::span<const std::byte>(AsBytes(state.weights.data(), state.chunk->elements));
   for (std::uint32_t w = 0; w < job_->world_size; ++w) {
-    if (!workers_[w] || workers_[w]->closed()) continue;
-    WireHeader header{Op::kWeights, w, state.chunk->id, state.iteration,
-                      static_cast<std::uint32_t>(payload.size())};
-    ++state.pending_sends;
-    workers_[w]->Send(header, payload, [this, &state](const Status& status) {
-      --state.pending_sends;
-      if (status.ok()) stats_.bytes_out += state.chunk->bytes();
-      MaybeAggregate(state);
-    });
+    SendTo(w, state, state.weights, state.iteration);
   }
+}
+
+void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
+                   std::uint64_t iteration) {
+  if (!workers_[rank] || workers_[rank]->closed()) return;
+  auto payload = std::span<const std::byte>(
+      reinterpret_cast<const std::byte*>(source.data()), state.chunk->bytes());
+  WireHeader header{Op::kWeights, rank, state.chunk->id, iteration,
+                    static_cast<std::uint32_t>(payload.size())};
+  // The chunk does not aggregate (which rewrites weights and previous) while a send is queued.
+  ++state.pending_sends;
+  workers_[rank]->Send(header, payload, [this, &state](const Status& status) {
+    --state.pending_sends;
+    if (status.ok()) stats_.bytes_out += state.chunk->bytes();
+    MaybeAggregate(state);
+  });
 }
 
 void Shard::OnClosed(Connection& connection, const Status& why) {
@@ -328,7 +379,9 @@ void Shard::OnClosed(Connection& connection, const Status& why) {
     return;
   }
   const auto rank = static_cast<std::uint32_t>(connection.tag());
-  if (closing_ || said_bye_[rank]) return;  // the slot in workers_ stays: it marks the rank as seen
+  // The slot in workers_ stays: only ForgetWorker frees it (and it closes the connection it
+  // forgets without a report).
+  if (closing_ || said_bye_[rank] || workers_[rank].get() != &connection) return;
   spdlog::warn("core {}: lost rank {} ({}): {}", core_, rank, connection.peer(), why.message());
   sink_(ShardEvent{ShardEvent::Kind::kWorkerLost, core_, rank, std::string(why.message())});
 }

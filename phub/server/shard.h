@@ -12,15 +12,24 @@
 // N copies are in but whose previous broadcast is unfinished waits (pending_sends) before it
 // aggregates. Per-worker duplicate and iteration checks keep a slot from being overwritten
 // before it is summed.
+//
+// Recovery (shard_recovery.cc, docs/design.md "Recovery"): with JobSpec::keep_previous each
+// chunk also keeps the weights of its previous iteration, so that a worker that died and comes
+// back (ForgetWorker, then ExpectRejoin) can be given every chunk's weights of one iteration and
+// replay the iteration in flight; its replayed pushes of chunks that already counted its copy
+// are taken and dropped. Chunks are copied for checkpoints as they pass a multiple of
+// JobSpec::checkpoint_every (kSnapshot), or all at once by SnapshotNow.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "phub/common/aligned_buffer.h"
+#include "phub/server/checkpoint_file.h"
 #include "phub/server/job_spec.h"
 #include "phub/transport/connection.h"
 
@@ -32,13 +41,26 @@ struct ShardEvent {
     kWorkerLost,  // a worker's data connection closed without BYE: the job cannot complete
     kBadPeer,     // a connection that never attached was dropped (logged only)
     kLeftEarly,   // a worker said BYE, yet another pushed a chunk that needs its copy too
-    kAllAttached,  // every worker of the job has attached to this core (sent once)
-
+    kAllAttached,  // every worker of the job has attached to this core (again, after a rejoin)
+    kSnapshot,     // every chunk of this core has been copied for the checkpoint of `iteration`
   };
   Kind kind;
   std::uint32_t core = 0;
   std::int64_t rank = -1;
   std::string reason;
+  // kSnapshot: the chunks, and how long copying them held up this core in all.
+  std::uint64_t iteration = 0;
+  std::shared_ptr<std::vector<ChunkSnapshot>> chunks;
+  double pause_ms = 0;
+};
+
+// Where a worker that is gone stands on one core (Shard::ForgetWorker).
+struct RejoinPoint {
+  // Over this core's chunks, the fewest iterations that hold the worker's copy (a chunk's
+  // completed iterations, plus one if its copy of the next is in): the rejoiner resumes at the
+  // minimum over all cores. UINT64_MAX for a core with no chunks.
+  std::uint64_t contributed = UINT64_MAX;
+  std::uint64_t uninitialized = 0;  // chunks still without initial weights
 };
 
 struct ShardStats {
@@ -69,6 +91,17 @@ class Shard final : public transport::ConnectionHandler {
   // the shard's life.
   std::vector<std::span<std::byte>> Buffers();
 
+  // Recovery (shard_recovery.cc). ForgetWorker: `rank` is gone (its control connection was
+  // lost): its data connection, if still open, is closed without reporting it, its place is
+  // freed for a rejoin, and where it stands is returned. ExpectRejoin: `rank` comes back at
+  // `iteration` (the minimum of every core's RejoinPoint): once it attaches it gets each chunk's
+  // weights of that iteration (now, or when the chunk completes it), and its pushes of
+  // iteration + 1 that are already counted are dropped.
+  RejoinPoint ForgetWorker(std::uint32_t rank);
+  void ExpectRejoin(std::uint32_t rank, std::uint64_t iteration);
+  // Every chunk as it is now, previous weights included (a checkpoint on SIGTERM).
+  std::vector<ChunkSnapshot> SnapshotNow() const;
+
   // ConnectionHandler
   StatusOr<std::span<std::byte>> ResolveSlot(transport::Connection& connection,
                                              const transport::WireHeader& header) override;
@@ -93,7 +126,11 @@ class Shard final : public transport::ConnectionHandler {
     std::uint32_t pending_sends = 0;      // WEIGHTS of this chunk still queued
     bool initialized = false;             // weights hold real values
     bool announced = false;               // iteration-0 weights sent to everyone
+    AlignedBuffer previous;               // keep_previous: weights of iteration - 1
   };
+  // What ResolveSlot decided about a push, for OnReceived (between them other connections'
+  // messages may complete the chunk, so the decision is kept, not taken again).
+  enum class PushKind : std::uint8_t { kCount, kReplayDone, kReplayCounted };
 
   StatusOr<ChunkState*> FindChunk(const transport::WireHeader& header);
   Status CheckAttach(const transport::WireHeader& header) const;
@@ -103,6 +140,15 @@ class Shard final : public transport::ConnectionHandler {
   // complete: tell the control plane (once per shard) rather than let the others wait.
   void CheckCompletable(const ChunkState& state);
   void Broadcast(ChunkState& state);
+  // Sends `rank` alone chunk `state`'s weights of `iteration` from `source` (weights or previous).
+  void SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
+              std::uint64_t iteration);
+  // Recovery (shard_recovery.cc).
+  void LoadSnapshot(ChunkState& state, const ChunkSnapshot& snapshot);
+  void SendResumeWeights(std::uint32_t rank);
+  std::optional<PushKind> ReplayOf(std::uint32_t rank, const transport::WireHeader& header,
+                                   const ChunkState& state) const;
+  void CopyForCheckpoint(ChunkState& state);
   bool all_attached() const { return attached_ == job_->world_size; }
 
   std::shared_ptr<const JobSpec> job_;
@@ -116,6 +162,18 @@ class Shard final : public transport::ConnectionHandler {
   std::uint32_t attached_ = 0;
   bool closing_ = false;  // CloseAll in progress: closures are expected, not losses
   bool reported_left_early_ = false;
+  // Recovery, by rank: the iteration a rejoining worker resumes at once it attaches
+  // (kNoResume: none), and the last iteration whose pushes may be replays.
+  static constexpr std::uint64_t kNoResume = UINT64_MAX;
+  std::vector<std::uint64_t> resume_at_;
+  std::vector<std::uint64_t> replay_through_;
+  std::vector<std::uint8_t> seen_;          // attached once in this job
+  std::vector<PushKind> push_kind_;         // ResolveSlot's decision for OnReceived
+  // The checkpoint being collected: its iteration (0: none) and the chunks copied so far.
+  std::uint64_t snapshot_iteration_ = 0;
+  std::size_t snapshot_filled_ = 0;
+  double snapshot_pause_ms_ = 0;
+  std::shared_ptr<std::vector<ChunkSnapshot>> snapshot_;
   std::vector<const float*> inputs_;  // scratch for AggregateAndStep
   std::vector<float*> state_ptrs_;
   ShardStats stats_;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/server/checkpoint_file.h"
 #include "phub/transport/control_channel.h"
 #include "phub/transport/wire_header.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"
@@ -171,6 +172,45 @@ void ShardInputs(const fs::path& dir) {
   Write(dir, "worker_lost_and_back", w.bytes());
 }
 
+// Small whole checkpoint files (chunks of 2 floats): each optimizer's state arrays, with and
+// without previous weights, chunks one iteration apart, an empty tensor, no tensors at all.
+server::JobSnapshot Checkpoint(kernels::OptimizerKind kind, std::vector<keys::TensorSpec> tensors,
+                               bool previous) {
+  server::JobSnapshot s;
+  s.tensors = std::move(tensors);
+  s.chunk_bytes = 8;
+  s.world_size = 2;
+  s.optimizer.kind = kind;
+  const auto table = keys::KeyTable::Build(s.tensors, s.chunk_bytes, 1);
+  for (const keys::Chunk& chunk : table->chunks()) {
+    server::ChunkSnapshot c;
+    c.chunk = chunk.id;
+    c.iteration = 3 + chunk.id % 2;
+    c.weights = Floats(chunk.elements, 1.0f + chunk.id);
+    if (previous) c.previous = Floats(chunk.elements, -1.0f - chunk.id);
+    for (int i = 0; i < kernels::StateArrays(kind); ++i) {
+      c.state.push_back(Floats(chunk.elements, 0.25f * (i + 1)));
+    }
+    s.chunks.push_back(std::move(c));
+  }
+  return s;
+}
+
+void CheckpointFiles(const fs::path& dir) {
+  using kernels::OptimizerKind;
+  const std::vector<keys::TensorSpec> model = {{"conv.weight", 5}, {"conv.bias", 2}};
+  Write(dir, "sgd_previous",
+        server::EncodeCheckpoint(Checkpoint(OptimizerKind::kSgd, model, true)));
+  Write(dir, "momentum",
+        server::EncodeCheckpoint(Checkpoint(OptimizerKind::kMomentum, model, false)));
+  Write(dir, "adam_previous",
+        server::EncodeCheckpoint(Checkpoint(OptimizerKind::kAdam, model, true)));
+  Write(dir, "nesterov_empty_tensor",
+        server::EncodeCheckpoint(
+            Checkpoint(OptimizerKind::kNesterov, {{"empty", 0}, {"x", 1}}, false)));
+  Write(dir, "no_tensors", server::EncodeCheckpoint(Checkpoint(OptimizerKind::kSgd, {}, false)));
+}
+
 }  // namespace
 }  // namespace phub::fuzz
 
@@ -183,5 +223,6 @@ int main(int argc, char** argv) {
   phub::fuzz::WireHeaders(root / "wire_header_fuzzer");
   phub::fuzz::ControlFrames(root / "control_frame_fuzzer");
   phub::fuzz::ShardInputs(root / "shard_fuzzer");
+  phub::fuzz::CheckpointFiles(root / "checkpoint_fuzzer");
   return 0;
 }

@@ -18,7 +18,8 @@ constexpr std::size_t kAhead = 2;  // batches prepared ahead: one in use, one re
 StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::Create(const ImageDataset& dataset,
                                                            std::int64_t batch, std::uint32_t rank,
                                                            std::uint32_t world, std::uint64_t seed,
-                                                           bool shuffle) {
+                                                           bool shuffle,
+                                                           std::int64_t start_step) {
   if (world < 1 || rank >= world || batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("BatchLoader: rank ", rank, " of ", world,
                                                    " workers, batch ", batch,
@@ -41,8 +42,13 @@ StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::Create(const ImageDataset& d
         absl::StrCat("batch ", batch, " is larger than a worker's shard (", shard, " of ",
                      dataset.count, " examples over ", world, " workers): use a smaller --batch"));
   }
+  if (start_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BatchLoader: start step ", start_step, " is negative"));
+  }
   std::unique_ptr<BatchLoader> loader(
       new BatchLoader(dataset, batch, per_epoch, rank, world, seed, shuffle));
+  loader->start_step_ = start_step;
   loader->thread_ = std::thread([l = loader.get()] { l->Produce(); });
   return loader;
 }
@@ -96,13 +102,15 @@ void BatchLoader::Produce() noexcept {
   // this thread: the consumer gets it as a Status instead.
   try {
     std::vector<std::int64_t> order(static_cast<std::size_t>(d_.count));
-    for (std::int64_t epoch = 0; failed.ok(); ++epoch) {
+    // A batch depends only on (seed, rank, epoch, step): starting later skips to it.
+    for (std::int64_t epoch = start_step_ / per_epoch_; failed.ok(); ++epoch) {
       std::iota(order.begin(), order.end(), 0);
       if (shuffle_) {
         std::mt19937_64 rng(seed_ * 1000003u + static_cast<std::uint64_t>(epoch));
         std::shuffle(order.begin(), order.end(), rng);
       }
-      for (std::int64_t step = 0; step < per_epoch_; ++step) {
+      const std::int64_t first = epoch == start_step_ / per_epoch_ ? start_step_ % per_epoch_ : 0;
+      for (std::int64_t step = first; step < per_epoch_; ++step) {
         StatusOr<LabeledBatch> b = Make(order, epoch, step);
         if (!b.ok()) {
           failed = b.status();

@@ -40,11 +40,14 @@ class BatchLoader {
   // `dataset` must outlive the loader. shuffle = false keeps the dataset's order (evaluation).
   // InvalidArgument for a rank not below world, a batch below 1, a dataset whose images or
   // labels do not match its count and shape, or a worker's shard that holds less than one
-  // batch. Starts the background thread.
+  // batch. Starts the background thread. start_step: the first batch is that of global step
+  // start_step (epoch start_step / batches_per_epoch()): a worker that resumes a job starts
+  // where it must replay, with the very batches it would have had.
   static StatusOr<std::unique_ptr<BatchLoader>> Create(const ImageDataset& dataset,
                                                        std::int64_t batch, std::uint32_t rank,
                                                        std::uint32_t world, std::uint64_t seed,
-                                                       bool shuffle = true);
+                                                       bool shuffle = true,
+                                                       std::int64_t start_step = 0);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -68,6 +71,7 @@ class BatchLoader {
   std::uint32_t rank_, world_;
   std::uint64_t seed_;
   bool shuffle_;
+  std::int64_t start_step_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<LabeledBatch> ready_;  // at most kAhead

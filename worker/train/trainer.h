@@ -66,6 +66,9 @@ class Trainer {
   Status Close();
 
   const std::string& mode() const { return mode_; }
+  // The iteration Init's weights are of: 0, or where the PS resumed this worker (a rejoin, a
+  // phubd resumed from a checkpoint). The next Step is 0-based step start_iteration().
+  std::uint64_t start_iteration() const { return exchange_ ? exchange_->start_iteration() : 0; }
 
  private:
   Trainer(Model& model, Backend& backend);

@@ -1,0 +1,265 @@
+// The control plane's part in recovery (docs/design.md "Recovery"): a member lost mid-job and
+// its rejoin, heartbeats both ways, and checkpoints (gathered from the cores, written off this
+// thread; on SIGTERM written before phubd stops; loaded by --resume).
+#include <algorithm>
+#include <boost/asio/post.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "phub/server/control_plane.h"
+#include "phub/server/hello_check.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::server {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+void ControlPlane::Notify(const std::string& text) {
+  proto::ControlMessage message;
+  message.mutable_notice()->set_text(text);
+  for (auto& member : members_) {
+    if (member) Send(member, message);
+  }
+}
+
+// Called by Drop once `rank`'s session is gone from a running job without a Goodbye.
+void ControlPlane::MemberLost(std::uint32_t rank, const std::string& why) {
+  ++losses_;
+  const std::string lost = absl::StrCat("rank ", rank, " was lost (", why, ")");
+  const bool anyone_left =
+      std::find(left_cleanly_.begin(), left_cleanly_.end(), true) != left_cleanly_.end();
+  if (stalled_) return;
+  if (options_.limits.rejoin_timeout_ms <= 0) return Stall(lost);
+  if (job_deadline_kind_ == JobDeadline::kAttaching || anyone_left) {
+    // Before everyone attached there is nothing to resume; after a Goodbye the job is ending.
+    return Stall(absl::StrCat(lost, anyone_left ? " while the job was ending"
+                                                : " before every worker had attached"));
+  }
+  RejoinPoint point;
+  for (auto& core : cores_) {
+    const RejoinPoint p = core->ForgetWorker(rank);
+    point.contributed = std::min(point.contributed, p.contributed);
+    point.uninitialized += p.uninitialized;
+  }
+  if (point.uninitialized > 0) {
+    return Stall(absl::StrCat(lost, " before the initial weights were all in (",
+                              point.uninitialized, " chunks without them): nothing to resume"));
+  }
+  if (point.contributed == UINT64_MAX) point.contributed = 0;  // no chunks at all
+  missing_[rank] = 1;
+  ++missing_count_;
+  resume_point_[rank] = point.contributed;
+  const std::string text = absl::StrCat(
+      lost, "; the job waits up to ", options_.limits.rejoin_timeout_ms,
+      " ms (--rejoin-timeout-ms) for a worker of rank ", rank, " to say Hello again; it resumes at iteration ",
+      point.contributed);
+  spdlog::warn("job {}: {}", jobs_started_, text);
+  Notify(text);
+  if (job_deadline_kind_ == JobDeadline::kRejoin) return;  // an earlier loss's deadline holds
+  ArmJobDeadline(JobDeadline::kRejoin, options_.limits.rejoin_timeout_ms, [this] {
+    std::string ranks;
+    for (std::uint32_t r = 0; r < missing_.size(); ++r) {
+      if (missing_[r]) absl::StrAppend(&ranks, ranks.empty() ? "" : ", ", r);
+    }
+    Stall(absl::StrCat(missing_count_ > 0 ? absl::StrCat("rank(s) ", ranks, " did not rejoin")
+                                          : "a rejoined worker did not attach",
+                       " within ", options_.limits.rejoin_timeout_ms,
+                       " ms (--rejoin-timeout-ms)"));
+    if (running_ && live_members_ == 0) EndJob();
+  });
+}
+
+bool ControlPlane::IsRejoin(const proto::Hello& hello) const {
+  return running_ && !stalled_ && hello.rank() < missing_.size() && missing_[hello.rank()];
+}
+
+void ControlPlane::Rejoin(const SessionPtr& session, const proto::Hello& hello) {
+  std::vector<bool> taken(options_.world_size, true);
+  taken[hello.rank()] = false;
+  if (std::optional<proto::Error> error = CheckHello(hello, options_, &job_hello_, taken)) {
+    spdlog::warn("refusing rank {}'s rejoin from {}: {}", hello.rank(), session->peer,
+                 error->message());
+    return Refuse(session, *error);
+  }
+  const std::uint32_t rank = hello.rank();
+  session->deadline.cancel();
+  session->state = State::kInJob;
+  session->rank = rank;
+  session->hello = hello;
+  session->last_heard = Clock::now();
+  members_[rank] = session;
+  missing_[rank] = 0;
+  --missing_count_;
+  ++live_members_;
+  ++rejoins_;
+  const std::uint64_t at = resume_point_[rank];
+  // The cores know before the Welcome goes out, so before the rejoiner can attach.
+  for (auto& core : cores_) core->ExpectRejoin(rank, at);
+  cores_attached_ = 0;
+  SendWelcome(session, /*resumed=*/true, at);
+  ReadNext(session);
+  const std::string text = absl::StrCat("rank ", rank, " rejoined from ", session->peer,
+                                        "; it replays from iteration ", at);
+  spdlog::info("job {}: {} (rejoin {})", jobs_started_, text, rejoins_);
+  Notify(text);
+}
+
+void ControlPlane::ArmLiveness() {
+  const int timeout_ms = options_.limits.liveness_timeout_ms;
+  if (timeout_ms <= 0 || stopping_) return;
+  liveness_timer_.expires_after(std::chrono::milliseconds(std::max(1, timeout_ms / 4)));
+  liveness_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec) return;
+    const auto now = Clock::now();
+    proto::ControlMessage heartbeat;
+    heartbeat.mutable_heartbeat();
+    auto members = members_;
+    for (auto& member : members) {
+      if (!member || member->state != State::kInJob) continue;
+      const auto silent =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - member->last_heard);
+      if (silent.count() > options_.limits.liveness_timeout_ms) {
+        spdlog::warn("rank {} ({}): nothing heard for {} ms", member->rank, member->peer,
+                     silent.count());
+        Refuse(member, MakeError(proto::Error::PEER_SILENT,
+                                 absl::StrCat("nothing heard from rank ", member->rank, " for ",
+                                              silent.count(), " ms (--liveness-timeout-ms ",
+                                              options_.limits.liveness_timeout_ms,
+                                              "): stopped, hung, or its link is cut"),
+                                 "restart the worker with the same rank: it rejoins the job"));
+        continue;
+      }
+      Send(member, heartbeat);
+    }
+    ArmLiveness();
+  });
+}
+
+std::shared_ptr<JobSnapshot> ControlPlane::SnapshotHeader() const {
+  auto snapshot = std::make_shared<JobSnapshot>();
+  snapshot->tensors = spec_->table.tensors();
+  snapshot->chunk_bytes = spec_->table.chunk_bytes();
+  snapshot->world_size = spec_->world_size;
+  snapshot->optimizer = spec_->optimizer;
+  snapshot->chunks.resize(spec_->table.chunks().size());
+  return snapshot;
+}
+
+void ControlPlane::OnSnapshot(const ShardEvent& event) {
+  if (!checkpoints_ || !spec_) return;
+  if (event.iteration != gathering_iteration_) {
+    if (gathering_iteration_ != 0) {
+      spdlog::warn("checkpoint of iteration {} abandoned: a core copied iteration {} first",
+                   gathering_iteration_, event.iteration);
+    }
+    gathering_ = SnapshotHeader();
+    gathering_iteration_ = event.iteration;
+    gathered_cores_ = 0;
+    gathered_pause_ms_ = 0;
+  }
+  for (ChunkSnapshot& chunk : *event.chunks) gathering_->chunks[chunk.chunk] = std::move(chunk);
+  // The cores copy in parallel: the longest any of them paused is the job's pause.
+  gathered_pause_ms_ = std::max(gathered_pause_ms_, event.pause_ms);
+  std::uint32_t cores_with_chunks = 0;
+  for (auto& core : cores_) {
+    if (!spec_->table.chunks_on_core(core->index()).empty()) ++cores_with_chunks;
+  }
+  if (++gathered_cores_ < cores_with_chunks) return;
+  std::shared_ptr<const JobSnapshot> snapshot = std::move(gathering_);
+  const std::uint64_t iteration = gathering_iteration_;
+  const double pause_ms = gathered_pause_ms_;
+  gathering_iteration_ = 0;
+  const bool started = checkpoints_->Submit(
+      snapshot, [iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
+        if (!path.ok()) {
+          spdlog::error("checkpoint of iteration {} failed: {}; the previous one is kept",
+                        iteration, path.status().message());
+          return;
+        }
+        spdlog::info("checkpoint of iteration {} written to {} in {:.0f} ms; the cores paused "
+                     "{:.2f} ms for it",
+                     iteration, *path, write_ms, pause_ms);
+      });
+  if (!started) {
+    spdlog::warn("checkpoint of iteration {} skipped: the previous one is still being written "
+                 "(raise --checkpoint-every)", iteration);
+  }
+}
+
+void ControlPlane::CheckpointNow() {
+  if (!checkpoints_ || !running_ || !spec_) return;
+  std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader();
+  // The data plane stops first, so that no chunk moves on while the others are copied.
+  for (auto& core : cores_) {
+    for (ChunkSnapshot& chunk : core->StopAndSnapshot()) {
+      snapshot->chunks[chunk.chunk] = std::move(chunk);
+    }
+  }
+  std::uint64_t low = UINT64_MAX;
+  for (const ChunkSnapshot& chunk : snapshot->chunks) low = std::min(low, chunk.iteration);
+  if (snapshot->chunks.empty() || low == 0) {
+    spdlog::info("no checkpoint on stop: the job has not completed an iteration");
+    return;
+  }
+  StatusOr<std::string> path = checkpoints_->WriteNow(*snapshot);
+  if (!path.ok()) {
+    spdlog::error("checkpoint on stop failed: {}", path.status().message());
+    return;
+  }
+  spdlog::info("checkpoint on stop written to {} (iteration {})", *path, low);
+}
+
+Status ControlPlane::LoadResume() {
+  const CheckpointOptions& options = options_.checkpoint;
+  if (options.resume_dir.empty()) return absl::OkStatus();
+  StatusOr<LoadedCheckpoint> newest = LoadNewestCheckpoint(options.resume_dir);
+  if (absl::IsNotFound(newest.status())) {
+    // Killed before its first checkpoint (or a first start under a restart policy): the job
+    // starts afresh, and workers that reconnect start over with it.
+    spdlog::warn("--resume: {}; the first job starts afresh", newest.status().message());
+    return absl::OkStatus();
+  }
+  PHUB_RETURN_IF_ERROR(newest.status());
+  LoadedCheckpoint loaded = *std::move(newest);
+  const JobSnapshot& s = loaded.snapshot;
+  auto mismatch = [&](const std::string& what, const std::string& flag) {
+    return absl::InvalidArgumentError(absl::StrCat("--resume: checkpoint ", loaded.path, " ",
+                                                   what, ": start phubd with ", flag,
+                                                   ", or without --resume"));
+  };
+  if (s.world_size != options_.world_size) {
+    return mismatch(absl::StrCat("is of a job of ", s.world_size, " workers, phubd runs ",
+                                 options_.world_size),
+                    absl::StrCat("--world-size ", s.world_size));
+  }
+  if (s.chunk_bytes != options_.chunk_bytes) {
+    return mismatch(absl::StrCat("cut the model in chunks of ", s.chunk_bytes, " bytes, phubd ",
+                                 options_.chunk_bytes),
+                    absl::StrCat("--chunk-bytes ", s.chunk_bytes));
+  }
+  if (kernels::Describe(s.optimizer) != kernels::Describe(options_.optimizer)) {
+    return mismatch(absl::StrCat("ran ", kernels::Describe(s.optimizer), ", phubd ",
+                                 kernels::Describe(options_.optimizer)),
+                    "the checkpoint's optimizer flags");
+  }
+  std::uint64_t low = UINT64_MAX;
+  for (const ChunkSnapshot& chunk : s.chunks) low = std::min(low, chunk.iteration);
+  for (const ChunkSnapshot& chunk : s.chunks) {
+    if (chunk.iteration > low + 1 || (chunk.iteration == low + 1 && chunk.previous.empty())) {
+      return absl::DataLossError(absl::StrCat(
+          "--resume: checkpoint ", loaded.path, " has chunk ", chunk.chunk, " at iteration ",
+          chunk.iteration, " beside chunks at ", low,
+          " without the weights to go back to: it cannot be resumed; use an older one"));
+    }
+  }
+  resume_iteration_ = s.chunks.empty() ? 0 : low;
+  resume_ = std::make_shared<const JobSnapshot>(std::move(loaded.snapshot));
+  spdlog::info("resuming from {}: iteration {}, {} tensors, {} chunks{}", loaded.path,
+               resume_iteration_, resume_->tensors.size(), resume_->chunks.size(),
+               loaded.refused.empty() ? ""
+                                      : absl::StrCat(" (", loaded.refused.size(),
+                                                     " newer checkpoint(s) refused)"));
+  return absl::OkStatus();
+}
+
+}  // namespace phub::server
