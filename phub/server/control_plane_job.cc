@@ -111,7 +111,9 @@ void ControlPlane::StartJob() {
       .optimizer = options_.optimizer,
       .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
       .initial_weights = resume_ ? std::vector<float>{} : std::move(initial_weights),
-      .keep_previous = options_.limits.rejoin_timeout_ms > 0 || !options_.checkpoint.dir.empty(),
+      // A resumed checkpoint may hold previous weights, which the resumed workers need.
+      .keep_previous = options_.limits.rejoin_timeout_ms > 0 ||
+                       !options_.checkpoint.dir.empty() || resume_ != nullptr,
       .checkpoint_every = options_.checkpoint.dir.empty() ? 0 : options_.checkpoint.every,
       .resume = resume_,
       .resume_iteration = resume_ ? resume_iteration_ : 0});
@@ -216,7 +218,8 @@ void ControlPlane::OnShardEvent(const ShardEvent& event) {
   // The worker cannot go on without it: its session ends too, and the job waits for a rejoin
   // (MemberLost). One already gone was handled when it went.
   if (const SessionPtr member = members_[event.rank]) {
-    return Drop(member, absl::UnavailableError(why));
+    return Refuse(member, MakeError(proto::Error::CONNECTION_LOST, why,
+                                    "restart the worker with the same rank: it rejoins the job"));
   }
   if (!missing_[event.rank]) Stall(absl::StrCat("rank ", event.rank, ": ", why));
 }

@@ -43,6 +43,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     state.weights = AlignedBuffer(chunk.elements);
     for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
     state.pushed.assign(world, 0);
+    state.replay.assign(world, kNone);
     if (job_->keep_previous) state.previous = AlignedBuffer(chunk.elements);
     if (job_->resume) {
       LoadSnapshot(state, job_->resume->chunks[chunk.id]);
@@ -279,6 +280,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
     case Op::kPush: {
       ChunkState& state = chunks_[local_index_[header.chunk]];
       stats_.bytes_in += header.payload_bytes;
+      state.replay[rank] = kNone;  // its replay of this chunk, if it owed one, is in
       if (push_kind_[rank] == PushKind::kReplayDone) {
         SendTo(rank, state, state.weights, state.iteration);
         return absl::OkStatus();
@@ -353,6 +355,7 @@ void Shard::Broadcast(ChunkState& state) {
 void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
                    std::uint64_t iteration) {
   if (!workers_[rank] || workers_[rank]->closed()) return;
+  if (state.replay[rank] == kHeld) return;  // answered when its replay arrives
   auto payload = std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(source.data()), state.chunk->bytes());
   WireHeader header{Op::kWeights, rank, state.chunk->id, iteration,

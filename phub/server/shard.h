@@ -127,7 +127,12 @@ class Shard final : public transport::ConnectionHandler {
     bool initialized = false;             // weights hold real values
     bool announced = false;               // iteration-0 weights sent to everyone
     AlignedBuffer previous;               // keep_previous: weights of iteration - 1
+    // Per worker, while it resumes: kNone, or its replayed push of this chunk is still to come
+    // (kExpected), and the chunk's next broadcast waits for it too (kHeld: the chunk holds
+    // its copy already, so the broadcast could otherwise reach it before it asked).
+    std::vector<std::uint8_t> replay;
   };
+  enum ReplayState : std::uint8_t { kNone = 0, kExpected = 1, kHeld = 2 };
   // What ResolveSlot decided about a push, for OnReceived (between them other connections'
   // messages may complete the chunk, so the decision is kept, not taken again).
   enum class PushKind : std::uint8_t { kCount, kReplayDone, kReplayCounted };

@@ -50,7 +50,8 @@ RejoinPoint Shard::ForgetWorker(std::uint32_t rank) {
     connection->Close(absl::AbortedError("the worker's control connection was lost"));
   }
   resume_at_[rank] = kNoResume;
-  for (const ChunkState& state : chunks_) {
+  for (ChunkState& state : chunks_) {
+    state.replay[rank] = kNone;  // a replay it owed dies with it; the next rejoin owes its own
     point.contributed = std::min(point.contributed, state.iteration + state.pushed[rank]);
     if (!state.initialized) ++point.uninitialized;
   }
@@ -70,8 +71,12 @@ void Shard::SendResumeWeights(std::uint32_t rank) {
   const std::uint64_t at = resume_at_[rank];
   resume_at_[rank] = kNoResume;
   for (ChunkState& state : chunks_) {
+    state.replay[rank] = kExpected;
     if (state.iteration == at) {
       SendTo(rank, state, state.weights, at);
+      // Its copy of at + 1 is in already: the chunk may complete before the replay arrives,
+      // and then its broadcast would reach a worker that has not asked for it yet.
+      if (state.pushed[rank]) state.replay[rank] = kHeld;
     } else if (state.iteration == at + 1 && state.previous.size() != 0) {
       SendTo(rank, state, state.previous, at);
     } else if (state.iteration + 1 != at) {  // one behind: its broadcast will carry them
@@ -88,7 +93,10 @@ void Shard::SendResumeWeights(std::uint32_t rank) {
 std::optional<Shard::PushKind> Shard::ReplayOf(std::uint32_t rank,
                                                const transport::WireHeader& header,
                                                const ChunkState& state) const {
-  if (header.iteration == 0 || header.iteration > replay_through_[rank]) return std::nullopt;
+  // Only the one replay each chunk is owed, of exactly the iteration after the resume point.
+  if (state.replay[rank] == kNone || header.iteration != replay_through_[rank]) {
+    return std::nullopt;
+  }
   if (header.iteration == state.iteration) return PushKind::kReplayDone;
   if (header.iteration == state.iteration + 1 && state.pushed[rank]) {
     return PushKind::kReplayCounted;

@@ -90,8 +90,9 @@ TEST_P(DyingWorkerTest, StallsTheJobButNotTheDaemon) {
                     "guest with soft-RoCE";
   }
   TempDir dir;
+  // --rejoin-timeout-ms 0: the job stalls at once (waiting for a rejoin: recovery_test.cc).
   auto phubd = StartPhubd(dir, {"--world-size", "3", "--cores", "2", "--chunk-bytes", "4096",
-                                "--transport", GetParam()});
+                                "--transport", GetParam(), "--rejoin-timeout-ms", "0"});
   const std::string sizes = "5000,300,20000";
   // Rank 2 is a real process that SIGKILLs itself half-way through iteration 2.
   Process dying = Process::Start({TestWorkerPath(), "--port", std::to_string(phubd.port), "--rank",
@@ -119,7 +120,8 @@ TEST_P(DyingWorkerTest, StallsTheJobButNotTheDaemon) {
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 128 + SIGKILL);
   for (int k = 0; k < 2; ++k) {
-    EXPECT_EQ(outcome[k].code(), absl::StatusCode::kUnavailable) << outcome[k];
+    // Aborted: a stalled job is not to be reconnected to (Unavailable would invite it).
+    EXPECT_EQ(outcome[k].code(), absl::StatusCode::kAborted) << outcome[k];
     EXPECT_THAT(std::string(outcome[k].message()), HasSubstr("stalled"));
     EXPECT_THAT(std::string(outcome[k].message()), HasSubstr("rank 2"));
   }

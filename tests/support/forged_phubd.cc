@@ -104,9 +104,11 @@ AssertionResult ForgedPhubd::AcceptAttach(std::uint32_t core) {
   return AssertionSuccess();
 }
 
-AssertionResult ForgedPhubd::Handshake() {
+AssertionResult ForgedPhubd::Handshake() { return Handshake(MakeWelcome()); }
+
+AssertionResult ForgedPhubd::Handshake(const proto::Welcome& welcome) {
   if (AssertionResult r = AcceptHello(); !r) return r;
-  if (AssertionResult r = SendWelcome(MakeWelcome()); !r) return r;
+  if (AssertionResult r = SendWelcome(welcome); !r) return r;
   for (std::uint32_t c = 0; c < job_.cores; ++c) {
     if (AssertionResult r = AcceptAttach(c); !r) return r;
   }
@@ -152,6 +154,12 @@ AssertionResult ForgedPhubd::ExpectBye(std::uint32_t core) {
     return AssertionFailure() << "core " << core << " got " << OpName(bye.op) << " of worker "
                               << bye.worker << ", not the BYE";
   }
+  return AssertionSuccess();
+}
+
+AssertionResult ForgedPhubd::ReadControl(proto::ControlMessage& message, Millis timeout) {
+  const RawSocket::Read read = control_.ReadMessage(message, timeout);
+  if (read != RawSocket::Read::kOk) return AssertionFailure() << "no control message: " << read;
   return AssertionSuccess();
 }
 

@@ -67,6 +67,14 @@ class ForgedPhubd {
   ::testing::AssertionResult AcceptAttach(std::uint32_t core);
   // AcceptHello, SendWelcome(MakeWelcome()), AcceptAttach for every core.
   ::testing::AssertionResult Handshake();
+  // The same with `welcome` (MakeWelcome() edited by the test: a resumed job, a liveness
+  // timeout) in place of MakeWelcome().
+  ::testing::AssertionResult Handshake(const proto::Welcome& welcome);
+
+  // The next message the client sent on the control connection (a Heartbeat, the Goodbye),
+  // waiting up to `timeout`.
+  ::testing::AssertionResult ReadControl(proto::ControlMessage& message,
+                                         Millis timeout = kForgedStep);
 
   // One data-plane message on core `core`'s connection: the header, then `payload`.
   bool Send(std::uint32_t core, const transport::WireHeader& header,

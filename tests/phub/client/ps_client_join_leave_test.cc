@@ -78,7 +78,8 @@ TEST_F(PsClientTest, ALostDataConnectionFailsTheWaitingCall) {
 }
 
 // An Error on the control connection mid-job (another worker died: JOB_STALLED) fails the
-// waiting call with phubd's message and fix.
+// waiting call with phubd's message and fix, as Aborted (a stalled job is not to be rejoined;
+// ps_client_recovery_test.cc has the other codes).
 TEST_F(PsClientTest, AJobStalledErrorFailsTheWaitingCallWithPhubdsReason) {
   ASSERT_NO_FATAL_FAILURE(StartWithAPushInFlight(kB));
   const Call wait = Wait(kB);
@@ -88,7 +89,7 @@ TEST_F(PsClientTest, AJobStalledErrorFailsTheWaitingCallWithPhubdsReason) {
   stalled.mutable_error()->set_fix("restart the job");
   ASSERT_TRUE(phubd_->Reply(stalled));
   ASSERT_TRUE(PsClientThread::Done(wait)) << "Wait still blocked after JOB_STALLED";
-  EXPECT_EQ(wait.get().code(), absl::StatusCode::kUnavailable) << wait.get();
+  EXPECT_EQ(wait.get().code(), absl::StatusCode::kAborted) << wait.get();
   EXPECT_THAT(std::string(wait.get().message()), HasSubstr("job stalled: rank 0 lost"));
   EXPECT_THAT(std::string(wait.get().message()), HasSubstr("restart the job"));
 }

@@ -17,7 +17,12 @@ using Clock = std::chrono::steady_clock;
 std::shared_ptr<JobSpec> MakeJob(kernels::OptimizerConfig optimizer) {
   auto table = keys::KeyTable::Build(kModel, kChunkBytes, kCores);
   EXPECT_TRUE(table.ok()) << table.status();
-  return std::make_shared<JobSpec>(JobSpec{*std::move(table), kWorld, optimizer, kSession, {}});
+  auto job = std::make_shared<JobSpec>();
+  job->table = *std::move(table);
+  job->world_size = kWorld;
+  job->optimizer = optimizer;
+  job->session = kSession;
+  return job;
 }
 
 Tensors RandomTensors(std::mt19937& rng, float lo, float hi) {
