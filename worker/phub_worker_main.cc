@@ -18,7 +18,6 @@
 #include <fstream>
 #include <numeric>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "phub/common/logging.h"
@@ -31,6 +30,8 @@
 #include "worker/nn/models/models.h"
 #include "worker/train/evaluate.h"
 #include "worker/train/launch_env.h"
+#include "worker/train/reconnect.h"
+#include "worker/train/save_weights.h"
 #include "worker/train/supervisor.h"
 #include "worker/train/synthetic_data.h"
 #include "worker/train/trainer.h"
@@ -121,22 +122,6 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// --save-weights: every parameter, in the model's order, as raw float32 (to compare runs).
-phub::Status SaveWeights(phub::worker::Model& model, phub::worker::Backend& backend,
-                         const std::string& path) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return absl::InvalidArgumentError("cannot write --save-weights '" + path + "'");
-  for (phub::worker::Parameter* p : model.parameters()) {
-    PHUB_ASSIGN_OR_RETURN(Tensor host, Tensor::Allocate(p->value.shape()));
-    PHUB_RETURN_IF_ERROR(backend.CopyToHost(p->value, host));
-    out.write(reinterpret_cast<const char*>(host.span().data()),
-              static_cast<std::streamsize>(host.span().size_bytes()));
-  }
-  out.flush();
-  if (!out) return absl::InternalError("writing --save-weights '" + path + "' failed");
-  return absl::OkStatus();
-}
-
 // The run; Ok when it trained (or described) to the end.
 phub::Status Run(Flags& f) {
   std::uint32_t rank = 0, world = 1;
@@ -211,49 +196,14 @@ phub::Status Run(Flags& f) {
     spdlog::info("rank {} resumes the job at step {} (phubd holds the weights)", rank, first_step);
     PHUB_RETURN_IF_ERROR(seek(first_step));
   }
-  int reconnects = 0;
-  // Rank 0's initial weights, for a phubd that comes back without a checkpoint: the job then
-  // starts over, from them (rank 0 sends them again).
-  std::vector<Tensor> initial;
-  if (rank == 0 && f.comm == "ps" && f.reconnect_timeout_ms > 0) {
-    for (phub::worker::Parameter* p : model->parameters()) {
-      PHUB_ASSIGN_OR_RETURN(Tensor host, Tensor::Allocate(p->value.shape()));
-      PHUB_RETURN_IF_ERROR(backend->CopyToHost(p->value, host));
-      initial.push_back(std::move(host));
-    }
-  }
-  // phubd lost (gone, or silent past its --liveness-timeout-ms) or this worker dropped: connect
-  // again for up to --reconnect-timeout-ms and go on from the step phubd resumes us at (a
-  // phubd restarted with --resume replays at most its --checkpoint-every - 1 steps).
+  // phubd lost or this worker dropped: connect again, go on from where phubd resumes us.
+  PHUB_ASSIGN_OR_RETURN(
+      phub::worker::Reconnector reconnector,
+      phub::worker::Reconnector::Create(
+          *model, *backend, rank, f.comm == "ps" ? f.reconnect_timeout_ms : 0, rank == 0,
+          [&] { return MakeTrainer(f, rank, world, *model, *backend); }));
   auto reconnect = [&](const phub::Status& lost, std::int64_t& step) -> phub::Status {
-    if (f.comm != "ps" || f.reconnect_timeout_ms <= 0 || !absl::IsUnavailable(lost)) return lost;
-    spdlog::warn("rank {} at step {}: {}; reconnecting for up to {} ms (--reconnect-timeout-ms)",
-                 rank, step, lost.message(), f.reconnect_timeout_ms);
-    trainer.reset();
-    const auto deadline = Clock::now() + std::chrono::milliseconds(f.reconnect_timeout_ms);
-    for (int attempt = 1;; ++attempt) {
-      // Rank 0 holds its initial weights again: a resumed job overwrites them at Init, a job
-      // started over gets them from it.
-      const auto params = model->parameters();
-      for (std::size_t i = 0; i < initial.size(); ++i) {
-        PHUB_RETURN_IF_ERROR(backend->CopyFromHost(initial[i], params[i]->value));
-      }
-      phub::Status joined = [&]() -> phub::Status {
-        PHUB_ASSIGN_OR_RETURN(trainer, MakeTrainer(f, rank, world, *model, *backend));
-        return trainer->Init();
-      }();
-      if (joined.ok()) break;
-      trainer.reset();
-      // A phubd still going down, or not up yet, answers and drops us: try again until the
-      // deadline. Anything else (a refusal) is final.
-      if (!absl::IsUnavailable(joined) || Clock::now() >= deadline) return joined;
-      spdlog::info("rank {}: reconnect attempt {} failed ({}); retrying", rank, attempt,
-                   joined.message());
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
-    step = static_cast<std::int64_t>(trainer->start_iteration());
-    ++reconnects;
-    spdlog::info("rank {} reconnected ({} so far): going on from step {}", rank, reconnects, step);
+    PHUB_ASSIGN_OR_RETURN(step, reconnector.Reconnect(lost, step, trainer));
     return seek(step);
   };
   spdlog::info("{} batch {} on {}: {} parameters; {} rank {}/{}{}; {} steps", f.model, f.batch,
@@ -324,7 +274,7 @@ phub::Status Run(Flags& f) {
                    epochs.back().epoch, 100 * acc.fraction(), acc.examples, acc.loss, seconds);
     }
   }
-  if (!f.save_weights.empty()) PHUB_RETURN_IF_ERROR(SaveWeights(*model, *backend, f.save_weights));
+  if (!f.save_weights.empty()) PHUB_RETURN_IF_ERROR(phub::worker::SaveWeights(*model, *backend, f.save_weights));
   const double median = Median(step_ms);
   const double blocked = std::accumulate(blocked_ms.begin(), blocked_ms.end(), 0.0);
   const double total = std::accumulate(step_ms.begin(), step_ms.end(), 0.0);
