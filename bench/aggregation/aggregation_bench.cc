@@ -7,7 +7,9 @@
 //                     without its arithmetic or state
 //   fused             AggregateAndStep for each N in --inputs and every optimizer;
 //                     bytes = (N + 2 x state_arrays + 2) x 4 (inputs read; weights and state
-//                     read and written)
+//                     read and written); and momentum out of place (old weights read from one
+//                     array, new ones written to another: what phubd runs to keep the
+//                     previous weights for a rejoin), the same bytes
 // Each measurement runs once as a warm-up, then --runs rounds in which every measurement runs
 // once (interleaved, so a slow spell of a shared machine hits all alike); the median is kept.
 // The kernel's GB/s is reported as a share of sum_into's (target >= 80 %), of sum_into_n's with
@@ -329,6 +331,25 @@ int Run(const Options& opt) {
                       kernels::AggregateAndStep(in, w, st, config, ++step);
                     }});
     }
+    // What phubd runs when it keeps each chunk's previous weights (for a worker that rejoins):
+    // the same pass, out of place (old weights read from one buffer, new ones written to
+    // another); it should match the in-place row, where a copy of the weights would add a
+    // memcpy of them per step.
+    kernels::OptimizerConfig config;
+    config.kind = OptimizerKind::kMomentum;
+    config.weight_decay = 1e-4f;
+    const std::span<const float* const> in(input_ptrs.data(), n_in);
+    const std::span<float* const> st(state_ptrs, 1);
+    const std::span<const float> w_in = weights.span();
+    const std::span<float> w_out(d, n);
+    ms.push_back({{.kernel = "fused",
+                   .optimizer = "momentum out-of-place",
+                   .inputs = n_in,
+                   .state_arrays = 1,
+                   .bytes_per_element = (n_in + 2 + 2) * 4},
+                  [=, step = std::uint64_t{0}]() mutable {
+                    kernels::AggregateAndStep(in, w_in, w_out, st, config, ++step);
+                  }});
   }
   TimeAll(ms, opt.runs);
 

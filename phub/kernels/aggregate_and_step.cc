@@ -53,11 +53,13 @@ struct StepConstants {
 
 // w[j] (and state) updated from the sum of K inputs a..e at j (inputs beyond K are unused and
 // may be null). All pointers are distinct arrays, hence __restrict.
-template <OptimizerKind kKind, int K>
+// kOut: the old weights are read from w_in and the new ones written to w (out of place, for a
+// caller that keeps the previous weights); otherwise w is read and written in place.
+template <OptimizerKind kKind, int K, bool kOut>
 void UpdateRange(const float* __restrict a, const float* __restrict b, const float* __restrict c,
-                 const float* __restrict d, const float* __restrict e, float* __restrict w,
-                 float* __restrict s0, float* __restrict s1, std::size_t n,
-                 const StepConstants& k) {
+                 const float* __restrict d, const float* __restrict e,
+                 const float* __restrict w_in, float* __restrict w, float* __restrict s0,
+                 float* __restrict s1, std::size_t n, const StepConstants& k) {
   static_assert(K >= 1 && K <= 5);
   // Locals, so the compiler need not reload them after stores through w/s0/s1.
   const float inv_n = k.inv_n, wd = k.wd, lr = k.lr, mu = k.mu;
@@ -70,7 +72,7 @@ void UpdateRange(const float* __restrict a, const float* __restrict b, const flo
     if constexpr (K >= 3) sum += c[j];
     if constexpr (K >= 4) sum += d[j];
     if constexpr (K >= 5) sum += e[j];
-    const float wj = w[j];
+    const float wj = kOut ? w_in[j] : w[j];
     const float g = sum * inv_n + wd * wj;
     if constexpr (kKind == OptimizerKind::kSgd) {
       w[j] = wj - lr * g;
@@ -107,19 +109,23 @@ void SumFour(float* __restrict dst, const float* __restrict a, const float* __re
   }
 }
 
-template <OptimizerKind kKind>
-void Run(std::span<const float* const> in, float* w, float* s0, float* s1, std::size_t len,
-         const StepConstants& k) {
+template <OptimizerKind kKind, bool kOut>
+void Run(std::span<const float* const> in, const float* w_in, float* w, float* s0, float* s1,
+         std::size_t len, const StepConstants& k) {
   const std::size_t n_in = in.size();
   switch (n_in) {
     case 1:
-      return UpdateRange<kKind, 1>(in[0], nullptr, nullptr, nullptr, nullptr, w, s0, s1, len, k);
+      return UpdateRange<kKind, 1, kOut>(in[0], nullptr, nullptr, nullptr, nullptr, w_in, w, s0,
+                                         s1, len, k);
     case 2:
-      return UpdateRange<kKind, 2>(in[0], in[1], nullptr, nullptr, nullptr, w, s0, s1, len, k);
+      return UpdateRange<kKind, 2, kOut>(in[0], in[1], nullptr, nullptr, nullptr, w_in, w, s0, s1,
+                                         len, k);
     case 3:
-      return UpdateRange<kKind, 3>(in[0], in[1], in[2], nullptr, nullptr, w, s0, s1, len, k);
+      return UpdateRange<kKind, 3, kOut>(in[0], in[1], in[2], nullptr, nullptr, w_in, w, s0, s1,
+                                         len, k);
     case 4:
-      return UpdateRange<kKind, 4>(in[0], in[1], in[2], in[3], nullptr, w, s0, s1, len, k);
+      return UpdateRange<kKind, 4, kOut>(in[0], in[1], in[2], in[3], nullptr, w_in, w, s0, s1,
+                                         len, k);
     default:
       break;
   }
@@ -140,22 +146,25 @@ void Run(std::span<const float* const> in, float* w, float* s0, float* s1, std::
     }
     const float* const* r = in.data() + buffered;
     float* const wb = w + off;
+    const float* const wib = kOut ? w_in + off : nullptr;
     float* const s0b = s0 ? s0 + off : nullptr;
     float* const s1b = s1 ? s1 + off : nullptr;
     switch (rest) {
       case 1:
-        UpdateRange<kKind, 2>(block, r[0] + off, nullptr, nullptr, nullptr, wb, s0b, s1b, m, k);
+        UpdateRange<kKind, 2, kOut>(block, r[0] + off, nullptr, nullptr, nullptr, wib, wb, s0b,
+                                    s1b, m, k);
         break;
       case 2:
-        UpdateRange<kKind, 3>(block, r[0] + off, r[1] + off, nullptr, nullptr, wb, s0b, s1b, m, k);
+        UpdateRange<kKind, 3, kOut>(block, r[0] + off, r[1] + off, nullptr, nullptr, wib, wb, s0b,
+                                    s1b, m, k);
         break;
       case 3:
-        UpdateRange<kKind, 4>(block, r[0] + off, r[1] + off, r[2] + off, nullptr, wb, s0b, s1b, m,
-                              k);
+        UpdateRange<kKind, 4, kOut>(block, r[0] + off, r[1] + off, r[2] + off, nullptr, wib, wb,
+                                    s0b, s1b, m, k);
         break;
       default:
-        UpdateRange<kKind, 5>(block, r[0] + off, r[1] + off, r[2] + off, r[3] + off, wb, s0b, s1b,
-                              m, k);
+        UpdateRange<kKind, 5, kOut>(block, r[0] + off, r[1] + off, r[2] + off, r[3] + off, wib,
+                                    wb, s0b, s1b, m, k);
         break;
     }
   }
@@ -163,16 +172,35 @@ void Run(std::span<const float* const> in, float* w, float* s0, float* s1, std::
 
 }  // namespace
 
-void AggregateAndStep(std::span<const float* const> inputs, std::span<float> weights,
-                      std::span<float* const> state, const OptimizerConfig& config,
-                      std::uint64_t step) {
+namespace {
+
+StepConstants Prepare(std::size_t n_inputs, const OptimizerConfig& config, std::uint64_t step);
+
+template <bool kOut>
+void Dispatch(std::span<const float* const> inputs, const float* w_in, float* w,
+              std::span<float* const> state, std::size_t len, const OptimizerConfig& config,
+              std::uint64_t step) {
   assert(!inputs.empty() && "AggregateAndStep needs at least one input");
   assert(state.size() >= static_cast<std::size_t>(StateArrays(config.kind)));
-  const std::size_t len = weights.size();
   if (len == 0 || inputs.empty()) return;
+  const StepConstants k = Prepare(inputs.size(), config, step);
+  float* const s0 = state.size() > 0 ? state[0] : nullptr;
+  float* const s1 = state.size() > 1 ? state[1] : nullptr;
+  switch (config.kind) {
+    case OptimizerKind::kSgd:
+      return Run<OptimizerKind::kSgd, kOut>(inputs, w_in, w, nullptr, nullptr, len, k);
+    case OptimizerKind::kMomentum:
+      return Run<OptimizerKind::kMomentum, kOut>(inputs, w_in, w, s0, nullptr, len, k);
+    case OptimizerKind::kNesterov:
+      return Run<OptimizerKind::kNesterov, kOut>(inputs, w_in, w, s0, nullptr, len, k);
+    case OptimizerKind::kAdam:
+      return Run<OptimizerKind::kAdam, kOut>(inputs, w_in, w, s0, s1, len, k);
+  }
+}
 
+StepConstants Prepare(std::size_t n_inputs, const OptimizerConfig& config, std::uint64_t step) {
   StepConstants k{};
-  k.inv_n = static_cast<float>(1.0 / static_cast<double>(inputs.size()));
+  k.inv_n = static_cast<float>(1.0 / static_cast<double>(n_inputs));
   k.wd = config.weight_decay;
   k.lr = config.lr;
   k.mu = config.momentum;
@@ -189,20 +217,23 @@ void AggregateAndStep(std::span<const float* const> inputs, std::span<float> wei
     k.adam_step = static_cast<float>(static_cast<double>(config.lr) / bc1);
     k.adam_inv_bc2 = static_cast<float>(1.0 / bc2);
   }
+  return k;
+}
 
-  float* const w = weights.data();
-  float* const s0 = state.size() > 0 ? state[0] : nullptr;
-  float* const s1 = state.size() > 1 ? state[1] : nullptr;
-  switch (config.kind) {
-    case OptimizerKind::kSgd:
-      return Run<OptimizerKind::kSgd>(inputs, w, nullptr, nullptr, len, k);
-    case OptimizerKind::kMomentum:
-      return Run<OptimizerKind::kMomentum>(inputs, w, s0, nullptr, len, k);
-    case OptimizerKind::kNesterov:
-      return Run<OptimizerKind::kNesterov>(inputs, w, s0, nullptr, len, k);
-    case OptimizerKind::kAdam:
-      return Run<OptimizerKind::kAdam>(inputs, w, s0, s1, len, k);
-  }
+}  // namespace
+
+void AggregateAndStep(std::span<const float* const> inputs, std::span<float> weights,
+                      std::span<float* const> state, const OptimizerConfig& config,
+                      std::uint64_t step) {
+  Dispatch<false>(inputs, nullptr, weights.data(), state, weights.size(), config, step);
+}
+
+void AggregateAndStep(std::span<const float* const> inputs, std::span<const float> weights_in,
+                      std::span<float> weights_out, std::span<float* const> state,
+                      const OptimizerConfig& config, std::uint64_t step) {
+  assert(weights_in.size() == weights_out.size());
+  Dispatch<true>(inputs, weights_in.data(), weights_out.data(), state, weights_out.size(), config,
+                 step);
 }
 
 }  // namespace phub::kernels

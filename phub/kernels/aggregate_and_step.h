@@ -56,4 +56,13 @@ void AggregateAndStep(std::span<const float* const> inputs, std::span<float> wei
                       std::span<float* const> state, const OptimizerConfig& config,
                       std::uint64_t step);
 
+// The same step out of place: the old weights are read from `weights_in` (left as they are) and
+// the new ones written to `weights_out`, in the same single pass and with the same bits as the
+// in-place form: a caller that must keep the previous weights (phubd, for a worker that rejoins)
+// alternates two buffers instead of copying one. REQUIRES: as above, and weights_in and
+// weights_out of the same length, not overlapping each other or anything else.
+void AggregateAndStep(std::span<const float* const> inputs, std::span<const float> weights_in,
+                      std::span<float> weights_out, std::span<float* const> state,
+                      const OptimizerConfig& config, std::uint64_t step);
+
 }  // namespace phub::kernels

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -317,10 +318,16 @@ void Shard::MaybeAggregate(ChunkState& state) {
   }
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
   if (state.previous.size() != 0) {
-    std::memcpy(state.previous.data(), state.weights.data(), state.chunk->bytes());
+    // Kept for a rejoin: the new weights go to the other buffer and the two trade places, so
+    // keeping the previous weights costs no copy (no send of either is queued: see above).
+    kernels::AggregateAndStep(inputs_, std::as_const(state.weights).span(),
+                              state.previous.span(), state_ptrs_, job_->optimizer,
+                              state.iteration + 1);
+    std::swap(state.weights, state.previous);
+  } else {
+    kernels::AggregateAndStep(inputs_, state.weights.span(), state_ptrs_, job_->optimizer,
+                              state.iteration + 1);
   }
-  kernels::AggregateAndStep(inputs_, state.weights.span(), state_ptrs_, job_->optimizer,
-                            state.iteration + 1);
   ++state.iteration;
   state.arrived = 0;
   std::fill(state.pushed.begin(), state.pushed.end(), 0);

@@ -17,12 +17,15 @@ using Clock = std::chrono::steady_clock;
 std::shared_ptr<JobSpec> MakeJob(kernels::OptimizerConfig optimizer) {
   auto table = keys::KeyTable::Build(kModel, kChunkBytes, kCores);
   EXPECT_TRUE(table.ok()) << table.status();
-  auto job = std::make_shared<JobSpec>();
-  job->table = *std::move(table);
-  job->world_size = kWorld;
-  job->optimizer = optimizer;
-  job->session = kSession;
-  return job;
+  return std::make_shared<JobSpec>(JobSpec{.table = *std::move(table),
+                                           .world_size = kWorld,
+                                           .optimizer = optimizer,
+                                           .session = kSession,
+                                           .initial_weights = {},
+                                           .keep_previous = false,
+                                           .checkpoint_every = 0,
+                                           .resume = nullptr,
+                                           .resume_iteration = 0});
 }
 
 Tensors RandomTensors(std::mt19937& rng, float lo, float hi) {
