@@ -135,6 +135,8 @@ void ControlPlane::StartJob() {
     }
   }
 
+  // The shards copied what they resume from; the loaded checkpoint need not outlive that.
+  job->resume.reset();
   spec_ = spec;
   job_hello_ = members_[0]->hello;
   running_ = true;
