@@ -230,6 +230,11 @@ Status PsClient::Impl::DeclareGradients(const std::vector<std::span<const float>
 Status PsClient::Impl::Close() {
   if (closed_) return absl::OkStatus();
   closed_ = true;
+  bool broken;
+  {
+    std::lock_guard lock(mu_);
+    broken = !error_.status().ok();
+  }
   closing_ = true;
   // Weights still in flight can no longer arrive (the connections close and their loss is not
   // an error now): a Wait blocked on them, on another thread or later, and every later Push,
@@ -241,9 +246,17 @@ Status PsClient::Impl::Close() {
     std::lock_guard lock(mu_);
     for (const auto& t : tensors_) iterations = std::max(iterations, t.iteration);
   }
-  if (!started_) {  // a failed Handshake: nothing to say goodbye on
+  // A failed Handshake has nothing to say goodbye on; a client that lost phubd (or was
+  // dropped) must not say it: a Goodbye means "done", and this worker may be about to rejoin.
+  if (!started_ || broken) {
     loop_.Run([&] {
-      for (auto& c : connections_) c->Close(absl::CancelledError("the handshake failed"));
+      if (heartbeat_timer_) heartbeat_timer_->cancel();
+      for (auto& c : connections_) {
+        c->Close(absl::CancelledError(broken ? "the client failed" : "the handshake failed"));
+      }
+      boost::system::error_code ignored;
+      control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      control_.close(ignored);
     });
     return absl::OkStatus();
   }

@@ -63,6 +63,7 @@ ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& optio
   members_.resize(options_.world_size);
   missing_.assign(options_.world_size, 0);
   resume_point_.assign(options_.world_size, 0);
+  forgets_.assign(options_.world_size, 0);
   if (!options_.checkpoint.dir.empty()) {
     checkpoints_ = std::make_unique<CheckpointWriter>(
         options_.checkpoint.dir, [this, alive = alive_](std::function<void()> done) {

@@ -150,6 +150,7 @@ class ControlPlane {
   proto::Hello job_hello_;                    // the running job's tensors, for rejoins
   std::vector<std::uint8_t> missing_;         // by rank: lost, may rejoin
   std::vector<std::uint64_t> resume_point_;   // by rank: the iteration it rejoins at
+  std::vector<std::uint64_t> forgets_;        // by rank: ForgetWorker rounds (ShardEvent::epoch)
   std::uint32_t missing_count_ = 0;
   std::uint64_t rejoins_ = 0, losses_ = 0;
   boost::asio::steady_timer liveness_timer_;

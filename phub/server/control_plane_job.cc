@@ -146,6 +146,7 @@ void ControlPlane::StartJob() {
   left_cleanly_.assign(options_.world_size, false);
   missing_.assign(options_.world_size, 0);
   missing_count_ = 0;
+  forgets_.assign(options_.world_size, 0);
   gathering_iteration_ = 0;
   ++jobs_started_;
   const bool resumed = resume_ != nullptr;
@@ -215,6 +216,9 @@ void ControlPlane::OnShardEvent(const ShardEvent& event) {
   }
   if (event.kind != ShardEvent::Kind::kWorkerLost) return;
   if (left_cleanly_[event.rank]) return;  // its data connections close after its Goodbye
+  // A connection of the rank's earlier life, closed before phubd forgot it but handled after:
+  // not the rejoined worker's.
+  if (event.epoch != forgets_[event.rank]) return;
   const std::string why =
       absl::StrCat("core ", event.core, " lost its data connection: ", event.reason);
   // The worker cannot go on without it: its session ends too, and the job waits for a rejoin

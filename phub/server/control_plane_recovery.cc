@@ -36,6 +36,7 @@ void ControlPlane::MemberLost(std::uint32_t rank, const std::string& why) {
                                                 : " before every worker had attached"));
   }
   RejoinPoint point;
+  ++forgets_[rank];
   for (auto& core : cores_) {
     const RejoinPoint p = core->ForgetWorker(rank);
     point.contributed = std::min(point.contributed, p.contributed);
@@ -70,7 +71,12 @@ void ControlPlane::MemberLost(std::uint32_t rank, const std::string& why) {
 }
 
 bool ControlPlane::IsRejoin(const proto::Hello& hello) const {
-  return running_ && !stalled_ && hello.rank() < missing_.size() && missing_[hello.rank()];
+  if (!running_ || stalled_ || hello.rank() >= missing_.size()) return false;
+  // A member of the job says Hello again: its worker restarted (or gave phubd up while phubd
+  // was paused) before phubd noticed the old connection is gone.
+  const SessionPtr& member = members_[hello.rank()];
+  return missing_[hello.rank()] || (member && member->state == State::kInJob &&
+                                    options_.limits.rejoin_timeout_ms > 0);
 }
 
 void ControlPlane::Rejoin(const SessionPtr& session, const proto::Hello& hello) {
@@ -82,6 +88,14 @@ void ControlPlane::Rejoin(const SessionPtr& session, const proto::Hello& hello) 
     return Refuse(session, *error);
   }
   const std::uint32_t rank = hello.rank();
+  if (const SessionPtr old = members_[rank]) {
+    // Checked like any Hello first, so only a member of the job can replace a member.
+    Drop(old, absl::UnavailableError(absl::StrCat("rank ", rank, " said Hello again from ",
+                                                  session->peer)));
+    if (!missing_[rank]) return Refuse(session, MakeError(
+        proto::Error::JOB_STALLED, "the job cannot take rank " + std::to_string(rank) + " back",
+        "restart the job (all workers)"));
+  }
   session->deadline.cancel();
   session->state = State::kInJob;
   session->rank = rank;

@@ -59,6 +59,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
   workers_.resize(world);
   said_bye_.assign(world, 0);
   seen_.assign(world, 0);
+  forgotten_.assign(world, 0);
   push_kind_.assign(world, PushKind::kCount);
   resume_at_.assign(world, job_->resume ? job_->resume_iteration : kNoResume);
   replay_through_.assign(world, job_->resume ? job_->resume_iteration + 1 : 0);
@@ -393,7 +394,9 @@ void Shard::OnClosed(Connection& connection, const Status& why) {
   // forgets without a report).
   if (closing_ || said_bye_[rank] || workers_[rank].get() != &connection) return;
   spdlog::warn("core {}: lost rank {} ({}): {}", core_, rank, connection.peer(), why.message());
-  sink_(ShardEvent{ShardEvent::Kind::kWorkerLost, core_, rank, std::string(why.message())});
+  ShardEvent lost{ShardEvent::Kind::kWorkerLost, core_, rank, std::string(why.message())};
+  lost.epoch = forgotten_[rank];
+  sink_(std::move(lost));
 }
 
 }  // namespace phub::server

@@ -48,6 +48,10 @@ struct ShardEvent {
   std::uint32_t core = 0;
   std::int64_t rank = -1;
   std::string reason;
+  // kWorkerLost: how many times the rank had been forgotten (ForgetWorker) on this core when
+  // its connection closed, so that the loss of a connection of an earlier life, reported late,
+  // is told apart from the rejoined worker's.
+  std::uint64_t epoch = 0;
   // kSnapshot: the chunks, and how long copying them held up this core in all.
   std::uint64_t iteration = 0;
   std::shared_ptr<std::vector<ChunkSnapshot>> chunks;
@@ -173,6 +177,7 @@ class Shard final : public transport::ConnectionHandler {
   std::vector<std::uint64_t> resume_at_;
   std::vector<std::uint64_t> replay_through_;
   std::vector<std::uint8_t> seen_;          // attached once in this job
+  std::vector<std::uint64_t> forgotten_;    // ForgetWorker calls, by rank (ShardEvent::epoch)
   std::vector<PushKind> push_kind_;         // ResolveSlot's decision for OnReceived
   // The checkpoint being collected: its iteration (0: none) and the chunks copied so far.
   std::uint64_t snapshot_iteration_ = 0;

@@ -44,6 +44,7 @@ void Shard::LoadSnapshot(ChunkState& state, const ChunkSnapshot& snapshot) {
 RejoinPoint Shard::ForgetWorker(std::uint32_t rank) {
   RejoinPoint point;
   if (rank >= job_->world_size) return point;
+  ++forgotten_[rank];
   if (std::shared_ptr<transport::Connection> connection = std::move(workers_[rank])) {
     workers_[rank] = nullptr;  // OnClosed then knows it is not a loss to report
     --attached_;

@@ -5,11 +5,28 @@
 // its final weights, as raw float32 in table order, to --out. The test recomputes everything
 // in float64 and compares.
 //
-// Exit codes: 0 done; 2 bad flags; 3 an exchange call failed (message on stderr).
+// Exit codes: 0 done; 2 bad flags; 3 an exchange call failed (message and status code, e.g.
+// "(UNAVAILABLE)", on stderr).
 // --die-at K: in iteration K, push half of the tensors and then SIGKILL itself (a dying worker).
+//
+// Recovery (tests/integration/recovery_test.cc):
+// --grad-from-weights: the gradient of element i of tensor t in iteration `it` is
+//   TestValue(seed, rank, it, t, i) + 0.25 * weights[t][i], so a worker given the wrong weights
+//   on a rejoin or a resume pushes wrong gradients and the final weights differ.
+// The worker goes on from the exchange's start_iteration() (a rejoin, or a phubd resumed from a
+//   checkpoint): iterations start_iteration()+1 .. --iters.
+// --reconnect-ms N: when an exchange call fails with Unavailable (phubd lost or silent, or this
+//   worker dropped), the exchange is destroyed and made again (connect timeout N ms), and the
+//   worker goes on from its start_iteration(); for at most N ms per loss. Anything else: exit 3.
+// --step-delay-ms D: sleeps D ms per iteration, so that a test's kills land mid-run.
+// --progress PATH: after each iteration, its number is written to PATH (atomically: a rename).
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_split.h"
 #include "phub/common/logging.h"
@@ -20,12 +37,29 @@
 
 using phub::testing::TestValue;
 
+namespace {
+
+void WriteProgress(const std::string& path, std::uint64_t iteration) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << iteration << "\n";
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   phub::exchange::ExchangeOptions options;
   std::string comm = "ps", host = "127.0.0.1", servers_csv, sizes_csv, out_path, token;
+  std::string progress_path;
   std::uint16_t port = 0;
   std::uint64_t iterations = 3, seed = 1;
   std::int64_t die_at = -1;
+  bool grad_from_weights = false;
+  int reconnect_ms = 0, step_delay_ms = 0;
   CLI::App app{"PHub integration-test worker"};
   app.add_option("--comm", comm, "ps, ps-colocated or ring");
   app.add_option("--host", host, "phubd's host (--comm ps)");
@@ -40,12 +74,20 @@ int main(int argc, char** argv) {
   app.add_option("--token", token);
   app.add_option("--out", out_path);
   app.add_option("--die-at", die_at);
+  app.add_flag("--grad-from-weights", grad_from_weights,
+               "gradient = TestValue + 0.25 * the weights it follows");
+  app.add_option("--reconnect-ms", reconnect_ms,
+                 "on Unavailable, connect again for up to this long and go on where the PS "
+                 "resumes this worker; 0: exit 3");
+  app.add_option("--step-delay-ms", step_delay_ms, "sleep this long per iteration");
+  app.add_option("--progress", progress_path, "write each completed iteration's number here");
   phub::kernels::AddOptimizerFlags(app, options.ring.optimizer);
   phub::exchange::AddTransportFlags(app, options);
   CLI11_PARSE(app, argc, argv);
   (void)phub::SetUpLogging("warn", "worker " + std::to_string(options.rank));
   auto fail = [&](const phub::Status& s) {
-    std::fprintf(stderr, "worker %u: %s\n", options.rank, std::string(s.message()).c_str());
+    std::fprintf(stderr, "worker %u: %s (%s)\n", options.rank, std::string(s.message()).c_str(),
+                 absl::StatusCodeToString(s.code()).c_str());
     return 3;
   };
 
@@ -53,6 +95,7 @@ int main(int argc, char** argv) {
   if (!kind.ok()) return fail(kind.status());
   options.kind = *kind;
   options.ps.client.job_token = token;
+  if (reconnect_ms > 0) options.ps.client.connect_timeout_ms = reconnect_ms;
   if (servers_csv.empty() && port != 0) servers_csv = host + ":" + std::to_string(port);
   for (const auto& text : absl::StrSplit(servers_csv, ',', absl::SkipEmpty())) {
     auto endpoint = phub::exchange::ParseEndpoint(std::string(text));
@@ -66,40 +109,90 @@ int main(int argc, char** argv) {
   std::vector<phub::keys::TensorSpec> tensors;
   std::vector<std::vector<float>> weights(sizes.size()), grads(sizes.size());
   std::vector<std::span<float>> spans;
-  for (std::uint32_t t = 0; t < sizes.size(); ++t) {
-    tensors.push_back({"t" + std::to_string(t), sizes[t]});
-    // Only rank 0's values matter; others start from NaN to prove the initial weights arrive.
-    weights[t].assign(sizes[t], std::numeric_limits<float>::quiet_NaN());
-    if (options.rank == 0) {
-      for (std::uint64_t i = 0; i < sizes[t]; ++i) {
+  // Only rank 0's values matter; others start from NaN to prove the initial weights arrive.
+  // Rank 0 starts from them again on a reconnect: a phubd that came back without a checkpoint
+  // starts the job over from rank 0's weights.
+  auto set_initial_weights = [&] {
+    for (std::uint32_t t = 0; t < sizes.size(); ++t) {
+      std::fill(weights[t].begin(), weights[t].end(), std::numeric_limits<float>::quiet_NaN());
+      for (std::uint64_t i = 0; options.rank == 0 && i < sizes[t]; ++i) {
         weights[t][i] = TestValue(seed, phub::testing::kInitRank, 0, t, i);
       }
     }
+  };
+  for (std::uint32_t t = 0; t < sizes.size(); ++t) {
+    tensors.push_back({"t" + std::to_string(t), sizes[t]});
+    weights[t].resize(sizes[t]);  // never resized again: the exchange holds spans of them
     grads[t].resize(sizes[t]);
-    spans.emplace_back(weights[t]);
   }
+  set_initial_weights();
+  for (auto& w : weights) spans.emplace_back(w);
 
-  auto exchange = phub::exchange::MakeExchange(options, tensors, spans);
+  // Makes the exchange and Inits it (weights of its start_iteration() in `weights`).
+  auto connect = [&]() -> phub::StatusOr<std::unique_ptr<phub::exchange::GradientExchange>> {
+    PHUB_ASSIGN_OR_RETURN(auto exchange, phub::exchange::MakeExchange(options, tensors, spans));
+    // Declared on even ranks only: on verbs odd ranks push by copy, even ranks zero-copy, and
+    // the float64 check covers both paths.
+    if (options.rank % 2 == 0) {
+      std::vector<std::span<const float>> grad_spans(grads.begin(), grads.end());
+      PHUB_RETURN_IF_ERROR(exchange->DeclareGradients(grad_spans));
+    }
+    PHUB_RETURN_IF_ERROR(exchange->Init());
+    return exchange;
+  };
+  auto exchange = connect();
   if (!exchange.ok()) return fail(exchange.status());
-  // Declared on even ranks only: on verbs odd ranks push by copy, even ranks zero-copy, and the
-  // float64 check covers both paths.
-  if (options.rank % 2 == 0) {
-    std::vector<std::span<const float>> grad_spans(grads.begin(), grads.end());
-    if (auto s = (*exchange)->DeclareGradients(grad_spans); !s.ok()) return fail(s);
-  }
-  if (auto s = (*exchange)->Init(); !s.ok()) return fail(s);
+  std::uint64_t done = (*exchange)->start_iteration();
 
-  for (std::uint64_t it = 1; it <= iterations; ++it) {
+  // An Unavailable `lost` with --reconnect-ms: connect again (for up to reconnect_ms in all)
+  // and go on from where the PS resumes this worker. Anything else is returned as it is.
+  auto reconnect = [&](const phub::Status& lost) -> phub::Status {
+    if (reconnect_ms <= 0 || !absl::IsUnavailable(lost)) return lost;
+    std::fprintf(stderr, "worker %u: lost after iteration %llu: %s; reconnecting\n", options.rank,
+                 static_cast<unsigned long long>(done), std::string(lost.message()).c_str());
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(reconnect_ms);
+    phub::Status last = lost;
+    while (std::chrono::steady_clock::now() < deadline) {
+      exchange = absl::UnavailableError("reconnecting");  // the old one goes first
+      set_initial_weights();
+      exchange = connect();
+      if (exchange.ok()) {
+        done = (*exchange)->start_iteration();
+        std::fprintf(stderr, "worker %u: reconnected; going on after iteration %llu\n",
+                     options.rank, static_cast<unsigned long long>(done));
+        return absl::OkStatus();
+      }
+      last = exchange.status();
+      if (!absl::IsUnavailable(last)) return last;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return last;
+  };
+
+  while (done < iterations) {
+    const std::uint64_t it = done + 1;
+    if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
+    phub::Status status;
     // Last tensor first, as backward produces them.
-    for (std::uint32_t t = static_cast<std::uint32_t>(sizes.size()); t-- > 0;) {
+    for (std::uint32_t t = static_cast<std::uint32_t>(sizes.size()); t-- > 0 && status.ok();) {
       if (static_cast<std::int64_t>(it) == die_at && t < sizes.size() / 2) {
         std::fflush(stderr);
         std::raise(SIGKILL);
       }
-      for (std::uint64_t i = 0; i < sizes[t]; ++i) grads[t][i] = TestValue(seed, options.rank, it, t, i);
-      if (auto s = (*exchange)->Push(t, grads[t]); !s.ok()) return fail(s);
+      for (std::uint64_t i = 0; i < sizes[t]; ++i) {
+        grads[t][i] = TestValue(seed, options.rank, it, t, i);
+        if (grad_from_weights) grads[t][i] += 0.25f * weights[t][i];
+      }
+      status = (*exchange)->Push(t, grads[t]);
     }
-    if (auto s = (*exchange)->WaitAll(); !s.ok()) return fail(s);
+    if (status.ok()) status = (*exchange)->WaitAll();
+    if (!status.ok()) {
+      if (auto s = reconnect(status); !s.ok()) return fail(s);
+      continue;
+    }
+    done = it;
+    WriteProgress(progress_path, done);
   }
   if (auto s = (*exchange)->Close(); !s.ok()) return fail(s);
 

@@ -1,0 +1,312 @@
+// Recovery from SIGKILL, with real processes on TCP: workers killed and restarted rejoin their
+// job, a phubd killed and restarted with --resume picks the job up from its newest checkpoint,
+// and checkpoints that cannot be used (corrupt, truncated, of another model) are refused with
+// a reason. Every recovered job ends BITWISE where an uninterrupted run of it does
+// (recovery_fixture.h). Liveness (stopped processes, a cut link): recovery_liveness_test.cc.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/in_process_worker.h"
+#include "tests/integration/recovery_fixture.h"
+#include "tests/support/forged_client.h"
+
+namespace phub::testing::recovery {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---- Workers killed and restarted ----
+
+TEST(Recovery, WorkerKilledTwentyTimesRejoinsBitwise) {
+  constexpr std::uint32_t kWorld = 3;
+  constexpr std::uint64_t kIterations = 200;
+  constexpr int kKills = 20;
+  TempDir dir;
+  const std::string reference = ReferenceWeights(dir, kWorld, kIterations);
+  ASSERT_FALSE(reference.empty());
+
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0, Flags(kWorld, {"--rejoin-timeout-ms", "30000"}));
+  Job job(dir, "killed", kWorld, kIterations);
+  job.extra = {"--step-delay-ms", "5"};
+  const std::uint32_t seed = Seed();
+  std::printf("kill schedule seed %u (PHUB_RECOVERY_SEED=%u reruns it)\n", seed, seed);
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto start = Clock::now();
+  job.StartAll(phubd.port);
+  ASSERT_TRUE(WaitFor([&] { return job.AllProgressed(1); }, milliseconds(30000)))
+      << "the job did not start; phubd's log:\n"
+      << phubd.Log();
+
+  int kills = 0;
+  std::vector<double> rejoin_ms;
+  while (kills < kKills) {
+    std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
+    // Not in the last iterations: a worker that said Goodbye ends the job for everyone.
+    if (job.MaxProgress() + 20 >= kIterations) break;
+    const std::uint32_t victim = std::uniform_int_distribution<std::uint32_t>(0, kWorld - 1)(rng);
+    const std::uint64_t at = job.Progress(victim);
+    job.workers[victim].Kill(SIGKILL);
+    ASSERT_EQ(job.workers[victim].Wait(milliseconds(10000)), 128 + SIGKILL);
+    ++kills;
+    job.ForgetProgress(victim);
+    const auto killed = Clock::now();
+    job.Restart(victim, phubd.port);
+    // Its first completed iteration after the restart: it has rejoined, and the job goes on.
+    ASSERT_TRUE(WaitFor([&] { return job.Progress(victim) > 0; }, milliseconds(40000)))
+        << "kill " << kills << " (rank " << victim << " after iteration " << at
+        << "): it did not rejoin; phubd's log:\n"
+        << phubd.Log() << "\nits log:\n"
+        << job.Log(victim);
+    rejoin_ms.push_back(MsSince(killed));
+    std::printf("kill %d: rank %u after iteration %llu, back and through an iteration in %.0f ms\n",
+                kills, victim, static_cast<unsigned long long>(at), rejoin_ms.back());
+  }
+  ASSERT_EQ(kills, kKills) << "the job reached its last iterations first (max progress "
+                           << job.MaxProgress() << "): raise kIterations";
+  const std::string failures = job.WaitAllSucceed(milliseconds(60000));
+  ASSERT_EQ(failures, "") << "phubd's log:\n" << phubd.Log();
+  Record("run_ms", MsSince(start));
+  Record("rejoin_ms_max", *std::max_element(rejoin_ms.begin(), rejoin_ms.end()));
+  std::sort(rejoin_ms.begin(), rejoin_ms.end());
+  Record("rejoin_ms_median", rejoin_ms[rejoin_ms.size() / 2]);
+
+  ExpectWeightsEqual(job, reference);
+  const std::string log = phubd.Log();
+  EXPECT_EQ(CountOf(log, " rejoined from "), static_cast<std::size_t>(kKills)) << log;
+  EXPECT_EQ(CountOf(log, "stalled"), 0u) << log;
+  EXPECT_TRUE(phubd.process.Running());
+}
+
+// ---- phubd killed and restarted with --resume ----
+
+TEST(Recovery, PhubdKilledTenTimesResumesBitwise) {
+  constexpr std::uint32_t kWorld = 3;
+  constexpr std::uint64_t kIterations = 150;
+  constexpr int kKills = 10;
+  TempDir dir;
+  const std::string reference = ReferenceWeights(dir, kWorld, kIterations);
+  ASSERT_FALSE(reference.empty());
+
+  const std::string checkpoints = dir.File("checkpoints");
+  std::filesystem::create_directory(checkpoints);
+  const std::uint16_t port = FreePort();
+  const std::vector<std::string> flags =
+      Flags(kWorld, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "5"});
+  std::vector<std::string> resume_flags = flags;
+  resume_flags.insert(resume_flags.end(), {"--resume", checkpoints});
+  Phubd phubd = LaunchPhubd(dir, "phubd", port, flags);
+  Job job(dir, "resumed", kWorld, kIterations);
+  job.extra = {"--step-delay-ms", "5", "--reconnect-ms", "30000"};
+  const std::uint32_t seed = Seed() + 1;
+  std::printf("kill schedule seed %u (PHUB_RECOVERY_SEED=%u reruns it)\n", seed, seed - 1);
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto start = Clock::now();
+  job.StartAll(port);
+
+  int kills = 0;
+  std::vector<double> back_ms;
+  auto killed = Clock::now();
+  std::size_t written = 0;  // checkpoints in phubd's log at the last restart
+  while (true) {
+    // Every worker is in the job of this phubd (the job started: all reconnected), and has
+    // completed an iteration in it.
+    ASSERT_TRUE(
+        WaitFor([&] { return CountOf(phubd.Log(), " started: ") == std::size_t(kills + 1); },
+                milliseconds(40000)))
+        << "after " << kills << " kills the workers did not come back; phubd's log:\n"
+        << phubd.Log();
+    for (std::uint32_t r = 0; r < kWorld; ++r) job.ForgetProgress(r);
+    ASSERT_TRUE(WaitFor([&] { return job.AllProgressed(1); }, milliseconds(40000)))
+        << "after " << kills << " kills the job did not go on; phubd's log:\n"
+        << phubd.Log();
+    if (kills > 0) {
+      back_ms.push_back(MsSince(killed));
+      std::printf("kill %d: the job was back and through an iteration in %.0f ms\n", kills,
+                  back_ms.back());
+    }
+    if (kills == kKills) break;
+    // The first kill comes at once, most likely before the first checkpoint: the restarted
+    // phubd then starts the job afresh (and rank 0 sends its initial weights again). Every
+    // later one waits for a checkpoint written since the restart, so that the job moves on
+    // between kills however slow the build, and the restarted phubd resumes from one.
+    if (kills > 0) {
+      ASSERT_TRUE(WaitFor([&] { return CountOf(phubd.Log(), " written to ") > written; },
+                          milliseconds(40000)))
+          << "no checkpoint after kill " << kills << "; phubd's log:\n"
+          << phubd.Log();
+    }
+    const int delay_ms = std::uniform_int_distribution<int>(0, 60)(rng);
+    if (kills > 0) std::this_thread::sleep_for(milliseconds(delay_ms));
+    // Not in the last iterations: a worker that said Goodbye does not come back.
+    if (job.MaxProgress() + 20 >= kIterations) break;
+    // The newest checkpoint bounds what is replayed; printed to follow a failure.
+    std::uint64_t newest = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
+      unsigned long long iteration = 0;
+      if (std::sscanf(entry.path().filename().c_str(), "checkpoint-%llu.phub", &iteration) == 1) {
+        newest = std::max<std::uint64_t>(newest, iteration);
+      }
+    }
+    phubd.process.Kill(SIGKILL);
+    ASSERT_EQ(phubd.process.Wait(milliseconds(10000)), 128 + SIGKILL);
+    killed = Clock::now();
+    written = CountOf(phubd.Log(), " written to ");
+    ++kills;
+    std::printf("kill %d: phubd, at progress %llu, newest checkpoint %llu\n", kills,
+                static_cast<unsigned long long>(job.MaxProgress()),
+                static_cast<unsigned long long>(newest));
+    phubd = LaunchPhubd(dir, "phubd", port, resume_flags);
+  }
+  ASSERT_EQ(kills, kKills) << "the job reached its last iterations first (max progress "
+                           << job.MaxProgress() << "): raise kIterations";
+  const std::string failures = job.WaitAllSucceed(milliseconds(60000));
+  ASSERT_EQ(failures, "") << "phubd's log:\n" << phubd.Log();
+  Record("run_ms", MsSince(start));
+  Record("back_ms_max", *std::max_element(back_ms.begin(), back_ms.end()));
+
+  ExpectWeightsEqual(job, reference);
+  const std::string log = phubd.Log();
+  // Each restart resumed a checkpoint, or (only the first can) started afresh.
+  EXPECT_EQ(CountOf(log, "resuming from ") + CountOf(log, "the first job starts afresh"),
+            static_cast<std::size_t>(kKills))
+      << log;
+  EXPECT_GE(CountOf(log, "resuming from "), static_cast<std::size_t>(kKills - 1)) << log;
+  for (std::uint32_t r = 0; r < kWorld; ++r) {
+    EXPECT_GE(CountOf(job.Log(r), "reconnected;"), static_cast<std::size_t>(kKills)) << job.Log(r);
+  }
+}
+
+// ---- Checkpoint files that cannot be used ----
+
+std::string CheckpointPath(const std::string& dir, std::uint64_t iteration) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "/checkpoint-%012llu.phub",
+                static_cast<unsigned long long>(iteration));
+  return dir + name;
+}
+
+// Runs a job of `world` workers through a phubd writing checkpoints every 5 iterations into
+// `checkpoints` until it has written `last`; returns rank 0's final weights.
+std::string WriteCheckpoints(const TempDir& dir, const std::string& tag,
+                             const std::string& checkpoints, std::uint32_t world,
+                             std::uint64_t iterations, std::uint64_t last,
+                             const std::string& sizes) {
+  std::filesystem::create_directory(checkpoints);
+  Phubd phubd =
+      LaunchPhubd(dir, tag + "-phubd", 0,
+                  Flags(world, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "5"}));
+  Job job(dir, tag, world, iterations, sizes);
+  // The delay leaves the writer time for each file: a checkpoint due while the one before is
+  // still being written is skipped (and logged).
+  job.extra = {"--step-delay-ms", "20"};
+  job.StartAll(phubd.port);
+  const std::string failures = job.WaitAllSucceed(milliseconds(60000));
+  EXPECT_EQ(failures, "");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return phubd.Log().find("checkpoint of iteration " + std::to_string(last) + " written") !=
+               std::string::npos;
+      },
+      milliseconds(20000)))
+      << phubd.Log();
+  return job.Weights(0);
+}
+
+// Resumes `checkpoints` in a fresh phubd and runs the job to the end; the log of that phubd.
+std::string ResumeAndFinish(const TempDir& dir, const std::string& tag,
+                            const std::string& checkpoints, std::uint32_t world,
+                            std::uint64_t iterations, const std::string& reference) {
+  Phubd phubd = LaunchPhubd(dir, tag + "-phubd", 0, Flags(world, {"--resume", checkpoints}));
+  Job job(dir, tag, world, iterations);
+  job.StartAll(phubd.port);
+  const std::string failures = job.WaitAllSucceed(milliseconds(60000));
+  EXPECT_EQ(failures, "") << "phubd's log:\n" << phubd.Log();
+  ExpectWeightsEqual(job, reference);
+  return phubd.Log();
+}
+
+TEST(Recovery, CorruptCheckpointFallsBackToPrevious) {
+  constexpr std::uint32_t kWorld = 2;
+  constexpr std::uint64_t kIterations = 12;
+  TempDir dir;
+  const std::string checkpoints = dir.File("checkpoints");
+  // The uninterrupted job writes checkpoints of iterations 5 and 10 (the two newest are kept);
+  // its own final weights are the reference.
+  const std::string reference =
+      WriteCheckpoints(dir, "first", checkpoints, kWorld, kIterations, 10, kSizes);
+  ASSERT_FALSE(reference.empty());
+  const std::string newest = CheckpointPath(checkpoints, 10);
+  const std::string previous = CheckpointPath(checkpoints, 5);
+  ASSERT_TRUE(std::filesystem::exists(newest));
+  ASSERT_TRUE(std::filesystem::exists(previous));
+  const std::string pristine = ReadFile(newest);
+  auto write = [](const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+
+  {
+    SCOPED_TRACE("the newest whole: resumed from it");
+    const std::string log =
+        ResumeAndFinish(dir, "whole", checkpoints, kWorld, kIterations, reference);
+    EXPECT_THAT(log, HasSubstr("resuming from " + newest + ": iteration 10"));
+  }
+  {
+    SCOPED_TRACE("a byte of the newest flipped: resumed from the one before");
+    std::string flipped = pristine;
+    flipped[flipped.size() / 2] ^= 0x10;
+    write(newest, flipped);
+    const std::string log =
+        ResumeAndFinish(dir, "flipped", checkpoints, kWorld, kIterations, reference);
+    EXPECT_THAT(log, HasSubstr("checkpoint '" + newest + "' refused"));
+    EXPECT_THAT(log, HasSubstr("corrupt"));
+    EXPECT_THAT(log, HasSubstr("resuming from " + previous + ": iteration 5"));
+  }
+  {
+    SCOPED_TRACE("the newest truncated: resumed from the one before");
+    write(newest, pristine.substr(0, pristine.size() * 2 / 3));
+    const std::string log =
+        ResumeAndFinish(dir, "truncated", checkpoints, kWorld, kIterations, reference);
+    EXPECT_THAT(log, HasSubstr("checkpoint '" + newest + "' refused"));
+    EXPECT_THAT(log, HasSubstr("truncated"));
+    EXPECT_THAT(log, HasSubstr("resuming from " + previous + ": iteration 5"));
+  }
+
+  // A checkpoint of another model: phubd resumes it, and refuses workers of this one.
+  const std::string other = dir.File("other-checkpoints");
+  WriteCheckpoints(dir, "other", other, kWorld, 6, 5, "3000,50");
+  Phubd phubd = LaunchPhubd(dir, "other-resume-phubd", 0, Flags(kWorld, {"--resume", other}));
+  EXPECT_THAT(phubd.Log(), HasSubstr("resuming from " + CheckpointPath(other, 5)));
+  Job job(dir, "mismatch", kWorld, kIterations);
+  job.StartAll(phubd.port);
+  for (std::uint32_t r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(job.workers[r].Wait(milliseconds(20000)), 3) << job.Log(r);
+    EXPECT_THAT(job.Log(r), HasSubstr("checkpoint of a model of 2 tensors")) << job.Log(r);
+  }
+  // The code, seen by a Hello of our own: the same tensor count, one size differs.
+  RawSocket control = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(control.connected());
+  ASSERT_TRUE(control.SendMessage(Wrap(MakeHello(0, kWorld, TestTensors({3000, 51})))));
+  proto::ControlMessage reply;
+  ASSERT_EQ(control.ReadMessage(reply, milliseconds(10000)), RawSocket::Read::kOk);
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_THAT(reply.error().message(), HasSubstr("checkpoint"));
+  EXPECT_THAT(reply.error().message(), HasSubstr("t1"));
+  EXPECT_THAT(phubd.Log(), HasSubstr("refusing a worker"));
+  EXPECT_TRUE(phubd.process.Running());
+}
+
+}  // namespace
+}  // namespace phub::testing::recovery
