@@ -287,7 +287,14 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
         SendTo(rank, state, state.weights, state.iteration);
         return absl::OkStatus();
       }
-      if (push_kind_[rank] == PushKind::kReplayCounted) return absl::OkStatus();
+      if (push_kind_[rank] == PushKind::kReplayCounted) {
+        // The chunk may have completed the iteration while this copy was arriving: its
+        // broadcast skipped this worker (held for its replay), so the answer goes now.
+        if (state.iteration == header.iteration) {
+          SendTo(rank, state, state.weights, state.iteration);
+        }
+        return absl::OkStatus();
+      }
       state.pushed[rank] = 1;
       ++state.arrived;
       MaybeAggregate(state);
