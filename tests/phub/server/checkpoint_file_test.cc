@@ -98,7 +98,9 @@ JobSnapshot MakeSnapshot(OptimizerKind kind, bool previous, std::uint32_t seed =
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp must not be given an empty vector's null data() (UBSan), even for zero bytes.
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 void ExpectSame(const JobSnapshot& a, const JobSnapshot& b) {
