@@ -33,6 +33,7 @@
 #include "phub/transport/event_loop.h"
 #include "phub/transport/transport.h"
 #include "phub/transport/wire_header.h"
+#include "tests/reference/optimizer_reference.h"
 #include "tests/support/forged_client.h"
 
 namespace phub::server::shard_test {
@@ -128,5 +129,31 @@ class ShardTest : public ::testing::Test {
   Tensors initial_;                         // rank 0's INIT (and the gradients of Iterate)
   std::vector<RawSocket> workers_;          // by rank, to core 0
 };
+
+// The float64 reference optimizer configured as phubd's (tests/reference/optimizer_reference.h).
+inline testing::RefConfig ReferenceConfig(const kernels::OptimizerConfig& c) {
+  testing::RefConfig r;
+  switch (c.kind) {
+    case kernels::OptimizerKind::kSgd:
+      r.kind = testing::RefOptimizer::kSgd;
+      break;
+    case kernels::OptimizerKind::kMomentum:
+      r.kind = testing::RefOptimizer::kMomentum;
+      break;
+    case kernels::OptimizerKind::kNesterov:
+      r.kind = testing::RefOptimizer::kNesterov;
+      break;
+    case kernels::OptimizerKind::kAdam:
+      r.kind = testing::RefOptimizer::kAdam;
+      break;
+  }
+  r.lr = c.lr;
+  r.momentum = c.momentum;
+  r.weight_decay = c.weight_decay;
+  r.beta1 = c.beta1;
+  r.beta2 = c.beta2;
+  r.eps = c.eps;
+  return r;
+}
 
 }  // namespace phub::server::shard_test

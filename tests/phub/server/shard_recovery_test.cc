@@ -38,20 +38,6 @@ kernels::OptimizerConfig Optimizer(kernels::OptimizerKind kind) {
   return c;
 }
 
-testing::RefConfig Reference(const kernels::OptimizerConfig& c) {
-  testing::RefConfig r;
-  r.kind = c.kind == kernels::OptimizerKind::kAdam       ? testing::RefOptimizer::kAdam
-           : c.kind == kernels::OptimizerKind::kMomentum ? testing::RefOptimizer::kMomentum
-           : c.kind == kernels::OptimizerKind::kNesterov ? testing::RefOptimizer::kNesterov
-                                                         : testing::RefOptimizer::kSgd;
-  r.lr = c.lr;
-  r.momentum = c.momentum;
-  r.weight_decay = c.weight_decay;
-  r.beta1 = c.beta1;
-  r.beta2 = c.beta2;
-  r.eps = c.eps;
-  return r;
-}
 
 // got within 1e-5 relative (1e-6 absolute floor) of want: far above a few float32 roundings per
 // step, far below any wrong term (shard_step_test.cc says why).
@@ -154,7 +140,7 @@ class ShardRejoinTest : public ::testing::Test {
         grads_[it].push_back(RandomTensors(rng, -1.0f, 1.0f));
     }
     // The float64 reference of the uninterrupted run, per tensor, after each iteration.
-    const testing::RefConfig config = Reference(job_->optimizer);
+    const testing::RefConfig config = ReferenceConfig(job_->optimizer);
     std::vector<std::vector<double>> w, v(kModel.size()), s(kModel.size());
     for (const auto& t : initial_) w.emplace_back(t.begin(), t.end());
     reference_.push_back(w);
@@ -514,7 +500,7 @@ TEST(ShardSnapshotTest, EveryChunkIsCopiedAsItCompletesAMultipleOfCheckpointEver
   const Tensors initial = RandomTensors(rng, -1.0f, 1.0f);
   ASSERT_NO_FATAL_FAILURE(cluster.AttachAll());
   ASSERT_NO_FATAL_FAILURE(cluster.Init(initial));
-  const testing::RefConfig config = Reference(job->optimizer);
+  const testing::RefConfig config = ReferenceConfig(job->optimizer);
   std::vector<std::vector<double>> ref_w, ref_v(kModel.size()), ref_s(kModel.size());
   for (const auto& t : initial) ref_w.emplace_back(t.begin(), t.end());
 
@@ -656,7 +642,7 @@ TEST_P(ShardResumeTest, WorkersResumeFromTheSnapshotsWeightsAndStepOnFromItsStat
   }
 
   // The float64 reference, per chunk, from the snapshot.
-  const testing::RefConfig config = Reference(job->optimizer);
+  const testing::RefConfig config = ReferenceConfig(job->optimizer);
   std::map<std::uint32_t, std::vector<double>> w, v, s;
   for (const ChunkSnapshot& c : snapshot->chunks) {
     w[c.chunk].assign(c.weights.begin(), c.weights.end());

@@ -29,30 +29,6 @@ struct StepCase {
 
 std::ostream& operator<<(std::ostream& out, const StepCase& c) { return out << c.name; }
 
-testing::RefConfig Reference(const kernels::OptimizerConfig& c) {
-  testing::RefConfig r;
-  switch (c.kind) {
-    case kernels::OptimizerKind::kSgd:
-      r.kind = testing::RefOptimizer::kSgd;
-      break;
-    case kernels::OptimizerKind::kMomentum:
-      r.kind = testing::RefOptimizer::kMomentum;
-      break;
-    case kernels::OptimizerKind::kNesterov:
-      r.kind = testing::RefOptimizer::kNesterov;
-      break;
-    case kernels::OptimizerKind::kAdam:
-      r.kind = testing::RefOptimizer::kAdam;
-      break;
-  }
-  r.lr = c.lr;
-  r.momentum = c.momentum;
-  r.weight_decay = c.weight_decay;
-  r.beta1 = c.beta1;
-  r.beta2 = c.beta2;
-  r.eps = c.eps;
-  return r;
-}
 
 kernels::OptimizerConfig Optimizer(kernels::OptimizerKind kind, float lr, float weight_decay) {
   kernels::OptimizerConfig c;
@@ -138,7 +114,7 @@ TEST_P(ShardStepTest, EveryWorkerGetsTheReferenceStepForSeveralIterations) {
   }
 
   // The reference, per tensor, in float64.
-  const testing::RefConfig ref_config = Reference(config);
+  const testing::RefConfig ref_config = ReferenceConfig(config);
   std::vector<std::vector<double>> ref_w, ref_v(kModel.size()), ref_s(kModel.size());
   for (const auto& t : initial) ref_w.emplace_back(t.begin(), t.end());
 
