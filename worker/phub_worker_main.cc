@@ -56,17 +56,19 @@ struct Flags {
   std::uint64_t seed = 1;
   int restarts = 0, reconnect_timeout_ms = 60000;
   std::string save_weights;
-  bool describe = false, no_overlap = false;
+  bool describe = false, no_overlap = false, tf32 = false;
   phub::exchange::ExchangeOptions exchange;  // --transport and the RDMA device flags
   phub::kernels::OptimizerConfig optimizer{.kind = phub::kernels::OptimizerKind::kMomentum,
                                            .lr = 0.01f};
 };
 
-phub::StatusOr<std::unique_ptr<phub::worker::Backend>> MakeBackend(const std::string& name) {
+phub::StatusOr<std::unique_ptr<phub::worker::Backend>> MakeBackend(const std::string& name,
+                                                                    bool tf32) {
   if (name == "cudnn") {
 #ifdef PHUB_HAVE_CUDNN
-    return phub::worker::MakeCudnnBackend(0);
+    return phub::worker::MakeCudnnBackend({.device = 0, .allow_tf32 = tf32});
 #else
+    (void)tf32;
     return absl::InvalidArgumentError(
         "--backend cudnn (--device cuda): this phub-worker was built without CUDA/cuDNN; "
         "rebuild where /usr/local/cuda has them (PHUB_WITH_CUDA=ON), or use --device cpu");
@@ -150,7 +152,8 @@ phub::Status Run(Flags& f) {
   }
   if (!f.device.empty()) f.backend = f.device == "cuda" ? "cudnn" : "onednn";
 
-  PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Backend> backend, MakeBackend(f.backend));
+  PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Backend> backend,
+                        MakeBackend(f.backend, f.tf32));
   PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Model> model,
                         phub::worker::MakeModel(f.model, f.batch));
   PHUB_RETURN_IF_ERROR(model->Build(*backend, f.seed));
@@ -359,6 +362,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 30));
   app.add_option("--warmup", f.warmup, "Untimed steps first (synthetic data)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_flag("--tf32", f.tf32,
+               "cuDNN: let convolutions, GEMMs and the LSTM use TF32 tensor cores (faster, ~1e-3 "
+               "relative error); default strict float32, as PyTorch's matmuls");
   app.add_flag("--no-overlap", f.no_overlap,
                "Exchange after the whole backward and wait for all of it (to measure overlap)");
   app.add_option("--seed", f.seed, "Seed of the weights, the data order and synthetic data")

@@ -44,7 +44,7 @@ def time_phub(worker, model, batch, a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     out = run_checked([worker, "--model", model, "--batch", str(batch), "--iters",
                        str(a.iters), "--warmup", str(a.warmup), "--log-level", "warn",
-                       "--backend", a.backend], env)
+                       "--backend", a.backend] + (["--tf32"] if a.tf32 else []), env)
     m = re.search(r"median ([0-9.]+) ms per mini-batch", out)
     if not m:
         raise BenchError(f"phub-worker printed no median:\n{out}")
@@ -53,10 +53,12 @@ def time_phub(worker, model, batch, a):
 
 def time_torch(model, batch, a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    out = run_checked(["/usr/bin/python3", os.path.join(HERE, "torch_models.py"), "--model",
+    out = run_checked([a.python, os.path.join(HERE, "torch_models.py"), "--model",
                        model, "--batch", str(batch), "--iters", str(a.iters), "--warmup",
                        str(a.warmup), "--threads", str(a.threads), "--device", a.device]
-                      + (["--channels-last"] if a.channels_last else []), env)
+                      + (["--channels-last"] if a.channels_last else [])
+                      + (["--tf32"] if a.tf32 else [])
+                      + (["--host-batch"] if a.host_batch else []), env)
     r = json.loads(out.strip().splitlines()[-1])
     return r["median_ms"], r["torch"]
 
@@ -80,6 +82,13 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--channels-last", action="store_true", help="PyTorch side (GPU runs)")
+    p.add_argument("--tf32", action="store_true",
+                   help="GPU runs: TF32 tensor-core math on both sides (default strict float32)")
+    p.add_argument("--host-batch", action="store_true",
+                   help="GPU runs: PyTorch copies each step's batch from host memory, as "
+                        "phub-worker does (default: PyTorch's batch stays on the GPU)")
+    p.add_argument("--python", default=sys.executable,
+                   help="The Python with PyTorch (default: this one; a GPU box's own venv)")
     p.add_argument("--quick", action="store_true", help=f"{QUICK}, 1 round")
     p.add_argument("--worker", default=os.path.join(ROOT, "build", "worker", "phub-worker"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "train"))
@@ -92,7 +101,7 @@ def main():
         raise SystemExit(f"run_train.py: no phub-worker at {a.worker}: run deploy/build.sh first")
     if a.rounds < 1 or a.iters < 1 or a.warmup < 0 or a.threads < 1:
         raise SystemExit("run_train.py: --rounds, --iters, --threads >= 1 and --warmup >= 0")
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode:
+    if subprocess.run([a.python, "-c", "import torch"], capture_output=True).returncode:
         log("PyTorch is missing: installing it (deploy/install-deps.sh --torch)")
         if subprocess.run(["bash", os.path.join(ROOT, "deploy", "install-deps.sh"), "--torch"]).returncode:
             raise SystemExit("run_train.py: could not install python3-torch; run "
@@ -135,7 +144,11 @@ def main():
     keys = ["model", "batch", "phub_ms", "pytorch_ms", "ratio", "phub_samples_s",
             "pytorch_samples_s", "bar"]
     tables.write_tsv(os.path.join(a.out, "train_summary.tsv"), summary, keys)
-    setup = (f"{machine.host_cpus()}, {a.threads} threads, device {a.device}, "
+    math = ("TF32" if a.tf32 else "strict float32") if a.device == "cuda" else "float32"
+    if a.device == "cuda":
+        math += (", both copy each batch from host memory" if a.host_batch else
+                 ", phub-worker copies each batch from host memory, PyTorch's stays on the GPU")
+    setup = (f"{machine.host_cpus()}, {a.threads} threads, device {a.device} ({math}), "
              f"PyTorch {torch_version}; {a.rounds} rounds x ({a.warmup} warm-up + {a.iters} "
              f"timed) mini-batches per system; median of the rounds' medians")
     lines = [f"Time per mini-batch (forward + backward + momentum SGD), single worker. {setup}.",

@@ -124,11 +124,16 @@ MODELS = {  # name: (builder, input shape without the batch, classes); "tokens":
 }
 
 
-def time_model(name, batch, iters, warmup, threads, channels_last=False, seed=1, device="cpu"):
+def time_model(name, batch, iters, warmup, threads, channels_last=False, seed=1, device="cpu",
+               tf32=False, host_batch=False):
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     if device == "cuda":
         torch.backends.cudnn.benchmark = True  # autotuned algorithms, as our cuDNN backend
+        # The same math as phub-worker's: PyTorch's convolutions default to TF32 on Ampere and
+        # later while its matmuls stay float32; phub-worker is strict float32 unless --tf32.
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     build, shape, classes = MODELS[name]
     model = build().to(device)
     if shape == "tokens":
@@ -142,10 +147,14 @@ def time_model(name, batch, iters, warmup, threads, channels_last=False, seed=1,
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    # host_batch: each step's batch comes from (pageable) host memory, as phub-worker's does.
+    x_host = x.cpu() if host_batch and device != "cpu" else None
     times = []
     for i in range(warmup + iters):
         sync()
         start = time.perf_counter()
+        if x_host is not None:
+            x = x_host.to(device)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -169,6 +178,9 @@ def main():
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--tf32", action="store_true", help="CUDA: TF32 convolutions and matmuls")
+    p.add_argument("--host-batch", action="store_true",
+                   help="CUDA: copy each step's batch from host memory, as phub-worker does")
     a = p.parse_args()
     if a.batch < 1 or a.iters < 1 or a.warmup < 0 or a.threads < 1:
         sys.exit("torch_models.py: --batch, --iters, --threads must be >= 1 and --warmup >= 0")
@@ -176,7 +188,7 @@ def main():
         sys.exit("torch_models.py: --device cuda but this PyTorch sees no CUDA device "
                  f"(torch {torch.__version__}); use --device cpu")
     print(json.dumps(time_model(a.model, a.batch, a.iters, a.warmup, a.threads, a.channels_last,
-                                device=a.device)))
+                                device=a.device, tf32=a.tf32, host_batch=a.host_batch)))
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def wait_workers(workers, logs, timeout):
             raise SystemExit(f"demo: worker {r} failed (exit {code}); log above and in {logs[r]}")
 
 
-def make_short_train_set(images, run_dir):
+def make_short_train_set(images, run_dir, source):
     """A --data-dir holding the first `images` training images and labels and the whole test set.
 
     phub-worker has no step limit that still ends in a test accuracy (it tests at the end of each
@@ -86,7 +86,7 @@ def make_short_train_set(images, run_dir):
     os.makedirs(data_dir)
     for kind, item_bytes in (("images-idx3", 28 * 28), ("labels-idx1", 1)):
         name = f"train-{kind}-ubyte.gz"
-        src = os.path.join(FASHION_MNIST_DIR, name)
+        src = os.path.join(source, name)
         try:
             with gzip.open(src, "rb") as f:
                 raw = f.read()
@@ -102,7 +102,7 @@ def make_short_train_set(images, run_dir):
             f.write(raw[:4] + images.to_bytes(4, "big") + raw[8:header])
             f.write(raw[header:header + images * item_bytes])
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        os.symlink(os.path.join(FASHION_MNIST_DIR, name), os.path.join(data_dir, name))
+        os.symlink(os.path.join(source, name), os.path.join(data_dir, name))
     return data_dir
 
 
@@ -137,7 +137,7 @@ def run_mode(mode, a, run_dir):
                 "fashion-mnist", "--epochs", str(a.epochs), "--lr", str(a.lr), "--optimizer",
                 "momentum", "--rank", str(r), "--world", str(a.workers), "--seed", "1",
                 "--log-every", str(log_every), "--results",
-                os.path.join(run_dir, f"{mode}_{r}.json")] + comm + a.data_args
+                os.path.join(run_dir, f"{mode}_{r}.json"), "--device", a.device] + comm + a.data_args
 
     for r in range(a.workers):
         logs.append(os.path.join(run_dir, f"{mode}_worker{r}.log"))
@@ -197,6 +197,9 @@ def main():
     p.add_argument("--min-accuracy", type=float, default=0,
                    help="exit 1 if a mode's final test accuracy (%%) is under this (default: none)")
     p.add_argument("--build", default=os.environ.get("PHUB_BUILD_DIR", "build"))
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: every worker trains on GPU 0 (cuDNN), sharing it")
+    p.add_argument("--data-dir", default=FASHION_MNIST_DIR, help="the Fashion-MNIST IDX .gz files")
     p.add_argument("--out", default=os.path.join(ROOT, "results", "demo"))
     a = p.parse_args()
     modes = a.modes.split(",")
@@ -208,10 +211,10 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: (stop_all(), sys.exit(143)))
     os.makedirs(a.out, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix="phub-demo.")
-    a.data_args = []
+    a.data_args = ["--data-dir", a.data_dir]
     if a.steps:
         images = a.steps * a.workers * a.batch
-        a.data_args = ["--data-dir", make_short_train_set(images, run_dir)]
+        a.data_args = ["--data-dir", make_short_train_set(images, run_dir, a.data_dir)]
         log(f"quick run: {a.steps} mini-batches per worker per epoch ({images} training images)")
     results = {}
     try:
@@ -223,7 +226,8 @@ def main():
     print(f"fashion-cnn on Fashion-MNIST, {a.workers} workers x batch {a.batch} "
           f"(momentum SGD, lr {a.lr}), {a.epochs} epochs"
           f"{f' of {a.steps} steps' if a.steps else ''}, this box "
-          f"({os.cpu_count()} CPUs, 1 thread per worker):")
+          f"({os.cpu_count()} CPUs, 1 thread per worker"
+          f"{', all workers on GPU 0' if a.device == 'cuda' else ''}):")
     header = ["mode", "ms / mini-batch", "images/s", "comm share"] + \
              [f"test acc. epoch {e + 1}" for e in range(a.epochs)] + ["wall time"]
     rows = []

@@ -24,6 +24,8 @@
 // once per call in double and folded into two float constants.
 #include "phub/kernels/aggregate_and_step.h"
 
+#include "phub/kernels/optimizer_update.h"
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -38,19 +40,6 @@ constexpr std::size_t kBlock = 2048;
 // Inputs the update loop adds in registers besides the block buffer.
 constexpr std::size_t kGroup = 4;
 
-// Hyper-parameters prepared once per call.
-struct StepConstants {
-  float inv_n;  // 1/N
-  float wd;     // weight decay (L2)
-  float lr;
-  float mu;        // momentum
-  float b1, omb1;  // beta1, 1 - beta1
-  float b2, omb2;  // beta2, 1 - beta2
-  float eps;
-  float adam_step;     // lr / (1 - beta1^t)
-  float adam_inv_bc2;  // 1 / (1 - beta2^t)
-};
-
 // w[j] (and state) updated from the sum of K inputs a..e at j (inputs beyond K are unused and
 // may be null). All pointers are distinct arrays, hence __restrict.
 // kOut: the old weights are read from w_in and the new ones written to w (out of place, for a
@@ -61,10 +50,8 @@ void UpdateRange(const float* __restrict a, const float* __restrict b, const flo
                  const float* __restrict w_in, float* __restrict w, float* __restrict s0,
                  float* __restrict s1, std::size_t n, const StepConstants& k) {
   static_assert(K >= 1 && K <= 5);
-  // Locals, so the compiler need not reload them after stores through w/s0/s1.
-  const float inv_n = k.inv_n, wd = k.wd, lr = k.lr, mu = k.mu;
-  const float b1 = k.b1, omb1 = k.omb1, b2 = k.b2, omb2 = k.omb2, eps = k.eps;
-  const float adam_step = k.adam_step, adam_inv_bc2 = k.adam_inv_bc2;
+  // A local copy, so the compiler need not reload the constants after stores through w/s0/s1.
+  const StepConstants kc = k;
 #pragma GCC ivdep
   for (std::size_t j = 0; j < n; ++j) {
     float sum = a[j];
@@ -73,24 +60,12 @@ void UpdateRange(const float* __restrict a, const float* __restrict b, const flo
     if constexpr (K >= 4) sum += d[j];
     if constexpr (K >= 5) sum += e[j];
     const float wj = kOut ? w_in[j] : w[j];
-    const float g = sum * inv_n + wd * wj;
-    if constexpr (kKind == OptimizerKind::kSgd) {
-      w[j] = wj - lr * g;
-    } else if constexpr (kKind == OptimizerKind::kMomentum) {
-      const float v = mu * s0[j] + g;
-      s0[j] = v;
-      w[j] = wj - lr * v;
-    } else if constexpr (kKind == OptimizerKind::kNesterov) {
-      const float v = mu * s0[j] + g;
-      s0[j] = v;
-      w[j] = wj - lr * (g + mu * v);
-    } else {
-      const float m = b1 * s0[j] + omb1 * g;
-      const float s = b2 * s1[j] + omb2 * (g * g);
-      s0[j] = m;
-      s1[j] = s;
-      w[j] = wj - adam_step * m / (std::sqrt(s * adam_inv_bc2) + eps);
-    }
+    // State through locals: an optimizer without s0 or s1 has null pointers there.
+    float t0 = kKind != OptimizerKind::kSgd ? s0[j] : 0.0f;
+    float t1 = kKind == OptimizerKind::kAdam ? s1[j] : 0.0f;
+    w[j] = UpdateElement<kKind>(sum, wj, t0, t1, kc);
+    if constexpr (kKind != OptimizerKind::kSgd) s0[j] = t0;
+    if constexpr (kKind == OptimizerKind::kAdam) s1[j] = t1;
   }
 }
 
@@ -170,12 +145,6 @@ void Run(std::span<const float* const> in, const float* w_in, float* w, float* s
   }
 }
 
-}  // namespace
-
-namespace {
-
-StepConstants Prepare(std::size_t n_inputs, const OptimizerConfig& config, std::uint64_t step);
-
 template <bool kOut>
 void Dispatch(std::span<const float* const> inputs, const float* w_in, float* w,
               std::span<float* const> state, std::size_t len, const OptimizerConfig& config,
@@ -198,6 +167,8 @@ void Dispatch(std::span<const float* const> inputs, const float* w_in, float* w,
   }
 }
 
+}  // namespace
+
 StepConstants Prepare(std::size_t n_inputs, const OptimizerConfig& config, std::uint64_t step) {
   StepConstants k{};
   k.inv_n = static_cast<float>(1.0 / static_cast<double>(n_inputs));
@@ -219,8 +190,6 @@ StepConstants Prepare(std::size_t n_inputs, const OptimizerConfig& config, std::
   }
   return k;
 }
-
-}  // namespace
 
 void AggregateAndStep(std::span<const float* const> inputs, std::span<float> weights,
                       std::span<float* const> state, const OptimizerConfig& config,

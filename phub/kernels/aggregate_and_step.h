@@ -17,20 +17,9 @@
 #include <string>
 
 #include "phub/common/status.h"
+#include "phub/kernels/optimizer_config.h"
 
 namespace phub::kernels {
-
-enum class OptimizerKind { kSgd, kMomentum, kNesterov, kAdam };
-
-struct OptimizerConfig {
-  OptimizerKind kind = OptimizerKind::kSgd;
-  float lr = 0.01f;
-  float momentum = 0.9f;     // kMomentum, kNesterov
-  float weight_decay = 0.0f;
-  float beta1 = 0.9f;        // kAdam
-  float beta2 = 0.999f;      // kAdam
-  float eps = 1e-8f;         // kAdam
-};
 
 // How many state arrays (each as long as the weights) the optimizer keeps: 0, 1 (velocity) or
 // 2 (Adam's m and s).

@@ -4,9 +4,12 @@
 // spec or tensor, ResourceExhausted when memory runs out, the library's failure otherwise.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
+#include "phub/kernels/aggregate_and_step.h"
 #include "worker/backend/ops.h"
 #include "worker/tensor/tensor.h"
 
@@ -40,6 +43,14 @@ class Backend {
   virtual Status Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
   // y += x: gradients of a tensor used twice.
   virtual Status Accumulate(const Tensor& x, Tensor& y) = 0;
+  // One optimizer step of one parameter where it lives (single-worker training; in distributed
+  // runs phubd steps): phub/kernels' AggregateAndStep with the gradient as the one input, the
+  // weights updated in place. `state` is kernels::StateArrays(config.kind) tensors of the
+  // weights' size on this device, zero before the first step; `step` counts from 1 (Adam's t);
+  // `config` is valid (kernels::Validate). Same equations and order on every backend
+  // (phub/kernels/optimizer_update.h).
+  virtual Status OptimizerStep(const Tensor& grad, Tensor& weights, std::span<Tensor> state,
+                               const kernels::OptimizerConfig& config, std::uint64_t step) = 0;
   // A tensor on this backend's device (ResourceExhausted when it is out of memory); copies
   // between host and device.
   virtual StatusOr<Tensor> Allocate(const Shape& shape) = 0;

@@ -421,4 +421,24 @@ Status CheckEmbeddingIds(const EmbeddingSpec& s, std::span<const float> ids) {
   return absl::OkStatus();
 }
 
+Status CheckOptimizerStep(Device device, const Tensor& grad, const Tensor& weights,
+                          std::span<const Tensor> state, const kernels::OptimizerConfig& config,
+                          std::uint64_t step) {
+  const Shape flat{weights.numel()};
+  PHUB_RETURN_IF_ERROR(CheckTensor("OptimizerStep", "weights", weights, device, flat));
+  PHUB_RETURN_IF_ERROR(CheckTensor("OptimizerStep", "grad", grad, device, flat));
+  const int arrays = kernels::StateArrays(config.kind);
+  if (state.size() != static_cast<std::size_t>(arrays)) {
+    return absl::InvalidArgumentError(absl::StrCat("OptimizerStep: ", state.size(),
+                                                   " state tensors, ",
+                                                   kernels::OptimizerName(config.kind),
+                                                   " keeps ", arrays));
+  }
+  for (const Tensor& t : state) {
+    PHUB_RETURN_IF_ERROR(CheckTensor("OptimizerStep", "state", t, device, flat));
+  }
+  if (step < 1) return absl::InvalidArgumentError("OptimizerStep: step counts from 1");
+  return absl::OkStatus();
+}
+
 }  // namespace phub::worker

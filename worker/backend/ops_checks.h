@@ -18,6 +18,7 @@
 #include <span>
 
 #include "phub/common/status.h"
+#include "phub/kernels/aggregate_and_step.h"
 #include "worker/backend/ops.h"
 #include "worker/tensor/tensor.h"
 
@@ -26,6 +27,12 @@ namespace phub::worker {
 // One tensor argument: on `device`, NCHW, `expected.numel()` elements.
 Status CheckTensor(const char* op, const char* arg, const Tensor& t, Device device,
                    const Shape& expected);
+
+// Backend::OptimizerStep: grad, weights and each of kernels::StateArrays(config.kind) state
+// tensors on `device` with the weights' element count, and step >= 1.
+Status CheckOptimizerStep(Device device, const Tensor& grad, const Tensor& weights,
+                          std::span<const Tensor> state, const kernels::OptimizerConfig& config,
+                          std::uint64_t step);
 
 Status CheckConv2dForward(const Conv2dSpec& s, Device device, const Tensor& x, const Tensor& w,
                           const Tensor& b, const Tensor& y);

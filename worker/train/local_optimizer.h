@@ -1,8 +1,8 @@
 // The optimizer for single-worker runs: phub/kernels' AggregateAndStep with one input, the very
-// code phubd runs on the PS (in distributed runs the PS applies it and the worker does not).
-// Parameters on a GPU are stepped through host copies (gradient down, weights up, through the
-// Backend): still that one implementation, at the price of two PCIe copies per step; a device
-// kernel is for when single-GPU training speed matters (distributed runs step on the PS).
+// equations phubd runs on the PS (in distributed runs the PS applies it and the worker does
+// not), stepped where the parameters live through Backend::OptimizerStep: on the CPU the PS's
+// own kernel, on a GPU a device kernel of the same per-element code
+// (phub/kernels/optimizer_update.h), so the weights never cross PCIe.
 #pragma once
 
 #include <cstdint>
@@ -17,13 +17,14 @@ namespace phub::worker {
 
 class LocalOptimizer {
  public:
-  // Validates the config (InvalidArgument with phub::kernels::Validate's message) and copies
-  // device parameters' weights to their host mirrors. `backend` is the one the parameters live
+  // Validates the config (InvalidArgument with phub::kernels::Validate's message) and makes the
+  // optimizer state, zero, on each parameter's device. `backend` is the one the parameters live
   // on; it and the parameters must outlive the optimizer.
   static StatusOr<std::unique_ptr<LocalOptimizer>> Create(std::vector<Parameter*> params,
                                                           const kernels::OptimizerConfig& config,
                                                           Backend& backend);
-  // One step from every parameter's current gradient (the backend's copy errors, if any).
+  // One step from every parameter's current gradient (asynchronous on a GPU: the backend's
+  // next synchronisation reports a failure).
   Status Step();
   std::uint64_t steps() const { return step_; }
 
@@ -35,8 +36,7 @@ class LocalOptimizer {
   std::vector<Parameter*> params_;
   kernels::OptimizerConfig config_;
   Backend& backend_;
-  std::vector<Tensor> host_value_, host_grad_;  // staging for device parameters (else empty)
-  std::vector<std::vector<std::vector<float>>> state_;  // [parameter][state array][element]
+  std::vector<std::vector<Tensor>> state_;  // [parameter][state array], on its device
   std::uint64_t step_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -378,6 +379,51 @@ TEST_F(OnednnOpsTest, AddAndAccumulate) {
   EXPECT_TRUE(GradientsNear(y.span(), sum, 0, 0));
   PHUB_ASSERT_OK(backend_->Accumulate(bt, at));  // a += b
   EXPECT_TRUE(GradientsNear(at.span(), sum, 0, 0));
+}
+
+// The single-worker optimizer step against a float64 loop of aggregate_and_step.h's equations:
+// momentum and Adam with weight decay, three steps, so the state carries over.
+TEST_F(OnednnOpsTest, OptimizerStepFollowsTheEquationsInFloat64) {
+  using kernels::OptimizerKind;
+  const std::int64_t n = 1001;
+  for (OptimizerKind kind : {OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+    const kernels::OptimizerConfig c{.kind = kind, .lr = 0.05f, .weight_decay = 1e-3f};
+    const Vec w0 = RandomFloats(n, 30);
+    Tensor w = ToTensor(w0, {n});
+    std::vector<Tensor> state;
+    for (int a = 0; a < kernels::StateArrays(kind); ++a) state.push_back(Tensor::Zeros({n}));
+    Vec rw = w0, r0(n, 0.0), r1(n, 0.0);
+    for (std::uint64_t t = 1; t <= 3; ++t) {
+      const Vec g = RandomFloats(n, 30 + t);
+      PHUB_ASSERT_OK(backend_->OptimizerStep(ToTensor(g, {n}), w, state, c, t));
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double gi = g[i] + double{c.weight_decay} * rw[i];
+        if (kind == OptimizerKind::kMomentum) {
+          r0[i] = double{c.momentum} * r0[i] + gi;
+          rw[i] -= double{c.lr} * r0[i];
+        } else {
+          r0[i] = double{c.beta1} * r0[i] + (1 - double{c.beta1}) * gi;
+          r1[i] = double{c.beta2} * r1[i] + (1 - double{c.beta2}) * gi * gi;
+          const double mhat = r0[i] / (1 - std::pow(double{c.beta1}, double(t)));
+          const double shat = r1[i] / (1 - std::pow(double{c.beta2}, double(t)));
+          rw[i] -= double{c.lr} * mhat / (std::sqrt(shat) + double{c.eps});
+        }
+      }
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(w.data()[i], rw[i], 1e-5 * (1 + std::abs(rw[i])))
+          << kernels::OptimizerName(kind) << " element " << i;
+    }
+  }
+  Tensor w = Tensor::Zeros({4});
+  std::vector<Tensor> two = {Tensor::Zeros({4}), Tensor::Zeros({3})};
+  EXPECT_THAT(backend_->OptimizerStep(Tensor::Zeros({4}), w, two,
+                                      {.kind = OptimizerKind::kAdam}, 1),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                ::testing::HasSubstr("OptimizerStep: state is [3]")));
+  EXPECT_THAT(backend_->OptimizerStep(Tensor::Zeros({4}), w, {}, {}, 0),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                ::testing::HasSubstr("step counts from 1")));
 }
 
 TEST_F(OnednnOpsTest, BadSpecsAndShapesAreRefusedNamingWhatIsWrong) {

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The cuDNN backend's tests on a GPU machine, run from anywhere in the repository:
+# The cuDNN backend's tests on a GPU box that has our Debian packages (deploy/install-deps.sh);
+# for the device tool's lent GPU machine, which has none, use bench/gpu/ (built here, carried
+# there). Run from anywhere in the repository:
 #   bash tests/worker/backend/run_gpu_tests.sh [gtest flags, e.g. --gtest_filter=*Lstm*]
 # Configures a fresh build directory ($PHUB_GPU_BUILD_DIR, default build-gpu) with the CUDA parts
 # required (PHUB_WITH_CUDA=ON; PHUB_WITH_CUDA=AUTO in the environment where NCCL is missing),

@@ -351,6 +351,10 @@ class OutOfMemoryBackend final : public Backend {
   }
   Status Add(const Tensor& a, const Tensor& b, Tensor& y) override { return base_->Add(a, b, y); }
   Status Accumulate(const Tensor& x, Tensor& y) override { return base_->Accumulate(x, y); }
+  Status OptimizerStep(const Tensor& grad, Tensor& weights, std::span<Tensor> state,
+                       const kernels::OptimizerConfig& config, std::uint64_t step) override {
+    return base_->OptimizerStep(grad, weights, state, config, step);
+  }
   StatusOr<Tensor> Allocate(const Shape& shape) override {
     if (budget_-- <= 0) {
       return absl::ResourceExhaustedError("Tensor " + shape.ToString() + ": out of memory");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "worker/backend/cudnn/kernels.h"
 
 namespace phub::worker::cudnn {
 namespace {
@@ -42,8 +43,9 @@ StatusOr<ConvAlgorithms> Measure(Context& ctx, const Conv2dSpec& s) {
   ConvDescriptors d;
   PHUB_RETURN_IF_ERROR(d.Init(s, ctx.math_type()));
   const auto bytes = [](std::int64_t n) { return static_cast<std::size_t>(n) * sizeof(float); };
-  // Scratch tensors of the real shape (zeros: garbage could hold NaNs or denormals that time
-  // differently), freed when tuning is done.
+  // Scratch tensors of the real shape, freed when tuning is done, holding uniform values:
+  // garbage could hold NaNs or denormals that time differently, and zeros can run faster than
+  // real data (METHOD.md saw it with a matrix product on an H200).
   PHUB_ASSIGN_OR_RETURN(
       DeviceMemory x, DeviceMemory::Allocate(bytes(s.batch * s.in_channels * s.height * s.width)));
   PHUB_ASSIGN_OR_RETURN(
@@ -52,8 +54,11 @@ StatusOr<ConvAlgorithms> Measure(Context& ctx, const Conv2dSpec& s) {
   PHUB_ASSIGN_OR_RETURN(
       DeviceMemory y,
       DeviceMemory::Allocate(bytes(s.batch * s.out_channels * s.out_height() * s.out_width())));
+  std::uint64_t seed = 1;
   for (DeviceMemory* m : {&x, &w, &y}) {
-    PHUB_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(m->get(), 0, m->bytes(), ctx.stream()));
+    PHUB_RETURN_IF_CUDA_ERROR(LaunchFillUniform(static_cast<float*>(m->get()),
+                                                static_cast<std::int64_t>(m->bytes() / sizeof(float)),
+                                                seed++, ctx.stream()));
   }
   std::size_t free = 0, total = 0;
   PHUB_RETURN_IF_CUDA_ERROR(cudaMemGetInfo(&free, &total));

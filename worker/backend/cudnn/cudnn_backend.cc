@@ -3,7 +3,9 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "phub/kernels/optimizer_update.h"
 #include "worker/backend/cudnn/cudnn_ops.h"
+#include "worker/backend/cudnn/kernels.h"
 #include "worker/backend/cudnn/tensor_allocator.h"
 
 namespace phub::worker {
@@ -93,6 +95,16 @@ class CudnnBackend final : public Backend {
     if (y.data() == b.data()) return Axpy(a, y);
     PHUB_RETURN_IF_ERROR(Copy(a, y));
     return Axpy(b, y);
+  }
+
+  Status OptimizerStep(const Tensor& grad, Tensor& weights, std::span<Tensor> state,
+                       const kernels::OptimizerConfig& config, std::uint64_t step) override {
+    PHUB_RETURN_IF_ERROR(CheckOptimizerStep(Device::kCuda, grad, weights, state, config, step));
+    PHUB_RETURN_IF_CUDA_ERROR(cudnn::LaunchOptimizerStep(
+        grad.data(), weights.data(), state.size() > 0 ? state[0].data() : nullptr,
+        state.size() > 1 ? state[1].data() : nullptr, weights.numel(), config.kind,
+        kernels::Prepare(1, config, step), ctx_->stream()));
+    return absl::OkStatus();
   }
 
   Status Accumulate(const Tensor& x, Tensor& y) override {

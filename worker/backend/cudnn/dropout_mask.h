@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PHUB_HOST_DEVICE __host__ __device__
-#else
-#define PHUB_HOST_DEVICE
-#endif
+#include "phub/common/host_device.h"
 
 namespace phub::worker::cudnn {
 

@@ -57,7 +57,57 @@ __global__ void SoftmaxCrossEntropyBackward(const float* log_probs, const float*
   }
 }
 
+__global__ void FillUniform(float* x, std::int64_t n, std::uint64_t seed) {
+  for (std::int64_t i = GridStart(); i < n; i += GridStep()) {
+    // 24 random bits of (seed, i) -> [-1, 1).
+    const std::uint64_t z = SplitMix64(seed, static_cast<std::uint64_t>(i));
+    x[i] = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+template <kernels::OptimizerKind kKind>
+__global__ void OptimizerStep(const float* g, float* w, float* s0, float* s1, std::int64_t n,
+                              kernels::StepConstants k) {
+  for (std::int64_t i = GridStart(); i < n; i += GridStep()) {
+    float t0 = kKind != kernels::OptimizerKind::kSgd ? s0[i] : 0.0f;
+    float t1 = kKind == kernels::OptimizerKind::kAdam ? s1[i] : 0.0f;
+    w[i] = kernels::UpdateElement<kKind>(g[i], w[i], t0, t1, k);
+    if (kKind != kernels::OptimizerKind::kSgd) s0[i] = t0;
+    if (kKind == kernels::OptimizerKind::kAdam) s1[i] = t1;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchFillUniform(float* x, std::int64_t n, std::uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillUniform<<<Blocks(n), kThreads, 0, stream>>>(x, n, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchOptimizerStep(const float* g, float* w, float* s0, float* s1, std::int64_t n,
+                                kernels::OptimizerKind kind, const kernels::StepConstants& k,
+                                cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  using kernels::OptimizerKind;
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      OptimizerStep<OptimizerKind::kSgd><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1, n, k);
+      break;
+    case OptimizerKind::kMomentum:
+      OptimizerStep<OptimizerKind::kMomentum><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1,
+                                                                                   n, k);
+      break;
+    case OptimizerKind::kNesterov:
+      OptimizerStep<OptimizerKind::kNesterov><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1,
+                                                                                   n, k);
+      break;
+    case OptimizerKind::kAdam:
+      OptimizerStep<OptimizerKind::kAdam><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1, n, k);
+      break;
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchDropout(const float* x, float* y, std::int64_t n, std::uint64_t seed, float p,
                           cudaStream_t stream) {

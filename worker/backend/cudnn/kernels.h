@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "phub/kernels/optimizer_update.h"
+
 namespace phub::worker::cudnn {
 
 // ---- elementwise.cu ----
@@ -43,6 +45,16 @@ cudaError_t LaunchNllLoss(const float* log_probs, const float* labels, float* lo
 cudaError_t LaunchSoftmaxCrossEntropyBackward(const float* log_probs, const float* labels,
                                               float* dlogits, std::int64_t batch,
                                               std::int64_t classes, cudaStream_t stream);
+
+// x[i] uniform in [-1, 1), a hash of (seed, i): non-zero data to time convolution algorithms on
+// (zeros can run faster than real data, and pick the wrong algorithm).
+cudaError_t LaunchFillUniform(float* x, std::int64_t n, std::uint64_t seed, cudaStream_t stream);
+
+// One optimizer step (phub/kernels/optimizer_update.h, one input): w updated in place from g;
+// s0 and s1 the state arrays the kind keeps (else null); `k` from kernels::Prepare(1, ...).
+cudaError_t LaunchOptimizerStep(const float* g, float* w, float* s0, float* s1, std::int64_t n,
+                                kernels::OptimizerKind kind, const kernels::StepConstants& k,
+                                cudaStream_t stream);
 
 // ---- gather.cu ----
 

@@ -82,12 +82,8 @@ class Lstm final : public LstmOp {
     PHUB_RETURN_IF_ERROR(CheckLstmForward(s_, Device::kCuda, x, w_ih, w_hh, bias, y));
     PHUB_RETURN_IF_ERROR(CopyWeights(w_ih, w_hh, bias));
     PHUB_ASSIGN_OR_RETURN(void* ws, ctx_.Workspace(workspace_));
-    PHUB_RETURN_IF_CUDNN_ERROR(cudnnRNNForward(
-        ctx_.cudnn(), rnn_, training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
-        lengths_.as<int>(), x_desc_, x.data(), y_desc_, y.data(), state_desc_, /*hx=*/nullptr,
-        /*hy=*/nullptr, state_desc_, /*cx=*/nullptr, /*cy=*/nullptr, weights_.bytes(),
-        weights_.get(), workspace_, ws, training ? reserve_.bytes() : 0,
-        training ? reserve_.get() : nullptr));
+    PHUB_RETURN_IF_ERROR(RunForward(x, y.data(), ws, training));
+    reserve_fresh_ = training;
     return absl::OkStatus();
   }
 
@@ -105,6 +101,17 @@ class Lstm final : public LstmOp {
     }
     void* dx_out = dx != nullptr ? static_cast<void*>(dx->data()) : dx_scratch_.get();
     PHUB_ASSIGN_OR_RETURN(void* ws, ctx_.Workspace(workspace_));
+    // The data backward also writes the reserve space (found on an H100: a second Backward
+    // after one Forward gave gradients 100x too small), so a Backward that is not the first
+    // since the training Forward first runs that Forward again, into a scratch y: the same
+    // bits (same inputs, same algorithm), and the reserve space as the data backward needs it.
+    if (!reserve_fresh_) {
+      if (y_scratch_.bytes() == 0) {
+        PHUB_ASSIGN_OR_RETURN(y_scratch_, DeviceMemory::Allocate(y.bytes()));
+      }
+      PHUB_RETURN_IF_ERROR(RunForward(x, y_scratch_.get(), ws, /*training=*/true));
+    }
+    reserve_fresh_ = false;
     // The weight space still holds the forward's weights (the same, by contract).
     PHUB_RETURN_IF_CUDNN_ERROR(cudnnRNNBackwardData_v8(
         ctx_.cudnn(), rnn_, lengths_.as<int>(), y_desc_, y.data(), dy.data(), x_desc_, dx_out,
@@ -122,6 +129,17 @@ class Lstm final : public LstmOp {
   }
 
  private:
+  // The whole sequence forward from the weight space; training fills the reserve space.
+  Status RunForward(const Tensor& x, void* y, void* ws, bool training) {
+    PHUB_RETURN_IF_CUDNN_ERROR(cudnnRNNForward(
+        ctx_.cudnn(), rnn_, training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
+        lengths_.as<int>(), x_desc_, x.data(), y_desc_, y, state_desc_, /*hx=*/nullptr,
+        /*hy=*/nullptr, state_desc_, /*cx=*/nullptr, /*cy=*/nullptr, weights_.bytes(),
+        weights_.get(), workspace_, ws, training ? reserve_.bytes() : 0,
+        training ? reserve_.get() : nullptr));
+    return absl::OkStatus();
+  }
+
   // Where cuDNN put each gate's matrices and bias, as byte offsets into the weight space (the
   // gradient space has the same layout). Checked to be the packed row-major [H, cols] blocks
   // the copies assume.
@@ -215,7 +233,8 @@ class Lstm final : public LstmOp {
   RnnDataDesc x_desc_, y_desc_;
   TensorDesc state_desc_;  // h and c: [1, N, H]
   DeviceMemory lengths_;   // N ints, all T
-  DeviceMemory weights_, dweights_, reserve_, dx_scratch_;
+  DeviceMemory weights_, dweights_, reserve_, dx_scratch_, y_scratch_;
+  bool reserve_fresh_ = false;  // the reserve space is as the last training Forward left it
   std::size_t workspace_ = 0;
   std::size_t matrix_at_[2 * kGates] = {};
   std::size_t bias_at_[kGates] = {};

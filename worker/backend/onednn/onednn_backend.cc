@@ -86,6 +86,18 @@ class OnednnBackend final : public Backend {
 
   Status Accumulate(const Tensor& x, Tensor& y) override { return Add(y, x, y); }
 
+  // phubd's own kernel, with one input.
+  Status OptimizerStep(const Tensor& grad, Tensor& weights, std::span<Tensor> state,
+                       const kernels::OptimizerConfig& config, std::uint64_t step) override {
+    PHUB_RETURN_IF_ERROR(CheckOptimizerStep(Device::kCpu, grad, weights, state, config, step));
+    float* arrays[2] = {nullptr, nullptr};
+    for (std::size_t i = 0; i < state.size(); ++i) arrays[i] = state[i].data();
+    const float* input = grad.data();
+    kernels::AggregateAndStep(std::span<const float* const>(&input, 1), weights.span(),
+                              std::span<float* const>(arrays, state.size()), config, step);
+    return absl::OkStatus();
+  }
+
   StatusOr<Tensor> Allocate(const Shape& shape) override { return Tensor::Allocate(shape); }
 
   Status CopyFromHost(const Tensor& host, Tensor& mine) override {

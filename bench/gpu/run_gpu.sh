@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The project's GPU checks and benchmarks, run on a lent GPU machine from the bundle that
+# bench/gpu/bundle_gpu.sh made here:
+#   bash .gpu/run.sh bash bench/gpu/run_gpu.sh [tests] [alone] [train] [bench] [r50] ...
+# tests: cuDNN ops and whole models vs oneDNN, NCCL vs float64, the exchange, and (where bundled)
+#        the same under ASan, whose CUDA driver needs protect_shadow_gap=0.
+# alone: Fashion-MNIST on the GPU, one worker. train: that, then 2 and 4 workers sharing GPU 0
+#        through phubd and the ring (deploy/local/demo.py --device cuda); NCCL at N = 1 (1 GPU).
+# bench: bench/train/run_train.py --device cuda, phub-worker vs this machine's PyTorch, strict
+#        float32 on both sides; r50: ResNet-50 b64 alone; hostbatch: that with PyTorch copying
+#        each batch from host memory as phub-worker does. tf32, r50tf32: TF32 on both sides.
+# Each step's log goes to $OUT/logs/ (packed into $OUT/gpu-logs.tar.gz at the end, also on
+# failure); a line per step to $OUT/summary.txt; exit 1 if any step failed.
+set -uo pipefail
+out=${OUT:-/tmp/phub-gpu-out}
+mkdir -p "$out/logs"
+B=build-gpu
+ALL=resnet50:64,resnet56:128,alexnet:128,lstm:128
+py=$(command -v python3)
+failed=0
+pack() { tar -C "$out" -czf "$out/gpu-logs.tar.gz" logs summary.txt 2>/dev/null; }
+trap pack EXIT
+
+step() {  # step NAME COMMAND...: runs it, logs it, records rc and seconds
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "== $name: $*" | tee -a "$out/summary.txt"
+  "$@" >"$out/logs/$name.log" 2>&1
+  local rc=$?
+  if grep -q "no CUDA device" "$out/logs/$name.log"; then
+    echo "   $name: a test skipped for want of a GPU: counted as a failure here" | tee -a "$out/summary.txt"
+    rc=99
+  fi
+  ((rc == 0)) || failed=1
+  echo "   $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  tail -n 4 "$out/logs/$name.log" | sed 's/^/   | /'
+}
+
+phase_tests() {
+  step gtest-cudnn-ops $B/tests/worker/backend/cudnn_ops_test
+  step gtest-nccl $B/tests/phub/nccl/nccl_test
+  step gtest-exchange $B/tests/phub/exchange/exchange_test
+  if [[ -x build-gpu-asan/tests/phub/nccl/nccl_test ]]; then
+    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 step asan-nccl build-gpu-asan/tests/phub/nccl/nccl_test
+    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 step asan-cudnn-ops \
+      build-gpu-asan/tests/worker/backend/cudnn_ops_test --gtest_filter='*Model*:*Conv2d*'
+  fi
+}
+
+phase_alone() {
+  step alone-fashion-cnn $B/worker/phub-worker --device cuda --model fashion-cnn --data fashion-mnist \
+    --data-dir $B/fashion-mnist --epochs 2 --batch 64 --lr 0.05 --optimizer momentum --seed 1
+}
+
+phase_train() {
+  local data=$B/fashion-mnist rdv
+  phase_alone
+  rdv=$(mktemp -d)
+  step nccl-n1-fashion-cnn $B/worker/phub-worker --device cuda --comm nccl --rank 0 --world 1 \
+    --rendezvous "$rdv" --model fashion-cnn --data fashion-mnist --data-dir $data --epochs 2 \
+    --batch 64 --lr 0.05 --optimizer momentum --seed 1
+  step demo-n2 "$py" deploy/local/demo.py --device cuda --build $B --data-dir $data --workers 2 \
+    --epochs 2 --out "$out/logs/demo-n2"
+  step demo-n4 "$py" deploy/local/demo.py --device cuda --build $B --data-dir $data --workers 4 \
+    --epochs 2 --batch 16 --no-kill --out "$out/logs/demo-n4"
+}
+
+bench() {  # bench NAME MODELS [run_train.py flags]
+  local name=$1 models=$2; shift 2
+  step "$name" timeout "${PHUB_BENCH_TIMEOUT:-480}" "$py" bench/train/run_train.py --device cuda \
+    --worker $B/worker/phub-worker --models "$models" --rounds 3 --warmup 5 --iters 20 \
+    --threads 4 --out "$out/logs/$name" "$@"
+  cat "$out/logs/$name/train.md" 2>/dev/null
+}
+
+echo "== $(date -Is) $(nvidia-smi -L 2>&1 | head -1); $("$py" -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())' 2>&1)" \
+  | tee -a "$out/summary.txt"
+phases=("$@")
+((${#phases[@]})) || phases=(tests train bench)
+for phase in "${phases[@]}"; do
+  case $phase in
+    tests) phase_tests ;;
+    alone) phase_alone ;;
+    train) phase_train ;;
+    bench) bench bench-fp32 "$ALL" ;;
+    r50) bench bench-r50-fp32 resnet50:64 ;;
+    hostbatch) bench bench-r50-hostbatch resnet50:64 --host-batch ;;
+    tf32) bench bench-tf32 "$ALL" --tf32 ;;
+    r50tf32) bench bench-r50-tf32 resnet50:64 --tf32 ;;
+    *) echo "run_gpu.sh: unknown phase '$phase' (tests alone train bench r50 hostbatch tf32 r50tf32)" >&2
+       exit 2 ;;
+  esac
+done
+exit $failed

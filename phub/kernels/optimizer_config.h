@@ -1,0 +1,19 @@
+// The optimizer's kind and hyper-parameters (aggregate_and_step.h gives the equations), apart
+// from the functions: plain data that CUDA sources include too (optimizer_update.h).
+#pragma once
+
+namespace phub::kernels {
+
+enum class OptimizerKind { kSgd, kMomentum, kNesterov, kAdam };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.01f;
+  float momentum = 0.9f;     // kMomentum, kNesterov
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;        // kAdam
+  float beta2 = 0.999f;      // kAdam
+  float eps = 1e-8f;         // kAdam
+};
+
+}  // namespace phub::kernels
