@@ -155,6 +155,7 @@ class ControlPlane {
   std::uint64_t rejoins_ = 0, losses_ = 0;
   boost::asio::steady_timer liveness_timer_;
   std::shared_ptr<const JobSnapshot> resume_;  // --resume: the first job starts from it
+  std::string resume_path_;                     // its file, for the errors that name it
   std::uint64_t resume_iteration_ = 0;
   std::unique_ptr<CheckpointWriter> checkpoints_;
   // The checkpoint being gathered from the cores: its iteration and the chunks so far.

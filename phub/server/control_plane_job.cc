@@ -11,6 +11,7 @@
 #include "phub/server/hello_check.h"
 #include "phub/server/initial_weights.h"
 #include "phub/server/job_limits.h"
+#include "phub/server/snapshot_buffers.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
@@ -105,6 +106,7 @@ void ControlPlane::StartJob() {
     return FailForming(MakeError(proto::Error::BAD_REQUEST, std::string(table.status().message()),
                                  "fix phubd's --chunk-bytes or the model"));
   }
+  const std::size_t chunk_count = table->chunks().size();  // before the table moves
   auto job = std::make_shared<JobSpec>(JobSpec{
       .table = std::move(*table),
       .world_size = options_.world_size,
@@ -115,6 +117,9 @@ void ControlPlane::StartJob() {
       .keep_previous = options_.limits.rejoin_timeout_ms > 0 ||
                        !options_.checkpoint.dir.empty() || resume_ != nullptr,
       .checkpoint_every = options_.checkpoint.dir.empty() ? 0 : options_.checkpoint.every,
+      .snapshot_buffers = options_.checkpoint.dir.empty() || options_.checkpoint.every == 0
+                              ? nullptr
+                              : std::make_shared<SnapshotBuffers>(chunk_count),
       .resume = resume_,
       .resume_iteration = resume_ ? resume_iteration_ : 0});
   std::shared_ptr<const JobSpec> spec = job;

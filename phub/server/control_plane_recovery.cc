@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "phub/server/control_plane.h"
 #include "phub/server/hello_check.h"
+#include "phub/server/snapshot_buffers.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
@@ -166,7 +167,8 @@ void ControlPlane::OnSnapshot(const ShardEvent& event) {
       spdlog::warn("checkpoint of iteration {} abandoned: a core copied iteration {} first",
                    gathering_iteration_, event.iteration);
     }
-    gathering_ = SnapshotHeader();
+    // The chunks' buffers go back to the job's pool when the writer is done with them.
+    gathering_ = SnapshotBuffers::Recycling(spec_->snapshot_buffers, std::move(*SnapshotHeader()));
     gathering_iteration_ = event.iteration;
     gathered_cores_ = 0;
     gathered_pause_ms_ = 0;
@@ -268,6 +270,7 @@ Status ControlPlane::LoadResume() {
   }
   resume_iteration_ = s.chunks.empty() ? 0 : low;
   resume_ = std::make_shared<const JobSnapshot>(std::move(loaded.snapshot));
+  resume_path_ = loaded.path;
   spdlog::info("resuming from {}: iteration {}, {} tensors, {} chunks{}", loaded.path,
                resume_iteration_, resume_->tensors.size(), resume_->chunks.size(),
                loaded.refused.empty() ? ""

@@ -87,13 +87,14 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
 }
 
 std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
-                                              const JobSnapshot& snapshot) {
+                                              const JobSnapshot& snapshot,
+                                              const std::string& path) {
   const auto& mine = hello.tensors();
   const char* fix = "start the workers with the model the checkpoint was written for, or start "
                     "phubd without --resume";
   if (static_cast<std::size_t>(mine.size()) != snapshot.tensors.size()) {
     return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
-                     absl::StrCat("phubd resumes a checkpoint of a model of ",
+                     absl::StrCat("phubd resumes checkpoint ", path, ", of a model of ",
                                   snapshot.tensors.size(), " tensors; rank ", hello.rank(),
                                   " has ", mine.size()),
                      fix);
@@ -103,8 +104,9 @@ std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
     if (mine[i].name() != theirs.name || mine[i].elements() != theirs.elements) {
       return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
                        absl::StrCat("tensor ", i, ": rank ", hello.rank(), " has ",
-                                    Describe(mine[i]), ", the checkpoint phubd resumes has '",
-                                    theirs.name, "' (", theirs.elements, " floats)"),
+                                    Describe(mine[i]), ", the checkpoint phubd resumes (",
+                                    path, ") has '", theirs.name, "' (", theirs.elements,
+                                    " floats)"),
                        fix);
     }
   }

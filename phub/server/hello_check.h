@@ -25,8 +25,10 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                                        const std::vector<bool>& rank_taken);
 
 struct JobSnapshot;  // checkpoint_file.h
-// phubd resumes `snapshot` (--resume): the worker's tensors must be the checkpoint's.
+// phubd resumes `snapshot`, read from `path` (--resume): the worker's tensors must be the
+// checkpoint's; the error names the file.
 std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
-                                              const JobSnapshot& snapshot);
+                                              const JobSnapshot& snapshot,
+                                              const std::string& path);
 
 }  // namespace phub::server

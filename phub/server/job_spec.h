@@ -11,7 +11,8 @@
 
 namespace phub::server {
 
-struct JobSnapshot;  // checkpoint_file.h
+struct JobSnapshot;      // checkpoint_file.h
+class SnapshotBuffers;  // snapshot_buffers.h
 
 struct JobSpec {
   keys::KeyTable table;
@@ -26,9 +27,12 @@ struct JobSpec {
   bool keep_previous = false;
   // Every chunk is copied for a checkpoint as it completes a multiple of this; 0 = never.
   std::uint64_t checkpoint_every = 0;
+  // Where those copies go, reused from checkpoint to checkpoint (null when checkpoint_every is
+  // 0). Internally synchronised: the one mutable thing the job's threads share.
+  std::shared_ptr<SnapshotBuffers> snapshot_buffers{};
   // The job resumes from this checkpoint (its weights, state and iterations) instead of
   // starting from initial weights; every worker then resumes at resume_iteration.
-  std::shared_ptr<const JobSnapshot> resume;
+  std::shared_ptr<const JobSnapshot> resume{};
   std::uint64_t resume_iteration = 0;
 };
 

@@ -266,7 +266,7 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
   spdlog::debug("core {}: rank {} attached from {} ({}/{})", core_, header.worker,
                 connection.peer(), attached_, job_->world_size);
   if (all_attached()) {
-    sink_(ShardEvent{ShardEvent::Kind::kAllAttached, core_, -1, ""});
+    sink_(ShardEvent{.kind = ShardEvent::Kind::kAllAttached, .core = core_});
     for (ChunkState& state : chunks_) {
       if (state.initialized && !state.announced) Broadcast(state);
     }
@@ -355,7 +355,8 @@ void Shard::CheckCompletable(const ChunkState& state) {
         "rank ", w, " left (BYE) but chunk ", state.chunk->id, " of iteration ",
         state.iteration + 1, " has pushes from other workers and needs rank ", w, "'s too");
     spdlog::warn("core {}: {}", core_, reason);
-    sink_(ShardEvent{ShardEvent::Kind::kLeftEarly, core_, w, reason});
+    sink_(ShardEvent{
+        .kind = ShardEvent::Kind::kLeftEarly, .core = core_, .rank = w, .reason = reason});
     return;
   }
 }
@@ -392,7 +393,9 @@ void Shard::OnClosed(Connection& connection, const Status& why) {
     if (!closing_) {
       spdlog::warn("core {}: dropped connection from {}: {}", core_, connection.peer(),
                    why.message());
-      sink_(ShardEvent{ShardEvent::Kind::kBadPeer, core_, -1, std::string(why.message())});
+      sink_(ShardEvent{.kind = ShardEvent::Kind::kBadPeer,
+                       .core = core_,
+                       .reason = std::string(why.message())});
     }
     return;
   }
@@ -401,7 +404,10 @@ void Shard::OnClosed(Connection& connection, const Status& why) {
   // forgets without a report).
   if (closing_ || said_bye_[rank] || workers_[rank].get() != &connection) return;
   spdlog::warn("core {}: lost rank {} ({}): {}", core_, rank, connection.peer(), why.message());
-  ShardEvent lost{ShardEvent::Kind::kWorkerLost, core_, rank, std::string(why.message())};
+  ShardEvent lost{.kind = ShardEvent::Kind::kWorkerLost,
+                  .core = core_,
+                  .rank = rank,
+                  .reason = std::string(why.message())};
   lost.epoch = forgotten_[rank];
   sink_(std::move(lost));
 }

@@ -47,14 +47,14 @@ struct ShardEvent {
   Kind kind;
   std::uint32_t core = 0;
   std::int64_t rank = -1;
-  std::string reason;
+  std::string reason{};
   // kWorkerLost: how many times the rank had been forgotten (ForgetWorker) on this core when
   // its connection closed, so that the loss of a connection of an earlier life, reported late,
   // is told apart from the rejoined worker's.
   std::uint64_t epoch = 0;
   // kSnapshot: the chunks, and how long copying them held up this core in all.
   std::uint64_t iteration = 0;
-  std::shared_ptr<std::vector<ChunkSnapshot>> chunks;
+  std::shared_ptr<std::vector<ChunkSnapshot>> chunks{};
   double pause_ms = 0;
 };
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/server/shard.h"
+#include "phub/server/snapshot_buffers.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
@@ -22,6 +23,9 @@ namespace phub::server {
 namespace {
 std::vector<float> CopyOf(const AlignedBuffer& buffer) {
   return std::vector<float>(buffer.data(), buffer.data() + buffer.size());
+}
+void AssignOf(std::vector<float>& to, const AlignedBuffer& buffer) {
+  to.assign(buffer.data(), buffer.data() + buffer.size());
 }
 void CopyInto(AlignedBuffer& buffer, const std::vector<float>& values) {
   std::memcpy(buffer.data(), values.data(), values.size() * sizeof(float));
@@ -118,16 +122,20 @@ void Shard::CopyForCheckpoint(ChunkState& state) {
     snapshot_ = std::make_shared<std::vector<ChunkSnapshot>>();
     snapshot_->reserve(chunks_.size());
   }
-  ChunkSnapshot copy;
+  // Into the buffers of an earlier checkpoint (snapshot_buffers.h): assign keeps capacity.
+  ChunkSnapshot copy = job_->snapshot_buffers ? job_->snapshot_buffers->Take(state.chunk->id)
+                                              : ChunkSnapshot{};
   copy.chunk = state.chunk->id;
   copy.iteration = state.iteration;
-  copy.weights = CopyOf(state.weights);
-  for (const AlignedBuffer& s : state.state) copy.state.push_back(CopyOf(s));
+  AssignOf(copy.weights, state.weights);
+  copy.previous.clear();
+  copy.state.resize(state.state.size());
+  for (std::size_t s = 0; s < state.state.size(); ++s) AssignOf(copy.state[s], state.state[s]);
   snapshot_->push_back(std::move(copy));
   snapshot_pause_ms_ +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (++snapshot_filled_ < chunks_.size()) return;
-  ShardEvent event{ShardEvent::Kind::kSnapshot, core_, -1, ""};
+  ShardEvent event{.kind = ShardEvent::Kind::kSnapshot, .core = core_};
   event.iteration = snapshot_iteration_;
   event.chunks = std::move(snapshot_);
   event.pause_ms = snapshot_pause_ms_;

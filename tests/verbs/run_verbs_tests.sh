@@ -4,7 +4,9 @@
 # soft-RoCE guest (run_in_guest.sh): verbs_test (devices, queue pairs, VerbsConnection, the
 # Connection conformance suite on TCP and verbs) and the integration tests' verbs cases (phubd
 # and real worker processes on verbs: N workers against float64, the colocated PS, ring
-# allreduce on verbs, a dying worker). Exit 77 (ctest: skipped) where no guest can be had.
+# allreduce on verbs, a dying worker) and the recovery tests' verbs case (workers rejoining and
+# phubd resuming from a checkpoint, bitwise against an uninterrupted run). Exit 77 (ctest:
+# skipped) where no guest can be had.
 #
 #   tests/verbs/run_verbs_tests.sh BUILD_DIR [--prebuilt]
 #
@@ -24,9 +26,10 @@ if ! $prebuilt; then
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/phub-ccache}
   cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHUB_NATIVE=OFF \
     -DPHUB_WITH_CUDA=OFF -DPHUB_BUILD_BENCH=OFF >/dev/null
-  ninja -C "$build" -j "${PHUB_JOBS:-2}" verbs_test integration_test | tail -n 1
+  ninja -C "$build" -j "${PHUB_JOBS:-2}" verbs_test integration_test recovery_test | tail -n 1
 fi
 cd "$build"
 exec "$HERE/run_in_guest.sh" --timeout 900 -- bash -c "
   '$build/tests/phub/transport/verbs_test' &&
-  '$build/tests/integration/integration_test' --gtest_filter='*verbs*'"
+  '$build/tests/integration/integration_test' --gtest_filter='*verbs*' &&
+  '$build/tests/integration/recovery_test' --gtest_filter='*verbs*'"
