@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
@@ -71,6 +72,18 @@ std::vector<std::string> Flags(std::uint32_t world, std::vector<std::string> mor
   args.insert(args.end(), kJobFlags.begin(), kJobFlags.end());
   args.insert(args.end(), more.begin(), more.end());
   return args;
+}
+
+Checkpointing CheckpointingFlags(const TempDir& dir, std::uint32_t world,
+                                 std::vector<std::string> more) {
+  Checkpointing c;
+  c.folder = dir.File("checkpoints");
+  std::filesystem::create_directory(c.folder);
+  more.insert(more.end(), {"--checkpoint-dir", c.folder, "--checkpoint-every", "5"});
+  c.flags = Flags(world, std::move(more));
+  c.resume_flags = c.flags;
+  c.resume_flags.insert(c.resume_flags.end(), {"--resume", c.folder});
+  return c;
 }
 
 Phubd LaunchPhubd(const TempDir& dir, const std::string& name, std::uint16_t port,

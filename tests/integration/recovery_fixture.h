@@ -42,6 +42,15 @@ std::uint32_t Seed();
 // `more`.
 std::vector<std::string> Flags(std::uint32_t world, std::vector<std::string> more = {});
 
+// A job's phubd flags (Flags(world, more)) writing a checkpoint every 5 iterations into a new
+// folder of `dir`, and the same flags with --resume on that folder, for its restarts.
+struct Checkpointing {
+  std::string folder;
+  std::vector<std::string> flags, resume_flags;
+};
+Checkpointing CheckpointingFlags(const TempDir& dir, std::uint32_t world,
+                                 std::vector<std::string> more = {});
+
 // A phubd on a port the test chooses (StartPhubd always takes a new one), so that a restart
 // comes back where the workers reconnect. Its log (`name`.log) is appended to across restarts.
 struct Phubd {

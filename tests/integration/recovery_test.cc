@@ -98,13 +98,8 @@ TEST(Recovery, PhubdKilledTenTimesResumesBitwise) {
   const std::string reference = ReferenceWeights(dir, kWorld, kIterations);
   ASSERT_FALSE(reference.empty());
 
-  const std::string checkpoints = dir.File("checkpoints");
-  std::filesystem::create_directory(checkpoints);
+  const auto [checkpoints, flags, resume_flags] = CheckpointingFlags(dir, kWorld);
   const std::uint16_t port = FreePort();
-  const std::vector<std::string> flags =
-      Flags(kWorld, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "5"});
-  std::vector<std::string> resume_flags = flags;
-  resume_flags.insert(resume_flags.end(), {"--resume", checkpoints});
   Phubd phubd = LaunchPhubd(dir, "phubd", port, flags);
   Job job(dir, "resumed", kWorld, kIterations);
   job.extra = {"--step-delay-ms", "5", "--reconnect-ms", "30000"};

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -33,14 +32,9 @@ TEST_P(RecoveryOnTransport, WorkersRejoinAndPhubdResumesBitwise) {
   const std::string reference = ReferenceWeights(dir, kWorld, kIterations);
   ASSERT_FALSE(reference.empty());
 
-  const std::string checkpoints = dir.File("checkpoints");
-  std::filesystem::create_directory(checkpoints);
+  const auto [checkpoints, flags, resume_flags] = CheckpointingFlags(
+      dir, kWorld, {"--transport", transport, "--rejoin-timeout-ms", "30000"});
   const std::uint16_t port = FreePort();
-  const std::vector<std::string> flags =
-      Flags(kWorld, {"--transport", transport, "--rejoin-timeout-ms", "30000", "--checkpoint-dir",
-                     checkpoints, "--checkpoint-every", "5"});
-  std::vector<std::string> resume_flags = flags;
-  resume_flags.insert(resume_flags.end(), {"--resume", checkpoints});
   Phubd phubd = LaunchPhubd(dir, "phubd", port, flags);
   Job job(dir, "job", kWorld, kIterations);
   job.extra = {"--step-delay-ms", "10", "--reconnect-ms", "30000"};
