@@ -496,16 +496,25 @@ def tenths_drift(samples, key, med):
     return 100 * (last - first) / med
 
 
-def flatness(job, windows, key, warmup_frac):
+def job_ending(a, steps):
+    """When the first worker logged the last step: from then on the job is ending (Goodbyes,
+    phubd --one-job freeing the job and closing its connections), not running."""
+    last = [t for t, _, step in steps if step >= a.iters]
+    return min(last) if last else float("inf")
+
+
+def flatness(job, windows, key, warmup_frac, until=float("inf")):
     """Rows for the flatness table: every phubd life on its own, then "all" (one timeline, one
-    median). Each: median, range and largest deviation from the median (%) of the steady
+    median), over the samples taken before `until` (job_ending). Each: median, range and largest
+    deviation from the median (%) of the steady
     samples (after the life's warm-up, outside the recovery windows), the largest deviation
     over every post-warm-up sample, and the drift."""
     rows, kept_all, steady_all = [], [], []
     for life in job.phubd_lives:
         t0, t1 = life["t_start"], life["t_end"] or job.t_end
         warm = t0 + warmup_frac * (t1 - t0)
-        kept = [x for x in job.samples if x["life"] == life["life"] and x["t"] >= warm]
+        kept = [x for x in job.samples
+                if x["life"] == life["life"] and warm <= x["t"] <= until]
         steady = [x for x in kept if not any(w0 <= x["t"] <= w1 for w0, w1 in windows)]
         kept_all += kept
         steady_all += steady
@@ -679,7 +688,9 @@ def report(a, ref, soak, rows, flat, flat_ref, weights, ckpts, cadence, header, 
                            "max dev. (steady)", "95 % of steady within", "max dev. (all after "
                            "warm-up)", "drift", "samples"], frow, "llrrrrrrrr")
     md += ["", f"Sampled every {a.sample_s:g} s. Warm-up: the first {100 * a.warmup_frac:.0f} % "
-           f"of each phubd life, left out. Steady: also without the failures' recovery windows "
+           f"of each phubd life, left out, and so is the job's end (from the first worker's "
+           f"last step: Goodbyes, phubd freeing the job). Steady: also without the failures' "
+           f"recovery windows "
            f"(kill → the job past the step it was at, + {RECOVERY_MARGIN_S:g} s), where phubd "
            f"holds one worker's connections fewer. Flat: steady within ±{a.flat_pct:g} % of the "
            f"median. 95 % within: the 95th percentile of the steady samples' deviation (a "
@@ -878,8 +889,10 @@ def analyse_and_report(a, ref, soak, header):
     cadence = cadence_ms(steps_ref)
     rows = analyse_failures(a, soak, steps, wlines, plines, cadence)
     windows = [r["window"] for r in rows]
-    flat = {k: flatness(soak, windows, k, a.warmup_frac) for k in ("rss_kb", "fds")}
-    flat_ref = {k: flatness(ref, [], k, a.warmup_frac) for k in ("rss_kb", "fds")}
+    flat = {k: flatness(soak, windows, k, a.warmup_frac, job_ending(a, steps))
+            for k in ("rss_kb", "fds")}
+    flat_ref = {k: flatness(ref, [], k, a.warmup_frac, job_ending(a, steps_ref))
+                for k in ("rss_kb", "fds")}
     weights = compare_weights(a, ref, soak)
     ckpts = checkpoints(plines)
     plotted = plot(os.path.join(a.out, "soak.png"), a, ref, soak, rows, steps_ref, steps, flat,
