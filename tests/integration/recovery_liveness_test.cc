@@ -41,7 +41,13 @@ TEST(Recovery, StoppedWorkerDetectedWithinBound) {
       << phubd.Log();
   Record("phubd_detects_ms", MsSince(stopped));
   EXPECT_THAT(phubd.Log(), HasSubstr("rank 2 ("));
-  EXPECT_THAT(phubd.Log(), HasSubstr("for a worker of rank 2 to say Hello again"));
+  // The next line of phubd's log, which the test may read before it is written (seen in TSan).
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return phubd.Log().find("for a worker of rank 2 to say Hello again") != std::string::npos;
+      },
+      milliseconds(5000)))
+      << phubd.Log();
 
   // The survivors are told, wait out the rejoin timeout, then fail: Aborted, exit 3.
   for (std::uint32_t r = 0; r < 2; ++r) {
