@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", f.warmup, "Untimed steps first (synthetic data)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   app.add_flag("--tf32", f.tf32,
-               "cuDNN: let convolutions, GEMMs and the LSTM use TF32 tensor cores (faster, ~1e-3 "
+               "cuDNN: let convolutions, GEMMs and the LSTM use TF32 tensor cores (~1e-3 "
                "relative error); default strict float32, as PyTorch's matmuls");
   app.add_flag("--no-overlap", f.no_overlap,
                "Exchange after the whole backward and wait for all of it (to measure overlap)");
