@@ -72,18 +72,25 @@ TEST(Recovery, StoppedWorkerDetectedWithinBound) {
   EXPECT_TRUE(phubd.process.Running());
 }
 
+// A phubd with `liveness_ms` and a 10 s rejoin window, and `job` started through it, its
+// workers reconnecting for up to 30 s: a job that recovers from a stopped process.
+Phubd StartWithRejoinWindow(const TempDir& dir, Job& job, int liveness_ms) {
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
+                            Flags(job.world, {"--liveness-timeout-ms", std::to_string(liveness_ms),
+                                              "--rejoin-timeout-ms", "10000"}));
+  job.extra = {"--step-delay-ms", "10", "--reconnect-ms", "30000"};
+  job.StartAll(phubd.port);
+  return phubd;
+}
+
 TEST(Recovery, StoppedWorkerContinuedRejoins) {
   constexpr int kLivenessMs = 1000;
   constexpr std::uint64_t kIterations = 60;
   TempDir dir;
   const std::string reference = ReferenceWeights(dir, 3, kIterations);
   ASSERT_FALSE(reference.empty());
-  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
-                            Flags(3, {"--liveness-timeout-ms", std::to_string(kLivenessMs),
-                                      "--rejoin-timeout-ms", "10000"}));
   Job job(dir, "continued", 3, kIterations);
-  job.extra = {"--step-delay-ms", "10", "--reconnect-ms", "30000"};
-  job.StartAll(phubd.port);
+  Phubd phubd = StartWithRejoinWindow(dir, job, kLivenessMs);
   ASSERT_TRUE(WaitFor([&] { return job.AllProgressed(5); }, milliseconds(30000))) << phubd.Log();
 
   job.workers[1].Kill(SIGSTOP);
@@ -154,12 +161,8 @@ TEST(Recovery, PhubdPausedPastLivenessWorkersRejoin) {
   TempDir dir;
   const std::string reference = ReferenceWeights(dir, 2, kIterations);
   ASSERT_FALSE(reference.empty());
-  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
-                            Flags(2, {"--liveness-timeout-ms", std::to_string(kLivenessMs),
-                                      "--rejoin-timeout-ms", "10000"}));
   Job job(dir, "paused", 2, kIterations);
-  job.extra = {"--step-delay-ms", "10", "--reconnect-ms", "30000"};
-  job.StartAll(phubd.port);
+  Phubd phubd = StartWithRejoinWindow(dir, job, kLivenessMs);
   ASSERT_TRUE(WaitFor([&] { return job.AllProgressed(5); }, milliseconds(30000))) << phubd.Log();
   phubd.process.Kill(SIGSTOP);
   std::this_thread::sleep_for(milliseconds(2 * kLivenessMs));
