@@ -25,6 +25,8 @@ PACKAGES=(
   libibverbs-dev ibverbs-providers # rdma-core verbs: the RDMA transport (phub/transport/verbs)
   perftest                         # ib_write_bw: the reference of bench/exchange/run_verbs_guest.py
   python3 python3-matplotlib # PNG plots of benchmark tables
+  python3-dev pybind11-dev # the Python package `phub` (phub/python): PsClient for PyTorch users
+  python3-numpy            # its tests' buffers and float64 references (tests/python)
   iproute2 procps          # ss/ip for tests and emulated racks
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)
   openmpi-bin libopenmpi-dev # Open MPI (mpirun, MPI_Allreduce): baseline (phub_mpi_worker)
@@ -40,7 +42,7 @@ fi
 
 if [[ "${1:-}" == "--torch" ]]; then
   # libopenblas0-pthread: without it python3-torch's BLAS is the reference one, ~25x slower.
-  PACKAGES+=(python3-torch libopenblas0-pthread)
+  PACKAGES+=(python3-torch python3-torchvision libopenblas0-pthread)
 elif [[ "${1:-}" == "--bare-check" ]]; then
   # Only these: the check's point is that the chroot gets the main list from this very script.
   PACKAGES=(

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 sanitize=""
 if [[ "${1:-}" == "--sanitize" ]]; then sanitize=${2:?"--sanitize needs address or thread"}; fi
 
-bash deploy/install-deps.sh
+# --torch: tests/python checks phub.torch against DDP's own gloo allreduce (python3-torch).
+bash deploy/install-deps.sh --torch
 if [[ -z "$sanitize" ]]; then
   export PHUB_BUILD_DIR=${PHUB_BUILD_DIR:-build}
   bash deploy/build.sh

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/version.h"
+#include "phub/kernels/aggregate_and_step.h"
 #include "phub/transport/control_channel.h"
 #include "phub/transport/socket_options.h"
 #include "spdlog/spdlog.h"
@@ -23,6 +24,17 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   hello.set_job_token(options.job_token);
   hello.set_rank(options.rank);
   hello.set_world_size(options.world_size);
+  if (options.optimizer) {
+    const kernels::OptimizerConfig& c = *options.optimizer;
+    proto::OptimizerSpec& spec = *hello.mutable_optimizer();
+    spec.set_kind(kernels::OptimizerName(c.kind));
+    spec.set_lr(c.lr);
+    spec.set_momentum(c.momentum);
+    spec.set_weight_decay(c.weight_decay);
+    spec.set_beta1(c.beta1);
+    spec.set_beta2(c.beta2);
+    spec.set_eps(c.eps);
+  }
   for (const auto& t : tensors) {
     proto::TensorSpec& spec = *hello.add_tensors();
     spec.set_name(t.name);

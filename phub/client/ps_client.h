@@ -27,11 +27,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "phub/common/status.h"
+#include "phub/kernels/optimizer_config.h"
 #include "phub/keys/key_table.h"
 #include "phub/transport/verbs/device_options.h"
 
@@ -43,6 +45,10 @@ struct PsClientOptions {
   std::string job_token;           // must equal phubd's --token-file contents
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
+  // What phubd does with the job's gradients, the same on every worker: an optimizer that steps
+  // the weights it sends back, or kAverage (summation mode: the "weights" that land are the mean
+  // of the workers' gradients). Unset: phubd's --optimizer flags.
+  std::optional<kernels::OptimizerConfig> optimizer;
   int connect_timeout_ms = 30000;  // keep retrying a refused connection this long
   bool tcp_no_delay = true;        // TCP_NODELAY (off only to measure what it is worth)
   int socket_buffer_bytes = 0;     // fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning

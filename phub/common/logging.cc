@@ -11,7 +11,9 @@ Status SetUpLogging(const std::string& level, const std::string& process) {
     return absl::InvalidArgumentError("unknown log level '" + level +
                                       "': use trace, debug, info, warn, error, critical or off");
   }
-  auto logger = spdlog::stderr_color_mt(process);
+  // Again for the same process (a Python program connecting twice): the same logger.
+  std::shared_ptr<spdlog::logger> logger = spdlog::get(process);
+  if (!logger) logger = spdlog::stderr_color_mt(process);
   logger->set_pattern("[%H:%M:%S.%e] [%n] [%^%l%$] %v");
   logger->set_level(parsed);
   spdlog::set_default_logger(logger);

@@ -6,6 +6,7 @@
 
 namespace phub {
 
-inline constexpr std::uint16_t kProtocolVersion = 1;
+// 2: the Hello may carry the job's optimizer (a phubd of version 1 would ignore it and run its own).
+inline constexpr std::uint16_t kProtocolVersion = 2;
 
 }  // namespace phub

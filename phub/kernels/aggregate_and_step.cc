@@ -61,11 +61,11 @@ void UpdateRange(const float* __restrict a, const float* __restrict b, const flo
     if constexpr (K >= 5) sum += e[j];
     const float wj = kOut ? w_in[j] : w[j];
     // State through locals: an optimizer without s0 or s1 has null pointers there.
-    float t0 = kKind != OptimizerKind::kSgd ? s0[j] : 0.0f;
-    float t1 = kKind == OptimizerKind::kAdam ? s1[j] : 0.0f;
+    float t0 = UsesFirstState(kKind) ? s0[j] : 0.0f;
+    float t1 = UsesSecondState(kKind) ? s1[j] : 0.0f;
     w[j] = UpdateElement<kKind>(sum, wj, t0, t1, kc);
-    if constexpr (kKind != OptimizerKind::kSgd) s0[j] = t0;
-    if constexpr (kKind == OptimizerKind::kAdam) s1[j] = t1;
+    if constexpr (UsesFirstState(kKind)) s0[j] = t0;
+    if constexpr (UsesSecondState(kKind)) s1[j] = t1;
   }
 }
 
@@ -164,6 +164,8 @@ void Dispatch(std::span<const float* const> inputs, const float* w_in, float* w,
       return Run<OptimizerKind::kNesterov, kOut>(inputs, w_in, w, s0, nullptr, len, k);
     case OptimizerKind::kAdam:
       return Run<OptimizerKind::kAdam, kOut>(inputs, w_in, w, s0, s1, len, k);
+    case OptimizerKind::kAverage:
+      return Run<OptimizerKind::kAverage, kOut>(inputs, w_in, w, nullptr, nullptr, len, k);
   }
 }
 

@@ -10,6 +10,7 @@
 //   kNesterov:  v = mu*v + g;                 w -= lr * (g + mu*v)
 //   kAdam:      m = b1*m + (1-b1)*g;  s = b2*s + (1-b2)*g*g;
 //               w -= lr * (m / (1-b1^t)) / (sqrt(s / (1-b2^t)) + eps)     (t = step, from 1)
+//   kAverage:   w = (1/N) * sum_w inputs[w][i]   (summation mode: the old w is not read)
 #pragma once
 
 #include <cstdint>
@@ -25,14 +26,15 @@ namespace phub::kernels {
 // 2 (Adam's m and s).
 int StateArrays(OptimizerKind kind);
 
-// "sgd", "momentum", "nesterov", "adam" <-> kind. Parse returns InvalidArgument listing the
+// "sgd", "momentum", "nesterov", "adam", "average" <-> kind. Parse returns InvalidArgument listing the
 // accepted names.
 StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
 std::string OptimizerName(OptimizerKind kind);
 // e.g. "adam(lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0)".
 std::string Describe(const OptimizerConfig& config);
 // InvalidArgument naming the bad hyper-parameter (lr <= 0 or not finite, momentum outside
-// [0,1), betas outside [0,1), eps <= 0, weight_decay < 0).
+// [0,1), betas outside [0,1), eps <= 0, weight_decay < 0; average with a weight decay, which
+// is the workers' own optimizer's to apply).
 Status Validate(const OptimizerConfig& config);
 
 // REQUIRES: inputs.size() >= 1; every input, weights and each used state array have the same

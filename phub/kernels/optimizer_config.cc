@@ -17,11 +17,12 @@ struct NamedKind {
 };
 
 // The one table of names: Parse, Name and the error message all read it.
-constexpr std::array<NamedKind, 4> kKinds = {{
+constexpr std::array<NamedKind, 5> kKinds = {{
     {"sgd", OptimizerKind::kSgd},
     {"momentum", OptimizerKind::kMomentum},
     {"nesterov", OptimizerKind::kNesterov},
     {"adam", OptimizerKind::kAdam},
+    {"average", OptimizerKind::kAverage},
 }};
 
 std::string AcceptedNames() {
@@ -48,6 +49,7 @@ bool InUnitInterval(float v) { return v >= 0.0f && v < 1.0f; }
 int StateArrays(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kSgd:
+    case OptimizerKind::kAverage:
       return 0;
     case OptimizerKind::kMomentum:
     case OptimizerKind::kNesterov:
@@ -85,6 +87,8 @@ std::string Describe(const OptimizerConfig& c) {
     case OptimizerKind::kAdam:
       return fmt::format("adam(lr={}, beta1={}, beta2={}, eps={}, weight_decay={})", c.lr, c.beta1,
                          c.beta2, c.eps, c.weight_decay);
+    case OptimizerKind::kAverage:
+      return "average(the workers' mean gradient, no optimizer)";
   }
   return OptimizerName(c.kind);
 }
@@ -95,6 +99,16 @@ Status Validate(const OptimizerConfig& c) {
                                                   static_cast<int>(c.kind), AcceptedNames()));
   }
   const std::string where = OptimizerName(c.kind);
+  if (c.kind == OptimizerKind::kAverage) {
+    // lr and the others are not used; a weight decay here would be applied twice or never.
+    if (c.weight_decay != 0.0f) {
+      return absl::InvalidArgumentError(fmt::format(
+          "average: weight_decay={} is invalid: phubd only averages gradients in this mode; "
+          "give the weight decay to the workers' optimizer and 0 here",
+          c.weight_decay));
+    }
+    return absl::OkStatus();
+  }
   if (!(c.lr > 0.0f) || !std::isfinite(c.lr)) {
     return absl::InvalidArgumentError(
         fmt::format("{}: lr={} is invalid: the learning rate must be finite and > 0", where, c.lr));

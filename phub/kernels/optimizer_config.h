@@ -4,7 +4,9 @@
 
 namespace phub::kernels {
 
-enum class OptimizerKind { kSgd, kMomentum, kNesterov, kAdam };
+// kAverage is phubd's summation mode (BytePS's servers): no optimizer, no state; the "weights"
+// a worker receives are the mean of the workers' gradients, and the workers step themselves.
+enum class OptimizerKind { kSgd, kMomentum, kNesterov, kAdam, kAverage };
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSgd;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 #include "phub/kernels/aggregate_and_step.h"
 
@@ -11,12 +13,19 @@ namespace phub::kernels {
 
 // Adds --optimizer --lr --momentum --weight-decay --beta1 --beta2 --eps, writing `config`.
 // Range checks happen later, in Validate(config), which names the bad hyper-parameter.
-inline void AddOptimizerFlags(CLI::App& app, OptimizerConfig& config) {
+// `summation_mode`: phubd's flags also accept --optimizer average (phubd returns the mean gradient
+// and the workers step); a worker's own optimizer cannot be "average".
+inline void AddOptimizerFlags(CLI::App& app, OptimizerConfig& config,
+                              bool summation_mode = false) {
+  std::vector<std::string> names = {"sgd", "momentum", "nesterov", "adam"};
+  if (summation_mode) names.push_back("average");
   app.add_option_function<std::string>(
          "--optimizer",
          [&config](const std::string& name) { config.kind = *ParseOptimizerKind(name); },
-         "sgd, momentum, nesterov or adam")
-      ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam"}))
+         summation_mode ? "sgd, momentum, nesterov or adam; or average (summation mode: "
+                          "workers get the mean gradient and step themselves)"
+                        : "sgd, momentum, nesterov or adam")
+      ->check(CLI::IsMember(names))
       ->default_str(OptimizerName(config.kind));
   app.add_option("--lr", config.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", config.momentum, "Momentum (momentum, nesterov)")

@@ -15,6 +15,13 @@
 
 namespace phub::kernels {
 
+// Which state arrays a kind reads and writes (StateArrays() counts them).
+PHUB_HOST_DEVICE constexpr bool UsesFirstState(OptimizerKind kind) {
+  return kind == OptimizerKind::kMomentum || kind == OptimizerKind::kNesterov ||
+         kind == OptimizerKind::kAdam;
+}
+PHUB_HOST_DEVICE constexpr bool UsesSecondState(OptimizerKind kind) { return kind == OptimizerKind::kAdam; }
+
 // Hyper-parameters prepared once per call (Prepare).
 struct StepConstants {
   float inv_n;  // 1/N
@@ -36,6 +43,7 @@ StepConstants Prepare(std::size_t n_inputs, const OptimizerConfig& config, std::
 template <OptimizerKind kKind>
 PHUB_HOST_DEVICE inline float UpdateElement(float sum, float wj, float& s0, float& s1,
                                             const StepConstants& k) {
+  if constexpr (kKind == OptimizerKind::kAverage) return sum * k.inv_n;  // wj unused
   const float g = sum * k.inv_n + k.wd * wj;
   if constexpr (kKind == OptimizerKind::kSgd) {
     return wj - k.lr * g;

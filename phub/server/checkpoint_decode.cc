@@ -160,7 +160,7 @@ Status Decoder::ReadHeader(JobSnapshot& s, std::uint32_t& chunks) {
 
   if (kind >= std::size(kKindByCode)) {
     return Corrupt(absl::StrCat("optimizer code ", kind, " is not known (0 sgd, 1 momentum, ",
-                                "2 nesterov, 3 adam)"));
+                                "2 nesterov, 3 adam, 4 average)"));
   }
   s.optimizer.kind = kKindByCode[kind];
   if (Status st = kernels::Validate(s.optimizer); !st.ok()) {

@@ -34,7 +34,8 @@ inline constexpr std::uint64_t kTrailerBytes = 20;
 // The format's optimizer codes, fixed here so that reordering the enum cannot change a file.
 inline constexpr kernels::OptimizerKind kKindByCode[] = {
     kernels::OptimizerKind::kSgd, kernels::OptimizerKind::kMomentum,
-    kernels::OptimizerKind::kNesterov, kernels::OptimizerKind::kAdam};
+    kernels::OptimizerKind::kNesterov, kernels::OptimizerKind::kAdam,
+    kernels::OptimizerKind::kAverage};
 
 inline std::uint32_t KindCode(kernels::OptimizerKind kind) {
   for (std::uint32_t i = 0; i < std::size(kKindByCode); ++i) {

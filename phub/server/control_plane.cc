@@ -208,7 +208,7 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
     }
   }
   std::optional<proto::Error> error = CheckHello(hello, options_, first, taken);
-  if (!error && resume_) error = CheckResumedModel(hello, *resume_, resume_path_);
+  if (!error && resume_) error = CheckResumedModel(hello, options_, *resume_, resume_path_);
   if (!error) error = CheckJobLimits(hello, options_);
   if (error) {
     spdlog::warn("refusing a worker from {}: {}", session->peer, error->message());

@@ -107,10 +107,12 @@ void ControlPlane::StartJob() {
                                  "fix phubd's --chunk-bytes or the model"));
   }
   const std::size_t chunk_count = table->chunks().size();  // before the table moves
+  // CheckHello accepted every member's optimizer, and they agree.
+  const kernels::OptimizerConfig optimizer = *JobOptimizer(members_[0]->hello, options_);
   auto job = std::make_shared<JobSpec>(JobSpec{
       .table = std::move(*table),
       .world_size = options_.world_size,
-      .optimizer = options_.optimizer,
+      .optimizer = optimizer,
       .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
       .initial_weights = resume_ ? std::vector<float>{} : std::move(initial_weights),
       // A resumed checkpoint may hold previous weights, which the resumed workers need.
@@ -171,7 +173,7 @@ void ControlPlane::StartJob() {
   spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}{}",
                jobs_started_, options_.world_size, spec->table.tensors().size(),
                spec->table.chunks().size(), spec->table.chunk_bytes(), cores_.size(),
-               kernels::Describe(options_.optimizer),
+               kernels::Describe(optimizer),
                resumed ? absl::StrCat(", resumed at iteration ", spec->resume_iteration) : "");
 }
 
@@ -184,7 +186,7 @@ void ControlPlane::SendWelcome(const SessionPtr& member, bool resumed,
   for (auto owner : spec_->table.owners()) welcome.add_chunk_owner(owner);
   welcome.set_session(spec_->session);
   welcome.set_weights_from_server(!spec_->initial_weights.empty());
-  welcome.set_optimizer(kernels::Describe(options_.optimizer));
+  welcome.set_optimizer(kernels::Describe(spec_->optimizer));
   welcome.set_transport(transport::TransportName(options_.transport));
   welcome.set_resumed(resumed);
   welcome.set_resume_iteration(resume_iteration);

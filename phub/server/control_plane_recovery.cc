@@ -253,11 +253,8 @@ Status ControlPlane::LoadResume() {
                                  options_.chunk_bytes),
                     absl::StrCat("--chunk-bytes ", s.chunk_bytes));
   }
-  if (kernels::Describe(s.optimizer) != kernels::Describe(options_.optimizer)) {
-    return mismatch(absl::StrCat("ran ", kernels::Describe(s.optimizer), ", phubd ",
-                                 kernels::Describe(options_.optimizer)),
-                    "the checkpoint's optimizer flags");
-  }
+  // The job's optimizer (the workers' or phubd's flags) is checked against the checkpoint's
+  // when the workers say Hello (CheckResumedModel).
   std::uint64_t low = UINT64_MAX;
   for (const ChunkSnapshot& chunk : s.chunks) low = std::min(low, chunk.iteration);
   for (const ChunkSnapshot& chunk : s.chunks) {

@@ -24,6 +24,23 @@ std::string Describe(const proto::TensorSpec& t) {
 
 }  // namespace
 
+StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
+                                                const ServerOptions& options) {
+  if (!hello.has_optimizer()) return options.optimizer;
+  const proto::OptimizerSpec& spec = hello.optimizer();
+  StatusOr<kernels::OptimizerKind> kind = kernels::ParseOptimizerKind(Bounded(spec.kind(), 64));
+  if (!kind.ok()) return kind.status();
+  const kernels::OptimizerConfig config{.kind = *kind,
+                                        .lr = spec.lr(),
+                                        .momentum = spec.momentum(),
+                                        .weight_decay = spec.weight_decay(),
+                                        .beta1 = spec.beta1(),
+                                        .beta2 = spec.beta2(),
+                                        .eps = spec.eps()};
+  PHUB_RETURN_IF_ERROR(kernels::Validate(config));
+  return config;
+}
+
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken) {
@@ -65,7 +82,24 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                      "every tensor of the worker's table has 0 elements: nothing to train",
                      "register the model's parameters, with their sizes, before connecting");
   }
+  StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options);
+  if (!optimizer.ok()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the optimizer rank ", hello.rank(),
+                                  " asks for is invalid: ", optimizer.status().message()),
+                     "fix the optimizer the workers give PHub (or give none: phubd's "
+                     "--optimizer flags apply)");
+  }
   if (first == nullptr) return std::nullopt;
+  // The first Hello was checked when it came: its optimizer is valid.
+  const std::string mine_optimizer = kernels::Describe(*optimizer);
+  const std::string theirs_optimizer = kernels::Describe(*JobOptimizer(*first, options));
+  if (mine_optimizer != theirs_optimizer) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " asks for optimizer ", mine_optimizer,
+                                  ", rank ", first->rank(), " for ", theirs_optimizer),
+                     "give every worker the same optimizer");
+  }
   const auto& mine = hello.tensors();
   const auto& theirs = first->tensors();
   if (mine.size() != theirs.size()) {
@@ -87,11 +121,21 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
 }
 
 std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
+                                              const ServerOptions& options,
                                               const JobSnapshot& snapshot,
                                               const std::string& path) {
   const auto& mine = hello.tensors();
   const char* fix = "start the workers with the model the checkpoint was written for, or start "
                     "phubd without --resume";
+  if (StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options);
+      optimizer.ok() && kernels::Describe(*optimizer) != kernels::Describe(snapshot.optimizer)) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("phubd resumes checkpoint ", path, ", of a job that ran ",
+                                  kernels::Describe(snapshot.optimizer), "; rank ", hello.rank(),
+                                  "'s job runs ", kernels::Describe(*optimizer)),
+                     "run the job with the checkpoint's optimizer (the workers' or phubd's "
+                     "--optimizer flags), or start phubd without --resume");
+  }
   if (static_cast<std::size_t>(mine.size()) != snapshot.tensors.size()) {
     return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
                      absl::StrCat("phubd resumes checkpoint ", path, ", of a model of ",

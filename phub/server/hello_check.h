@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/common/status.h"
 #include "phub/server/server_options.h"
 #include "proto/phub.pb.h"
 
@@ -18,6 +19,11 @@ inline constexpr std::size_t kMaxErrorTextBytes = 400;
 // An Error for a worker: `message` says what is wrong, `fix` how to fix it.
 proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix);
 
+// The optimizer the Hello asks for (its OptimizerSpec), or phubd's flags when it asks none.
+// InvalidArgument naming the bad field (an unknown kind, a hyper-parameter out of range).
+StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
+                                                const ServerOptions& options);
+
 // `first` is any Hello already accepted for this job (nullptr if none); `rank_taken[r]` says
 // whether rank r already joined. Returns the Error to send, or nullopt to accept.
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
@@ -25,9 +31,11 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                                        const std::vector<bool>& rank_taken);
 
 struct JobSnapshot;  // checkpoint_file.h
-// phubd resumes `snapshot`, read from `path` (--resume): the worker's tensors must be the
-// checkpoint's; the error names the file.
+// phubd resumes `snapshot`, read from `path` (--resume): the worker's tensors and the job's
+// optimizer (JobOptimizer, already checked by CheckHello) must be the checkpoint's; the error
+// names the file.
 std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
+                                              const ServerOptions& options,
                                               const JobSnapshot& snapshot,
                                               const std::string& path);
 

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
                  "Tensors are cut into chunks of this many bytes (multiple of 4); each chunk is "
                  "owned by one core")
       ->capture_default_str();
-  phub::kernels::AddOptimizerFlags(app, options.optimizer);
+  phub::kernels::AddOptimizerFlags(app, options.optimizer, /*summation_mode=*/true);
   app.add_option("--token-file", token_file,
                  "File holding the job token; workers must present the same token");
   app.add_option("--init-weights", options.initial_weights_path,

@@ -181,7 +181,8 @@ TEST_P(AggregateAndStepLayoutTest, ChunkCutsDoNotChangeABit) {
 
 INSTANTIATE_TEST_SUITE_P(AllOptimizers, AggregateAndStepLayoutTest,
                          ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                                           OptimizerKind::kNesterov, OptimizerKind::kAdam),
+                                           OptimizerKind::kNesterov, OptimizerKind::kAdam,
+                                           OptimizerKind::kAverage),
                          [](const auto& info) { return OptimizerName(info.param); });
 
 // The premise of the test above: for these inputs, summing in another order than the kernel's

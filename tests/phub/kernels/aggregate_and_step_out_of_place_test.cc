@@ -24,7 +24,8 @@ std::vector<float> Random(std::size_t n, std::mt19937& rng) {
 TEST(AggregateAndStepOutOfPlace, SameBitsAsInPlaceAndTheOldWeightsUntouched) {
   std::mt19937 rng(16);
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                             OptimizerKind::kNesterov, OptimizerKind::kAdam}) {
+                             OptimizerKind::kNesterov, OptimizerKind::kAdam,
+                             OptimizerKind::kAverage}) {
     for (int n = 1; n <= 8; ++n) {
       for (std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
         SCOPED_TRACE(testing::Message() << OptimizerName(kind) << " N=" << n << " offset "

@@ -52,6 +52,9 @@ void ReferenceStep(const std::vector<std::vector<float>>& grads, Reference& r,
         r.w[i] -= lr * m_hat / (std::sqrt(s_hat) + eps);
         break;
       }
+      case OptimizerKind::kAverage:  // summation mode: the mean gradient, nothing else
+        r.w[i] = sum / n;
+        break;
     }
   }
 }
@@ -166,7 +169,8 @@ OptimizerConfig Config(OptimizerKind kind, float weight_decay) {
 }
 
 const OptimizerKind kAllKinds[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                                   OptimizerKind::kNesterov, OptimizerKind::kAdam};
+                                   OptimizerKind::kNesterov, OptimizerKind::kAdam,
+                                   OptimizerKind::kAverage};
 const std::size_t kLengths[] = {0, 1, 7, 15, 17, 1000, 4099};
 
 // ---- Parameterized over optimizer x weight decay x N: all lengths, 5 steps each. ----
@@ -205,6 +209,7 @@ std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (OptimizerKind kind : kAllKinds) {
     for (float wd : {0.0f, 0.01f}) {
+      if (kind == OptimizerKind::kAverage && wd > 0) continue;  // Validate refuses it
       for (std::size_t n : {1, 2, 3, 8}) cases.push_back({kind, wd, n});
     }
   }

@@ -14,7 +14,8 @@ namespace {
 using ::testing::HasSubstr;
 
 const OptimizerKind kAllKinds[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                                   OptimizerKind::kNesterov, OptimizerKind::kAdam};
+                                   OptimizerKind::kNesterov, OptimizerKind::kAdam,
+                                   OptimizerKind::kAverage};
 
 TEST(OptimizerConfigTest, ParseRoundTripsEveryName) {
   for (OptimizerKind kind : kAllKinds) {
@@ -27,6 +28,21 @@ TEST(OptimizerConfigTest, ParseRoundTripsEveryName) {
   EXPECT_EQ(OptimizerName(OptimizerKind::kMomentum), "momentum");
   EXPECT_EQ(OptimizerName(OptimizerKind::kNesterov), "nesterov");
   EXPECT_EQ(OptimizerName(OptimizerKind::kAdam), "adam");
+  EXPECT_EQ(OptimizerName(OptimizerKind::kAverage), "average");
+}
+
+TEST(OptimizerConfigTest, AverageKeepsNoStateAndRefusesAWeightDecay) {
+  OptimizerConfig c{.kind = OptimizerKind::kAverage};
+  EXPECT_EQ(StateArrays(c.kind), 0);
+  EXPECT_TRUE(Validate(c).ok());
+  EXPECT_THAT(Describe(c), HasSubstr("mean gradient"));
+  c.lr = -1.0f;  // not used in summation mode: not checked
+  EXPECT_TRUE(Validate(c).ok());
+  c.weight_decay = 0.1f;
+  const Status s = Validate(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weight_decay=0.1"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("workers' optimizer"));
 }
 
 TEST(OptimizerConfigTest, ParseRejectsUnknownNameAndListsAcceptedOnes) {
@@ -86,6 +102,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(OptimizerConfigTest, ValidateRejectsBadLearningRate) {
   for (OptimizerKind kind : kAllKinds) {
+    if (kind == OptimizerKind::kAverage) continue;  // no learning rate (tested above)
     OptimizerConfig c;
     c.kind = kind;
     for (float lr : {0.0f, -0.1f, kNaN, kInf}) {

@@ -193,5 +193,68 @@ TEST(HelloCheckTest, RefusesTheSameTensorsInAnotherOrder) {
   EXPECT_TRUE(Names(*error, "tensor 0"));
 }
 
+// ---- The job's optimizer: the Hello's, or phubd's flags ----
+
+proto::Hello WithOptimizer(proto::Hello hello, const std::string& kind, float lr = 0.1f,
+                           float weight_decay = 0.0f) {
+  proto::OptimizerSpec& spec = *hello.mutable_optimizer();
+  spec.set_kind(kind);
+  spec.set_lr(lr);
+  spec.set_momentum(0.9f);
+  spec.set_weight_decay(weight_decay);
+  spec.set_beta1(0.9f);
+  spec.set_beta2(0.999f);
+  spec.set_eps(1e-8f);
+  return hello;
+}
+
+TEST(HelloCheckTest, JobOptimizerIsTheHellosOrElsePhubdsFlags) {
+  ServerOptions options = Options();
+  options.optimizer = {.kind = kernels::OptimizerKind::kAdam, .lr = 0.003f};
+  auto flags = JobOptimizer(MakeHello(0), options);
+  ASSERT_TRUE(flags.ok());
+  EXPECT_EQ(kernels::Describe(*flags), kernels::Describe(options.optimizer));
+  auto asked = JobOptimizer(WithOptimizer(MakeHello(0), "momentum", 0.25f, 1e-4f), options);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->kind, kernels::OptimizerKind::kMomentum);
+  EXPECT_EQ(asked->lr, 0.25f);
+  EXPECT_EQ(asked->weight_decay, 1e-4f);
+  auto average = JobOptimizer(WithOptimizer(MakeHello(0), "average"), options);
+  ASSERT_TRUE(average.ok());
+  EXPECT_EQ(average->kind, kernels::OptimizerKind::kAverage);
+}
+
+TEST(HelloCheckTest, RefusesAnInvalidOptimizerNamingTheField) {
+  for (const auto& [hello, part] :
+       std::vector<std::pair<proto::Hello, std::string>>{
+           {WithOptimizer(MakeHello(0), "adamw"), "unknown optimizer 'adamw'"},
+           {WithOptimizer(MakeHello(0), "sgd", -1.0f), "lr=-1"},
+           {WithOptimizer(MakeHello(0), "average", 0.1f, 0.5f), "weight_decay=0.5"},
+           {WithOptimizer(MakeHello(0), std::string(5000, 'x')), "unknown optimizer"}}) {
+    std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+    ASSERT_TRUE(error.has_value()) << part;
+    EXPECT_EQ(error->code(), proto::Error::BAD_REQUEST);
+    EXPECT_TRUE(Names(*error, part));
+    EXPECT_LE(error->message().size(), kMaxErrorTextBytes);  // a peer's string, bounded
+  }
+}
+
+TEST(HelloCheckTest, RefusesAnOptimizerOtherThanTheFirstWorkers) {
+  const proto::Hello first = WithOptimizer(MakeHello(0), "average");
+  std::optional<proto::Error> error = CheckHello(WithOptimizer(MakeHello(1), "sgd"), Options(),
+                                                 &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "rank 1 asks for optimizer sgd(lr=0.1"));
+  EXPECT_TRUE(Names(*error, "rank 0 for average"));
+  EXPECT_TRUE(Names(*error, "same optimizer"));
+  // Asking for exactly phubd's flags is the same job as asking for nothing.
+  ServerOptions options = Options();
+  options.optimizer = {.kind = kernels::OptimizerKind::kSgd, .lr = 0.1f};
+  const proto::Hello plain = MakeHello(0);
+  EXPECT_FALSE(CheckHello(WithOptimizer(MakeHello(1), "sgd"), options, &plain,
+                          {true, false, false, false})
+                   .has_value());
+}
+
 }  // namespace
 }  // namespace phub::server

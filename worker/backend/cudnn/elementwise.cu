@@ -69,11 +69,11 @@ template <kernels::OptimizerKind kKind>
 __global__ void OptimizerStep(const float* g, float* w, float* s0, float* s1, std::int64_t n,
                               kernels::StepConstants k) {
   for (std::int64_t i = GridStart(); i < n; i += GridStep()) {
-    float t0 = kKind != kernels::OptimizerKind::kSgd ? s0[i] : 0.0f;
-    float t1 = kKind == kernels::OptimizerKind::kAdam ? s1[i] : 0.0f;
+    float t0 = kernels::UsesFirstState(kKind) ? s0[i] : 0.0f;
+    float t1 = kernels::UsesSecondState(kKind) ? s1[i] : 0.0f;
     w[i] = kernels::UpdateElement<kKind>(g[i], w[i], t0, t1, k);
-    if (kKind != kernels::OptimizerKind::kSgd) s0[i] = t0;
-    if (kKind == kernels::OptimizerKind::kAdam) s1[i] = t1;
+    if (kernels::UsesFirstState(kKind)) s0[i] = t0;
+    if (kernels::UsesSecondState(kKind)) s1[i] = t1;
   }
 }
 
@@ -105,6 +105,8 @@ cudaError_t LaunchOptimizerStep(const float* g, float* w, float* s0, float* s1, 
     case OptimizerKind::kAdam:
       OptimizerStep<OptimizerKind::kAdam><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1, n, k);
       break;
+    case OptimizerKind::kAverage:  // phubd's summation mode: never a worker's local optimizer
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""A torchvision model trained on Fashion-MNIST with PyTorch DDP, its gradients exchanged through
+phubd or through DDP's own backends: what a PyTorch user changes to use PHub (docs/torch.md).
+
+  phubd --world-size 2 &                              # any --optimizer: the job asks its own
+  PHUB_ADDRESS=127.0.0.1:7070 torchrun --nproc_per_node 2 examples/torch_ddp_phub.py \\
+      --backend phub --model resnet18 --epochs 1
+
+Backends: phub (DDP hook, phubd averages, the local optimizer steps), phub-optimizer (phubd's
+fused optimizer steps, workers install the weights it returns), gloo (DDP's CPU allreduce),
+nccl (DDP's GPU allreduce; needs one GPU per rank). Every rank prints nothing but rank 0 prints
+time per mini-batch (median of the timed steps), images/s and, with Fashion-MNIST, the test
+accuracy per epoch; --results FILE writes them as JSON (bench/torch reads it).
+
+Without torchrun: RANK, WORLD_SIZE (and MASTER_ADDR/MASTER_PORT for DDP's own process group)
+in the environment, or --rank/--world-size and --master.
+"""
+import argparse
+import gzip
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torchvision
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# phub: installed, or PYTHONPATH=build/python, or else this checkout's build tree.
+sys.path.append(os.path.join(HERE, "..", "build", "python"))
+import phub.torch  # noqa: E402
+
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+
+
+def read_idx(path):
+    """An IDX file (gzip'd): uint8 array of its dimensions; checked, never trusted."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    if len(data) != 4 + 4 * dims + int(np.prod(shape)):
+        raise ValueError(f"{path}: {len(data)} bytes, its header says {shape}")
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def fashion_mnist(data_dir, split, size):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)
+    x = (x - 0.2860) / 0.3530  # Fashion-MNIST's mean and standard deviation
+    if size != 28:
+        x = nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+    return x, torch.from_numpy(labels.astype(np.int64))
+
+
+def make_model(name):
+    """A torchvision model for 1-channel images and 10 classes. alexnet (61 M parameters, most in
+    its classifier: the communication-heavy one) wants 64x64 inputs; the ResNets take 28x28."""
+    if name == "alexnet":
+        model = torchvision.models.alexnet(num_classes=10)
+        model.features[0] = nn.Conv2d(1, 64, kernel_size=11, stride=4, padding=2)
+        return model, 64
+    if name in ("resnet18", "resnet50"):
+        model = getattr(torchvision.models, name)(num_classes=10)
+        model.conv1 = nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()  # 28x28 inputs: keep the resolution for the later stages
+        return model, 28
+    raise SystemExit(f"--model {name}: use alexnet, resnet18 or resnet50")
+
+
+def make_optimizer(name, params, lr):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-4)
+    return torch.optim.Adam(params, lr=lr)
+
+
+def evaluate(model, x, y, device, batch=500):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            out = model(x[i:i + batch].to(device))
+            correct += (out.argmax(1).cpu() == y[i:i + batch]).sum().item()
+    model.train()
+    return correct / len(x)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="phub", choices=["phub", "phub-optimizer", "gloo", "nccl"])
+    p.add_argument("--model", default="resnet18", choices=["alexnet", "resnet18", "resnet50"])
+    p.add_argument("--batch", type=int, default=32, help="per rank")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--data", default="fashion-mnist", choices=["fashion-mnist", "synthetic"])
+    p.add_argument("--data-dir", default=FASHION_MNIST)
+    p.add_argument("--iters", type=int, default=0,
+                   help="stop after this many steps (0: whole epochs); synthetic data needs it")
+    p.add_argument("--warmup", type=int, default=2, help="steps left out of the timing")
+    p.add_argument("--phub", default=None, help="phubd's HOST:PORT (default: $PHUB_ADDRESS)")
+    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--master", default=None, help="HOST:PORT of DDP's own rendezvous "
+                   "(default: $MASTER_ADDR:$MASTER_PORT)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's choice)")
+    p.add_argument("--results", default=None, help="write rank 0's figures here (JSON)")
+    a = p.parse_args()
+    if a.data == "synthetic" and a.iters <= 0:
+        p.error("--data synthetic needs --iters")
+
+    rank = a.rank if a.rank is not None else int(os.environ.get("RANK", "0"))
+    world = a.world_size if a.world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    if a.master:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = a.master.rsplit(":", 1)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cuda = a.backend == "nccl" or (torch.cuda.is_available() and a.backend != "gloo")
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    # DDP needs a process group of its own (its start-up broadcast); with phub it carries
+    # nothing else.
+    dist.init_process_group("nccl" if a.backend == "nccl" else "gloo", rank=rank,
+                            world_size=world)
+
+    torch.manual_seed(0)
+    model, size = make_model(a.model)
+    model = DDP(model.to(device), device_ids=[device.index] if cuda else None)
+    optimizer = make_optimizer(a.optimizer, model.parameters(), a.lr)
+    state = None
+    if a.backend == "phub":                                    # the two lines a user adds:
+        state = phub.torch.connect(model, a.phub, rank=rank, world_size=world)
+        model.register_comm_hook(state, phub.torch.allreduce_hook)
+    elif a.backend == "phub-optimizer":                        # or this one:
+        optimizer = phub.torch.ServerOptimizer(model, optimizer, a.phub, rank=rank,
+                                               world_size=world)
+        state = optimizer.state
+
+    if a.data == "fashion-mnist":
+        x, y = fashion_mnist(a.data_dir, "train", size)
+        test_x, test_y = fashion_mnist(a.data_dir, "test", size)
+        shard = torch.arange(rank, len(x), world)  # each rank its own interleaved shard
+    else:
+        g = torch.Generator().manual_seed(rank)
+        x = torch.randn(a.batch * 4, 1, size, size, generator=g)
+        y = torch.randint(0, 10, (a.batch * 4,), generator=g)
+        shard = torch.arange(len(x))
+    steps_per_epoch = len(shard) // a.batch
+    epochs = a.epochs if a.iters <= 0 else -(-a.iters // steps_per_epoch)
+    times, accuracy, step = [], [], 0
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in range(epochs):
+        order = shard[torch.randperm(len(shard), generator=torch.Generator().manual_seed(epoch))]
+        for i in range(steps_per_epoch):
+            if a.iters and step >= a.iters:
+                break
+            idx = order[i * a.batch:(i + 1) * a.batch]
+            xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+            if cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            optimizer.zero_grad()
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            optimizer.step()
+            if cuda:
+                torch.cuda.synchronize()
+            if step >= a.warmup:
+                times.append(time.perf_counter() - started)
+            step += 1
+            if rank == 0 and step % 50 == 0:
+                print(f"epoch {epoch + 1} step {step}: loss {loss.item():.4f}", flush=True)
+        if a.data == "fashion-mnist":
+            accuracy.append(evaluate(model, test_x, test_y, device))
+            if rank == 0:
+                print(f"epoch {epoch + 1}: test accuracy {100 * accuracy[-1]:.2f} %", flush=True)
+    if state is not None:
+        state.close()
+    ms = 1000 * statistics.median(times) if times else float("nan")
+    if rank == 0:
+        print(f"{a.backend} {a.model} N={world} batch {a.batch}: {ms:.1f} ms per mini-batch, "
+              f"{1000 * world * a.batch / ms:.0f} images/s ({len(times)} timed steps)", flush=True)
+        if a.results:
+            with open(a.results, "w") as f:
+                json.dump({"backend": a.backend, "model": a.model, "n": world,
+                           "batch": a.batch, "median_ms": ms, "steps": len(times),
+                           "accuracy": accuracy}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""PHub for Python: PsClient, a worker's connection to phubd (docs/torch.md).
+
+    import phub
+    client = phub.connect(tensors=[("w", 1000)], weights=[numpy.zeros(1000, numpy.float32)],
+                          address="127.0.0.1:7070", rank=0, world_size=2)
+    client.init()
+    client.push(0, grads); client.wait(0)    # weights[0] now holds phubd's answer
+    client.close()
+
+phub.torch holds the PyTorch DDP communication hook and the server-side optimizer.
+From the build tree: PYTHONPATH=build/python (docs/torch.md); installed: cmake --install build.
+"""
+import os
+from typing import Optional, Sequence
+
+from phub._phub import PhubError, PsClient, set_up_logging
+from phub.launch import Launch, parse_address, resolve
+
+__all__ = ["PhubError", "PsClient", "connect", "resolve", "parse_address", "Launch"]
+
+
+def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
+            rank: Optional[int] = None, world_size: Optional[int] = None,
+            token: Optional[str] = None, optimizer: Optional[dict] = None,
+            connect_timeout_ms: int = 30000, rdma_device: str = "") -> PsClient:
+    """Joins phubd's job as `rank` of `world_size` (from torchrun's environment when not given;
+    phubd's address from PHUB_ADDRESS). Blocks until every worker has joined, at most
+    connect_timeout_ms for phubd to answer, then phubd's own --form-timeout-ms.
+
+    tensors: [(name, elements)], identical on every rank. weights: one float32 buffer per
+    tensor, where phubd's answers land. optimizer: None (phubd's --optimizer flags) or
+    {"kind": "sgd"|"momentum"|"nesterov"|"adam"|"average", "lr": ..., ...}.
+    """
+    launch = resolve(address, rank, world_size, token)
+    set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
+    return PsClient(launch.host, launch.port, launch.rank, launch.world_size,
+                    [(str(n), int(e)) for n, e in tensors], list(weights), token=launch.token,
+                    optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
+                    rdma_device=rdma_device)

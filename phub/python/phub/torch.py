@@ -1,0 +1,349 @@
+"""PHub behind PyTorch's DistributedDataParallel (docs/torch.md).
+
+Gradient averaging through phubd (its summation mode), a two-line change to a DDP script:
+
+    model = DistributedDataParallel(model)
+    state = phub.torch.connect(model)                        # PHUB_ADDRESS, RANK, WORLD_SIZE
+    model.register_comm_hook(state, phub.torch.allreduce_hook)
+
+Or the PHub design, phubd's fused optimizer steps the weights and the workers receive weights:
+
+    model = DistributedDataParallel(model)
+    optimizer = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+How it works. The PS job has one tensor per trainable parameter, in model.parameters() order:
+parameters are stable, DDP's buckets are not (DDP rebuilds them after the first iteration, in
+the order backward produced the gradients). The hook reads which parameters a bucket holds,
+pushes each one's slice of the bucket (zero-copy on CPU: phubd's transport sends straight from
+the bucket's memory) and returns a future; a waiter thread completes it once every slice's
+answer has landed. Answers land in one flat buffer laid out in reverse parameter order, the
+order of DDP's rebuilt buckets, so a bucket's averaged gradient is a view of that buffer (no
+copy) whenever its parameters are consecutive there, and one torch.cat otherwise (iteration 0).
+
+CUDA tensors go through pinned host memory: the hook queues the bucket's device-to-host copy on
+the current stream and returns; a pusher thread pushes each bucket once its copy is done, while
+the waiter thread copies finished buckets back to the device, so copies and the network overlap
+bucket by bucket.
+
+Errors (phubd gone or silent, a peer dead and not rejoining, a refused job) complete the
+bucket's future with a phub.PhubError, which DDP raises from backward(), within phubd's
+liveness and rejoin deadlines; never a hang. Every later hook call fails with the same error.
+"""
+import atexit
+import queue
+import threading
+from typing import Optional
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+import phub
+
+__all__ = ["PhubState", "connect", "allreduce_hook", "ServerOptimizer", "optimizer_spec"]
+
+_STOP = object()
+
+
+def _module_of(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+class PhubState:
+    """One DDP model's job on phubd: the comm hook's `state`.
+
+    mode "average": phubd returns the mean gradient (summation mode) and the local optimizer
+    steps. mode "optimizer": phubd steps with `optimizer` (a spec dict, see optimizer_spec) and
+    returns weights, which ServerOptimizer.step() installs.
+    """
+
+    def __init__(self, model: torch.nn.Module, mode: str = "average",
+                 optimizer: Optional[dict] = None, address: Optional[str] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 token: Optional[str] = None, connect_timeout_ms: int = 30000,
+                 rdma_device: str = ""):
+        if mode not in ("average", "optimizer"):
+            raise ValueError(f"mode {mode!r}: use 'average' or 'optimizer'")
+        if mode == "optimizer" and optimizer is None:
+            raise ValueError("mode 'optimizer' needs the optimizer's spec (optimizer_spec())")
+        self.mode = mode
+        named = [(n, p) for n, p in _module_of(model).named_parameters()
+                 if p.requires_grad and p.numel() > 0]
+        if not named:
+            raise ValueError("the model has no trainable parameters: nothing to exchange")
+        for name, p in named:
+            if p.dtype != torch.float32:
+                raise TypeError(f"parameter {name} is {p.dtype}: PHub moves float32; train in "
+                                "float32 (autocast keeps float32 parameters)")
+        devices = {p.device for _, p in named}
+        if len(devices) != 1:
+            raise ValueError(f"the parameters are on {sorted(map(str, devices))}: PHub's hook "
+                             "serves a model on one device (one DDP process per GPU)")
+        self.device = devices.pop()
+        self.cuda = self.device.type == "cuda"
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self._index = {p.data_ptr(): i for i, p in enumerate(self.params)}
+        sizes = [p.numel() for p in self.params]
+
+        # Answers land here, reverse parameter order (DDP's rebuilt bucket order).
+        total = sum(sizes)
+        self._offset = [0] * len(sizes)
+        at = 0
+        for i in reversed(range(len(sizes))):
+            self._offset[i] = at
+            at += sizes[i]
+        self._sizes = sizes
+        self.received = torch.zeros(total, dtype=torch.float32, pin_memory=self.cuda)
+        self.received_views = [self.received[o:o + n] for o, n in zip(self._offset, sizes)]
+        # CUDA: each bucket's gradients are staged here before they are pushed.
+        self._staged = (torch.empty(total, dtype=torch.float32, pin_memory=True)
+                        if self.cuda else None)
+        if self.mode == "optimizer":  # rank 0's parameters are everyone's initial weights
+            with torch.no_grad():
+                for p, v in zip(self.params, self.received_views):
+                    v.copy_(p.detach().reshape(-1))
+
+        self.client = phub.connect(
+            [(n, s) for n, s in zip(self.names, sizes)],
+            [v.numpy() for v in self.received_views], address=address, rank=rank,
+            world_size=world_size, token=token,
+            optimizer=optimizer if mode == "optimizer" else {"kind": "average"},
+            connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device)
+        self.rank = self.client.rank
+        self.client.init()
+        self.error: Optional[BaseException] = None
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._idle = threading.Condition(self._lock)
+        self._waits: "queue.Queue" = queue.Queue()
+        self._threads = [threading.Thread(target=self._wait_loop, name="phub-wait", daemon=True)]
+        if self.cuda:
+            self._pushes: "queue.Queue" = queue.Queue()
+            self._h2d = torch.cuda.Stream(device=self.device)
+            self._threads.append(
+                threading.Thread(target=self._push_loop, name="phub-push", daemon=True))
+        for t in self._threads:
+            t.start()
+        self._closed = False
+        atexit.register(self.close)
+
+    # ---- the hook's side (DDP's autograd thread) ----
+    def submit(self, bucket) -> "torch.futures.Future[torch.Tensor]":
+        future = torch.futures.Future()
+        if self.error is not None:
+            future.set_exception(self.error)
+            return future
+        try:
+            ids = [self._index[p.data_ptr()] for p in bucket.parameters()]
+        except KeyError:
+            future.set_exception(phub.PhubError(
+                "a DDP bucket holds a parameter PHub does not know: create the PhubState from "
+                "the model DDP wraps, after moving it to its device, and do not replace "
+                "parameters afterwards"))
+            return future
+        with self._lock:
+            self._in_flight += 1
+        grads = bucket.gradients()
+        if self.cuda:
+            staged = [self._staged[self._offset[i]:self._offset[i] + self._sizes[i]]
+                      for i in ids]
+            for s, g in zip(staged, grads):
+                s.copy_(g.reshape(-1), non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+            self._pushes.put((ids, staged, copied, future, bucket.buffer()))
+            return future
+        try:
+            for i, g in zip(ids, grads):
+                self.client.push(i, g.detach().reshape(-1).numpy())
+        except BaseException as e:  # noqa: B902 - every failure must reach the future
+            self._fail(e)
+            self._finish(future, None, e)
+            return future
+        self._waits.put((ids, future, bucket.buffer()))
+        return future
+
+    # ---- threads ----
+    def _push_loop(self):
+        while True:
+            job = self._pushes.get()
+            if job is _STOP:
+                return
+            ids, staged, copied, future, buffer = job
+            try:
+                if self.error is not None:
+                    raise self.error
+                copied.synchronize()
+                for i, s in zip(ids, staged):
+                    self.client.push(i, s.numpy())
+            except BaseException as e:  # noqa: B902
+                self._fail(e)
+                self._finish(future, None, e)
+                continue
+            self._waits.put((ids, future, buffer))
+
+    def _wait_loop(self):
+        while True:
+            job = self._waits.get()
+            if job is _STOP:
+                return
+            ids, future, buffer = job
+            try:
+                if self.error is not None:
+                    raise self.error
+                for i in ids:
+                    self.client.wait(i)
+                result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
+            except BaseException as e:  # noqa: B902
+                self._fail(e)
+                self._finish(future, None, e)
+                continue
+            self._finish(future, result, None)
+
+    def _averaged(self, ids, buffer):
+        first = self._offset[ids[0]]
+        consecutive = all(self._offset[a] + self._sizes[a] == self._offset[b]
+                          for a, b in zip(ids, ids[1:]))
+        if consecutive:
+            host = self.received[first:first + buffer.numel()]
+        else:
+            host = torch.cat([self.received_views[i] for i in ids])
+        if not self.cuda:
+            return host
+        out = torch.empty(buffer.numel(), dtype=torch.float32, device=self.device)
+        with torch.cuda.stream(self._h2d):
+            out.copy_(host, non_blocking=True)
+        self._h2d.synchronize()
+        return out
+
+    def _fail(self, error: BaseException):
+        if self.error is None:
+            self.error = error
+
+    def _finish(self, future, result, error):
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+        with self._lock:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    # ---- the user's side ----
+    def synchronize(self, timeout: Optional[float] = None):
+        """Blocks until every bucket submitted so far has completed; raises the first error."""
+        with self._lock:
+            if not self._idle.wait_for(lambda: self._in_flight == 0, timeout):
+                raise phub.PhubError(f"{self._in_flight} buckets still in flight after "
+                                     f"{timeout} s")
+        if self.error is not None:
+            raise self.error
+
+    def install_weights(self):
+        """Optimizer mode: the weights phubd sent become the parameters."""
+        self.synchronize()
+        with torch.no_grad():
+            for p, v in zip(self.params, self.received_views):
+                p.copy_(v.view_as(p), non_blocking=self.cuda)
+
+    def close(self):
+        """Leaves the job cleanly (phubd ends it once every worker has). Idempotent."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        if self.cuda:
+            self._pushes.put(_STOP)
+        self._waits.put(_STOP)
+        for t in self._threads:
+            t.join()
+        self.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def connect(model: torch.nn.Module, address: Optional[str] = None, **kwargs) -> PhubState:
+    """The state for allreduce_hook: joins phubd's job in summation mode (the mean gradient
+    comes back). Blocks until every rank has joined. kwargs: rank, world_size, token,
+    connect_timeout_ms, rdma_device (torchrun's RANK/WORLD_SIZE and PHUB_ADDRESS by default)."""
+    return PhubState(model, "average", None, address, **kwargs)
+
+
+def allreduce_hook(state: PhubState, bucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: the bucket's gradients through phubd (register_comm_hook)."""
+    return state.submit(bucket)
+
+
+def optimizer_spec(optimizer: torch.optim.Optimizer) -> dict:
+    """phubd's spec of a torch optimizer it can run: SGD (plain, momentum, Nesterov) and Adam,
+    with L2 weight decay, one set of hyper-parameters for every parameter. Anything else is
+    refused with what to change, never approximated."""
+    groups = optimizer.param_groups
+    keys = ("lr", "momentum", "dampening", "nesterov", "weight_decay", "betas", "eps",
+            "amsgrad", "maximize")
+    first = {k: groups[0].get(k) for k in keys}
+    for g in groups[1:]:
+        if {k: g.get(k) for k in keys} != first:
+            raise ValueError("the optimizer's parameter groups have different hyper-parameters:"
+                             " phubd runs one optimizer per job; use one group")
+    if first["maximize"]:
+        raise ValueError("maximize=True is not supported by phubd's optimizers")
+    if type(optimizer) is torch.optim.SGD:
+        if first["dampening"]:
+            raise ValueError(f"SGD dampening={first['dampening']}: phubd's momentum has none")
+        momentum = first["momentum"] or 0.0
+        kind = "sgd" if momentum == 0 else ("nesterov" if first["nesterov"] else "momentum")
+        return {"kind": kind, "lr": first["lr"], "momentum": momentum,
+                "weight_decay": first["weight_decay"]}
+    if type(optimizer) is torch.optim.Adam:
+        if first["amsgrad"]:
+            raise ValueError("Adam amsgrad=True is not supported by phubd's Adam")
+        b1, b2 = first["betas"]
+        return {"kind": "adam", "lr": first["lr"], "beta1": b1, "beta2": b2,
+                "eps": first["eps"], "weight_decay": first["weight_decay"]}
+    raise ValueError(f"{type(optimizer).__name__} is not one of phubd's optimizers: use "
+                     "torch.optim.SGD (plain, momentum, nesterov) or torch.optim.Adam, or the "
+                     "summation mode (phub.torch.connect + allreduce_hook) with any optimizer")
+
+
+class ServerOptimizer:
+    """PHub's design: phubd's fused optimizer steps the weights; step() installs them.
+
+    Wraps the torch optimizer the script already builds (its hyper-parameters become phubd's)
+    and registers the hook on `model` (a DistributedDataParallel). The learning rate is fixed
+    for the job: step() raises if a scheduler changed it. The parameters' .grad hold the
+    worker's own gradient (phubd applied the mean)."""
+
+    def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
+                 address: Optional[str] = None, **kwargs):
+        if not isinstance(model, DistributedDataParallel):
+            raise TypeError("ServerOptimizer wraps a DistributedDataParallel model")
+        self.optimizer = optimizer
+        self.spec = optimizer_spec(optimizer)
+        self.state = PhubState(model, "optimizer", self.spec, address, **kwargs)
+        self.state.install_weights()  # rank 0's initial weights, through phubd
+        model.register_comm_hook(self.state, allreduce_hook)
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def zero_grad(self, set_to_none: bool = False):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError("ServerOptimizer.step takes no closure: phubd steps once per "
+                             "backward")
+        for g in self.optimizer.param_groups:
+            if g["lr"] != self.spec["lr"]:
+                raise ValueError(f"the learning rate changed to {g['lr']} (a scheduler?); "
+                                 f"phubd's is {self.spec['lr']} for the whole job")
+        self.state.install_weights()
+
+    def close(self):
+        self.state.close()

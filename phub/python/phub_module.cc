@@ -1,0 +1,274 @@
+// phub._phub: PsClient (phub/client/ps_client.h) for Python, through pybind11. The Python side
+// (phub/__init__.py, phub/torch.py) builds on these few calls.
+//
+// Buffers are anything with the buffer protocol holding float32, C-contiguous (numpy arrays,
+// memoryviews, torch CPU tensors through .numpy()). The client keeps its own reference to each
+// buffer for as long as the C++ side may touch the memory: the weight buffers for the client's
+// life, a pushed gradient until the Wait that answers it. So Python may drop its references at
+// any time without the network writing into freed memory.
+//
+// The GIL is released wherever the client may block on the network (connect, init, wait, close):
+// other Python threads (PyTorch's autograd thread pushing the next bucket) go on meanwhile.
+// Every error is a phub.PhubError (a RuntimeError) carrying PsClient's message: phubd's reason
+// and fix, or which peer went silent for how long. Nothing waits without a deadline.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "phub/client/ps_client.h"
+#include "phub/common/logging.h"
+#include "phub/kernels/aggregate_and_step.h"
+
+namespace py = pybind11;
+
+namespace phub::python {
+namespace {
+
+// Raised for every non-OK Status; registered as phub._phub.PhubError (a RuntimeError).
+class PhubError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void ThrowIfError(const Status& status, const char* what) {
+  if (status.ok()) return;
+  // "phub" first: DDP re-raises a hook's error as a RuntimeError quoting only this text.
+  throw PhubError(absl::StrCat("phub ", what, ": ", absl::StatusCodeToString(status.code()),
+                               ": ", status.message()));
+}
+
+// Runs `call`, a PsClient call that may block on the network, without the GIL; raises its error.
+template <typename Call>
+void Blocking(const char* what, Call call) {
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = call();
+  }
+  ThrowIfError(status, what);
+}
+
+// The float32, C-contiguous buffer of `elements` floats behind `object` (what: for messages).
+py::buffer_info FloatBuffer(const py::object& object, std::uint64_t elements, bool writable,
+                            const std::string& what) {
+  py::buffer_info info;
+  try {
+    info = py::reinterpret_borrow<py::buffer>(object).request(writable);
+  } catch (const std::exception& e) {
+    throw py::type_error(absl::StrCat(what, ": not a ", writable ? "writable " : "",
+                                      "buffer (", e.what(),
+                                      "); pass a numpy array or tensor.numpy()"));
+  }
+  if (info.itemsize != 4 || (info.format != "f" && info.format != "<f" && info.format != "=f")) {
+    throw py::type_error(absl::StrCat(what, ": holds '", info.format, "' items of ",
+                                      info.itemsize, " bytes; PHub moves float32 ('f')"));
+  }
+  py::ssize_t expect = info.itemsize;
+  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != expect) {
+      throw py::value_error(absl::StrCat(what, ": not C-contiguous; pass a contiguous copy "
+                                               "(numpy.ascontiguousarray, tensor.contiguous())"));
+    }
+    expect *= info.shape[d];
+  }
+  if (static_cast<std::uint64_t>(info.size) != elements) {
+    throw py::value_error(absl::StrCat(what, ": holds ", info.size, " floats, the tensor has ",
+                                       elements));
+  }
+  return info;
+}
+
+StatusOr<kernels::OptimizerConfig> ParseOptimizer(const py::dict& spec) {
+  kernels::OptimizerConfig config;
+  for (auto [key, value] : spec) {
+    const std::string name = py::cast<std::string>(key);
+    if (name == "kind") {
+      auto kind = kernels::ParseOptimizerKind(py::cast<std::string>(value));
+      if (!kind.ok()) return kind.status();
+      config.kind = *kind;
+    } else if (name == "lr") {
+      config.lr = py::cast<float>(value);
+    } else if (name == "momentum") {
+      config.momentum = py::cast<float>(value);
+    } else if (name == "weight_decay") {
+      config.weight_decay = py::cast<float>(value);
+    } else if (name == "beta1") {
+      config.beta1 = py::cast<float>(value);
+    } else if (name == "beta2") {
+      config.beta2 = py::cast<float>(value);
+    } else if (name == "eps") {
+      config.eps = py::cast<float>(value);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer: unknown key '", name,
+          "'; the keys are kind, lr, momentum, weight_decay, beta1, beta2, eps"));
+    }
+  }
+  PHUB_RETURN_IF_ERROR(kernels::Validate(config));
+  return config;
+}
+
+class Client {
+ public:
+  Client(const std::string& host, std::uint16_t port, std::uint32_t rank,
+         std::uint32_t world_size, const std::vector<std::pair<std::string, std::uint64_t>>& tensors,
+         const py::list& weights, const std::string& token, const std::optional<py::dict>& optimizer,
+         int connect_timeout_ms, const std::string& rdma_device) {
+    if (static_cast<std::size_t>(py::len(weights)) != tensors.size()) {
+      throw py::value_error(absl::StrCat("weights: ", py::len(weights), " buffers for ",
+                                         tensors.size(), " tensors; give one per tensor"));
+    }
+    client::PsClientOptions options;
+    options.host = host;
+    options.port = port;
+    options.rank = rank;
+    options.world_size = world_size;
+    options.job_token = token;
+    options.connect_timeout_ms = connect_timeout_ms;
+    options.rdma.device = rdma_device;
+    if (optimizer) {
+      auto config = ParseOptimizer(*optimizer);
+      if (!config.ok()) throw py::value_error(std::string(config.status().message()));
+      options.optimizer = *config;
+    }
+    std::vector<keys::TensorSpec> specs;
+    std::vector<std::span<float>> spans;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      specs.push_back({tensors[t].first, tensors[t].second});
+      weights_.push_back(FloatBuffer(weights[t], tensors[t].second, /*writable=*/true,
+                                     absl::StrCat("weights[", t, "] ('", tensors[t].first, "')")));
+      spans.emplace_back(static_cast<float*>(weights_.back().ptr), tensors[t].second);
+    }
+    elements_.reserve(tensors.size());
+    for (const auto& t : tensors) elements_.push_back(t.second);
+    in_flight_.resize(tensors.size());
+    StatusOr<std::unique_ptr<client::PsClient>> connected = absl::UnknownError("not connected");
+    {
+      py::gil_scoped_release release;
+      connected = client::PsClient::Connect(options, std::move(specs), std::move(spans));
+    }
+    ThrowIfError(connected.status(), "connect");
+    client_ = *std::move(connected);
+  }
+
+  ~Client() {
+    // The client writes into weights_: it goes first, and may block in Close (its Goodbye).
+    py::gil_scoped_release release;
+    client_.reset();
+  }
+
+  void Init() {
+    client::PsClient& c = Get();
+    Blocking("init", [&c] { return c.Init(); });
+  }
+
+  void Push(std::uint32_t tensor, const py::object& grads) {
+    client::PsClient& c = Get();
+    CheckTensor(tensor);
+    py::buffer_info info = FloatBuffer(grads, elements_[tensor], /*writable=*/false,
+                                       absl::StrCat("push(", tensor, ")"));
+    const std::span<const float> span(static_cast<const float*>(info.ptr), elements_[tensor]);
+    ThrowIfError(c.Push(tensor, span), "push");
+    // Kept until the Wait that answers this push: the gradient goes out from this memory.
+    in_flight_[tensor] = std::move(info);
+  }
+
+  void Wait(std::uint32_t tensor) {
+    client::PsClient& c = Get();
+    CheckTensor(tensor);
+    Blocking("wait", [&c, tensor] { return c.Wait(tensor); });
+    in_flight_[tensor].reset();
+  }
+
+  void WaitAll() {
+    client::PsClient& c = Get();
+    Blocking("wait_all", [&c] { return c.WaitAll(); });
+    for (auto& info : in_flight_) info.reset();
+  }
+
+  void Close() {
+    if (!client_) return;
+    Blocking("close", [this] { return client_->Close(); });
+  }
+
+  std::uint32_t rank() { return Get().rank(); }
+  std::size_t tensors() const { return elements_.size(); }
+  std::uint64_t resume_iteration() { return Get().resume_iteration(); }
+  bool weights_from_server() { return Get().weights_from_server(); }
+  std::uint64_t iteration(std::uint32_t tensor) {
+    CheckTensor(tensor);
+    return Get().iteration(tensor);
+  }
+
+ private:
+  client::PsClient& Get() {
+    if (!client_) throw PhubError("the client is not connected");
+    return *client_;
+  }
+  void CheckTensor(std::uint32_t tensor) const {
+    if (tensor >= elements_.size()) {
+      throw py::index_error(absl::StrCat("tensor ", tensor, " does not exist: the job has ",
+                                         elements_.size(), " tensors"));
+    }
+  }
+
+  std::vector<py::buffer_info> weights_;  // held for client_'s life
+  std::vector<std::uint64_t> elements_;
+  std::vector<std::optional<py::buffer_info>> in_flight_;  // pushed, not yet waited for
+  std::unique_ptr<client::PsClient> client_;               // destroyed first (~Client)
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_phub, m) {
+  m.doc() = "PHub's PsClient (phub/client/ps_client.h): connect to phubd, push, wait, close";
+  m.def(
+      "set_up_logging",
+      [](const std::string& level, const std::string& process) {
+        ThrowIfError(SetUpLogging(level, process), "set_up_logging");
+      },
+      py::arg("level"), py::arg("process"),
+      "spdlog's level (trace, debug, info, warn, error, critical, off) and the prefix of each "
+      "line; phub.torch sets it from PHUB_LOG_LEVEL (default warn) and the rank.");
+  py::register_exception<PhubError>(m, "PhubError", PyExc_RuntimeError);
+  py::class_<Client>(m, "PsClient", R"doc(
+A worker's connection to phubd (one job, one rank). Connecting blocks until every worker of the
+job has joined. weights[t] is tensor t's receive buffer (float32, contiguous, writable): the
+weights, or in summation mode (optimizer kind "average") the mean gradient, land there.)doc")
+      .def(py::init<const std::string&, std::uint16_t, std::uint32_t, std::uint32_t,
+                    const std::vector<std::pair<std::string, std::uint64_t>>&, const py::list&,
+                    const std::string&, const std::optional<py::dict>&, int,
+                    const std::string&>(),
+           py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
+           py::arg("tensors"), py::arg("weights"), py::arg("token") = "",
+           py::arg("optimizer") = py::none(), py::arg("connect_timeout_ms") = 30000,
+           py::arg("rdma_device") = "",
+           "tensors: [(name, elements)], the same on every rank. optimizer: None (phubd's "
+           "flags) or a dict {kind: sgd|momentum|nesterov|adam|average, lr, momentum, "
+           "weight_decay, beta1, beta2, eps}.")
+      .def("init", &Client::Init,
+           "Rank 0's weights become everyone's (unless phubd has them); blocks until they land.")
+      .def("push", &Client::Push, py::arg("tensor"), py::arg("grads"),
+           "Starts pushing tensor's gradient (float32 buffer); returns at once. The buffer must "
+           "not change until wait(tensor) returns.")
+      .def("wait", &Client::Wait, py::arg("tensor"),
+           "Blocks (GIL released) until the answer to the last push of tensor has landed.")
+      .def("wait_all", &Client::WaitAll)
+      .def("close", &Client::Close, "Leaves the job cleanly. Idempotent.")
+      .def("iteration", &Client::iteration, py::arg("tensor"), "Completed pushes of tensor.")
+      .def_property_readonly("rank", &Client::rank)
+      .def_property_readonly("tensors", &Client::tensors)
+      .def_property_readonly("resume_iteration", &Client::resume_iteration)
+      .def_property_readonly("weights_from_server", &Client::weights_from_server)
+      .def("__enter__", [](Client& c) -> Client& { return c; })
+      .def("__exit__", [](Client& c, const py::args&) { c.Close(); });
+}
+
+}  // namespace phub::python

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""One rank of a DDP job for tests/python/test_torch_ddp.py, launched as torchrun would: RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT (gloo, which DDP itself needs) and PHUB_ADDRESS
+in the environment. Runs one scenario and torch.save()s what the test compares to OUT_DIR/rank<RANK>.pt.
+
+  ddp_worker.py SCENARIO OUT_DIR       (writes OUT_DIR/rank<RANK>.pt)
+  grads        per-iteration averaged gradients: DDP's own gloo allreduce vs the phub hook,
+               and the parameters each bucket held (DDP rebuilds its buckets after iteration 0)
+  train        K steps of momentum SGD: DDP + gloo vs DDP + phub hook, final parameters
+  server-KIND  K steps: DDP + gloo + the local torch optimizer KIND (sgd, momentum, nesterov,
+               adam) vs phub.torch.ServerOptimizer wrapping the same optimizer
+  dead-phubd   trains until the test kills phubd; saves the error and how long it took
+  dead-peer    rank 1 dies at step 3; the others save their error and how long it took
+"""
+import copy
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import phub
+import phub.torch
+
+STEPS = 5
+
+
+def make_model():
+    torch.manual_seed(1234)  # the same model on every rank
+    return nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 26 * 26, 64),
+                         nn.ReLU(), nn.Linear(64, 10))
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * rank + step)  # different data on every rank
+    return torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 10, (8,), generator=g)
+
+
+def wrap(model):
+    # Small buckets: several per iteration, and a rebuild after the first.
+    return DDP(model, bucket_cap_mb=0.25)
+
+
+def loss_of(model, rank, step):
+    x, y = batch(rank, step)
+    return nn.functional.cross_entropy(model(x), y)
+
+
+def make_optimizer(kind, params):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.05, weight_decay=1e-3)
+    if kind == "momentum":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    if kind == "nesterov":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=1e-3, weight_decay=1e-3)
+    raise ValueError(kind)
+
+
+def params_of(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def scenario_grads(rank):
+    reference, ours = wrap(make_model()), wrap(make_model())
+    state = phub.torch.connect(ours)
+    seen = []
+
+    def recording_hook(s, bucket):
+        seen.append([s.names[s._index[p.data_ptr()]] for p in bucket.parameters()])
+        return phub.torch.allreduce_hook(s, bucket)
+
+    ours.register_comm_hook(state, recording_hook)
+    out = {"gloo": [], "phub": [], "buckets": []}
+    for step in range(3):
+        seen.clear()
+        for model, key in ((reference, "gloo"), (ours, "phub")):
+            model.zero_grad()
+            loss_of(model, rank, step).backward()
+            out[key].append([p.grad.clone() for p in model.parameters()])
+        out["buckets"].append(list(seen))
+    state.close()
+    return out
+
+
+def scenario_train(rank):
+    reference, ours = wrap(make_model()), wrap(make_model())
+    state = phub.torch.connect(ours)
+    ours.register_comm_hook(state, phub.torch.allreduce_hook)
+    for model in (reference, ours):
+        opt = make_optimizer("momentum", model.parameters())
+        for step in range(STEPS):
+            opt.zero_grad()
+            loss_of(model, rank, step).backward()
+            opt.step()
+    state.close()
+    return {"gloo": params_of(reference), "phub": params_of(ours)}
+
+
+def scenario_server(rank, kind):
+    reference, ours = wrap(make_model()), wrap(make_model())
+    local = make_optimizer(kind, reference.parameters())
+    server = phub.torch.ServerOptimizer(ours, make_optimizer(kind, ours.parameters()))
+    for model, opt in ((reference, local), (ours, server)):
+        for step in range(STEPS):
+            opt.zero_grad()
+            loss_of(model, rank, step).backward()
+            opt.step()
+    server.close()
+    return {"local": params_of(reference), "server": params_of(ours)}
+
+
+def scenario_failure(rank, out_path, what):
+    model = wrap(make_model())
+    state = phub.torch.connect(model)
+    model.register_comm_hook(state, phub.torch.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ready = out_path + ".ready"
+    started = None
+    try:
+        for step in range(100000):
+            if step == 3:
+                if what == "dead-peer" and rank == 1:
+                    os._exit(3)  # no Goodbye: a crash
+                open(ready, "w").close()  # the test may kill phubd now
+                started = time.monotonic()
+            opt.zero_grad()
+            loss_of(model, rank, step).backward()
+            opt.step()
+            time.sleep(0.05)
+        return {"error": None}
+    except Exception as e:  # noqa: B902 - the error is what the test checks
+        return {"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - started,
+                "type": type(e).__name__}
+
+
+def main():
+    scenario = sys.argv[1]
+    rank = int(os.environ["RANK"])
+    out_path = os.path.join(sys.argv[2], f"rank{rank}.pt")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    if scenario == "grads":
+        out = scenario_grads(rank)
+    elif scenario == "train":
+        out = scenario_train(rank)
+    elif scenario.startswith("server-"):
+        out = scenario_server(rank, scenario[len("server-"):])
+    elif scenario in ("dead-phubd", "dead-peer"):
+        out = scenario_failure(rank, out_path, scenario)
+        torch.save(out, out_path)
+        os._exit(0)  # the process group's peers may be gone: no orderly teardown
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    torch.save(out, out_path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+#!/usr/bin/python3
+"""phub.PsClient (the pybind11 module) against a real phubd: summation mode and phubd's
+optimizer checked against float64 references on random inputs, the GIL released while waiting,
+and errors raised as phub.PhubError (refusals with phubd's fix, a dead phubd), never a hang."""
+import signal
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import phub
+from phub_testing import Phubd
+
+SIZES = [("conv.weight", 3 * 3 * 8), ("fc.weight", 300_001), ("fc.bias", 10)]  # > 1 chunk
+
+
+def run_ranks(world_size, address, body):
+    """body(rank) in one thread per rank; re-raises the first rank's exception."""
+    results, errors = [None] * world_size, []
+
+    def target(rank):
+        try:
+            results[rank] = body(rank)
+        except BaseException as e:  # noqa: B902 - re-raised in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=target, args=(r,)) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        if t.is_alive():
+            raise AssertionError("a rank is still running after 120 s: a hang")
+    if errors:
+        raise errors[0]
+    return results
+
+
+class SummationTest(unittest.TestCase):
+    def test_average_equals_float64_mean(self):
+        n, steps = 3, 3
+        rng = np.random.default_rng(7)
+        grads = [[[rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
+                  for _ in range(n)] for _ in range(steps)]
+        with Phubd(n) as phubd:
+            def rank_body(rank):
+                weights = [np.zeros(e, np.float32) for _, e in SIZES]
+                got = []
+                with phub.connect(SIZES, weights, address=phubd.address, rank=rank,
+                                  world_size=n, optimizer={"kind": "average"}) as client:
+                    client.init()
+                    for step in range(steps):
+                        for t in range(len(SIZES)):
+                            client.push(t, grads[step][rank][t])
+                        for t in range(len(SIZES)):
+                            client.wait(t)
+                        got.append([w.copy() for w in weights])
+                return got
+
+            results = run_ranks(n, phubd.address, rank_body)
+        for step in range(steps):
+            for t in range(len(SIZES)):
+                reference = np.mean([grads[step][r][t].astype(np.float64) for r in range(n)],
+                                    axis=0)
+                for rank in range(n):
+                    np.testing.assert_allclose(results[rank][step][t], reference, rtol=1e-6,
+                                               atol=1e-7, err_msg=f"step {step} tensor {t}")
+
+    def test_server_momentum_equals_float64_reference(self):
+        n, lr, mu = 2, 0.1, 0.9
+        rng = np.random.default_rng(8)
+        w0 = [rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
+        grads = [[[rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
+                  for _ in range(n)] for _ in range(3)]
+        with Phubd(n) as phubd:
+            def rank_body(rank):
+                weights = [w.copy() if rank == 0 else np.zeros_like(w) for w in w0]
+                with phub.connect(SIZES, weights, address=phubd.address, rank=rank,
+                                  world_size=n,
+                                  optimizer={"kind": "momentum", "lr": lr, "momentum": mu}) as c:
+                    c.init()
+                    for step in range(3):
+                        for t in range(len(SIZES)):
+                            c.push(t, grads[step][rank][t])
+                        c.wait_all()
+                return weights
+
+            results = run_ranks(n, phubd.address, rank_body)
+        w = [x.astype(np.float64) for x in w0]
+        v = [np.zeros_like(x) for x in w]
+        for step in range(3):
+            for t in range(len(SIZES)):
+                g = np.mean([grads[step][r][t].astype(np.float64) for r in range(n)], axis=0)
+                v[t] = mu * v[t] + g
+                w[t] = w[t] - lr * v[t]
+        for rank in range(n):
+            for t in range(len(SIZES)):
+                np.testing.assert_allclose(results[rank][t], w[t], rtol=1e-5, atol=1e-6)
+
+
+class GilTest(unittest.TestCase):
+    def test_wait_lets_other_threads_run(self):
+        # Rank 1 pushes late; while rank 0 waits, this thread must keep counting.
+        with Phubd(2) as phubd:
+            counted = []
+            started = threading.Event()
+
+            def rank_body(rank):
+                weights = [np.zeros(e, np.float32) for _, e in SIZES]
+                with phub.connect(SIZES, weights, address=phubd.address, rank=rank,
+                                  world_size=2, optimizer={"kind": "average"}) as c:
+                    c.init()
+                    if rank == 1:
+                        started.wait(30)
+                        time.sleep(0.5)
+                    for t in range(len(SIZES)):
+                        c.push(t, np.ones(SIZES[t][1], np.float32))
+                    if rank == 0:
+                        started.set()
+                        before = counter[0]
+                        c.wait_all()
+                        counted.append(counter[0] - before)
+                    else:
+                        c.wait_all()
+
+            counter = [0]
+            stop = threading.Event()
+
+            def count():
+                while not stop.is_set():
+                    counter[0] += 1
+
+            counting = threading.Thread(target=count)
+            counting.start()
+            try:
+                run_ranks(2, phubd.address, rank_body)
+            finally:
+                stop.set()
+                counting.join()
+            self.assertGreater(counted[0], 1000, "the GIL was held while waiting")
+
+
+class ErrorTest(unittest.TestCase):
+    def test_refused_hello_names_the_fix(self):
+        with Phubd(2) as phubd:
+            with self.assertRaises(phub.PhubError) as raised:
+                phub.connect(SIZES, [np.zeros(e, np.float32) for _, e in SIZES],
+                             address=phubd.address, rank=0, world_size=3)
+            self.assertIn("world size", str(raised.exception))
+            self.assertIn("--world-size 2", str(raised.exception))
+
+    def test_different_optimizers_are_refused(self):
+        # The second to say Hello is refused; the first then waits for a partner that never
+        # comes, until phubd's --form-timeout-ms ends it.
+        with Phubd(2, "--form-timeout-ms", "2000") as phubd:
+            messages = run_ranks(2, phubd.address, lambda r: rank_body_at(phubd, r))
+        self.assertIn("asks for optimizer", messages[1])
+        self.assertIn("give every worker the same optimizer", messages[1])
+        self.assertIsNotNone(messages[0], "rank 0 joined a job that never formed")
+
+    def test_bad_buffers_are_type_errors(self):
+        with self.assertRaises(TypeError):
+            phub.connect(SIZES, [np.zeros(e, np.float64) for _, e in SIZES],
+                         address="127.0.0.1:1", rank=0, world_size=1)
+        with self.assertRaises(ValueError):
+            phub.connect(SIZES, [np.zeros(e + 1, np.float32) for _, e in SIZES],
+                         address="127.0.0.1:1", rank=0, world_size=1)
+        with self.assertRaises(ValueError):
+            phub.connect(SIZES, [np.zeros(e, np.float32) for _, e in SIZES],
+                         address="127.0.0.1:1", rank=0, world_size=1,
+                         optimizer={"kind": "average", "weight_decay": 0.1})
+
+    def test_silent_phubd_raises_within_its_liveness_deadline(self):
+        with Phubd(1, "--liveness-timeout-ms", "1000") as phubd:
+            weights = [np.zeros(e, np.float32) for _, e in SIZES]
+            client = phub.connect(SIZES, weights, address=phubd.address, rank=0, world_size=1,
+                                  optimizer={"kind": "average"})
+            client.init()
+            phubd.kill(signal.SIGSTOP)
+            for t in range(len(SIZES)):
+                client.push(t, np.ones(SIZES[t][1], np.float32))
+            with self.assertRaises(phub.PhubError) as raised:
+                client.wait_all()
+            self.assertIn("nothing heard from phubd", str(raised.exception))
+            del client  # closes; phubd is resumed and stopped by the context manager
+
+
+def rank_body_at(phubd, rank):
+    kind = {"kind": "average"} if rank == 0 else {"kind": "sgd", "lr": 0.1}
+    if rank == 1:
+        time.sleep(0.3)  # rank 0's Hello first
+    try:
+        phub.connect(SIZES, [np.zeros(e, np.float32) for _, e in SIZES], address=phubd.address,
+                     rank=rank, world_size=2, optimizer=kind, connect_timeout_ms=5000)
+    except phub.PhubError as e:
+        return str(e)
+    return None
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

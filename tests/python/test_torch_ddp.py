@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""phub.torch against DDP's own gloo allreduce, with Debian's python3-torch (CPU), N = 2 and 4:
+the hook's averaged gradients, training through it, the server-side optimizer against the
+local one, DDP's bucket rebuild, and failures (phubd killed, a peer dead) surfacing as
+exceptions. Exits 77 (ctest: skipped) when torch is not installed."""
+import os
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: python3-torch is not installed (deploy/install-deps.sh --torch installs it)")
+    sys.exit(77)
+
+from phub_testing import HERE, Phubd, launch_ranks, wait_ranks
+
+WORKER = os.path.join(HERE, "ddp_worker.py")
+RUN_TIMEOUT_S = 180  # a rank still running then is a hang: killed, and the test fails
+
+
+def run(scenario, world_size, *phubd_flags, during=None):
+    """`scenario` on world_size ranks beside a fresh phubd; each rank's saved result.
+    during(phubd, out_dir), if given, runs while the ranks do."""
+    with tempfile.TemporaryDirectory(prefix="phub-ddp-") as out_dir, \
+            Phubd(world_size, *phubd_flags) as phubd:
+        procs = launch_ranks(WORKER, [scenario, out_dir], world_size, phubd.address)
+        if during:
+            during(phubd, out_dir)
+        for rank, (code, output) in enumerate(wait_ranks(procs, RUN_TIMEOUT_S)):
+            if code != 0:
+                raise AssertionError(f"rank {rank} exited {code}:\n{output}\n"
+                                     f"phubd:\n{phubd.log()}")
+        return [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world_size)]
+
+
+def assert_all_close(ours, theirs, rtol, atol, what):
+    assert len(ours) == len(theirs), f"{what}: {len(ours)} tensors vs {len(theirs)}"
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol,
+                                   msg=lambda m, i=i: f"{what}, parameter {i}: {m}")
+
+
+class HookTest(unittest.TestCase):
+    def check_grads(self, world_size):
+        results = run("grads", world_size)
+        for rank, r in enumerate(results):
+            for step, (gloo, ours) in enumerate(zip(r["gloo"], r["phub"])):
+                # Float sums in different orders (gloo's ring vs phubd's), nothing more.
+                assert_all_close(ours, gloo, 1e-5, 1e-7,
+                                 f"N={world_size} rank {rank} iteration {step}")
+            # Each rank's gradients are the same average.
+            assert_all_close(r["phub"][-1], results[0]["phub"][-1], 0, 0, f"rank {rank} vs 0")
+        # DDP rebuilt its buckets after iteration 0 (other groupings, other order), and the
+        # hook, keyed by parameter, followed: the gradients above still matched.
+        # (PyTorch 1.13: one bucket in forward order, then several in backward order.)
+        buckets = results[0]["buckets"]
+        self.assertGreater(len(buckets[1]), 1, "the test wants several buckets")
+        self.assertNotEqual(buckets[0], buckets[1], "DDP did not rebuild its buckets")
+        self.assertEqual(buckets[1], buckets[2])
+        self.assertEqual(sorted(sum(buckets[0], [])), sorted(sum(buckets[1], [])))
+
+    def test_averaged_gradients_equal_gloo_n2(self):
+        self.check_grads(2)
+
+    def test_averaged_gradients_equal_gloo_n4(self):
+        self.check_grads(4)
+
+    def check_train(self, world_size):
+        for rank, r in enumerate(run("train", world_size)):
+            assert_all_close(r["phub"], r["gloo"], 1e-4, 1e-6,
+                             f"N={world_size} rank {rank}, after 5 momentum steps")
+
+    def test_training_equals_gloo_n2(self):
+        self.check_train(2)
+
+    def test_training_equals_gloo_n4(self):
+        self.check_train(4)
+
+
+class ServerOptimizerTest(unittest.TestCase):
+    def check(self, kind):
+        results = run(f"server-{kind}", 2)
+        for rank, r in enumerate(results):
+            assert_all_close(r["server"], r["local"], 1e-4, 1e-6,
+                             f"{kind}, rank {rank}, after 5 steps")
+            # Every rank installs the same weights, bit for bit.
+            assert_all_close(r["server"], results[0]["server"], 0, 0, f"{kind} rank {rank}")
+
+    def test_sgd(self):
+        self.check("sgd")
+
+    def test_momentum(self):
+        self.check("momentum")
+
+    def test_nesterov(self):
+        self.check("nesterov")
+
+    def test_adam(self):
+        self.check("adam")
+
+
+class FailureTest(unittest.TestCase):
+    def check_phubd_lost(self, sig, expect):
+        def signal_when_ready(phubd, out_dir):
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while not all(os.path.exists(os.path.join(out_dir, f"rank{r}.pt.ready"))
+                          for r in range(2)):
+                self.assertLess(time.monotonic(), deadline, "the ranks never started")
+                time.sleep(0.05)
+            phubd.kill(sig)
+
+        for rank, r in enumerate(run("dead-phubd", 2, "--liveness-timeout-ms", "2000",
+                                     during=signal_when_ready)):
+            self.assertIsNotNone(r["error"], f"rank {rank} trained on without phubd")
+            # DDP re-raises the hook's PhubError as a RuntimeError that quotes its text.
+            self.assertIn("phub ", r["error"])
+            self.assertIn(expect, r["error"])
+            print(f"rank {rank}: {r['seconds']:.2f} s after the signal: {r['error'][:240]}")
+
+    def test_killed_phubd_is_an_exception(self):
+        self.check_phubd_lost(signal.SIGKILL, "UNAVAILABLE")
+
+    def test_silent_phubd_is_an_exception(self):
+        # Stopped: its connections stay open; the client's liveness deadline (2 s) finds it.
+        self.check_phubd_lost(signal.SIGSTOP, "UNAVAILABLE")
+
+    def test_dead_peer_is_an_exception(self):
+        with tempfile.TemporaryDirectory(prefix="phub-ddp-") as out_dir, \
+                Phubd(2, "--rejoin-timeout-ms", "0") as phubd:
+            procs = launch_ranks(WORKER, ["dead-peer", out_dir], 2, phubd.address)
+            (code0, out0), (code1, _) = wait_ranks(procs, RUN_TIMEOUT_S)
+            self.assertEqual(code1, 3, "rank 1 was to crash")
+            self.assertEqual(code0, 0, out0)
+            r = torch.load(os.path.join(out_dir, "rank0.pt"))
+            self.assertIsNotNone(r["error"], "rank 0 trained on without its peer")
+            self.assertIn("stalled", r["error"])
+            print(f"rank 0: {r['seconds']:.2f} s after step 3: {r['error'][:200]}")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
