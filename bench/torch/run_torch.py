@@ -6,7 +6,8 @@ each, synthetic data) train through: phub (DDP communication hook, phubd in summ
 local optimizer steps), phub-optimizer (phubd's fused optimizer steps, workers install weights),
 gloo (DDP's CPU allreduce: the reference, measured in the same run), and nccl with --device
 cuda. Reported: time per mini-batch (rank 0's median over the timed steps; the median over
---repeats runs), images/s, and the speed-up over gloo of the same topology, model and N.
+--repeats runs), of which optimizer.step() (phub-optimizer's only installs weights), images/s,
+and the speed-up over gloo of the same topology, model and N.
 Topologies come from the exchange benchmark (bench/topo): loopback, pbox (the PS host has N x B),
 cloud (PS host B), colocated (no PS host: phubd runs on worker 0's host).
 
@@ -73,7 +74,8 @@ def run_one(a, net, backend, model, batch, n, run_dir, repeat):
     finally:
         kill_children()
     with open(out) as f:
-        return json.load(f)["median_ms"]
+        r = json.load(f)
+    return r["median_ms"], r["optimizer_step_ms"]
 
 
 def main():
@@ -119,10 +121,12 @@ def main():
                 try:
                     for model, batch in models:
                         for backend in backends:
-                            runs = []
+                            runs, steps = [], []
                             for repeat in range(a.repeats):
-                                runs.append(run_one(a, net, backend, model, batch, n, run_dir,
-                                                    repeat))
+                                ms, step_ms = run_one(a, net, backend, model, batch, n, run_dir,
+                                                      repeat)
+                                runs.append(ms)
+                                steps.append(step_ms)
                                 progress.step()
                                 log(f"{topo} N={n} {model} {backend}: {runs[-1]:.1f} ms "
                                     f"({progress})")
@@ -130,6 +134,7 @@ def main():
                             rows.append({"topology": topo, "model": model, "batch": batch,
                                          "n": n, "backend": backend, "ms": round(ms, 1),
                                          "runs_ms": "/".join(f"{x:.1f}" for x in runs),
+                                         "step_ms": round(statistics.median(steps), 1),
                                          "images_s": round(1000 * n * batch / ms, 1)})
                 finally:
                     net.close()
@@ -144,17 +149,18 @@ def main():
         ref = [g for g in rows if g["backend"] == "gloo" and
                (g["topology"], g["model"], g["n"]) == (r["topology"], r["model"], r["n"])]
         r["vs_gloo"] = round(ref[0]["ms"] / r["ms"], 2) if ref else ""
-    keys = ["topology", "model", "batch", "n", "backend", "ms", "runs_ms", "images_s", "vs_gloo"]
+    keys = ["topology", "model", "batch", "n", "backend", "ms", "runs_ms", "step_ms", "images_s",
+            "vs_gloo"]
     tables.write_tsv(os.path.join(a.out, "torch.tsv"), rows, keys)
     lines = [f"PyTorch DDP (python3-torch, 1 thread per rank, synthetic data), links {a.rate} on "
              f"racks, phubd --cores {a.ps_cores}; {a.warmup} warm-up + {a.iters} timed steps, "
              f"median of {a.repeats} run(s). {machine.describe(start_load)}", ""]
     lines += tables.md_table(
-        ["topology", "model", "N", "backend", "ms / mini-batch", "runs (ms)", "images/s",
-         "speed-up vs gloo"],
+        ["topology", "model", "N", "backend", "ms / mini-batch", "runs (ms)",
+         "of which optimizer.step()", "images/s", "speed-up vs gloo"],
         [[r["topology"], f"{r['model']} b{r['batch']}", str(r["n"]), r["backend"], str(r["ms"]),
-          r["runs_ms"], str(r["images_s"]), f"{r['vs_gloo']}×" if r["vs_gloo"] else "-"]
-         for r in rows], "llrlrrrr")
+          r["runs_ms"], f"{r['step_ms']} ms", str(r["images_s"]),
+          f"{r['vs_gloo']}×" if r["vs_gloo"] else "-"] for r in rows], "llrlrrrrr")
     tables.write_markdown(os.path.join(a.out, "torch.md"), lines)
     for topo in topologies:
         for model, _ in models:

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/kernels/aggregate_and_step.h"
 #include "phub/server/hello_check.h"
 #include "phub/server/job_limits.h"
 #include "phub/transport/control_frame.h"
@@ -64,6 +65,8 @@ void CheckAdmission(const proto::Hello& hello) {
     }
     if (hello.tensors_size() == 0) Fail("CheckHello admitted an empty tensor table");
     if (hello.job_token() != options.job_token) Fail("CheckHello admitted a wrong token");
+    // StartJob reads the job's optimizer without checking again: it must be valid.
+    if (!server::JobOptimizer(hello, options).ok()) Fail("CheckHello admitted a bad optimizer");
   }
   if (!joined.has_value()) {
     bool same = hello.tensors_size() == First().tensors_size();
@@ -72,6 +75,12 @@ void CheckAdmission(const proto::Hello& hello) {
              hello.tensors(i).elements() == First().tensors(i).elements();
     }
     if (!same) Fail("CheckHello admitted a tensor table unlike the first worker's");
+    const auto mine = server::JobOptimizer(hello, options);
+    const auto theirs = server::JobOptimizer(First(), options);
+    if (!mine.ok() || !theirs.ok() ||
+        kernels::Describe(*mine) != kernels::Describe(*theirs)) {
+      Fail("CheckHello admitted an optimizer unlike the first worker's");
+    }
   }
   CheckLimitsAgainstReference(hello, options);
 }

@@ -63,6 +63,15 @@ void ControlFrames(const fs::path& dir) {
   // Feeds of 1, 6 and 201 bytes in turn.
   Write(dir, "hello_split", std::string("\x03\x00\x05\xc8", 4) + hello);
 
+  // A job that asks for its optimizer (summation mode), and one whose optimizer is invalid.
+  proto::Hello average = FuzzHello(1);
+  average.mutable_optimizer()->set_kind("average");
+  Write(dir, "hello_average", whole + Framed(HelloMessage(average)));
+  proto::Hello bad_optimizer = FuzzHello(1);
+  bad_optimizer.mutable_optimizer()->set_kind("adam");
+  bad_optimizer.mutable_optimizer()->set_lr(-1.0f);
+  Write(dir, "hello_bad_optimizer", whole + Framed(HelloMessage(bad_optimizer)));
+
   proto::Hello other = FuzzHello(2);
   other.mutable_tensors(1)->set_elements(33);
   Write(dir, "hello_other_model", whole + Framed(HelloMessage(other)));

@@ -2,6 +2,7 @@
 """phub.PsClient (the pybind11 module) against a real phubd: summation mode and phubd's
 optimizer checked against float64 references on random inputs, the GIL released while waiting,
 and errors raised as phub.PhubError (refusals with phubd's fix, a dead phubd), never a hang."""
+import os
 import signal
 import threading
 import time
@@ -184,6 +185,41 @@ class ErrorTest(unittest.TestCase):
                 client.wait_all()
             self.assertIn("nothing heard from phubd", str(raised.exception))
             del client  # closes; phubd is resumed and stopped by the context manager
+
+
+class LaunchTest(unittest.TestCase):
+    def test_addresses(self):
+        self.assertEqual(phub.parse_address("10.0.0.1:7171"), ("10.0.0.1", 7171))
+        self.assertEqual(phub.parse_address("psbox"), ("psbox", 7070))
+        self.assertEqual(phub.parse_address("[fd00::1]:9000"), ("fd00::1", 9000))
+        for bad in ("", "h:0", "h:70000", "h:x"):
+            with self.assertRaises(ValueError, msg=bad):
+                phub.parse_address(bad)
+
+    def test_torchrun_environment_and_explicit_arguments(self):
+        env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+               "PHUB_ADDRESS": "ps:7272", "PHUB_TOKEN": "s3cret"}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            launch = phub.resolve()
+            self.assertEqual((launch.host, launch.port, launch.rank, launch.world_size,
+                              launch.local_rank, launch.token), ("ps", 7272, 3, 4, 1, "s3cret"))
+            launch = phub.resolve("other:1", rank=0, world_size=2, token="t")
+            self.assertEqual((launch.host, launch.port, launch.rank, launch.world_size,
+                              launch.token), ("other", 1, 0, 2, "t"))
+            with self.assertRaises(ValueError):
+                phub.resolve(rank=4)  # out of range for WORLD_SIZE=4
+            del os.environ["RANK"]
+            with self.assertRaises(ValueError) as raised:
+                phub.resolve()
+            self.assertIn("torchrun", str(raised.exception))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def rank_body_at(phubd, rank):
