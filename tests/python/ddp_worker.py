@@ -9,6 +9,7 @@ in the environment. Runs one scenario and torch.save()s what the test compares t
   train        K steps of momentum SGD: DDP + gloo vs DDP + phub hook, final parameters
   server-KIND  K steps: DDP + gloo + the local torch optimizer KIND (sgd, momentum, nesterov,
                adam) vs phub.torch.ServerOptimizer wrapping the same optimizer
+  lr-changed   ServerOptimizer, then a scheduler halves the learning rate: step() must refuse
   dead-phubd   trains until the test kills phubd; saves the error and how long it took
   dead-peer    rank 1 dies at step 3; the others save their error and how long it took
 """
@@ -114,6 +115,24 @@ def scenario_server(rank, kind):
     return {"local": params_of(reference), "server": params_of(ours)}
 
 
+def scenario_lr_changed(rank):
+    model = wrap(make_model())
+    server = phub.torch.ServerOptimizer(model, make_optimizer("momentum", model.parameters()))
+    scheduler = torch.optim.lr_scheduler.StepLR(server.optimizer, step_size=1, gamma=0.5)
+    out = {"error": None}
+    for step in range(2):
+        server.zero_grad()
+        loss_of(model, rank, step).backward()
+        try:
+            server.step()
+        except ValueError as e:
+            out = {"error": str(e), "step": step}
+            break
+        scheduler.step()
+    server.close()
+    return out
+
+
 def scenario_failure(rank, out_path, what):
     model = wrap(make_model())
     state = phub.torch.connect(model)
@@ -148,6 +167,8 @@ def main():
         out = scenario_grads(rank)
     elif scenario == "train":
         out = scenario_train(rank)
+    elif scenario == "lr-changed":
+        out = scenario_lr_changed(rank)
     elif scenario.startswith("server-"):
         out = scenario_server(rank, scenario[len("server-"):])
     elif scenario in ("dead-phubd", "dead-peer"):

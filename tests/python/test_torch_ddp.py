@@ -102,6 +102,48 @@ class ServerOptimizerTest(unittest.TestCase):
     def test_adam(self):
         self.check("adam")
 
+    def test_a_changed_learning_rate_is_refused(self):
+        for rank, r in enumerate(run("lr-changed", 2)):
+            self.assertEqual(r.get("step"), 1, f"rank {rank}: {r}")
+            self.assertIn("learning rate changed to 0.025", r["error"])
+
+
+class OptimizerSpecTest(unittest.TestCase):
+    """What ServerOptimizer asks phubd to run: the torch optimizer's own settings, or a refusal
+    that names what to change (never an approximation)."""
+
+    def setUp(self):
+        self.params = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))]
+
+    def test_supported_optimizers(self):
+        import phub.torch as pt
+        self.assertEqual(pt.optimizer_spec(torch.optim.SGD(self.params, lr=0.1)),
+                         {"kind": "sgd", "lr": 0.1, "momentum": 0.0, "weight_decay": 0})
+        spec = pt.optimizer_spec(torch.optim.SGD(self.params, lr=0.1, momentum=0.9,
+                                                 weight_decay=1e-4))
+        self.assertEqual((spec["kind"], spec["momentum"], spec["weight_decay"]),
+                         ("momentum", 0.9, 1e-4))
+        spec = pt.optimizer_spec(torch.optim.SGD(self.params, lr=0.1, momentum=0.9,
+                                                 nesterov=True))
+        self.assertEqual(spec["kind"], "nesterov")
+        spec = pt.optimizer_spec(torch.optim.Adam(self.params, lr=1e-3, betas=(0.8, 0.99),
+                                                  eps=1e-6))
+        self.assertEqual((spec["kind"], spec["beta1"], spec["beta2"], spec["eps"]),
+                         ("adam", 0.8, 0.99, 1e-6))
+
+    def test_refusals_name_what_to_change(self):
+        import phub.torch as pt
+        for optimizer, part in [
+                (torch.optim.SGD(self.params, lr=0.1, momentum=0.9, dampening=0.1), "dampening"),
+                (torch.optim.Adam(self.params, amsgrad=True), "amsgrad"),
+                (torch.optim.AdamW(self.params), "AdamW is not one of phubd's optimizers"),
+                (torch.optim.SGD([{"params": self.params[:1], "lr": 0.1},
+                                  {"params": self.params[1:], "lr": 0.2}], lr=0.1),
+                 "one group")]:
+            with self.assertRaises(ValueError) as raised:
+                pt.optimizer_spec(optimizer)
+            self.assertIn(part, str(raised.exception))
+
 
 class FailureTest(unittest.TestCase):
     def check_phubd_lost(self, sig, expect):
