@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "exchange"))
 
 import nets  # noqa: E402
 from benchlib import BenchError, machine, outdir, plots, tables  # noqa: E402
-from benchlib.cli import parse_list, parser  # noqa: E402
+from benchlib.cli import add_rack_run_flags, parse_list, parser  # noqa: E402
 from benchlib.log import Progress, log  # noqa: E402
 from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
 
@@ -82,19 +82,10 @@ def main():
     p = parser(__doc__, epilog=False)
     p.add_argument("--topologies", default="pbox")
     p.add_argument("--models", default="alexnet:8,resnet18:16", help="MODEL:BATCH per rank,...")
-    p.add_argument("--n", default="2,4")
     p.add_argument("--backends", default="phub,phub-optimizer,gloo")
-    p.add_argument("--rate", default="1gbit", help="link rate of the racks")
-    p.add_argument("--ps-cores", type=int, default=2, help="phubd --cores")
-    p.add_argument("--iters", type=int, default=6, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=2)
+    add_rack_run_flags(p, ROOT, "torch", "cuda: adds nccl (one GPU per rank)")
     p.add_argument("--repeats", type=int, default=2, help="runs per row; the median is reported")
     p.add_argument("--quick", action="store_true", help="4 timed steps, 1 warm-up, 1 run")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per run")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                   help="cuda: adds nccl (one GPU per rank)")
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "torch"))
     a = p.parse_args()
     if a.quick:
         a.iters, a.warmup, a.repeats = 4, 1, 1

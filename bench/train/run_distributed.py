@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "exchange"))
 
 import nets  # noqa: E402
 from benchlib import BenchError, outdir, plots, tables  # noqa: E402
-from benchlib.cli import parse_list, parser  # noqa: E402
+from benchlib.cli import add_rack_run_flags, parse_list, parser  # noqa: E402
 from benchlib.log import Progress, log  # noqa: E402
 from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
 from run_train import parse_models  # noqa: E402
@@ -123,17 +123,9 @@ def main():
     p = parser(__doc__, epilog=False)
     p.add_argument("--topologies", default="loopback,pbox")
     p.add_argument("--models", default="resnet56:16,alexnet:2", help="MODEL:BATCH per worker,...")
-    p.add_argument("--n", default="2,4")
-    p.add_argument("--rate", default="1gbit", help="link rate of the racks")
-    p.add_argument("--ps-cores", type=int, default=2, help="phubd --cores on the PS host")
-    p.add_argument("--iters", type=int, default=6)
-    p.add_argument("--warmup", type=int, default=2)
+    add_rack_run_flags(p, ROOT, "distributed", "cuda: cuDNN workers, and NCCL beside the PS "
+                       "and the ring on loopback")
     p.add_argument("--quick", action="store_true", help="4 timed steps, 1 warm-up")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per run")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                   help="cuda: cuDNN workers, and NCCL beside the PS and the ring on loopback")
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "distributed"))
     a = p.parse_args()
     if a.quick:
         a.iters, a.warmup = 4, 1
