@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <thread>
 #include <functional>
 
 #include "tests/integration/hostile_fixture.h"
@@ -165,8 +168,10 @@ TEST_P(HostileDataPlane, ClosesTheAttackerStallsTheJobAndKeepsServing) {
   ASSERT_FALSE(forged.table->chunks_on_core(1).empty());
 
   Status honest_outcome;
+  std::atomic<bool> honest_initialised{false};
   auto honest_run = [&] {
     honest_outcome = job.honest.client->Init();
+    honest_initialised = honest_outcome.ok();
     if (honest_outcome.ok()) honest_outcome = RunIteration(job.honest, 1);
   };
   std::optional<BackgroundTask> honest;
@@ -179,6 +184,14 @@ TEST_P(HostileDataPlane, ClosesTheAttackerStallsTheJobAndKeepsServing) {
       ASSERT_TRUE(ReadInitialWeights(forged, core, std::chrono::seconds(5)))
           << "the initial weights did not reach the forged member from core " << core;
     }
+    // "After Init" means after the honest worker's too: phubd sent both copies at once, but
+    // the honest one may still be on its way (TSan's CI run attacked first, and the stall cut
+    // the honest Init short with half its chunks landed).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!honest_initialised && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(honest_initialised) << "the honest worker's Init did not finish within 5 s";
   }
 
   ASSERT_TRUE(forged.data[0].Send(attack.bytes(forged)));
