@@ -7,6 +7,7 @@
 
 #include "fmt/format.h"
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/kernels/optimizer_update.h"
 
 namespace phub::kernels {
 namespace {
@@ -47,17 +48,8 @@ bool InUnitInterval(float v) { return v >= 0.0f && v < 1.0f; }
 }  // namespace
 
 int StateArrays(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-    case OptimizerKind::kAverage:
-      return 0;
-    case OptimizerKind::kMomentum:
-    case OptimizerKind::kNesterov:
-      return 1;
-    case OptimizerKind::kAdam:
-      return 2;
-  }
-  return 0;  // Not reached for a valid enum value.
+  // Counted from what the update itself reads (optimizer_update.h): one list of kinds.
+  return (UsesFirstState(kind) ? 1 : 0) + (UsesSecondState(kind) ? 1 : 0);
 }
 
 StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name) {

@@ -20,7 +20,9 @@ PHUB_HOST_DEVICE constexpr bool UsesFirstState(OptimizerKind kind) {
   return kind == OptimizerKind::kMomentum || kind == OptimizerKind::kNesterov ||
          kind == OptimizerKind::kAdam;
 }
-PHUB_HOST_DEVICE constexpr bool UsesSecondState(OptimizerKind kind) { return kind == OptimizerKind::kAdam; }
+PHUB_HOST_DEVICE constexpr bool UsesSecondState(OptimizerKind kind) {
+  return kind == OptimizerKind::kAdam;
+}
 
 // Hyper-parameters prepared once per call (Prepare).
 struct StepConstants {
