@@ -363,8 +363,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", f.warmup, "Untimed steps first (synthetic data)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
   app.add_flag("--tf32", f.tf32,
-               "cuDNN: let convolutions, GEMMs and the LSTM use TF32 tensor cores (~1e-3 "
-               "relative error); default strict float32, as PyTorch's matmuls");
+               "cuDNN: let convolutions, GEMMs and the LSTM use TF32 tensor cores and FFT/"
+               "Winograd convolutions (~1e-3 relative error); default strict float32");
   app.add_flag("--no-overlap", f.no_overlap,
                "Exchange after the whole backward and wait for all of it (to measure overlap)");
   app.add_option("--seed", f.seed, "Seed of the weights, the data order and synthetic data")

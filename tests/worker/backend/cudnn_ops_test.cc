@@ -22,6 +22,7 @@
 #include "worker/backend/cudnn/cudnn_backend.h"
 #include "worker/backend/cudnn/dropout_mask.h"
 #include "worker/backend/onednn/onednn_backend.h"
+#include "spdlog/spdlog.h"
 #include "worker/nn/models/models.h"
 #include "worker/train/synthetic_data.h"
 
@@ -259,7 +260,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{Conv(4, 64, 28, 28, 64, 3, 3, 1, 1, false), "wide3x3"},
                       ConvCase{Conv(2, 3, 64, 64, 16, 7, 7, 2, 3, false), "stem7x7_stride2"},
                       ConvCase{Conv(4, 32, 14, 14, 64, 1, 1, 2, 0, false), "downsample1x1"},
-                      ConvCase{Conv(2, 3, 67, 67, 24, 11, 11, 4, 2, true), "alexnet_conv1"}),
+                      ConvCase{Conv(2, 3, 67, 67, 24, 11, 11, 4, 2, true), "alexnet_conv1"},
+                      // AlexNet b2's own shapes (cuDNN ranks other algorithms first there).
+                      ConvCase{Conv(2, 3, 224, 224, 64, 11, 11, 4, 2, true), "alexnet_b2_conv1"},
+                      ConvCase{Conv(2, 64, 27, 27, 192, 5, 5, 1, 2, true), "alexnet_b2_conv2"},
+                      ConvCase{Conv(2, 192, 13, 13, 384, 3, 3, 1, 1, true), "alexnet_b2_conv3"},
+                      ConvCase{Conv(2, 256, 13, 13, 256, 3, 3, 1, 1, true), "alexnet_b2_conv5"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(CudnnOpsTest, LinearAgreesWithOnednn) {
@@ -729,7 +735,10 @@ TEST_P(CudnnModelTest, LossAndEveryGradientAgreeWithOnednn) {
   PHUB_ASSERT_OK_AND_ASSIGN(auto on_gpu, MakeModel(c.model, c.batch));
   PHUB_ASSERT_OK(on_cpu->Build(*cpu_, 5));
   PHUB_ASSERT_OK(nudged->Build(*cpu_, 5));
+  // The convolution algorithms chosen for the GPU model, logged at debug, show in the output.
+  spdlog::set_level(spdlog::level::debug);
   PHUB_ASSERT_OK(on_gpu->Build(*gpu_, 5));
+  spdlog::set_level(spdlog::level::info);
   // Images or token ids, and labels, on the host.
   PHUB_ASSERT_OK_AND_ASSIGN(Batch batch, MakeSyntheticBatch(*on_cpu));
   FillSynthetic(*on_cpu, batch, rng_());

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "worker/backend/cudnn/kernels.h"
 
 namespace phub::worker::cudnn {
@@ -23,20 +25,62 @@ std::string Key(const Context& ctx, const Conv2dSpec& s) {
                       ",", s.pad_w);
 }
 
-// The first (fastest) result that ran and uses an allowed math type. cuDNN sorts by time.
+// Algorithms that compute in a transformed space (FFT, Winograd): in float32 their rounding
+// error grows with the transform's size and is relative to the largest terms, not to the
+// result, so where a sum cancels (a weight gradient over a batch) they can be off by percents:
+// on an H200, AlexNet b2's conv weight gradients through them differed from oneDNN's by up to
+// 4 % where every other algorithm stays under 1e-3. Strict float32 mode keeps them out, as it
+// keeps TF32 out; --tf32 (speed over the last bits) takes them.
+bool Transforms(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool Transforms(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool Transforms(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+std::string Describe(const Conv2dSpec& s) {
+  return absl::StrCat("[", s.batch, ", ", s.in_channels, ", ", s.height, ", ", s.width, "] -> ",
+                      s.out_channels, " channels, kernel ", s.kernel_h, "x", s.kernel_w,
+                      ", stride ", s.stride_h, ", pad ", s.pad_h);
+}
+
+// The first (fastest) result that ran and that the math mode allows. cuDNN sorts by time.
+// Logs the ranking (algorithm number, milliseconds, and why one was passed over), so that a
+// choice can be traced when a model's numbers move.
 template <class Perf>
 StatusOr<ConvChoice> Fastest(const Perf* perf, int count, bool allow_tf32, const char* direction,
                              const Conv2dSpec& s) {
+  std::string ranking;
+  std::optional<ConvChoice> choice;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (!allow_tf32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-    return ConvChoice{static_cast<int>(perf[i].algo), perf[i].mathType, perf[i].memory};
+    const char* passed_over = nullptr;
+    if (!allow_tf32 && perf[i].mathType != CUDNN_FMA_MATH) passed_over = "tf32";
+    if (!allow_tf32 && Transforms(perf[i].algo)) passed_over = "transform";
+    absl::StrAppend(&ranking, ranking.empty() ? "" : ", ", static_cast<int>(perf[i].algo), " ",
+                    absl::SixDigits(perf[i].time), " ms",
+                    passed_over ? absl::StrCat(" (", passed_over, ")") : std::string(),
+                    !passed_over && !choice ? " *" : "");
+    if (!passed_over && !choice) {
+      choice = ConvChoice{static_cast<int>(perf[i].algo), perf[i].mathType, perf[i].memory};
+    }
   }
+  spdlog::debug("cuDNN {} algorithms for {}: {}", direction, Describe(s), ranking);
+  if (choice) return *choice;
   return absl::UnimplementedError(
-      absl::StrCat("cuDNN found no ", direction, " algorithm for the convolution [", s.batch, ", ",
-                   s.in_channels, ", ", s.height, ", ", s.width, "] -> ", s.out_channels,
-                   " channels, kernel ", s.kernel_h, "x", s.kernel_w, " (", count, " tried",
-                   allow_tf32 ? "" : ", float32 math only", ")"));
+      absl::StrCat("cuDNN found no ", direction, " algorithm for the convolution ", Describe(s),
+                   " (", count, " tried", allow_tf32 ? "" : ", float32 math only", ")"));
 }
 
 StatusOr<ConvAlgorithms> Measure(Context& ctx, const Conv2dSpec& s) {

@@ -36,8 +36,8 @@ struct ConvDescriptors {
 Status SetConvolution(ConvolutionDesc& conv, const Conv2dSpec& spec, cudnnMathType_t math);
 
 // The fastest algorithm per direction (cached). Without TF32 (ctx.allow_tf32()), only
-// algorithms that cuDNN reports as strict float32 (FMA math) are taken; Unimplemented when no
-// algorithm qualifies. A failure is not cached: the next call measures again.
+// algorithms that cuDNN reports as strict float32 (FMA math) and that do not compute through
+// an FFT or Winograd transform are taken; Unimplemented when no algorithm qualifies. A failure is not cached: the next call measures again.
 StatusOr<ConvAlgorithms> FindConvAlgorithms(Context& ctx, const Conv2dSpec& spec);
 
 }  // namespace phub::worker::cudnn
