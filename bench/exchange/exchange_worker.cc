@@ -37,6 +37,7 @@
 
 #include "absl/strings/str_split.h"
 #include "phub/exchange/ps_exchange.h"
+#include "phub/transport/transport_flags.h"
 #include "phub/common/logging.h"
 
 namespace {
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket-buffer-bytes", options.socket_buffer_bytes,
                  "Fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning")
       ->capture_default_str();
+  phub::transport::AddSendWindowFlag(app, options.send_window_bytes);
   app.add_option("--out", out_path, "Per-iteration times and the weight checksum (TSV)")
       ->required();
   CLI11_PARSE(app, argc, argv);

@@ -99,7 +99,7 @@ def limit_s(topo, system, n, size_bytes, rate):
     if topo == "loopback" or topology is None:
         return None
     b = topology.parse_rate(rate)
-    if system in ("ps", "raw-tcp"):  # raw-tcp moves the PS's bytes between the same hosts
+    if system in ("ps", "ps-fifo", "raw-tcp"):  # raw-tcp moves the PS's bytes between the same hosts
         return {"pbox": topology.pbox_ps_limit_s,
                 "cloud": topology.cloud_ps_limit_s}[topo](size_bytes, n, b)
     if system == "ps-colocated":

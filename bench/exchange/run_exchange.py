@@ -225,7 +225,7 @@ def markdown(rows, topologies, sizes, workers, rate):
                         cells.append("-")
                     elif "x_limit" in r:
                         cells.append(f"{r['ms']:.1f} ({r['x_limit']:.2f}×)")
-                    elif topo == "loopback" and raw and key in ("raw-tcp", "ps", "ps-colocated"):
+                    elif topo == "loopback" and raw and key in ("raw-tcp", "ps", "ps-fifo", "ps-colocated"):
                         cells.append(f"{r['ms']:.1f} ({raw['ms'] / r['ms']:.0%})")
                     else:
                         cells.append(f"{r['ms']:.1f}")
@@ -256,6 +256,7 @@ def machine_notes(args, start_load):
 # ---- plots --------------------------------------------------------------------------------
 
 STYLE = {"raw-tcp": ("#9e9e9e", "o", ":"), "ps": ("#1f77b4", "s", "-"),
+         "ps-fifo": ("#aec7e8", "s", "--"),
          "ps-colocated": ("#17becf", "s", "-"), "ring": ("#d62728", "^", "-"),
          "gloo-ring-chunked": ("#ff7f0e", "v", "--"), "gloo-allreduce": ("#bcbd22", "v", ":"),
          "mpi": ("#2ca02c", "D", "--"), "mpi-ring": ("#9467bd", "D", ":")}

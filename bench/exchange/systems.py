@@ -10,6 +10,7 @@ command on it (on loopback: 127.0.0.1 and as is).
   raw-tcp            phub_tcp_blaster: the PS's exact bytes over the same streams, no work
                      (the reference: what TCP itself achieves here)
   ps                 phubd on host ps + N phub_exchange_worker
+  ps-fifo            the same with priority scheduling off (--send-window-bytes 0)
   ps-colocated       one phubd on every worker host (the model spread over all of them)
   ring               our ring allreduce (phub_ring_worker)
   gloo-ring-chunked  Gloo's AllreduceRingChunked (phub_gloo_worker)
@@ -50,6 +51,9 @@ class System:
 SYSTEMS = [
     System("raw-tcp", "phub_tcp_blaster", "blaster", needs_ps_host=True),
     System("ps", "phub_exchange_worker", "ps", needs_ps_host=True),
+    # Priority scheduling off on phubd and the workers: what its window costs or saves.
+    System("ps-fifo", "phub_exchange_worker", "ps", needs_ps_host=True,
+           extra=["--send-window-bytes", "0"]),
     System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
     System("ring", "phub_ring_worker", "ranks", allreduce=True),
     System("gloo-ring-chunked", "phub_gloo_worker", "ranks", extra=["--algo", "ring-chunked"],
@@ -127,7 +131,8 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 "--no-pin", "--log-level", "warn", "--optimizer", "sgd", "--lr", str(s.lr)]
         if chunk_bytes or s.chunk_bytes:
             argv += ["--chunk-bytes", str(chunk_bytes or s.chunk_bytes)]
-        proc, log_path = launch(tag, host, argv + s.tcp_flags(colocated), f"{tag}.log")
+        proc, log_path = launch(tag, host, argv + s.tcp_flags(colocated) + system.extra,
+                                f"{tag}.log")
         return f"{net.ip(host)}:{wait_port_file(port_file, proc, tag, log_path)}"
 
     try:
@@ -157,7 +162,8 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 launch(f"{system.key} worker {r}", host,
                        [s.bins[system.binary], "--servers", ",".join(servers), "--rank", str(r),
                         "--world", str(n), "--lr", str(s.lr), "--out", outs[-1]]
-                       + placement + common + s.tcp_flags(colocated), f"worker{r}.log")
+                       + placement + common + s.tcp_flags(colocated) + system.extra,
+                       f"worker{r}.log")
         elif system.kind == "ranks":
             rendezvous = os.path.join(run_dir, "rendezvous")
             os.makedirs(rendezvous)

@@ -12,6 +12,7 @@ exchange benchmark (bench/topo): loopback, pbox (PS host N x B), cloud (PS host 
 
   sudo bench/train/run_distributed.py --quick     # < 10 min: pbox + loopback, N=2/4, 2 models
   sudo bench/train/run_distributed.py --topologies pbox --models resnet56:16,alexnet:2 --n 4
+  sudo bench/train/run_distributed.py --topologies pbox --models alexnet:2 --n 4 --priority
 
 Writes OUT/distributed.tsv, OUT/distributed.md and OUT/distributed_<topology>.png. The racks
 need root. Note: every worker, phubd and the ring share this box's CPUs, so compute slows with N
@@ -80,18 +81,21 @@ def run_one(a, net, system, model, batch, n, overlap, run_dir):
     procs = []  # (name, Popen, log) of every process of this run
     workers = [f"w{r}" for r in range(n)]
     extra = []
-    if system in ("ps", "ps-colocated"):
-        hosts = ["ps"] if system == "ps" else workers
+    if system in ("ps", "ps-fifo", "ps-colocated"):
+        hosts = workers if system == "ps-colocated" else ["ps"]
         colocated_rack = system == "ps-colocated" and net.name != "loopback"
         buf = COLOCATED_SOCKET_BUFFER_BYTES if colocated_rack else 0
-        cores = a.ps_cores if system == "ps" else 1
-        extra = ["--comm", system, "--socket-buffer-bytes", str(buf)]
+        cores = 1 if system == "ps-colocated" else a.ps_cores
+        # ps-fifo: priority scheduling off on both sides (chunks leave in the order queued).
+        window = ["--send-window-bytes", "0"] if system == "ps-fifo" else []
+        extra = ["--comm", "ps" if system == "ps-fifo" else system,
+                 "--socket-buffer-bytes", str(buf)] + window
         for i, host in enumerate(hosts):
             port_file = os.path.join(run_dir, f"{tag}_port{i}")
             log_path = os.path.join(run_dir, f"{tag}_phubd{i}.log")
             argv = [a.phubd, "--listen", net.ip(host), "--port", "0", "--port-file", port_file,
                     "--world-size", str(n), "--cores", str(cores), "--optimizer", "momentum",
-                    "--lr", "0.01", "--one-job", "--socket-buffer-bytes", str(buf)]
+                    "--lr", "0.01", "--one-job", "--socket-buffer-bytes", str(buf)] + window
             name = f"phubd on {host}"
             proc = start(net.wrap(host, argv), log_path)
             procs.append((name, proc, log_path))
@@ -126,6 +130,9 @@ def main():
     add_rack_run_flags(p, ROOT, "distributed", "cuda: cuDNN workers, and NCCL beside the PS "
                        "and the ring on loopback")
     p.add_argument("--quick", action="store_true", help="4 timed steps, 1 warm-up")
+    p.add_argument("--priority", action="store_true",
+                   help="add ps-fifo beside ps: the PS with priority scheduling off "
+                        "(--send-window-bytes 0), to measure what it is worth")
     a = p.parse_args()
     if a.quick:
         a.iters, a.warmup = 4, 1
@@ -144,6 +151,7 @@ def main():
     if a.device == "cuda" and a.gpus == 0:
         raise SystemExit("run_distributed.py: --device cuda but nvidia-smi lists no GPU")
     systems = {t: SYSTEMS[t] + (["nccl"] if a.device == "cuda" and t == "loopback" else [])
+               + (["ps-fifo"] if a.priority and "ps" in SYSTEMS[t] else [])
                for t in topologies}
     ns = parse_list(a.n, int)
     run_dir = outdir.with_raw(a.out)  # stale port files would point at dead servers
@@ -221,6 +229,12 @@ def main():
                                  f"overlap cuts the PS's comm share "
                                  f"{100 * off[ps]['comm_share']:.1f} % → "
                                  f"{100 * on[ps]['comm_share']:.1f} %")
+                if "ps" in on and "ps-fifo" in on:
+                    lines.append(f"- {topo} N={n} {model}, overlap on: priority scheduling "
+                                 f"{on['ps-fifo']['ms']} ms (off) → {on['ps']['ms']} ms (on), "
+                                 f"{on['ps-fifo']['ms'] / on['ps']['ms']:.2f}×; comm share "
+                                 f"{100 * on['ps-fifo']['comm_share']:.1f} % → "
+                                 f"{100 * on['ps']['comm_share']:.1f} %")
     table = tables.write_markdown(os.path.join(a.out, "distributed.md"), lines)
     # One plot per topology and model: bars per system at each N, overlap on and off.
     for topo in topologies:

@@ -75,6 +75,7 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
                                  address.port, ": ", connection.status().message()));
     }
     (*connection)->set_tag(core);  // ResolveSlot checks a chunk came from its owner
+    senders_.push_back(transport::SendScheduler::Create(*connection, options_.send_window_bytes));
     connections_.push_back(*std::move(connection));
   }
   loop_.Run([this] {
@@ -91,7 +92,10 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
 
 Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
   auto device = transport::OpenDevice(
-      {kind, {options_.tcp_no_delay, options_.socket_buffer_bytes}, options_.rdma});
+      {kind,
+       transport::ForScheduling({options_.tcp_no_delay, options_.socket_buffer_bytes},
+                                options_.send_window_bytes),
+       options_.rdma});
   if (!device.ok()) {
     return Status(device.status().code(),
                   absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
@@ -265,8 +269,9 @@ Status PsClient::Impl::Close() {
   std::condition_variable done_cv;
   std::size_t remaining = connections_.size();
   loop_.Run([&] {
-    for (auto& c : connections_) {
-      c->Send(WireHeader{Op::kBye, options_.rank, 0, 0, 0}, {}, [&, c](const Status&) {
+    for (auto& sender : senders_) {
+      const std::shared_ptr<Connection>& c = sender->connection();
+      sender->Send(WireHeader{Op::kBye, options_.rank, 0, 0, 0}, {}, [&, c](const Status&) {
         c->Close(absl::OkStatus());
         std::lock_guard lock(done_mu);
         --remaining;

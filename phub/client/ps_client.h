@@ -35,6 +35,7 @@
 #include "phub/common/status.h"
 #include "phub/kernels/optimizer_config.h"
 #include "phub/keys/key_table.h"
+#include "phub/transport/send_window.h"
 #include "phub/transport/verbs/device_options.h"
 
 namespace phub::client {
@@ -52,6 +53,9 @@ struct PsClientOptions {
   int connect_timeout_ms = 30000;  // keep retrying a refused connection this long
   bool tcp_no_delay = true;        // TCP_NODELAY (off only to measure what it is worth)
   int socket_buffer_bytes = 0;     // fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning
+  // Priority scheduling of each data connection's pushes (first layers first): payload bytes
+  // in flight per connection; 0 = send in the order pushed.
+  std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
   // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice).
   transport::verbs::DeviceOptions rdma;
 };

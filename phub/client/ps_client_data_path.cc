@@ -17,7 +17,7 @@ void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const flo
     auto bytes = std::as_bytes(data.subspan(chunk.offset, chunk.elements));
     WireHeader header{op, options_.rank, chunk.id, iteration,
                       static_cast<std::uint32_t>(bytes.size())};
-    connections_[table_->owner(chunk.id)]->Send(header, bytes, [this](const Status& s) {
+    senders_[table_->owner(chunk.id)]->Send(header, bytes, [this](const Status& s) {
       if (!s.ok() && !closing_) RecordError(s);
     });
   }

@@ -17,6 +17,7 @@
 #include "phub/client/ps_client.h"
 #include "phub/common/first_error.h"
 #include "phub/transport/event_loop.h"
+#include "phub/transport/send_scheduler.h"
 #include "phub/transport/transport.h"
 #include "phub/transport/transport_kind.h"
 #include "proto/phub.pb.h"
@@ -42,6 +43,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
     (void)Close();
     // Connections and the transport (verbs: its CQ) are the loop thread's.
     loop_.Run([this] {
+      senders_.clear();
       connections_.clear();
       transport_.reset();
       heartbeat_timer_.reset();
@@ -100,6 +102,9 @@ class PsClient::Impl final : public transport::ConnectionHandler {
 
   std::unique_ptr<transport::Transport> transport_;       // phubd's choice, on loop_
   std::vector<std::shared_ptr<Connection>> connections_;  // by server core
+  // By server core, beside connections_: every message goes out through these, pushes first
+  // layers first (PsClientOptions::send_window_bytes).
+  std::vector<std::shared_ptr<transport::SendScheduler>> senders_;
   bool weights_from_server_ = false;
   bool resumed_ = false;                 // the Welcome's: no INIT, weights of resume_iteration_
   std::uint64_t resume_iteration_ = 0;

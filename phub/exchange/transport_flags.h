@@ -1,6 +1,7 @@
 // A worker's data-plane flags, declared once for phub-worker and the test worker: --transport
 // (the ring's links; a PS job follows phubd's --transport) and the RDMA device flags, written
-// into every exchange's options so ps, ps-colocated and ring use the same device.
+// into every exchange's options so ps, ps-colocated and ring use the same device; and the PS
+// client's --send-window-bytes (priority scheduling of its pushes).
 #pragma once
 
 #include "phub/exchange/make_exchange.h"
@@ -13,6 +14,7 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
                               "Ring links: tcp or verbs (RDMA). PS jobs use what phubd was "
                               "started with");
   transport::AddRdmaFlags(app, {&options.ps.client.rdma, &options.ring.ring.rdma});
+  transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
 }
 
 }  // namespace phub::exchange

@@ -114,6 +114,7 @@ void ControlPlane::StartJob() {
       .world_size = options_.world_size,
       .optimizer = optimizer,
       .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
+      .send_window_bytes = options_.send_window_bytes,
       .initial_weights = resume_ ? std::vector<float>{} : std::move(initial_weights),
       // A resumed checkpoint may hold previous weights, which the resumed workers need.
       .keep_previous = options_.limits.rejoin_timeout_ms > 0 ||

@@ -2,6 +2,7 @@
 // Immutable after creation; shared by pointer between the control plane and every core.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,6 +20,8 @@ struct JobSpec {
   std::uint32_t world_size = 0;
   kernels::OptimizerConfig optimizer;
   std::uint64_t session = 0;  // random; a data connection must present it in its ATTACH
+  // Priority scheduling of each data connection's WEIGHTS (SendScheduler); 0 = in order.
+  std::size_t send_window_bytes = 0;
   // The whole model's initial weights, tensors concatenated in table order, when phubd loaded
   // them from a file; empty when rank 0 sends them (INIT).
   std::vector<float> initial_weights;

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   bool nagle = false;
   app.add_flag("--tcp-nagle", nagle,
                "Leave Nagle's algorithm on (no TCP_NODELAY); only to measure what NODELAY is worth");
+  phub::transport::AddSendWindowFlag(app, options.send_window_bytes);
   app.add_option("--socket-buffer-bytes", options.tcp.buffer_bytes,
                  "Fixed SO_SNDBUF/SO_RCVBUF per connection; 0 = Linux autotuning (recommended)")
       ->capture_default_str();

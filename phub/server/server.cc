@@ -33,7 +33,9 @@ Status Server::Start() {
   }
   PHUB_ASSIGN_OR_RETURN(
       std::shared_ptr<transport::Device> device,
-      transport::OpenDevice({options_.transport, options_.tcp, options_.rdma}));
+      transport::OpenDevice({options_.transport,
+                             transport::ForScheduling(options_.tcp, options_.send_window_bytes),
+                             options_.rdma}));
   spdlog::info("data plane: {}", device->Describe());
   for (std::uint32_t i = 0; i < options_.cores; ++i) {
     std::uint16_t port =

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/transport/send_window.h"
 #include "phub/transport/socket_options.h"
 #include "phub/transport/transport_kind.h"
 #include "phub/transport/verbs/device_options.h"
@@ -62,6 +63,8 @@ struct ServerOptions {
   std::string initial_weights_path;     // raw float32 file; empty = rank 0 sends weights
   bool one_job = false;                 // exit after the first job ends
   transport::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
+  // Priority scheduling of the WEIGHTS each core sends (--send-window-bytes, SendScheduler).
+  std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
   transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
   transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long

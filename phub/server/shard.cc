@@ -57,6 +57,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     local_index_[chunk.id] = static_cast<std::int32_t>(i);
   }
   workers_.resize(world);
+  senders_.resize(world);
   said_bye_.assign(world, 0);
   seen_.assign(world, 0);
   forgotten_.assign(world, 0);
@@ -258,6 +259,7 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
                          [&](const auto& c) { return c.get() == &connection; });
   if (it == unattached_.end()) return absl::InternalError("ATTACH on a connection never adopted");
   workers_[header.worker] = *it;
+  senders_[header.worker] = transport::SendScheduler::Create(*it, job_->send_window_bytes);
   unattached_.erase(it);
   connection.set_tag(header.worker);
   seen_[header.worker] = 1;
@@ -378,7 +380,7 @@ void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
                     static_cast<std::uint32_t>(payload.size())};
   // The chunk does not aggregate (which rewrites weights and previous) while a send is queued.
   ++state.pending_sends;
-  workers_[rank]->Send(header, payload, [this, &state](const Status& status) {
+  senders_[rank]->Send(header, payload, [this, &state](const Status& status) {
     --state.pending_sends;
     if (status.ok()) stats_.bytes_out += state.chunk->bytes();
     MaybeAggregate(state);

@@ -32,6 +32,7 @@
 #include "phub/server/checkpoint_file.h"
 #include "phub/server/job_spec.h"
 #include "phub/transport/connection.h"
+#include "phub/transport/send_scheduler.h"
 
 namespace phub::server {
 
@@ -167,6 +168,9 @@ class Shard final : public transport::ConnectionHandler {
   std::vector<std::int32_t> local_index_;  // chunk id -> index in chunks_, -1 if not ours
   std::vector<std::shared_ptr<transport::Connection>> unattached_;
   std::vector<std::shared_ptr<transport::Connection>> workers_;  // by rank
+  // By rank, beside workers_ (set and cleared with it): orders the WEIGHTS each worker gets,
+  // first layers first (JobSpec::send_window_bytes).
+  std::vector<std::shared_ptr<transport::SendScheduler>> senders_;
   std::vector<std::uint8_t> said_bye_;
   std::uint32_t attached_ = 0;
   bool closing_ = false;  // CloseAll in progress: closures are expected, not losses

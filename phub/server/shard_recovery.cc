@@ -52,6 +52,9 @@ RejoinPoint Shard::ForgetWorker(std::uint32_t rank) {
   if (std::shared_ptr<transport::Connection> connection = std::move(workers_[rank])) {
     workers_[rank] = nullptr;  // OnClosed then knows it is not a loss to report
     --attached_;
+    // Closing fails the sends in flight and, through them, every WEIGHTS the scheduler still
+    // holds: each chunk's pending_sends comes back down before the scheduler goes.
+    auto sender = std::move(senders_[rank]);
     connection->Close(absl::AbortedError("the worker's control connection was lost"));
   }
   resume_at_[rank] = kNoResume;

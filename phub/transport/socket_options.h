@@ -7,6 +7,7 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <cstddef>
 
 #include "phub/common/status.h"
 
@@ -17,7 +18,14 @@ namespace phub::transport {
 struct SocketTuning {
   bool no_delay = true;  // TCP_NODELAY
   int buffer_bytes = 0;  // SO_SNDBUF and SO_RCVBUF; 0 = leave Linux's autotuning on
+  // TCP_NOTSENT_LOWAT: the kernel takes more bytes only while fewer than this are unsent, so
+  // what a SendScheduler holds back is not already queued in the socket; 0 = unset (the send
+  // buffer, up to megabytes, is one unpreemptable FIFO).
+  int notsent_lowat_bytes = 0;
 };
+
+// What a connection whose sends a SendScheduler with `window_bytes` orders needs of its socket.
+SocketTuning ForScheduling(SocketTuning tuning, std::size_t window_bytes);
 
 Status TuneSocket(boost::asio::ip::tcp::socket& socket, const SocketTuning& tuning = {});
 

@@ -18,6 +18,18 @@ inline void AddTransportFlag(CLI::App& app, TransportKind& kind, const std::stri
       ->default_str(TransportName(kind));
 }
 
+// Adds --send-window-bytes, writing `window_bytes` (SendScheduler: priority scheduling of
+// each data connection's sends).
+inline void AddSendWindowFlag(CLI::App& app, std::size_t& window_bytes) {
+  app.add_option("--send-window-bytes", window_bytes,
+                 "Priority scheduling: payload bytes each data connection may have in flight; "
+                 "chunks held back go first-layer-first, so the gradients and weights the next "
+                 "forward needs first overtake the later layers' (0 = off: send in order "
+                 "queued)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 32));
+}
+
 // Adds --rdma-device, --rdma-port and --rdma-gid-index, writing every one of `options`.
 inline void AddRdmaFlags(CLI::App& app, std::vector<verbs::DeviceOptions*> options) {
   app.add_option_function<std::string>(
