@@ -61,8 +61,8 @@ TOPOLOGY_SYSTEMS = {
     "loopback": [s.key for s in systems.SYSTEMS],
     # On a rack the reference is the links' physical limit; raw-tcp (push all, then pull all)
     # would not be one: it does not overlap the two directions as the PS does.
-    "pbox": ["ps"] + systems.RINGS,
-    "cloud": ["ps"] + systems.RINGS,
+    "pbox": ["ps", "ps-fifo"] + systems.RINGS,
+    "cloud": ["ps", "ps-fifo"] + systems.RINGS,
     "colocated": ["ps-colocated"] + systems.RINGS,
 }
 # The PS of each topology, compared with the best allreduce.
@@ -103,6 +103,7 @@ def grid(args, settings, topologies, sizes, workers, chosen, raw_dir):
                 log(f"[{topo} N={n}] {net.describe()}")
                 for mib in sizes:
                     reps = {k: [] for k in keys}
+                    cpus = {k: [] for k in keys}
                     sums = {}
                     for rep in range(args.reps):
                         for key in keys:
@@ -112,6 +113,9 @@ def grid(args, settings, topologies, sizes, workers, chosen, raw_dir):
                             t, checksum = systems.run(system, net, settings, n, mib,
                                                       os.path.join(raw_dir, tag), limit or 0.0)
                             reps[key].append(t)
+                            cpu = systems.phubd_cpu(os.path.join(raw_dir, tag))
+                            if cpu:
+                                cpus[key].append(cpu)
                             sums.setdefault(key, set()).add(checksum)
                             progress.step()
                             lim = f", limit {limit * 1e3:.0f} ms" if limit else ""
@@ -128,8 +132,15 @@ def grid(args, settings, topologies, sizes, workers, chosen, raw_dir):
                         raise BenchError(f"{topo} N={n} S={mib:g}: the allreduces' results "
                                          f"differ: {sorted(ring_sums)}")
                     for key in keys:
-                        yield summarize(topo, key, n, mib, reps[key], next(iter(sums[key])),
+                        row = summarize(topo, key, n, mib, reps[key], next(iter(sums[key])),
                                         net.limit_s(key, n, mib * MIB))
+                        if cpus[key]:
+                            # phubd's cores, whole runs (warm-up and set-up included): CPU
+                            # seconds per byte received, the repetitions pooled.
+                            seconds = sum(c for c, _ in cpus[key])
+                            received = sum(b for _, b in cpus[key])
+                            row["phubd_ns_per_byte"] = 1e9 * seconds / received
+                        yield row
             finally:
                 kill_children()
                 net.close()
@@ -236,11 +247,38 @@ def markdown(rows, topologies, sizes, workers, rate):
                 table.append(cells)
         md += tables.md_table(head, table, "r" * len(head))
         md.append("")
+    cpu_rows = [r for r in rows if r.get("phubd_ns_per_byte")]
+    if cpu_rows:
+        mhz = cpu_mhz()
+        md += ["### phubd's CPU per byte received", "",
+               "The cores' threads' CPU time (user + system: aggregation, bookkeeping, the "
+               "transport's syscalls and copies; whole runs, set-up and warm-up included) over "
+               "the payload bytes they received, from phubd's job-end log line. Cycles at the "
+               f"clock /proc/cpuinfo reports ({mhz:.0f} MHz; this VM counts no cycles itself). "
+               "GB/s per core = what one fully busy core would absorb at that cost.", ""]
+        md += tables.md_table(
+            ["topology", "system", "N", "S MiB", "ns / byte", "cycles / byte", "GB/s per core"],
+            [[r["topology"], r["system"], str(r["workers"]), f"{r['mib']:g}",
+              f"{r['phubd_ns_per_byte']:.3f}", f"{r['phubd_ns_per_byte'] * mhz / 1e3:.2f}",
+              f"{1 / r['phubd_ns_per_byte']:.2f}"] for r in cpu_rows], "llrrrrr")
+        md.append("")
     return md
 
 
+def cpu_mhz():
+    """The clock /proc/cpuinfo reports for the first CPU, MHz (0 if none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
 TSV_KEYS = ["topology", "system", "workers", "mib", "ms", "ms_min", "ms_max", "samples", "algbw",
-            "limit_ms", "x_limit", "checksum"]
+            "limit_ms", "x_limit", "checksum", "phubd_ns_per_byte"]
 
 
 def machine_notes(args, start_load):

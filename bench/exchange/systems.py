@@ -21,7 +21,9 @@ command on it (on loopback: 127.0.0.1 and as is).
                      traffic on the rack's unshaped management network)
 """
 
+import glob
 import os
+import re
 
 from benchlib import BenchError
 from benchlib.outdir import fresh_dir
@@ -128,7 +130,7 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
         port_file = os.path.join(run_dir, f"{tag}.port")
         argv = [s.bins["phubd"], "--port", "0", "--port-file", port_file, "--listen",
                 net.ip(host), "--world-size", str(n), "--cores", str(cores), "--one-job",
-                "--no-pin", "--log-level", "warn", "--optimizer", "sgd", "--lr", str(s.lr)]
+                "--no-pin", "--log-level", "info", "--optimizer", "sgd", "--lr", str(s.lr)]
         if chunk_bytes or s.chunk_bytes:
             argv += ["--chunk-bytes", str(chunk_bytes or s.chunk_bytes)]
         proc, log_path = launch(tag, host, argv + s.tcp_flags(colocated) + system.extra,
@@ -192,3 +194,22 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
         raise BenchError(f"{system.key}: the workers' results differ (N={n}, S={mib:g} MiB): "
                          f"checksums {checksums}; files in {run_dir}")
     return times, checksums[0]
+
+
+CPU_LINE = re.compile(r"cores' CPU ([0-9.]+) s \(([0-9.]+) ns per byte in\)")
+
+
+def phubd_cpu(run_dir):
+    """(CPU seconds, bytes in) summed over the phubd logs of a finished run, from each job's
+    end line (phub/server/control_plane_job.cc); None when no phubd ran or none logged it."""
+    cpu = nbytes = 0.0
+    found = False
+    for path in glob.glob(os.path.join(run_dir, "phubd*.log")):
+        with open(path, errors="replace") as f:
+            for m in CPU_LINE.finditer(f.read()):
+                seconds, ns_per_byte = float(m.group(1)), float(m.group(2))
+                if ns_per_byte > 0:
+                    cpu += seconds
+                    nbytes += seconds * 1e9 / ns_per_byte
+                    found = True
+    return (cpu, nbytes) if found else None

@@ -270,10 +270,15 @@ void ControlPlane::EndJob() {
     total.aggregations += s.aggregations;
     total.bytes_in += s.bytes_in;
     total.bytes_out += s.bytes_out;
+    total.cpu_seconds += s.cpu_seconds;
   }
-  spdlog::info("job {} ended{}: {} chunk aggregations, {:.1f} MiB in, {:.1f} MiB out",
-               jobs_started_, stalled_ ? " (stalled)" : "", total.aggregations,
-               total.bytes_in / 1048576.0, total.bytes_out / 1048576.0);
+  // The cores' CPU per byte received is what sizes a PBox (docs/design.md "Sizing a PBox").
+  spdlog::info(
+      "job {} ended{}: {} chunk aggregations, {:.1f} MiB in, {:.1f} MiB out, cores' CPU {:.3f} s "
+      "({:.3f} ns per byte in)",
+      jobs_started_, stalled_ ? " (stalled)" : "", total.aggregations, total.bytes_in / 1048576.0,
+      total.bytes_out / 1048576.0, total.cpu_seconds,
+      total.bytes_in ? 1e9 * total.cpu_seconds / static_cast<double>(total.bytes_in) : 0.0);
   running_ = false;
   stalled_ = false;
   joined_ = 0;

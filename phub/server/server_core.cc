@@ -1,5 +1,7 @@
 #include "phub/server/server_core.h"
 
+#include <ctime>
+
 #include <boost/asio/steady_timer.hpp>
 #include <new>
 
@@ -9,6 +11,13 @@
 namespace phub::server {
 
 namespace {
+// CPU seconds (user + system) the calling thread has used.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // A worker sends the shard only pushes and INIT (into landing zones), ATTACH and BYE: messages
 // outside a zone are header-sized, so what a transport prepares for them stays small however
 // many workers there are. The shard sends only its chunks' weights, from its own (registered)
@@ -119,6 +128,7 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
     job_chunk_bytes_ = job->table.chunk_bytes();
     try {
       shard_ = std::make_unique<Shard>(std::move(job), index_, std::move(sink));
+      shard_cpu_start_ = ThreadCpuSeconds();
     } catch (const std::bad_alloc&) {
       status = absl::ResourceExhaustedError(absl::StrCat(
           "out of memory allocating the job's slots, weights and optimizer state (",
@@ -149,6 +159,7 @@ ShardStats ServerCore::RemoveShard() {
     if (!shard_) return;
     EndSetUps();
     stats = shard_->stats();
+    stats.cpu_seconds = ThreadCpuSeconds() - shard_cpu_start_;
     shard_->CloseAll(absl::OkStatus());
     shard_.reset();
     transport_->ForgetRegistered();  // the job's regions go with it

@@ -58,6 +58,7 @@ class ServerCore {
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::Acceptor> acceptor_;
   std::unique_ptr<Shard> shard_;
+  double shard_cpu_start_ = 0;  // this thread's CPU seconds when shard_ was installed
   std::uint16_t port_ = 0;
   std::uint64_t refused_ = 0;  // data connections refused for --max-connections
   // Last, so it is destroyed (its thread joined) first: handlers still queued on it may touch

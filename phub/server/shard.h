@@ -72,6 +72,9 @@ struct ShardStats {
   std::uint64_t aggregations = 0;   // chunk-iterations completed
   std::uint64_t bytes_in = 0;       // payload bytes received (pushes + init)
   std::uint64_t bytes_out = 0;      // payload bytes sent (weights)
+  // CPU time of the core's thread while the shard lived (user + system: the aggregation, the
+  // bookkeeping and the transport's syscalls and copies); set by ServerCore::RemoveShard.
+  double cpu_seconds = 0;
 };
 
 class Shard final : public transport::ConnectionHandler {

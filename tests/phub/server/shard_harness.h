@@ -146,6 +146,9 @@ inline testing::RefConfig ReferenceConfig(const kernels::OptimizerConfig& c) {
     case kernels::OptimizerKind::kAdam:
       r.kind = testing::RefOptimizer::kAdam;
       break;
+    case kernels::OptimizerKind::kAverage:  // summation mode has its own tests (kernels_test)
+      ADD_FAILURE() << "the float64 optimizer reference has no summation mode";
+      break;
   }
   r.lr = c.lr;
   r.momentum = c.momentum;
