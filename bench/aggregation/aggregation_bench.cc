@@ -72,13 +72,15 @@ struct Row {
   std::string Label() const {
     if (kernel == "fused") return fmt::format("{} N={}", optimizer, inputs);
     if (kernel == "sum_into_n") return fmt::format("sum_into N={}", inputs);
+    if (kernel == "sum_into_n_bf16") return fmt::format("sum_into bf16 N={}", inputs);
     return kernel;
   }
   // Plot series: one per optimizer, plus the stream-only reference.
   std::string Series() const {
-    return kernel == "fused"        ? optimizer
-           : kernel == "sum_into_n" ? "sum-into N (no optimizer)"
-                                    : kernel;
+    return kernel == "fused"             ? optimizer
+           : kernel == "sum_into_n"      ? "sum-into N (no optimizer)"
+           : kernel == "sum_into_n_bf16" ? "sum-into N, bf16 inputs (no optimizer)"
+                                         : kernel;
   }
 };
 
@@ -178,7 +180,8 @@ int Run(const Options& opt) {
   }
   const std::size_t n = opt.mib * (std::size_t{1} << 20) / sizeof(float);
   const int max_inputs = std::max(2, *std::max_element(opt.inputs.begin(), opt.inputs.end()));
-  const std::size_t need_mib = opt.mib * static_cast<std::size_t>(max_inputs + 4);
+  // Inputs in float32 and again in bf16 and fp16 (2 + 2 bytes), weights, state, destination.
+  const std::size_t need_mib = opt.mib * static_cast<std::size_t>(2 * max_inputs + 4);
   // Refuse what the machine cannot hold rather than be killed by the OOM killer mid-fill.
   const std::string avail_kb = ProcField("/proc/meminfo", "MemAvailable");
   if (const std::size_t avail_mib = std::strtoull(avail_kb.c_str(), nullptr, 10) / 1024;
@@ -208,6 +211,22 @@ int Run(const Options& opt) {
   const std::string huge_kib = ProcField("/proc/self/smaps_rollup", "AnonHugePages");
   std::vector<const float*> input_ptrs;
   for (auto& b : inputs) input_ptrs.push_back(b.data());
+  // The same inputs rounded to the compact wire formats (--wire bf16|fp16), for the kernel's
+  // rows over them: half the input bytes.
+  std::vector<std::vector<kernels::Bf16>> bf16_inputs;
+  std::vector<std::vector<kernels::Fp16>> fp16_inputs;
+  std::vector<const kernels::Bf16*> bf16_ptrs;
+  std::vector<const kernels::Fp16*> fp16_ptrs;
+  std::vector<const std::uint16_t*> bf16_bits;
+  for (auto& b : inputs) {
+    bf16_inputs.emplace_back(n);
+    fp16_inputs.emplace_back(n);
+    kernels::Convert(std::span<const float>(b.data(), n), std::span<kernels::Bf16>(bf16_inputs.back()));
+    kernels::Convert(std::span<const float>(b.data(), n), std::span<kernels::Fp16>(fp16_inputs.back()));
+    bf16_ptrs.push_back(bf16_inputs.back().data());
+    fp16_ptrs.push_back(fp16_inputs.back().data());
+    bf16_bits.push_back(&bf16_inputs.back().data()->bits);
+  }
 
   std::vector<Measurement> ms;
   const float* const src = inputs[0].data();
@@ -225,6 +244,15 @@ int Run(const Options& opt) {
           .inputs = n_in,
           .bytes_per_element = (n_in + 2) * 4},
          [=] { SumIntoN(std::make_integer_sequence<int, kMaxReferenceInputs>(), n_in, d, s, n); }});
+    const std::uint16_t* const* sb = bf16_bits.data();
+    ms.push_back({{.kernel = "sum_into_n_bf16",
+                   .optimizer = "-",
+                   .inputs = n_in,
+                   .bytes_per_element = n_in * 2 + 8},
+                  [=] {
+                    SumIntoNBf16(std::make_integer_sequence<int, kMaxReferenceInputs>(), n_in, d,
+                                 sb, n);
+                  }});
   }
 
   // The optimizers share the state arrays (Adam's s, only Adam's, stays >= 0); each keeps its
@@ -263,6 +291,25 @@ int Run(const Options& opt) {
     const std::span<float* const> st(state_ptrs, 1);
     const std::span<const float> w_in = weights.span();
     const std::span<float> w_out(d, n);
+    // The wire's compact formats: momentum over bf16 and fp16 copies, (2N + 8 + 8) bytes.
+    const std::span<const kernels::Bf16* const> in_bf16(bf16_ptrs.data(), n_in);
+    const std::span<const kernels::Fp16* const> in_fp16(fp16_ptrs.data(), n_in);
+    ms.push_back({{.kernel = "fused",
+                   .optimizer = "momentum bf16",
+                   .inputs = n_in,
+                   .state_arrays = 1,
+                   .bytes_per_element = n_in * 2 + 16},
+                  [=, step = std::uint64_t{0}]() mutable {
+                    kernels::AggregateAndStep(in_bf16, w, st, config, ++step);
+                  }});
+    ms.push_back({{.kernel = "fused",
+                   .optimizer = "momentum fp16",
+                   .inputs = n_in,
+                   .state_arrays = 1,
+                   .bytes_per_element = n_in * 2 + 16},
+                  [=, step = std::uint64_t{0}]() mutable {
+                    kernels::AggregateAndStep(in_fp16, w, st, config, ++step);
+                  }});
     ms.push_back({{.kernel = "fused",
                    .optimizer = "momentum out-of-place",
                    .inputs = n_in,
@@ -287,8 +334,11 @@ int Run(const Options& opt) {
     r.pct_sum_into = 100.0 * r.gb_per_s / sum_gbs;
     r.pct_memcpy = 100.0 * r.gb_per_s / memcpy_gbs;
     if (r.kernel != "fused") continue;
+    // Compact-input rows against the reference with the same input format.
+    const bool compact = r.optimizer.find("bf16") != std::string::npos ||
+                         r.optimizer.find("fp16") != std::string::npos;
     for (const Row& ref : rows) {
-      if (ref.kernel == "sum_into_n" && ref.inputs == r.inputs) {
+      if (ref.kernel == (compact ? "sum_into_n_bf16" : "sum_into_n") && ref.inputs == r.inputs) {
         r.pct_sum_into_n = 100.0 * r.gb_per_s / ref.gb_per_s;
       }
     }

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -70,6 +71,28 @@ template <int K>
     for (int k = 1; k < K; ++k) sum += p[k][i];
     dst[i] += sum;
   }
+}
+
+// The same over bf16 inputs, widened as they are read (the reference for the kernel's
+// --wire bf16 rows): (2N + 8) bytes per element.
+template <int K>
+[[gnu::noinline]] inline void SumIntoKBf16(float* __restrict dst, const std::uint16_t* const* s,
+                                           std::size_t n) {
+  const std::uint16_t* __restrict p[K];
+  for (int k = 0; k < K; ++k) p[k] = s[k];
+#pragma GCC ivdep
+  for (std::size_t i = 0; i < n; ++i) {
+    float sum = std::bit_cast<float>(std::uint32_t{p[0][i]} << 16);
+#pragma GCC unroll 8
+    for (int k = 1; k < K; ++k) sum += std::bit_cast<float>(std::uint32_t{p[k][i]} << 16);
+    dst[i] += sum;
+  }
+}
+
+template <int... Ks>
+inline void SumIntoNBf16(std::integer_sequence<int, Ks...>, int n_in, float* dst,
+                         const std::uint16_t* const* s, std::size_t n) {
+  ((n_in == Ks + 1 ? SumIntoKBf16<Ks + 1>(dst, s, n) : void()), ...);
 }
 
 template <int... Ks>

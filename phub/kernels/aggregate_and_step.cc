@@ -20,11 +20,15 @@
 // (built with -O3 [-march=native] and -fno-math-errno so Adam's sqrt vectorizes); unaligned
 // pointers and any length are handled by the vectorizer's prologue/epilogue.
 //
+// Compact inputs (bf16, fp16: --wire) are widened to float as they are loaded, in the same
+// pass: half the input bytes, the same arithmetic.
+//
 // Numerics: sums in float, in input order grouped by four; Adam's bias corrections are computed
 // once per call in double and folded into two float constants.
 #include "phub/kernels/aggregate_and_step.h"
 
 #include "phub/kernels/optimizer_update.h"
+#include "phub/kernels/wire_format.h"
 
 #include <algorithm>
 #include <cassert>
@@ -44,9 +48,11 @@ constexpr std::size_t kGroup = 4;
 // may be null). All pointers are distinct arrays, hence __restrict.
 // kOut: the old weights are read from w_in and the new ones written to w (out of place, for a
 // caller that keeps the previous weights); otherwise w is read and written in place.
-template <OptimizerKind kKind, int K, bool kOut>
-void UpdateRange(const float* __restrict a, const float* __restrict b, const float* __restrict c,
-                 const float* __restrict d, const float* __restrict e,
+// A is the first input's element type and In the others' (float, or a compact wire format that
+// ToFloat widens in the same pass: the N > 4 path passes its float block buffer as `a`).
+template <OptimizerKind kKind, int K, bool kOut, class A, class In>
+void UpdateRange(const A* __restrict a, const In* __restrict b, const In* __restrict c,
+                 const In* __restrict d, const In* __restrict e,
                  const float* __restrict w_in, float* __restrict w, float* __restrict s0,
                  float* __restrict s1, std::size_t n, const StepConstants& k) {
   static_assert(K >= 1 && K <= 5);
@@ -54,11 +60,11 @@ void UpdateRange(const float* __restrict a, const float* __restrict b, const flo
   const StepConstants kc = k;
 #pragma GCC ivdep
   for (std::size_t j = 0; j < n; ++j) {
-    float sum = a[j];
-    if constexpr (K >= 2) sum += b[j];
-    if constexpr (K >= 3) sum += c[j];
-    if constexpr (K >= 4) sum += d[j];
-    if constexpr (K >= 5) sum += e[j];
+    float sum = ToFloat(a[j]);
+    if constexpr (K >= 2) sum += ToFloat(b[j]);
+    if constexpr (K >= 3) sum += ToFloat(c[j]);
+    if constexpr (K >= 4) sum += ToFloat(d[j]);
+    if constexpr (K >= 5) sum += ToFloat(e[j]);
     const float wj = kOut ? w_in[j] : w[j];
     // State through locals: an optimizer without s0 or s1 has null pointers there.
     float t0 = UsesFirstState(kKind) ? s0[j] : 0.0f;
@@ -70,12 +76,12 @@ void UpdateRange(const float* __restrict a, const float* __restrict b, const flo
 }
 
 // dst[j] = (kAdd ? dst[j] : 0) + a[j] + b[j] + c[j] + d[j].
-template <bool kAdd>
-void SumFour(float* __restrict dst, const float* __restrict a, const float* __restrict b,
-             const float* __restrict c, const float* __restrict d, std::size_t n) {
+template <bool kAdd, class In>
+void SumFour(float* __restrict dst, const In* __restrict a, const In* __restrict b,
+             const In* __restrict c, const In* __restrict d, std::size_t n) {
 #pragma GCC ivdep
   for (std::size_t j = 0; j < n; ++j) {
-    const float s = (a[j] + b[j]) + (c[j] + d[j]);
+    const float s = (ToFloat(a[j]) + ToFloat(b[j])) + (ToFloat(c[j]) + ToFloat(d[j]));
     if constexpr (kAdd) {
       dst[j] += s;
     } else {
@@ -84,23 +90,24 @@ void SumFour(float* __restrict dst, const float* __restrict a, const float* __re
   }
 }
 
-template <OptimizerKind kKind, bool kOut>
-void Run(std::span<const float* const> in, const float* w_in, float* w, float* s0, float* s1,
+template <OptimizerKind kKind, bool kOut, class In>
+void Run(std::span<const In* const> in, const float* w_in, float* w, float* s0, float* s1,
          std::size_t len, const StepConstants& k) {
+  constexpr const In* kNone = nullptr;
   const std::size_t n_in = in.size();
   switch (n_in) {
     case 1:
-      return UpdateRange<kKind, 1, kOut>(in[0], nullptr, nullptr, nullptr, nullptr, w_in, w, s0,
-                                         s1, len, k);
+      return UpdateRange<kKind, 1, kOut>(in[0], kNone, kNone, kNone, kNone, w_in, w, s0, s1, len,
+                                         k);
     case 2:
-      return UpdateRange<kKind, 2, kOut>(in[0], in[1], nullptr, nullptr, nullptr, w_in, w, s0, s1,
-                                         len, k);
+      return UpdateRange<kKind, 2, kOut>(in[0], in[1], kNone, kNone, kNone, w_in, w, s0, s1, len,
+                                         k);
     case 3:
-      return UpdateRange<kKind, 3, kOut>(in[0], in[1], in[2], nullptr, nullptr, w_in, w, s0, s1,
-                                         len, k);
+      return UpdateRange<kKind, 3, kOut>(in[0], in[1], in[2], kNone, kNone, w_in, w, s0, s1, len,
+                                         k);
     case 4:
-      return UpdateRange<kKind, 4, kOut>(in[0], in[1], in[2], in[3], nullptr, w_in, w, s0, s1,
-                                         len, k);
+      return UpdateRange<kKind, 4, kOut>(in[0], in[1], in[2], in[3], kNone, w_in, w, s0, s1, len,
+                                         k);
     default:
       break;
   }
@@ -119,22 +126,22 @@ void Run(std::span<const float* const> in, const float* w_in, float* w, float* s
         SumFour<true>(block, in[i] + off, in[i + 1] + off, in[i + 2] + off, in[i + 3] + off, m);
       }
     }
-    const float* const* r = in.data() + buffered;
+    const In* const* r = in.data() + buffered;
     float* const wb = w + off;
     const float* const wib = kOut ? w_in + off : nullptr;
     float* const s0b = s0 ? s0 + off : nullptr;
     float* const s1b = s1 ? s1 + off : nullptr;
     switch (rest) {
       case 1:
-        UpdateRange<kKind, 2, kOut>(block, r[0] + off, nullptr, nullptr, nullptr, wib, wb, s0b,
-                                    s1b, m, k);
+        UpdateRange<kKind, 2, kOut>(block, r[0] + off, kNone, kNone, kNone, wib, wb, s0b, s1b, m,
+                                    k);
         break;
       case 2:
-        UpdateRange<kKind, 3, kOut>(block, r[0] + off, r[1] + off, nullptr, nullptr, wib, wb, s0b,
+        UpdateRange<kKind, 3, kOut>(block, r[0] + off, r[1] + off, kNone, kNone, wib, wb, s0b,
                                     s1b, m, k);
         break;
       case 3:
-        UpdateRange<kKind, 4, kOut>(block, r[0] + off, r[1] + off, r[2] + off, nullptr, wib, wb,
+        UpdateRange<kKind, 4, kOut>(block, r[0] + off, r[1] + off, r[2] + off, kNone, wib, wb,
                                     s0b, s1b, m, k);
         break;
       default:
@@ -145,8 +152,8 @@ void Run(std::span<const float* const> in, const float* w_in, float* w, float* s
   }
 }
 
-template <bool kOut>
-void Dispatch(std::span<const float* const> inputs, const float* w_in, float* w,
+template <bool kOut, class In>
+void Dispatch(std::span<const In* const> inputs, const float* w_in, float* w,
               std::span<float* const> state, std::size_t len, const OptimizerConfig& config,
               std::uint64_t step) {
   assert(!inputs.empty() && "AggregateAndStep needs at least one input");
@@ -157,15 +164,15 @@ void Dispatch(std::span<const float* const> inputs, const float* w_in, float* w,
   float* const s1 = state.size() > 1 ? state[1] : nullptr;
   switch (config.kind) {
     case OptimizerKind::kSgd:
-      return Run<OptimizerKind::kSgd, kOut>(inputs, w_in, w, nullptr, nullptr, len, k);
+      return Run<OptimizerKind::kSgd, kOut, In>(inputs, w_in, w, nullptr, nullptr, len, k);
     case OptimizerKind::kMomentum:
-      return Run<OptimizerKind::kMomentum, kOut>(inputs, w_in, w, s0, nullptr, len, k);
+      return Run<OptimizerKind::kMomentum, kOut, In>(inputs, w_in, w, s0, nullptr, len, k);
     case OptimizerKind::kNesterov:
-      return Run<OptimizerKind::kNesterov, kOut>(inputs, w_in, w, s0, nullptr, len, k);
+      return Run<OptimizerKind::kNesterov, kOut, In>(inputs, w_in, w, s0, nullptr, len, k);
     case OptimizerKind::kAdam:
-      return Run<OptimizerKind::kAdam, kOut>(inputs, w_in, w, s0, s1, len, k);
+      return Run<OptimizerKind::kAdam, kOut, In>(inputs, w_in, w, s0, s1, len, k);
     case OptimizerKind::kAverage:
-      return Run<OptimizerKind::kAverage, kOut>(inputs, w_in, w, nullptr, nullptr, len, k);
+      return Run<OptimizerKind::kAverage, kOut, In>(inputs, w_in, w, nullptr, nullptr, len, k);
   }
 }
 
@@ -198,8 +205,32 @@ void AggregateAndStep(std::span<const float* const> inputs, std::span<float> wei
                       std::uint64_t step) {
   Dispatch<false>(inputs, nullptr, weights.data(), state, weights.size(), config, step);
 }
+void AggregateAndStep(std::span<const Bf16* const> inputs, std::span<float> weights,
+                      std::span<float* const> state, const OptimizerConfig& config,
+                      std::uint64_t step) {
+  Dispatch<false>(inputs, nullptr, weights.data(), state, weights.size(), config, step);
+}
+void AggregateAndStep(std::span<const Fp16* const> inputs, std::span<float> weights,
+                      std::span<float* const> state, const OptimizerConfig& config,
+                      std::uint64_t step) {
+  Dispatch<false>(inputs, nullptr, weights.data(), state, weights.size(), config, step);
+}
 
 void AggregateAndStep(std::span<const float* const> inputs, std::span<const float> weights_in,
+                      std::span<float> weights_out, std::span<float* const> state,
+                      const OptimizerConfig& config, std::uint64_t step) {
+  assert(weights_in.size() == weights_out.size());
+  Dispatch<true>(inputs, weights_in.data(), weights_out.data(), state, weights_out.size(), config,
+                 step);
+}
+void AggregateAndStep(std::span<const Bf16* const> inputs, std::span<const float> weights_in,
+                      std::span<float> weights_out, std::span<float* const> state,
+                      const OptimizerConfig& config, std::uint64_t step) {
+  assert(weights_in.size() == weights_out.size());
+  Dispatch<true>(inputs, weights_in.data(), weights_out.data(), state, weights_out.size(), config,
+                 step);
+}
+void AggregateAndStep(std::span<const Fp16* const> inputs, std::span<const float> weights_in,
                       std::span<float> weights_out, std::span<float* const> state,
                       const OptimizerConfig& config, std::uint64_t step) {
   assert(weights_in.size() == weights_out.size());

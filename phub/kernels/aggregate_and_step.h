@@ -19,6 +19,7 @@
 
 #include "phub/common/status.h"
 #include "phub/kernels/optimizer_config.h"
+#include "phub/kernels/wire_format.h"
 
 namespace phub::kernels {
 
@@ -53,6 +54,22 @@ void AggregateAndStep(std::span<const float* const> inputs, std::span<float> wei
 // alternates two buffers instead of copying one. REQUIRES: as above, and weights_in and
 // weights_out of the same length, not overlapping each other or anything else.
 void AggregateAndStep(std::span<const float* const> inputs, std::span<const float> weights_in,
+                      std::span<float> weights_out, std::span<float* const> state,
+                      const OptimizerConfig& config, std::uint64_t step);
+
+// The same two forms with the workers' copies in a compact wire format (wire_format.h): each
+// element is widened to float as it is read, in the same single pass; weights and state stay
+// float32. Same requirements, same results as converting the inputs to float first.
+void AggregateAndStep(std::span<const Bf16* const> inputs, std::span<float> weights,
+                      std::span<float* const> state, const OptimizerConfig& config,
+                      std::uint64_t step);
+void AggregateAndStep(std::span<const Fp16* const> inputs, std::span<float> weights,
+                      std::span<float* const> state, const OptimizerConfig& config,
+                      std::uint64_t step);
+void AggregateAndStep(std::span<const Bf16* const> inputs, std::span<const float> weights_in,
+                      std::span<float> weights_out, std::span<float* const> state,
+                      const OptimizerConfig& config, std::uint64_t step);
+void AggregateAndStep(std::span<const Fp16* const> inputs, std::span<const float> weights_in,
                       std::span<float> weights_out, std::span<float* const> state,
                       const OptimizerConfig& config, std::uint64_t step);
 

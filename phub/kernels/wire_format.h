@@ -1,0 +1,75 @@
+// The element formats gradients and weights may travel in (`--wire`), and the conversions
+// between them and float32. Compact formats halve the bytes on the wire; phubd still sums in
+// float32 into float32 master weights and optimizer state (aggregate_and_step.h).
+//
+//   fp32  IEEE binary32, as the model holds it (4 bytes)
+//   bf16  bfloat16: binary32's sign, 8-bit exponent and top 7 mantissa bits (2 bytes); the same
+//         range as float32, ~3 significant digits: gradients fit without scaling
+//   fp16  IEEE binary16 (2 bytes): 10 mantissa bits but a range of 6e-8 .. 65504, so small
+//         gradients underflow unless the loss is scaled up first (a static --loss-scale)
+//
+// Conversions to the compact formats round to nearest, ties to even (what hardware and
+// PyTorch's .to(bfloat16/float16) do); values past the format's range become infinity; NaN
+// stays NaN. Pure functions over spans, thread-compatible, no allocation, auto-vectorized.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "phub/common/status.h"
+
+namespace phub::kernels {
+
+enum class WireFormat : std::uint8_t { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
+
+// Bytes one element takes on the wire: 4, 2, 2.
+std::size_t WireBytes(WireFormat format);
+// "fp32", "bf16", "fp16" <-> format; Parse returns InvalidArgument listing the accepted names.
+StatusOr<WireFormat> ParseWireFormat(const std::string& name);
+std::string WireFormatName(WireFormat format);
+
+// One element of each compact format, as its bits (strong types, so a span of one is never
+// passed where the other is meant).
+struct Bf16 {
+  std::uint16_t bits;
+};
+struct Fp16 {
+  std::uint16_t bits;
+};
+static_assert(sizeof(Bf16) == 2 && sizeof(Fp16) == 2);
+
+// bf16 -> float32 is exact: the bits are float32's top half.
+inline float ToFloat(Bf16 x) { return std::bit_cast<float>(std::uint32_t{x.bits} << 16); }
+inline float ToFloat(float x) { return x; }
+// float32 -> bf16, round to nearest even; NaN stays a (quiet) NaN.
+inline Bf16 ToBf16(float x) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
+  return Bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+// fp16 -> float32, exact, in integer and float operations a vectorizer keeps in vectors
+// (GCC 12 converts _Float16 one element at a time): the half's exponent and mantissa moved into
+// float32's fields, rebased by multiplying by 2^112 (exact: subnormal halves come out normal),
+// infinity and NaN (all-ones exponent) given float32's all-ones exponent.
+inline float ToFloat(Fp16 x) {
+  const std::uint32_t em = x.bits & 0x7fffu;
+  float f = std::bit_cast<float>(em << 13) * 0x1p112f;
+  if (em >= 0x7c00u) f = std::bit_cast<float>((em << 13) | 0x7f800000u);
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) | (std::uint32_t{x.bits} & 0x8000u) << 16);
+}
+// float32 -> fp16 through the compiler's _Float16: round to nearest even, overflow to infinity.
+inline Fp16 ToFp16(float x) { return Fp16{std::bit_cast<std::uint16_t>(static_cast<_Float16>(x))}; }
+
+// Whole arrays. REQUIRES: in.size() == out.size(); no overlap.
+void Convert(std::span<const float> in, std::span<Bf16> out);
+void Convert(std::span<const Bf16> in, std::span<float> out);
+void Convert(std::span<const float> in, std::span<Fp16> out);
+void Convert(std::span<const Fp16> in, std::span<float> out);
+// out = in * scale, then rounded to the format (fp16 loss scaling on the sender). Scaling is in
+// float32 and exact for powers of two.
+void ConvertScaled(std::span<const float> in, float scale, std::span<Fp16> out);
+
+}  // namespace phub::kernels

@@ -1,0 +1,298 @@
+// The wire formats' conversions (wire_format.h) against an independent reference: every finite
+// value of the format decoded from its fields by the textbook formula into a double, and the
+// nearest of them found by search, ties to the even bit pattern, past the largest finite value
+// by half an ulp: infinity. Random floats over the whole range (random bit patterns), exact
+// midpoints, subnormals, the edges of the range; every bit pattern of the format back and forth.
+// Then the array forms against the scalar ones, and AggregateAndStep over bf16/fp16 inputs
+// against the float kernel given the same values widened first (bit for bit) and against a
+// float64 loop.
+#include "phub/kernels/wire_format.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "phub/kernels/aggregate_and_step.h"
+
+namespace phub::kernels {
+namespace {
+
+// A binary format with `exp_bits` of exponent and `man_bits` of mantissa (bf16: 8, 7; fp16: 5,
+// 10), decoded by formula: (-1)^s * 2^(e - bias) * (1 + m / 2^man) or subnormal 2^(1-bias) * m /
+// 2^man. The reference knows nothing of float32's bits.
+struct Format {
+  int exp_bits, man_bits;
+  double Decode(std::uint16_t bits) const {
+    const int sign = bits >> (exp_bits + man_bits);
+    const int e = (bits >> man_bits) & ((1 << exp_bits) - 1);
+    const int m = bits & ((1 << man_bits) - 1);
+    const int bias = (1 << (exp_bits - 1)) - 1;
+    const double mag = e == 0 ? std::ldexp(static_cast<double>(m), 1 - bias - man_bits)
+                              : std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -man_bits),
+                                           e - bias);
+    return sign ? -mag : mag;
+  }
+  bool IsFinite(std::uint16_t bits) const {
+    return ((bits >> man_bits) & ((1 << exp_bits) - 1)) != (1 << exp_bits) - 1;
+  }
+  std::uint16_t Inf(bool negative) const {
+    return static_cast<std::uint16_t>(((1 << exp_bits) - 1) << man_bits |
+                                      (negative ? 1 << (exp_bits + man_bits) : 0));
+  }
+};
+constexpr Format kBf16Format{8, 7};
+constexpr Format kFp16Format{5, 10};
+
+// The nearest finite non-negative value's bits (sign added after), ties to even bits.
+class Nearest {
+ public:
+  explicit Nearest(Format f) : f_(f) {
+    // The finite non-negative patterns are 0 .. (all-ones exponent) - 1, in increasing order
+    // of value: a value's index is its bit pattern.
+    for (std::uint32_t b = 0; f.IsFinite(static_cast<std::uint16_t>(b)); ++b) {
+      values_.push_back(f.Decode(static_cast<std::uint16_t>(b)));
+    }
+    const double largest = values_.back();
+    const double ulp = largest - values_[values_.size() - 2];
+    overflow_ = largest + ulp / 2;  // at or past it: infinity (the tie goes to the even "next")
+  }
+  std::uint16_t operator()(double x) const {
+    const bool negative = std::signbit(x);
+    const double a = std::fabs(x);
+    if (a >= overflow_) return f_.Inf(negative);
+    auto it = std::lower_bound(values_.begin(), values_.end(), a);
+    std::size_t hi = static_cast<std::size_t>(it - values_.begin());
+    std::size_t pick = hi;
+    if (hi == values_.size()) {
+      pick = hi - 1;
+    } else if (hi > 0 && values_[hi] != a) {
+      const double down = a - values_[hi - 1], up = values_[hi] - a;
+      pick = down < up ? hi - 1 : up < down ? hi : (hi % 2 == 0 ? hi : hi - 1);
+    }
+    const std::uint16_t sign = negative ? static_cast<std::uint16_t>(1u << (f_.exp_bits + f_.man_bits)) : 0;
+    return static_cast<std::uint16_t>(pick | sign);
+  }
+  const std::vector<double>& values() const { return values_; }
+
+ private:
+  Format f_;
+  std::vector<double> values_;
+  double overflow_;
+};
+
+// Floats to test: random bit patterns (every exponent alike), values near the format's values
+// and exactly at the midpoints between neighbours, subnormals of both, the extremes.
+std::vector<float> TestFloats(const Nearest& nearest, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> out;
+  for (int i = 0; i < 200000; ++i) {
+    const float f = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+    if (!std::isnan(f)) out.push_back(f);
+  }
+  const std::vector<double>& v = nearest.values();
+  std::uniform_int_distribution<std::size_t> pick(0, v.size() - 2);
+  for (int i = 0; i < 20000; ++i) {
+    const std::size_t k = pick(rng);
+    const double mid = (v[k] + v[k + 1]) / 2;  // exact in double, and in float where it fits
+    for (double x : {mid, v[k], v[k + 1]}) {
+      const float f = static_cast<float>(x);
+      if (static_cast<double>(f) == x) {
+        out.push_back(f);
+        out.push_back(-f);
+      }
+      out.push_back(std::nextafter(f, 0.0f));
+      out.push_back(std::nextafter(f, std::numeric_limits<float>::infinity()));
+    }
+  }
+  for (float f : {0.0f, -0.0f, std::numeric_limits<float>::max(),
+                  -std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
+                  std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), 65504.0f, 65519.99f, 65520.0f,
+                  6.0e-8f, 3.0e-8f, 2.9e-8f}) {
+    out.push_back(f);
+  }
+  return out;
+}
+
+TEST(WireFormatTest, FloatToBf16RoundsToNearestEvenAsTheReference) {
+  const Nearest nearest(kBf16Format);
+  std::size_t checked = 0;
+  for (float f : TestFloats(nearest, 1)) {
+    ASSERT_EQ(ToBf16(f).bits, nearest(f)) << "float " << f << " bits 0x" << std::hex
+                                          << std::bit_cast<std::uint32_t>(f);
+    ++checked;
+  }
+  EXPECT_GT(checked, 300000u);
+}
+
+TEST(WireFormatTest, FloatToFp16RoundsToNearestEvenAsTheReference) {
+  const Nearest nearest(kFp16Format);
+  for (float f : TestFloats(nearest, 2)) {
+    ASSERT_EQ(ToFp16(f).bits, nearest(f)) << "float " << f << " bits 0x" << std::hex
+                                          << std::bit_cast<std::uint32_t>(f);
+  }
+}
+
+TEST(WireFormatTest, EveryFiniteValueOfBothFormatsWidensExactlyAndComesBack) {
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    if (kBf16Format.IsFinite(bits)) {
+      const float f = ToFloat(Bf16{bits});
+      ASSERT_EQ(static_cast<double>(f), kBf16Format.Decode(bits)) << b;
+      ASSERT_EQ(ToBf16(f).bits, bits) << b;
+    }
+    if (kFp16Format.IsFinite(bits)) {
+      const float f = ToFloat(Fp16{bits});
+      ASSERT_EQ(static_cast<double>(f), kFp16Format.Decode(bits)) << b;
+      ASSERT_EQ(ToFp16(f).bits, bits) << b;
+    }
+  }
+}
+
+TEST(WireFormatTest, NanStaysNanAndInfinityStaysInfinity) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float signalling = std::bit_cast<float>(0x7f800001u);  // would round to inf if not kept
+  EXPECT_TRUE(std::isnan(ToFloat(ToBf16(nan))));
+  EXPECT_TRUE(std::isnan(ToFloat(ToBf16(signalling))));
+  EXPECT_TRUE(std::isnan(ToFloat(ToFp16(nan))));
+  EXPECT_EQ(ToFloat(ToBf16(std::numeric_limits<float>::infinity())),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ToFloat(ToFp16(-1e6f)), -std::numeric_limits<float>::infinity());
+  // Every fp16 pattern with the all-ones exponent widens to float32's infinity or a NaN.
+  for (std::uint32_t m = 0; m < 1024; ++m) {
+    for (std::uint32_t sign : {0u, 0x8000u}) {
+      const float f = ToFloat(Fp16{static_cast<std::uint16_t>(sign | 0x7c00u | m)});
+      if (m == 0) {
+        EXPECT_EQ(f, sign ? -std::numeric_limits<float>::infinity()
+                          : std::numeric_limits<float>::infinity());
+      } else {
+        EXPECT_TRUE(std::isnan(f)) << m;
+      }
+    }
+  }
+}
+
+TEST(WireFormatTest, ArrayConversionsEqualTheScalarOnesAtEveryLength) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 0.01f);
+  for (std::size_t n : {0u, 1u, 7u, 8u, 15u, 16u, 17u, 1000u, 4099u}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = g(rng);
+    std::vector<Bf16> b(n);
+    std::vector<Fp16> h(n), hs(n);
+    std::vector<float> back_b(n), back_h(n);
+    Convert(x, std::span<Bf16>(b));
+    Convert(x, std::span<Fp16>(h));
+    ConvertScaled(x, 1024.0f, hs);
+    Convert(std::span<const Bf16>(b), std::span<float>(back_b));
+    Convert(std::span<const Fp16>(h), std::span<float>(back_h));
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(b[i].bits, ToBf16(x[i]).bits) << n << " " << i;
+      ASSERT_EQ(h[i].bits, ToFp16(x[i]).bits) << n << " " << i;
+      ASSERT_EQ(hs[i].bits, ToFp16(x[i] * 1024.0f).bits) << n << " " << i;
+      ASSERT_EQ(back_b[i], ToFloat(b[i]));
+      ASSERT_EQ(back_h[i], ToFloat(h[i]));
+    }
+  }
+}
+
+TEST(WireFormatTest, NamesParseAndUnknownOnesAreRefusedListingTheKnown) {
+  for (WireFormat f : {WireFormat::kFp32, WireFormat::kBf16, WireFormat::kFp16}) {
+    auto parsed = ParseWireFormat(WireFormatName(f));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, f);
+  }
+  EXPECT_EQ(WireBytes(WireFormat::kFp32), 4u);
+  EXPECT_EQ(WireBytes(WireFormat::kBf16), 2u);
+  auto bad = ParseWireFormat("int8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fp32, bf16 or fp16"), std::string::npos);
+}
+
+// AggregateAndStep over compact inputs computes what the float kernel computes on the widened
+// values, bit for bit, for every optimizer, N on both paths (<= 4 in registers, > 4 blocked),
+// lengths around the vector width and the block, in place and out of place; and stays within
+// float rounding of a float64 loop.
+template <class T>
+void CheckCompactInputs(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
+                             OptimizerKind::kNesterov, OptimizerKind::kAdam,
+                             OptimizerKind::kAverage}) {
+    for (std::size_t n_in : {1u, 2u, 4u, 5u, 8u, 9u}) {
+      for (std::size_t len : {1u, 13u, 2048u, 5000u}) {
+        OptimizerConfig config;
+        config.kind = kind;
+        config.lr = 0.05f;
+        config.weight_decay = kind == OptimizerKind::kAverage ? 0.0f : 1e-3f;
+        std::vector<std::vector<T>> compact(n_in, std::vector<T>(len));
+        std::vector<std::vector<float>> widened(n_in, std::vector<float>(len));
+        for (std::size_t w = 0; w < n_in; ++w) {
+          for (std::size_t i = 0; i < len; ++i) {
+            if constexpr (std::is_same_v<T, Bf16>) {
+              compact[w][i] = ToBf16(g(rng));
+            } else {
+              compact[w][i] = ToFp16(g(rng));
+            }
+            widened[w][i] = ToFloat(compact[w][i]);
+          }
+        }
+        std::vector<float> w0(len);
+        for (float& x : w0) x = g(rng);
+        std::vector<const T*> cin;
+        std::vector<const float*> fin;
+        for (std::size_t w = 0; w < n_in; ++w) {
+          cin.push_back(compact[w].data());
+          fin.push_back(widened[w].data());
+        }
+        const int n_state = StateArrays(kind);
+        std::vector<std::vector<float>> cs(2, std::vector<float>(len, 0.0f)), fs = cs, os = cs;
+        std::vector<float*> cst{cs[0].data(), cs[1].data()}, fst{fs[0].data(), fs[1].data()},
+            ost{os[0].data(), os[1].data()};
+        std::vector<float> cw = w0, fw = w0, ow(len);
+        for (std::uint64_t step = 1; step <= 2; ++step) {
+          AggregateAndStep(std::span<const T* const>(cin), std::span<float>(cw),
+                           std::span<float* const>(cst.data(), n_state), config, step);
+          AggregateAndStep(std::span<const float* const>(fin), std::span<float>(fw),
+                           std::span<float* const>(fst.data(), n_state), config, step);
+        }
+        ASSERT_EQ(cw, fw) << "kind " << OptimizerName(kind) << " N " << n_in << " len " << len;
+        // Out of place, one step from w0: the same as in place.
+        std::vector<float> iw = w0;
+        std::vector<std::vector<float>> is(2, std::vector<float>(len, 0.0f));
+        std::vector<float*> ist{is[0].data(), is[1].data()};
+        AggregateAndStep(std::span<const T* const>(cin), std::span<const float>(w0),
+                         std::span<float>(ow), std::span<float* const>(ost.data(), n_state),
+                         config, 1);
+        AggregateAndStep(std::span<const T* const>(cin), std::span<float>(iw),
+                         std::span<float* const>(ist.data(), n_state), config, 1);
+        ASSERT_EQ(ow, iw) << "out of place, kind " << OptimizerName(kind) << " N " << n_in;
+        // Summation mode against float64: the mean of the widened copies.
+        if (kind == OptimizerKind::kAverage) {
+          for (std::size_t i = 0; i < len; ++i) {
+            double sum = 0;
+            for (std::size_t w = 0; w < n_in; ++w) sum += widened[w][i];
+            const double mean = sum / static_cast<double>(n_in);
+            ASSERT_NEAR(cw[i], mean, 1e-5 * (1 + std::fabs(mean))) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(WireFormatTest, AggregatingBf16InputsEqualsAggregatingTheirFloatValues) {
+  CheckCompactInputs<Bf16>(4);
+}
+TEST(WireFormatTest, AggregatingFp16InputsEqualsAggregatingTheirFloatValues) {
+  CheckCompactInputs<Fp16>(5);
+}
+
+}  // namespace
+}  // namespace phub::kernels
