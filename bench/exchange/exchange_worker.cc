@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "phub/client/wire_flags.h"
 #include "phub/exchange/ps_exchange.h"
 #include "phub/transport/transport_flags.h"
 #include "phub/common/logging.h"
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
                  "Fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning")
       ->capture_default_str();
   phub::transport::AddSendWindowFlag(app, options.send_window_bytes);
+  phub::client::AddWireFlags(app, options);
   app.add_option("--out", out_path, "Per-iteration times and the weight checksum (TSV)")
       ->required();
   CLI11_PARSE(app, argc, argv);
@@ -170,8 +172,25 @@ int main(int argc, char** argv) {
   // Every data step moved every weight by -lr * mean gradient. Check a few positions (they
   // cover all 8 initial values) in double; float rounding stays far below the tolerance.
   const std::uint64_t steps = warmup + iters;
+  // With a compact --wire the gradients travel rounded, and with its weights the weights come
+  // back rounded to that format: half an ulp of it more (relative; 2^-8 bf16, 2^-11 fp16).
+  const auto on_wire = [&](float g) -> double {
+    switch (options.wire) {
+      case phub::kernels::WireFormat::kBf16:
+        return phub::kernels::ToFloat(phub::kernels::ToBf16(g));
+      case phub::kernels::WireFormat::kFp16:
+        return phub::kernels::ToFloat(phub::kernels::ToFp16(g));
+      case phub::kernels::WireFormat::kFp32:
+        break;
+    }
+    return g;
+  };
+  const bool rounded_weights =
+      options.wire != phub::kernels::WireFormat::kFp32 && options.wire_weights;
+  const double weight_ulp =
+      !rounded_weights ? 0.0 : options.wire == phub::kernels::WireFormat::kBf16 ? 0x1p-8 : 0x1p-11;
   double mean_g = 0;
-  for (std::uint32_t r = 0; r < options.world_size; ++r) mean_g += Gradient(r);
+  for (std::uint32_t r = 0; r < options.world_size; ++r) mean_g += on_wire(Gradient(r));
   mean_g /= options.world_size;
   for (std::uint64_t i :
        {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{4},
@@ -179,8 +198,8 @@ int main(int argc, char** argv) {
     if (i >= elements) continue;
     const double got = data_w[i];
     const double want = InitialWeight(i) - lr * static_cast<double>(steps) * mean_g;
-    const double tolerance =
-        1e-6 * static_cast<double>(steps) + 1e-3 * std::abs(want - InitialWeight(i));
+    const double tolerance = 1e-6 * static_cast<double>(steps) +
+                             1e-3 * std::abs(want - InitialWeight(i)) + weight_ulp * std::abs(want);
     if (!std::isfinite(got) || (lr > 0 && std::abs(got - want) > tolerance)) {
       std::fprintf(stderr,
                    "exchange worker %u: weight %" PRIu64 " is %.9g after %" PRIu64

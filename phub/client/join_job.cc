@@ -35,6 +35,11 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
     spec.set_beta2(c.beta2);
     spec.set_eps(c.eps);
   }
+  const bool compact = options.wire != kernels::WireFormat::kFp32;
+  if (compact) {
+    hello.set_wire(kernels::WireFormatName(options.wire));
+    hello.set_wire_weights(options.wire_weights);
+  }
   for (const auto& t : tensors) {
     proto::TensorSpec& spec = *hello.add_tensors();
     spec.set_name(t.name);
@@ -69,6 +74,17 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
     return absl::InvalidArgumentError(absl::StrCat("phubd's Welcome names data plane '",
                                                    welcome.transport(), "': ",
                                                    data_plane.status().message()));
+  }
+  // A phubd that does not know the field answers without it: it would take the pushes for
+  // float32 and refuse them one by one; say so once, here.
+  const std::string asked = kernels::WireFormatName(options.wire);
+  const std::string runs = welcome.wire().empty() ? "fp32" : welcome.wire();
+  if (runs != asked || welcome.wire_weights() != (compact && options.wire_weights)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", options.rank, " asked for --wire ", asked,
+        compact ? (options.wire_weights ? " (weights too)" : " (weights fp32)") : "",
+        " but phubd runs the job with ", runs, welcome.wire_weights() ? " (weights too)" : "",
+        ": a phubd older than the compact wire; update phubd or use --wire fp32"));
   }
   JoinedJob job{std::move(table), welcome.weights_from_server(), welcome.session(), *data_plane,
                 {}, welcome.resumed(), welcome.resume_iteration(),

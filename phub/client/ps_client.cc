@@ -62,6 +62,16 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
     tensors_[t].pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(t).size());
   }
 
+  if (compact_pushes()) {
+    // Staging for the compact wire, sized once per tensor (WireBytes per element, rounded up
+    // to whole floats by AlignedBuffer).
+    const std::size_t eb = kernels::WireBytes(options_.wire);
+    for (const keys::TensorSpec& t : table_->tensors()) {
+      const std::size_t floats = (t.elements * eb + sizeof(float) - 1) / sizeof(float);
+      push_wire_.emplace_back(floats);
+      if (compact_weights()) weights_wire_.emplace_back(floats);
+    }
+  }
   PHUB_RETURN_IF_ERROR(OpenTransport(job.transport));
   for (std::uint32_t core = 0; core < job.cores.size(); ++core) {
     const CoreAddress& address = job.cores[core];
@@ -109,10 +119,18 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
       return;
     }
     transport_ = std::move(*transport);
-    // The weight buffers are where phubd writes fresh weights: registered once, here.
-    for (std::span<float> w : weights_) {
-      if (w.empty()) continue;
-      status = transport_->Register(std::as_writable_bytes(w));
+    // The weight buffers are where phubd writes fresh weights: registered once, here (with
+    // a compact wire: their staging buffers, and the pushes' too, which they are sent from).
+    std::vector<std::span<std::byte>> regions;
+    if (compact_weights()) {
+      for (AlignedBuffer& b : weights_wire_) regions.push_back(std::as_writable_bytes(b.span()));
+    } else {
+      for (std::span<float> w : weights_) regions.push_back(std::as_writable_bytes(w));
+    }
+    for (AlignedBuffer& b : push_wire_) regions.push_back(std::as_writable_bytes(b.span()));
+    for (std::span<std::byte> region : regions) {
+      if (region.empty()) continue;
+      status = transport_->Register(region);
       if (!status.ok()) return;
     }
   });
@@ -125,8 +143,7 @@ StatusOr<std::vector<transport::LandingZone>> PsClient::Impl::LandingZones(
   std::vector<transport::LandingZone> zones;
   for (const keys::Chunk& chunk : table_->chunks()) {
     zones.push_back({Op::kWeights, options_.rank, chunk.id, resume_iteration_,
-                     std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset,
-                                                                           chunk.elements))});
+                     WeightsLanding(chunk)});
   }
   return zones;
 }

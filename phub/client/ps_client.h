@@ -34,6 +34,7 @@
 
 #include "phub/common/status.h"
 #include "phub/kernels/optimizer_config.h"
+#include "phub/kernels/wire_format.h"
 #include "phub/keys/key_table.h"
 #include "phub/transport/send_window.h"
 #include "phub/transport/verbs/device_options.h"
@@ -56,6 +57,12 @@ struct PsClientOptions {
   // Priority scheduling of each data connection's pushes (first layers first): payload bytes
   // in flight per connection; 0 = send in the order pushed.
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
+  // The element format of the pushes (the same on every worker): fp32, or bf16/fp16 to halve
+  // the bytes; phubd still sums into float32 weights. wire_weights: with a compact `wire`,
+  // phubd sends the weights back in it too (every worker then holds the same rounded weights);
+  // false: they come back in float32.
+  kernels::WireFormat wire = kernels::WireFormat::kFp32;
+  bool wire_weights = true;
   // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice).
   transport::verbs::DeviceOptions rdma;
 };

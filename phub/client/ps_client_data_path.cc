@@ -10,11 +10,11 @@ void PsClient::Impl::RecordError(const Status& status) {
   error_.Record(status);
   spdlog::error("rank {}: {}", options_.rank, status.message());
 }
-void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
-                                std::uint64_t iteration) {
+void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
+                                std::size_t element_bytes, std::uint64_t iteration) {
   // Runs on the loop thread.
   for (const keys::Chunk& chunk : table_->chunks_of_tensor(tensor)) {
-    auto bytes = std::as_bytes(data.subspan(chunk.offset, chunk.elements));
+    auto bytes = data.subspan(chunk.offset * element_bytes, chunk.elements * element_bytes);
     WireHeader header{op, options_.rank, chunk.id, iteration,
                       static_cast<std::uint32_t>(bytes.size())};
     senders_[table_->owner(chunk.id)]->Send(header, bytes, [this](const Status& s) {
@@ -25,7 +25,9 @@ void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const flo
 Status PsClient::Impl::Init() {
   if (options_.rank == 0 && !weights_from_server_ && !resumed_) {
     loop_.Post([this] {
-      for (std::uint32_t t = 0; t < tensors_.size(); ++t) SendChunks(Op::kInit, t, weights_[t], 0);
+      for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
+        SendChunks(Op::kInit, t, std::as_bytes(weights_[t]), sizeof(float), 0);  // float32
+      }
     });
   }
   return WaitAll();
@@ -56,7 +58,22 @@ Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) 
     state.pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(tensor).size());
     if (state.pending == 0) state.iteration = iteration;  // an empty tensor has nothing to move
   }
-  loop_.Post([this, tensor, grads, iteration] { SendChunks(Op::kPush, tensor, grads, iteration); });
+  std::span<const std::byte> data = std::as_bytes(grads);
+  if (compact_pushes()) {
+    // Converted here, on the caller's thread: the staging buffer is free (the previous push of
+    // this tensor was waited for, so phubd has all of it) and the loop thread stays free.
+    auto* out = reinterpret_cast<std::byte*>(push_wire_[tensor].data());
+    if (options_.wire == kernels::WireFormat::kBf16) {
+      kernels::Convert(grads, std::span(reinterpret_cast<kernels::Bf16*>(out), grads.size()));
+    } else {
+      kernels::Convert(grads, std::span(reinterpret_cast<kernels::Fp16*>(out), grads.size()));
+    }
+    data = {out, grads.size() * kernels::WireBytes(options_.wire)};
+  }
+  const std::size_t element_bytes = compact_pushes() ? kernels::WireBytes(options_.wire) : sizeof(float);
+  loop_.Post([this, tensor, data, element_bytes, iteration] {
+    SendChunks(Op::kPush, tensor, data, element_bytes, iteration);
+  });
   return absl::OkStatus();
 }
 
@@ -97,10 +114,14 @@ StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connectio
                                                    table_->owner(header.chunk)));
   }
   const keys::Chunk& chunk = table_->chunks()[header.chunk];
-  if (header.payload_bytes != chunk.bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS of chunk ", header.chunk, " carry ",
-                                                   header.payload_bytes, " bytes, expected ",
-                                                   chunk.bytes()));
+  std::span<std::byte> landing = WeightsLanding(chunk);
+  if (header.payload_bytes != landing.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WEIGHTS of chunk ", header.chunk, " carry ", header.payload_bytes, " bytes, expected ",
+        landing.size(),
+        compact_weights() ? absl::StrCat(" (", chunk.elements, " elements in ",
+                                         kernels::WireFormatName(options_.wire), ")")
+                          : std::string()));
   }
   {
     std::lock_guard lock(mu_);
@@ -116,11 +137,30 @@ StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connectio
           "; the chunk's next is ", landed_[header.chunk], ")"));
     }
   }
-  return std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
+  return landing;
+}
+
+std::span<std::byte> PsClient::Impl::WeightsLanding(const keys::Chunk& chunk) {
+  if (!compact_weights()) {
+    return std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
+  }
+  const std::size_t eb = kernels::WireBytes(options_.wire);
+  auto* base = reinterpret_cast<std::byte*>(weights_wire_[chunk.tensor].data());
+  return {base + chunk.offset * eb, chunk.elements * eb};
 }
 
 Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& header) {
   const keys::Chunk& chunk = table_->chunks()[header.chunk];  // checked by ResolveSlot
+  if (compact_weights()) {
+    // Widened into the weight buffer (the tensor is in flight: nobody reads it until Wait).
+    const std::span<std::byte> landed = WeightsLanding(chunk);
+    const std::span<float> out = weights_[chunk.tensor].subspan(chunk.offset, chunk.elements);
+    if (options_.wire == kernels::WireFormat::kBf16) {
+      kernels::Convert(std::span(reinterpret_cast<const kernels::Bf16*>(landed.data()), out.size()), out);
+    } else {
+      kernels::Convert(std::span(reinterpret_cast<const kernels::Fp16*>(landed.data()), out.size()), out);
+    }
+  }
   bool done = false;
   {
     std::lock_guard lock(mu_);

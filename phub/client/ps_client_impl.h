@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/client/ps_client.h"
+#include "phub/common/aligned_buffer.h"
 #include "phub/common/first_error.h"
 #include "phub/transport/event_loop.h"
 #include "phub/transport/send_scheduler.h"
@@ -91,14 +92,23 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   void WriteControlQueued();
   // Every liveness/4: a Heartbeat out, and phubd's silence checked (ps_client.cc).
   void ArmHeartbeat();
-  void SendChunks(Op op, std::uint32_t tensor, std::span<const float> data,
-                  std::uint64_t iteration);
+  // Sends every chunk of `tensor` from `data` (the whole tensor, `element_bytes` an element).
+  void SendChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
+                  std::size_t element_bytes, std::uint64_t iteration);
+  // The compact wire (PsClientOptions::wire): pushes, and maybe weights, in bf16/fp16.
+  bool compact_pushes() const { return options_.wire != kernels::WireFormat::kFp32; }
+  bool compact_weights() const { return compact_pushes() && options_.wire_weights; }
+  // Where chunk `chunk`'s weights land: the weight buffer itself, or its compact staging.
+  std::span<std::byte> WeightsLanding(const keys::Chunk& chunk);
 
   PsClientOptions options_;
   transport::EventLoop loop_;
   boost::asio::ip::tcp::socket control_;
   std::optional<keys::KeyTable> table_;  // set by Handshake
   std::vector<std::span<float>> weights_;
+  // By tensor, with a compact wire: the pushed gradient converted (sent from here), and the
+  // weights as they arrive (converted into weights_ on arrival). Fixed after Handshake.
+  std::vector<AlignedBuffer> push_wire_, weights_wire_;
 
   std::unique_ptr<transport::Transport> transport_;       // phubd's choice, on loop_
   std::vector<std::shared_ptr<Connection>> connections_;  // by server core

@@ -4,6 +4,7 @@
 // client's --send-window-bytes (priority scheduling of its pushes).
 #pragma once
 
+#include "phub/client/wire_flags.h"
 #include "phub/exchange/make_exchange.h"
 #include "phub/transport/transport_flags.h"
 
@@ -15,6 +16,7 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
                               "started with");
   transport::AddRdmaFlags(app, {&options.ps.client.rdma, &options.ring.ring.rdma});
   transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
+  client::AddWireFlags(app, options.ps.client);
 }
 
 }  // namespace phub::exchange

@@ -115,6 +115,9 @@ void ControlPlane::StartJob() {
       .optimizer = optimizer,
       .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
       .send_window_bytes = options_.send_window_bytes,
+      .wire = *JobWireFormat(members_[0]->hello),  // CheckHello: valid, equal on every rank
+      .wire_weights = members_[0]->hello.wire_weights() &&
+                      *JobWireFormat(members_[0]->hello) != kernels::WireFormat::kFp32,
       .initial_weights = resume_ ? std::vector<float>{} : std::move(initial_weights),
       // A resumed checkpoint may hold previous weights, which the resumed workers need.
       .keep_previous = options_.limits.rejoin_timeout_ms > 0 ||
@@ -171,10 +174,14 @@ void ControlPlane::StartJob() {
                        cores_attached_, " of ", cores_.size(),
                        " cores have all their workers; --attach-timeout-ms)"));
   });
-  spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}{}",
+  spdlog::info("job {} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}{}{}",
                jobs_started_, options_.world_size, spec->table.tensors().size(),
                spec->table.chunks().size(), spec->table.chunk_bytes(), cores_.size(),
                kernels::Describe(optimizer),
+               spec->wire == kernels::WireFormat::kFp32
+                   ? std::string()
+                   : absl::StrCat(", pushes in ", kernels::WireFormatName(spec->wire),
+                                  spec->wire_weights ? ", weights too" : ", weights in fp32"),
                resumed ? absl::StrCat(", resumed at iteration ", spec->resume_iteration) : "");
 }
 
@@ -188,6 +195,8 @@ void ControlPlane::SendWelcome(const SessionPtr& member, bool resumed,
   welcome.set_session(spec_->session);
   welcome.set_weights_from_server(!spec_->initial_weights.empty());
   welcome.set_optimizer(kernels::Describe(spec_->optimizer));
+  welcome.set_wire(kernels::WireFormatName(spec_->wire));
+  welcome.set_wire_weights(spec_->wire_weights);
   welcome.set_transport(transport::TransportName(options_.transport));
   welcome.set_resumed(resumed);
   welcome.set_resume_iteration(resume_iteration);

@@ -24,6 +24,16 @@ std::string Describe(const proto::TensorSpec& t) {
 
 }  // namespace
 
+StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello) {
+  if (hello.wire().empty()) return kernels::WireFormat::kFp32;
+  // A peer's string: bounded before it is quoted back.
+  if (hello.wire().size() > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("wire format of ", hello.wire().size(),
+                                                   " bytes: use fp32, bf16 or fp16"));
+  }
+  return kernels::ParseWireFormat(hello.wire());
+}
+
 StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
                                                 const ServerOptions& options) {
   if (!hello.has_optimizer()) return options.optimizer;
@@ -90,7 +100,23 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                      "fix the optimizer the workers give PHub (or give none: phubd's "
                      "--optimizer flags apply)");
   }
+  StatusOr<kernels::WireFormat> wire = JobWireFormat(hello);
+  if (!wire.ok()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), ": ", wire.status().message()),
+                     "give every worker --wire fp32, bf16 or fp16");
+  }
   if (first == nullptr) return std::nullopt;
+  if (*wire != *JobWireFormat(*first) || hello.wire_weights() != first->wire_weights()) {
+    const auto describe = [](const proto::Hello& h) {
+      return absl::StrCat(kernels::WireFormatName(*JobWireFormat(h)),
+                          h.wire_weights() ? " (weights too)" : " (weights fp32)");
+    };
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " sends ", describe(hello), ", rank ",
+                                  first->rank(), " ", describe(*first)),
+                     "give every worker the same --wire and --wire-weights");
+  }
   // The first Hello was checked when it came: its optimizer is valid.
   const std::string mine_optimizer = kernels::Describe(*optimizer);
   const std::string theirs_optimizer = kernels::Describe(*JobOptimizer(*first, options));

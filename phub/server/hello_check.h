@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "phub/common/status.h"
+#include "phub/kernels/wire_format.h"
 #include "phub/server/server_options.h"
 #include "proto/phub.pb.h"
 
@@ -26,6 +27,9 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
 
 // `first` is any Hello already accepted for this job (nullptr if none); `rank_taken[r]` says
 // whether rank r already joined. Returns the Error to send, or nullopt to accept.
+// The Hello's wire format ("" means fp32); InvalidArgument naming the accepted ones.
+StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello);
+
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken);

@@ -22,6 +22,9 @@ struct JobSpec {
   std::uint64_t session = 0;  // random; a data connection must present it in its ATTACH
   // Priority scheduling of each data connection's WEIGHTS (SendScheduler); 0 = in order.
   std::size_t send_window_bytes = 0;
+  // The format pushes arrive in, and whether the weights go back in it too (else float32).
+  kernels::WireFormat wire = kernels::WireFormat::kFp32;
+  bool wire_weights = false;
   // The whole model's initial weights, tensors concatenated in table order, when phubd loaded
   // them from a file; empty when rank 0 sends them (INIT).
   std::vector<float> initial_weights;

@@ -40,7 +40,11 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     const keys::Chunk& chunk = table.chunks()[mine[i]];
     ChunkState& state = chunks_[i];
     state.chunk = &chunk;
-    state.slots = AlignedBuffer(std::size_t{world} * chunk.elements);
+    state.slots = MakeSlots(world, chunk.elements, job_->wire);
+    if (job_->wire_weights) {
+      state.wire_weights = MakeWireBuffer(chunk.elements, job_->wire);
+      if (job_->keep_previous) state.wire_previous = MakeWireBuffer(chunk.elements, job_->wire);
+    }
     state.weights = AlignedBuffer(chunk.elements);
     for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
     state.pushed.assign(world, 0);
@@ -78,8 +82,8 @@ std::vector<std::span<std::byte>> Shard::Buffers() {
   for (ChunkState& state : chunks_) {
     buffers.push_back(AsBytes(state.slots.data(), state.slots.size()));
     buffers.push_back(AsBytes(state.weights.data(), state.weights.size()));
-    if (state.previous.size() != 0) {
-      buffers.push_back(AsBytes(state.previous.data(), state.previous.size()));
+    for (AlignedBuffer* b : {&state.previous, &state.wire_weights, &state.wire_previous}) {
+      if (b->size() != 0) buffers.push_back(AsBytes(b->data(), b->size()));
     }
   }
   return buffers;
@@ -99,7 +103,7 @@ StatusOr<std::vector<transport::LandingZone>> Shard::LandingZones(const Connecti
     const std::uint64_t next_push =
         resume_at_[rank] != kNoResume ? resume_at_[rank] + 1 : state.iteration + 1;
     zones.push_back({Op::kPush, rank, state.chunk->id, next_push,
-                     AsBytes(state.slots.data() + std::size_t{rank} * elements, elements)});
+                     SlotOf(state.slots, rank, elements, job_->wire)});
     if (rank == 0 && !state.initialized) {
       zones.push_back({Op::kInit, 0, state.chunk->id, 0, AsBytes(state.weights.data(), elements)});
     }
@@ -131,11 +135,19 @@ StatusOr<Shard::ChunkState*> Shard::FindChunk(const WireHeader& header) {
         " chunks): the worker's key table disagrees with phubd's"));
   }
   ChunkState& state = chunks_[local_index_[header.chunk]];
-  if (header.payload_bytes != state.chunk->bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(OpName(header.op), " of chunk ", header.chunk,
-                                                   " carries ", header.payload_bytes,
-                                                   " bytes; the chunk has ",
-                                                   state.chunk->bytes()));
+  // Pushes travel in the job's wire format; INIT (rank 0's initial weights) in float32.
+  const std::uint64_t expected =
+      header.op == Op::kPush
+          ? std::uint64_t{state.chunk->elements} * kernels::WireBytes(job_->wire)
+          : state.chunk->bytes();
+  if (header.payload_bytes != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(header.op), " of chunk ", header.chunk, " carries ", header.payload_bytes,
+        " bytes; the chunk has ", expected,
+        header.op == Op::kPush && job_->wire != kernels::WireFormat::kFp32
+            ? absl::StrCat(" (", state.chunk->elements, " elements in the job's ",
+                           kernels::WireFormatName(job_->wire), ")")
+            : std::string()));
   }
   return &state;
 }
@@ -173,8 +185,7 @@ StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
         // it holds the same bits (the replay computes them again from the same weights and data).
         if (std::optional<PushKind> replay = ReplayOf(rank, header, *state)) {
           push_kind_[rank] = *replay;
-          return AsBytes(state->slots.data() + std::size_t{rank} * state->chunk->elements,
-                         state->chunk->elements);
+          return SlotOf(state->slots, rank, state->chunk->elements, job_->wire);
         }
       }
       if (header.iteration != state->iteration + 1) {
@@ -186,8 +197,7 @@ StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
         return absl::InvalidArgumentError(absl::StrCat("second PUSH of chunk ", header.chunk,
                                                        " in iteration ", header.iteration));
       }
-      return AsBytes(state->slots.data() + std::size_t{rank} * state->chunk->elements,
-                     state->chunk->elements);
+      return SlotOf(state->slots, rank, state->chunk->elements, job_->wire);
     }
     case Op::kInit: {
       if (rank != 0) {
@@ -323,20 +333,21 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
 void Shard::MaybeAggregate(ChunkState& state) {
   if (state.arrived < job_->world_size || state.pending_sends > 0) return;
   const std::uint32_t elements = state.chunk->elements;
-  for (std::uint32_t w = 0; w < job_->world_size; ++w) {
-    inputs_[w] = state.slots.data() + std::size_t{w} * elements;
-  }
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
   if (state.previous.size() != 0) {
     // Kept for a rejoin: the new weights go to the other buffer and the two trade places, so
     // keeping the previous weights costs no copy (no send of either is queued: see above).
-    kernels::AggregateAndStep(inputs_, std::as_const(state.weights).span(),
-                              state.previous.span(), state_ptrs_, job_->optimizer,
-                              state.iteration + 1);
+    AggregateSlots(job_->wire, state.slots, job_->world_size, elements,
+                   std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
+                   job_->optimizer, state.iteration + 1, inputs_);
     std::swap(state.weights, state.previous);
+    // Their compact copies follow them (what wire_weights holds now describes previous).
+    std::swap(state.wire_weights, state.wire_previous);
+    std::swap(state.wire_weights_of, state.wire_previous_of);
   } else {
-    kernels::AggregateAndStep(inputs_, state.weights.span(), state_ptrs_, job_->optimizer,
-                              state.iteration + 1);
+    AggregateSlots(job_->wire, state.slots, job_->world_size, elements, {},
+                   state.weights.span(), state_ptrs_, job_->optimizer, state.iteration + 1,
+                   inputs_);
   }
   ++state.iteration;
   state.arrived = 0;
@@ -376,13 +387,29 @@ void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
   if (state.replay[rank] == kHeld) return;  // answered when its replay arrives
   auto payload = std::span<const std::byte>(
       reinterpret_cast<const std::byte*>(source.data()), state.chunk->bytes());
+  if (job_->wire_weights) {
+    // The compact copy of `source` (the current or the previous weights), converted once per
+    // iteration: no send of it is queued when it is rewritten (MaybeAggregate waits for them).
+    const bool current = &source == &state.weights;
+    AlignedBuffer& wire = current ? state.wire_weights : state.wire_previous;
+    std::uint64_t& of = current ? state.wire_weights_of : state.wire_previous_of;
+    const std::uint64_t bytes = std::uint64_t{state.chunk->elements} * kernels::WireBytes(job_->wire);
+    if (of != iteration) {
+      ToWire(job_->wire, source.span().first(state.chunk->elements), wire);
+      of = iteration;
+    }
+    payload = std::span<const std::byte>(reinterpret_cast<const std::byte*>(wire.data()), bytes);
+  }
   WireHeader header{Op::kWeights, rank, state.chunk->id, iteration,
                     static_cast<std::uint32_t>(payload.size())};
   // The chunk does not aggregate (which rewrites weights and previous) while a send is queued.
   ++state.pending_sends;
   senders_[rank]->Send(header, payload, [this, &state](const Status& status) {
     --state.pending_sends;
-    if (status.ok()) stats_.bytes_out += state.chunk->bytes();
+    if (status.ok()) {
+      stats_.bytes_out += std::uint64_t{state.chunk->elements} *
+                          (job_->wire_weights ? kernels::WireBytes(job_->wire) : sizeof(float));
+    }
     MaybeAggregate(state);
   });
 }

@@ -31,6 +31,7 @@
 #include "phub/common/aligned_buffer.h"
 #include "phub/server/checkpoint_file.h"
 #include "phub/server/job_spec.h"
+#include "phub/server/wire_slots.h"
 #include "phub/transport/connection.h"
 #include "phub/transport/send_scheduler.h"
 
@@ -135,6 +136,10 @@ class Shard final : public transport::ConnectionHandler {
     bool initialized = false;             // weights hold real values
     bool announced = false;               // iteration-0 weights sent to everyone
     AlignedBuffer previous;               // keep_previous: weights of iteration - 1
+    // JobSpec::wire_weights: the weights (and previous) in the wire format as sent, and the
+    // iteration each copy holds (UINT64_MAX: none yet).
+    AlignedBuffer wire_weights, wire_previous;
+    std::uint64_t wire_weights_of = UINT64_MAX, wire_previous_of = UINT64_MAX;
     // Per worker, while it resumes: kNone, or its replayed push of this chunk is still to come
     // (kExpected), and the chunk's next broadcast waits for it too (kHeld: the chunk holds
     // its copy already, so the broadcast could otherwise reach it before it asked).
@@ -191,7 +196,7 @@ class Shard final : public transport::ConnectionHandler {
   std::size_t snapshot_filled_ = 0;
   double snapshot_pause_ms_ = 0;
   std::shared_ptr<std::vector<ChunkSnapshot>> snapshot_;
-  std::vector<const float*> inputs_;  // scratch for AggregateAndStep
+  std::vector<const void*> inputs_;  // scratch for AggregateSlots
   std::vector<float*> state_ptrs_;
   ShardStats stats_;
 };

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "phub/kernels/wire_format.h"
 #include "phub/transport/verbs/verbs_device.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/test_data.h"
@@ -30,7 +31,24 @@ struct TrainingCase {
   bool init_from_file = false;  // phubd loads --init-weights instead of taking rank 0's
   std::string comm = "ps";      // the worker's --comm
   std::string transport = "tcp";  // phubd's and the ring's --transport
+  std::string wire = "fp32";      // the workers' --wire (ps, ps-colocated)
+  bool wire_weights = true;       // --wire-weights wire (else fp32)
 };
+
+// The case with pushes (and, with weights, the weights sent back) in a compact format.
+TrainingCase OnWire(TrainingCase c, std::string wire, bool weights) {
+  c.name += "_" + wire + (weights ? "_weights_too" : "_weights_fp32");
+  c.wire = std::move(wire);
+  c.wire_weights = weights;
+  return c;
+}
+
+// A float as it arrives through the compact wire format `wire`.
+double OnTheWire(const std::string& wire, float x) {
+  if (wire == "bf16") return kernels::ToFloat(kernels::ToBf16(x));
+  if (wire == "fp16") return kernels::ToFloat(kernels::ToFp16(x));
+  return x;
+}
 
 TrainingCase With(TrainingCase c, std::string comm, std::string transport = "tcp") {
   c.name += "_" + comm + (transport == "tcp" ? "" : "_" + transport);
@@ -69,7 +87,9 @@ std::vector<std::vector<double>> Simulate(const TrainingCase& c, const std::vect
     for (std::uint64_t it = 1; it <= c.iterations; ++it) {
       std::vector<std::vector<double>> grads(c.workers, std::vector<double>(sizes[t]));
       for (std::uint32_t r = 0; r < c.workers; ++r) {
-        for (std::uint64_t i = 0; i < sizes[t]; ++i) grads[r][i] = TestValue(seed, r, it, t, i);
+        for (std::uint64_t i = 0; i < sizes[t]; ++i) {
+          grads[r][i] = OnTheWire(c.wire, TestValue(seed, r, it, t, i));
+        }
       }
       RefStep(c.config, grads, w, v, s, it);
     }
@@ -120,7 +140,8 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
         TestWorkerPath(), "--comm", c.comm, "--rank", std::to_string(r), "--world",
         std::to_string(c.workers), "--tensors", c.sizes, "--iters", std::to_string(c.iterations),
         "--seed", std::to_string(seed), "--out", dir.File("w" + std::to_string(r)),
-        "--transport", c.transport};
+        "--transport", c.transport, "--wire", c.wire, "--wire-weights",
+        c.wire_weights ? "wire" : "fp32"};
     if (c.comm == "ring") {
       argv.insert(argv.end(), {"--rendezvous", dir.path()});
       argv.insert(argv.end(), flags.begin(), flags.end());  // the optimizer runs on the worker
@@ -164,6 +185,12 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     for (std::uint64_t i = 0; i < sizes[t]; ++i, ++offset) {
       double want = expected[t][i];
       double tolerance = 2e-5 + 1e-4 * std::fabs(want);
+      if (c.wire != "fp32" && c.wire_weights) {
+        // The weights came back rounded to the wire format: float32's master, a hair from the
+        // float64 one, may round to the neighbouring value (one ulp of the format, relative).
+        want = OnTheWire(c.wire, static_cast<float>(want));
+        tolerance += std::fabs(want) * (c.wire == "bf16" ? 0x1p-7 : 0x1p-10);
+      }
       if (!(std::fabs(got[offset] - want) <= tolerance) && mismatches++ < 5) {
         ADD_FAILURE() << "tensor " << t << " element " << i << ": got " << got[offset]
                       << ", float64 reference " << want;
@@ -203,6 +230,14 @@ std::vector<TrainingCase> Cases() {
                      Config(RefOptimizer::kMomentum, 0.05), 3, kSizes, /*init_from_file=*/true}};
   std::vector<TrainingCase> all;
   for (const TrainingCase& c : ps) all.push_back(With(c, "ps"));
+  // The compact wire (--wire): bf16 and fp16 pushes, weights back compact or in float32, on
+  // both PS paths; over verbs too (in the guest).
+  all.push_back(With(OnWire(ps[1], "bf16", true), "ps"));
+  all.push_back(With(OnWire(ps[4], "bf16", false), "ps"));
+  all.push_back(With(OnWire(ps[3], "fp16", true), "ps"));
+  all.push_back(With(OnWire(ps[1], "bf16", true), "ps-colocated"));
+  all.push_back(With(OnWire(ps[1], "bf16", true), "ps", "verbs"));
+  all.push_back(With(OnWire(ps[6], "fp16", false), "ps", "verbs"));
   for (const TrainingCase& c : ps) {
     if (c.init_from_file) continue;  // phubd's file only exists with a PS
     if (c.workers > 1) all.push_back(With(c, "ps-colocated"));

@@ -245,3 +245,30 @@ TEST_F(ShardTest, LandingZonesAreTheAttachingRanksSlotsAndRankZerosInit) {
 
 }  // namespace
 }  // namespace phub::server::shard_test
+
+namespace phub::server::shard_test {
+namespace {
+
+// A job whose pushes travel in bf16 (JobSpec::wire): a PUSH of float32 size is refused at the
+// shard's validation point, naming the element count and the job's format, and the worker is
+// reported lost; the chunk's slots stay untouched.
+TEST(ShardWire, APushOfTheWrongSizeForTheJobsFormatIsRefusedNamingIt) {
+  auto job = MakeJob();
+  job->wire = kernels::WireFormat::kBf16;
+  job->wire_weights = true;
+  ShardOnLoop shard(job, 0);
+  const auto& mine = job->table.chunks_on_core(0);
+  std::vector<RawSocket> workers;
+  for (std::uint32_t r = 0; r < kWorld; ++r) workers.push_back(Attached(shard, r));
+  const keys::Chunk& c = job->table.chunks()[mine.front()];
+  std::vector<float> floats(c.elements, 0.5f);
+  ASSERT_TRUE(SendChunk(workers[1], Op::kPush, 1, c, 1, floats));  // 4 bytes an element
+  ASSERT_TRUE(workers[1].WaitClosed(kStep));
+  const auto lost = shard.AwaitEvent(ShardEvent::Kind::kWorkerLost);
+  ASSERT_TRUE(lost);
+  EXPECT_THAT(lost->reason, HasSubstr(std::to_string(c.elements) + " elements in the job's bf16"));
+  EXPECT_THAT(lost->reason, HasSubstr("carries " + std::to_string(c.bytes()) + " bytes"));
+}
+
+}  // namespace
+}  // namespace phub::server::shard_test
