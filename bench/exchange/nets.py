@@ -99,6 +99,9 @@ def limit_s(topo, system, n, size_bytes, rate):
     if topo == "loopback" or topology is None:
         return None
     b = topology.parse_rate(rate)
+    if system == "ps-bf16":  # half the bytes each way
+        return {"pbox": topology.pbox_ps_limit_s,
+                "cloud": topology.cloud_ps_limit_s}[topo](size_bytes / 2, n, b)
     if system in ("ps", "ps-fifo", "raw-tcp"):  # raw-tcp moves the PS's bytes between the same hosts
         return {"pbox": topology.pbox_ps_limit_s,
                 "cloud": topology.cloud_ps_limit_s}[topo](size_bytes, n, b)

@@ -61,7 +61,7 @@ TOPOLOGY_SYSTEMS = {
     "loopback": [s.key for s in systems.SYSTEMS],
     # On a rack the reference is the links' physical limit; raw-tcp (push all, then pull all)
     # would not be one: it does not overlap the two directions as the PS does.
-    "pbox": ["ps", "ps-fifo"] + systems.RINGS,
+    "pbox": ["ps", "ps-fifo", "ps-bf16"] + systems.RINGS,
     "cloud": ["ps", "ps-fifo"] + systems.RINGS,
     "colocated": ["ps-colocated"] + systems.RINGS,
 }
@@ -236,7 +236,7 @@ def markdown(rows, topologies, sizes, workers, rate):
                         cells.append("-")
                     elif "x_limit" in r:
                         cells.append(f"{r['ms']:.1f} ({r['x_limit']:.2f}×)")
-                    elif topo == "loopback" and raw and key in ("raw-tcp", "ps", "ps-fifo", "ps-colocated"):
+                    elif topo == "loopback" and raw and key in ("raw-tcp", "ps", "ps-fifo", "ps-bf16", "ps-colocated"):
                         cells.append(f"{r['ms']:.1f} ({raw['ms'] / r['ms']:.0%})")
                     else:
                         cells.append(f"{r['ms']:.1f}")
@@ -295,6 +295,7 @@ def machine_notes(args, start_load):
 
 STYLE = {"raw-tcp": ("#9e9e9e", "o", ":"), "ps": ("#1f77b4", "s", "-"),
          "ps-fifo": ("#aec7e8", "s", "--"),
+         "ps-bf16": ("#08306b", "s", "-."),
          "ps-colocated": ("#17becf", "s", "-"), "ring": ("#d62728", "^", "-"),
          "gloo-ring-chunked": ("#ff7f0e", "v", "--"), "gloo-allreduce": ("#bcbd22", "v", ":"),
          "mpi": ("#2ca02c", "D", "--"), "mpi-ring": ("#9467bd", "D", ":")}

@@ -11,6 +11,7 @@ command on it (on loopback: 127.0.0.1 and as is).
                      (the reference: what TCP itself achieves here)
   ps                 phubd on host ps + N phub_exchange_worker
   ps-fifo            the same with priority scheduling off (--send-window-bytes 0)
+  ps-bf16            the same with gradients and weights in bf16 (--wire bf16)
   ps-colocated       one phubd on every worker host (the model spread over all of them)
   ring               our ring allreduce (phub_ring_worker)
   gloo-ring-chunked  Gloo's AllreduceRingChunked (phub_gloo_worker)
@@ -41,13 +42,15 @@ MPI_RING = ["--mca", "coll_tuned_use_dynamic_rules", "1",
 
 
 class System:
-    def __init__(self, key, binary, kind, needs_ps_host=False, extra=(), allreduce=False):
+    def __init__(self, key, binary, kind, needs_ps_host=False, extra=(), allreduce=False,
+                 worker_extra=()):
         self.key = key                  # name in tables, files and --systems
         self.binary = binary            # target in bench/exchange (phubd is found separately)
         self.kind = kind                # how its processes start: see run()
         self.needs_ps_host = needs_ps_host
         self.extra = list(extra)        # more arguments (mpirun's for kind "mpirun")
         self.allreduce = allreduce      # ends with the mean (N + 1) / 2 on every rank
+        self.worker_extra = list(worker_extra)  # kind "ps": the workers' alone (--wire)
 
 
 SYSTEMS = [
@@ -56,6 +59,9 @@ SYSTEMS = [
     # Priority scheduling off on phubd and the workers: what its window costs or saves.
     System("ps-fifo", "phub_exchange_worker", "ps", needs_ps_host=True,
            extra=["--send-window-bytes", "0"]),
+    # The compact wire: gradients and weights in bf16 (the workers choose; phubd follows).
+    System("ps-bf16", "phub_exchange_worker", "ps", needs_ps_host=True,
+           worker_extra=["--wire", "bf16", "--wire-weights", "wire"]),
     System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
     System("ring", "phub_ring_worker", "ranks", allreduce=True),
     System("gloo-ring-chunked", "phub_gloo_worker", "ranks", extra=["--algo", "ring-chunked"],
@@ -164,7 +170,8 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 launch(f"{system.key} worker {r}", host,
                        [s.bins[system.binary], "--servers", ",".join(servers), "--rank", str(r),
                         "--world", str(n), "--lr", str(s.lr), "--out", outs[-1]]
-                       + placement + common + s.tcp_flags(colocated) + system.extra,
+                       + placement + common + s.tcp_flags(colocated) + system.extra
+                       + system.worker_extra,
                        f"worker{r}.log")
         elif system.kind == "ranks":
             rendezvous = os.path.join(run_dir, "rendezvous")

@@ -21,6 +21,7 @@ the PS-vs-ring and overlap comparisons (same compute on both sides) are what the
 """
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,13 @@ from run_train import parse_models  # noqa: E402
 COLOCATED_SOCKET_BUFFER_BYTES = 64 * 1024  # incast cap, as in bench/exchange (operations.md)
 SYSTEMS = {"loopback": ["ps", "ring"], "pbox": ["ps", "ring"], "cloud": ["ps", "ring"],
            "colocated": ["ps-colocated", "ring"]}
+
+
+# The dedicated PS with a mechanism of issue 18 turned off or on: "ps" is the default (priority
+# scheduling on, fp32 wire); "-fifo" turns priority scheduling off on phubd and the workers
+# (--send-window-bytes 0); "-bf16"/"-fp16" sends gradients and weights in that format (--wire).
+PS_VARIANT = re.compile(r"ps(-fifo)?(?:-(bf16|fp16))?")
+MECHANISMS = ["ps-fifo", "ps", "ps-fifo-bf16", "ps-bf16"]  # none, priority, bf16, both
 
 
 def phub_worker_argv(a, model, batch, extra):
@@ -81,15 +89,18 @@ def run_one(a, net, system, model, batch, n, overlap, run_dir):
     procs = []  # (name, Popen, log) of every process of this run
     workers = [f"w{r}" for r in range(n)]
     extra = []
-    if system in ("ps", "ps-fifo", "ps-colocated"):
+    variant = PS_VARIANT.fullmatch(system)
+    if variant or system == "ps-colocated":
         hosts = workers if system == "ps-colocated" else ["ps"]
         colocated_rack = system == "ps-colocated" and net.name != "loopback"
         buf = COLOCATED_SOCKET_BUFFER_BYTES if colocated_rack else 0
         cores = 1 if system == "ps-colocated" else a.ps_cores
-        # ps-fifo: priority scheduling off on both sides (chunks leave in the order queued).
-        window = ["--send-window-bytes", "0"] if system == "ps-fifo" else []
-        extra = ["--comm", "ps" if system == "ps-fifo" else system,
-                 "--socket-buffer-bytes", str(buf)] + window
+        # -fifo: priority scheduling off on both sides (chunks leave in the order queued).
+        window = ["--send-window-bytes", "0"] if variant and variant.group(1) else []
+        wire = (["--wire", variant.group(2), "--wire-weights", "wire"]
+                if variant and variant.group(2) else [])
+        extra = ["--comm", "ps" if variant else system,
+                 "--socket-buffer-bytes", str(buf)] + window + wire
         for i, host in enumerate(hosts):
             port_file = os.path.join(run_dir, f"{tag}_port{i}")
             log_path = os.path.join(run_dir, f"{tag}_phubd{i}.log")
@@ -133,6 +144,9 @@ def main():
     p.add_argument("--priority", action="store_true",
                    help="add ps-fifo beside ps: the PS with priority scheduling off "
                         "(--send-window-bytes 0), to measure what it is worth")
+    p.add_argument("--mechanisms", action="store_true",
+                   help="the PS with each of issue 18's mechanisms off and on: ps-fifo (none), "
+                        "ps (priority scheduling), ps-fifo-bf16 (the bf16 wire), ps-bf16 (both)")
     a = p.parse_args()
     if a.quick:
         a.iters, a.warmup = 4, 1
@@ -151,7 +165,9 @@ def main():
     if a.device == "cuda" and a.gpus == 0:
         raise SystemExit("run_distributed.py: --device cuda but nvidia-smi lists no GPU")
     systems = {t: SYSTEMS[t] + (["nccl"] if a.device == "cuda" and t == "loopback" else [])
-               + (["ps-fifo"] if a.priority and "ps" in SYSTEMS[t] else [])
+               + (["ps-fifo"] if a.priority and not a.mechanisms and "ps" in SYSTEMS[t] else [])
+               + ([m for m in MECHANISMS if m != "ps"] if a.mechanisms and "ps" in SYSTEMS[t]
+                  else [])
                for t in topologies}
     ns = parse_list(a.n, int)
     run_dir = outdir.with_raw(a.out)  # stale port files would point at dead servers
@@ -229,6 +245,15 @@ def main():
                                  f"overlap cuts the PS's comm share "
                                  f"{100 * off[ps]['comm_share']:.1f} % → "
                                  f"{100 * on[ps]['comm_share']:.1f} %")
+                if all(m in on for m in MECHANISMS):
+                    none = on["ps-fifo"]
+                    lines.append(f"- {topo} N={n} {model}, overlap on, each mechanism's "
+                                 "contribution (time per mini-batch, speed-up over none, comm "
+                                 "share): " + "; ".join(
+                                     f"{label} {on[m]['ms']} ms, {none['ms'] / on[m]['ms']:.2f}×, "
+                                     f"{100 * on[m]['comm_share']:.1f} %"
+                                     for label, m in zip(("none", "priority", "bf16", "both"),
+                                                         MECHANISMS)))
                 if "ps" in on and "ps-fifo" in on:
                     lines.append(f"- {topo} N={n} {model}, overlap on: priority scheduling "
                                  f"{on['ps-fifo']['ms']} ms (off) → {on['ps']['ms']} ms (on), "

@@ -111,19 +111,21 @@ def run_mode(mode, a, run_dir):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     comm = []
     server = None
-    if mode == "ps":
-        port_file = os.path.join(run_dir, "port")
+    if mode.startswith("ps"):
+        port_file = os.path.join(run_dir, f"{mode}.port")  # per mode: no stale port
         server = start([os.path.join(ROOT, a.build, "phub", "server", "phubd"), "--listen",
                         "127.0.0.1", "--port", "0", "--port-file", port_file, "--world-size",
                         str(a.workers), "--cores", "1", "--optimizer", "momentum", "--lr",
-                        str(a.lr), "--one-job"], os.path.join(run_dir, "phubd.log"))
+                        str(a.lr), "--one-job"], os.path.join(run_dir, f"{mode}_phubd.log"))
         for _ in range(100):
             if os.path.exists(port_file) and open(port_file).read().strip():
                 break
             time.sleep(0.1)
         else:
-            raise SystemExit("demo: phubd did not start: " + open(os.path.join(run_dir, "phubd.log")).read())
+            raise SystemExit("demo: phubd did not start: " + open(os.path.join(run_dir, f"{mode}_phubd.log")).read())
         comm = ["--comm", "ps", "--ps", "127.0.0.1:" + open(port_file).read().strip()]
+        if mode != "ps":  # ps-bf16, ps-fp16: the compact wire (weights too, or --wire-weights)
+            comm += ["--wire", mode.split("-", 1)[1], "--wire-weights", a.wire_weights]
     else:
         rendezvous = os.path.join(run_dir, "rendezvous")
         os.makedirs(rendezvous)
@@ -135,7 +137,7 @@ def run_mode(mode, a, run_dir):
     def worker_cmd(r):
         return [worker_bin, "--model", "fashion-cnn", "--batch", str(a.batch), "--data",
                 "fashion-mnist", "--epochs", str(a.epochs), "--lr", str(a.lr), "--optimizer",
-                "momentum", "--rank", str(r), "--world", str(a.workers), "--seed", "1",
+                "momentum", "--rank", str(r), "--world", str(a.workers), "--seed", str(a.seed),
                 "--log-every", str(log_every), "--results",
                 os.path.join(run_dir, f"{mode}_{r}.json"), "--device", a.device] + comm + a.data_args
 
@@ -189,7 +191,12 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch", type=int, default=32, help="per worker")
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--modes", default="ps,ring")
+    p.add_argument("--modes", default="ps,ring",
+                   help="ps, ring, and ps-bf16/ps-fp16 (the PS with --wire bf16/fp16)")
+    p.add_argument("--wire-weights", choices=("wire", "fp32"), default="fp32",
+                   help="ps-bf16/ps-fp16: the weights come back in that format too, or in fp32")
+    p.add_argument("--seed", type=int, default=1,
+                   help="the workers' seed (weights, data order): the same in every mode")
     p.add_argument("--steps", type=int, default=0,
                    help="quick run: N mini-batches per worker per epoch (default: whole epochs)")
     p.add_argument("--no-kill", dest="kill", action="store_false",
@@ -204,8 +211,9 @@ def main():
     a = p.parse_args()
     modes = a.modes.split(",")
     if a.workers < 1 or a.epochs < 1 or a.batch < 1 or a.steps < 0 or \
-            any(m not in ("ps", "ring") for m in modes):
-        raise SystemExit("demo: --workers, --epochs, --batch >= 1, --steps >= 0; --modes from ps,ring")
+            any(m not in ("ps", "ps-bf16", "ps-fp16", "ring") for m in modes):
+        raise SystemExit("demo: --workers, --epochs, --batch >= 1, --steps >= 0; --modes from "
+                         "ps,ps-bf16,ps-fp16,ring")
     signal.signal(signal.SIGINT, lambda *_: (print("\ndemo: interrupted, stopping everything"),
                                              stop_all(), sys.exit(130)))
     signal.signal(signal.SIGTERM, lambda *_: (stop_all(), sys.exit(143)))
