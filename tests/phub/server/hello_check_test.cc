@@ -256,5 +256,49 @@ TEST(HelloCheckTest, RefusesAnOptimizerOtherThanTheFirstWorkers) {
                    .has_value());
 }
 
+// The compact wire (--wire): a name phubd does not know is refused listing the known ones (a
+// long one is not quoted back); every rank must choose the same format and weights.
+TEST(HelloCheckTest, RefusesAnUnknownWireFormatListingTheKnownOnes) {
+  proto::Hello hello = MakeHello(0);
+  hello.set_wire("int4");
+  std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_REQUEST);
+  EXPECT_TRUE(Names(*error, "'int4'"));
+  EXPECT_TRUE(Names(*error, "fp32, bf16 or fp16"));
+  hello.set_wire(std::string(100000, 'x'));
+  error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_LT(error->message().size(), 1000u);
+  EXPECT_TRUE(Names(*error, "100000 bytes"));
+}
+
+TEST(HelloCheckTest, RefusesAWireFormatOrWeightsOtherThanTheFirstRanksNamingBoth) {
+  proto::Hello first = MakeHello(0);
+  first.set_wire("bf16");
+  first.set_wire_weights(true);
+  proto::Hello same = MakeHello(1);
+  same.set_wire("bf16");
+  same.set_wire_weights(true);
+  EXPECT_FALSE(CheckHello(same, Options(), &first, {true, false, false, false}).has_value());
+  proto::Hello other = MakeHello(1);
+  other.set_wire("fp16");
+  other.set_wire_weights(true);
+  std::optional<proto::Error> error =
+      CheckHello(other, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "fp16 (weights too)"));
+  EXPECT_TRUE(Names(*error, "bf16 (weights too)"));
+  other.set_wire("bf16");
+  other.set_wire_weights(false);
+  error = CheckHello(other, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "bf16 (weights fp32)"));
+  // fp32 spelled out and left empty are the same job.
+  proto::Hello empty = MakeHello(0), spelled = MakeHello(1);
+  spelled.set_wire("fp32");
+  EXPECT_FALSE(CheckHello(spelled, Options(), &empty, {true, false, false, false}).has_value());
+}
+
 }  // namespace
 }  // namespace phub::server
