@@ -6,7 +6,7 @@
 //   bf16  bfloat16: binary32's sign, 8-bit exponent and top 7 mantissa bits (2 bytes); the same
 //         range as float32, ~3 significant digits: gradients fit without scaling
 //   fp16  IEEE binary16 (2 bytes): 10 mantissa bits but a range of 6e-8 .. 65504, so small
-//         gradients underflow unless the loss is scaled up first (a static --loss-scale)
+//         gradients underflow unless the loss is scaled up first (not built yet)
 //
 // Conversions to the compact formats round to nearest, ties to even (what hardware and
 // PyTorch's .to(bfloat16/float16) do); values past the format's range become infinity; NaN
@@ -50,8 +50,7 @@ inline Bf16 ToBf16(float x) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
   return Bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
-// fp16 -> float32, exact, in integer and float operations a vectorizer keeps in vectors
-// (GCC 12 converts _Float16 one element at a time): the half's exponent and mantissa moved into
+// fp16 -> float32, exact, in integer and float operations a vectorizer keeps in vectors: the half's exponent and mantissa moved into
 // float32's fields, rebased by multiplying by 2^112 (exact: subnormal halves come out normal),
 // infinity and NaN (all-ones exponent) given float32's all-ones exponent.
 inline float ToFloat(Fp16 x) {
@@ -60,8 +59,28 @@ inline float ToFloat(Fp16 x) {
   if (em >= 0x7c00u) f = std::bit_cast<float>((em << 13) | 0x7f800000u);
   return std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) | (std::uint32_t{x.bits} & 0x8000u) << 16);
 }
-// float32 -> fp16 through the compiler's _Float16: round to nearest even, overflow to infinity.
-inline Fp16 ToFp16(float x) { return Fp16{std::bit_cast<std::uint16_t>(static_cast<_Float16>(x))}; }
+// float32 -> fp16, round to nearest even, overflow to infinity, NaN to a quiet NaN; in integer
+// and float operations (not every compiler has _Float16 on every target: clang 14 on x86
+// does not). Normal results: rebias the exponent and round the 13 dropped bits to even by
+// adding 0xfff plus the kept mantissa's lowest bit; subnormal results: let the FPU do the
+// rounding by adding a float whose exponent puts the half's last mantissa bit at float32's.
+inline Fp16 ToFp16(float x) {
+  std::uint32_t f = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t sign = (f >> 16) & 0x8000u;
+  f &= 0x7fffffffu;
+  std::uint32_t h;
+  if (f >= 0x47800000u) {  // >= 65536 (everything from 65520 up rounds there below), inf, NaN
+    h = f > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  } else if (f < 0x38800000u) {  // under 2^-14: a subnormal half, or zero
+    constexpr std::uint32_t kMagic = ((127 - 15) + (23 - 10) + 1) << 23;  // 0.5f
+    h = std::bit_cast<std::uint32_t>(std::bit_cast<float>(f) + std::bit_cast<float>(kMagic)) -
+        kMagic;
+  } else {
+    const std::uint32_t odd = (f >> 13) & 1u;
+    h = (f + (static_cast<std::uint32_t>(15 - 127) << 23) + 0xfffu + odd) >> 13;
+  }
+  return Fp16{static_cast<std::uint16_t>(h | sign)};
+}
 
 // Whole arrays. REQUIRES: in.size() == out.size(); no overlap.
 void Convert(std::span<const float> in, std::span<Bf16> out);
