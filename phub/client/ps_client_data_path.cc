@@ -63,11 +63,7 @@ Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) 
     // Converted here, on the caller's thread: the staging buffer is free (the previous push of
     // this tensor was waited for, so phubd has all of it) and the loop thread stays free.
     auto* out = reinterpret_cast<std::byte*>(push_wire_[tensor].data());
-    if (options_.wire == kernels::WireFormat::kBf16) {
-      kernels::Convert(grads, std::span(reinterpret_cast<kernels::Bf16*>(out), grads.size()));
-    } else {
-      kernels::Convert(grads, std::span(reinterpret_cast<kernels::Fp16*>(out), grads.size()));
-    }
+    kernels::ConvertToWire(options_.wire, grads, out);
     data = {out, grads.size() * kernels::WireBytes(options_.wire)};
   }
   const std::size_t element_bytes = compact_pushes() ? kernels::WireBytes(options_.wire) : sizeof(float);
@@ -153,13 +149,8 @@ Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& head
   const keys::Chunk& chunk = table_->chunks()[header.chunk];  // checked by ResolveSlot
   if (compact_weights()) {
     // Widened into the weight buffer (the tensor is in flight: nobody reads it until Wait).
-    const std::span<std::byte> landed = WeightsLanding(chunk);
-    const std::span<float> out = weights_[chunk.tensor].subspan(chunk.offset, chunk.elements);
-    if (options_.wire == kernels::WireFormat::kBf16) {
-      kernels::Convert(std::span(reinterpret_cast<const kernels::Bf16*>(landed.data()), out.size()), out);
-    } else {
-      kernels::Convert(std::span(reinterpret_cast<const kernels::Fp16*>(landed.data()), out.size()), out);
-    }
+    kernels::ConvertFromWire(options_.wire, WeightsLanding(chunk).data(),
+                             weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
   }
   bool done = false;
   {

@@ -77,6 +77,22 @@ void Convert(std::span<const Fp16> in, std::span<float> out) {
   assert(in.size() == out.size());
   Map(in.data(), out.data(), in.size(), [](Fp16 x) { return ToFloat(x); });
 }
+void ConvertToWire(WireFormat format, std::span<const float> in, std::byte* wire) {
+  assert(format != WireFormat::kFp32);
+  if (format == WireFormat::kBf16) {
+    Convert(in, std::span(reinterpret_cast<Bf16*>(wire), in.size()));
+  } else {
+    Convert(in, std::span(reinterpret_cast<Fp16*>(wire), in.size()));
+  }
+}
+void ConvertFromWire(WireFormat format, const std::byte* wire, std::span<float> out) {
+  assert(format != WireFormat::kFp32);
+  if (format == WireFormat::kBf16) {
+    Convert(std::span(reinterpret_cast<const Bf16*>(wire), out.size()), out);
+  } else {
+    Convert(std::span(reinterpret_cast<const Fp16*>(wire), out.size()), out);
+  }
+}
 void ConvertScaled(std::span<const float> in, float scale, std::span<Fp16> out) {
   assert(in.size() == out.size());
   ConvertToFp16(in.data(), out.data(), in.size(), scale);

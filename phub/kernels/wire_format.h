@@ -87,6 +87,10 @@ void Convert(std::span<const float> in, std::span<Bf16> out);
 void Convert(std::span<const Bf16> in, std::span<float> out);
 void Convert(std::span<const float> in, std::span<Fp16> out);
 void Convert(std::span<const Fp16> in, std::span<float> out);
+// The same by a format chosen at run time, over raw bytes (a compact format's staging buffer):
+// `wire` holds in.size() (or out.size()) elements of `format`, which must not be kFp32.
+void ConvertToWire(WireFormat format, std::span<const float> in, std::byte* wire);
+void ConvertFromWire(WireFormat format, const std::byte* wire, std::span<float> out);
 // out = in * scale, then rounded to the format (fp16 loss scaling on the sender). Scaling is in
 // float32 and exact for powers of two.
 void ConvertScaled(std::span<const float> in, float scale, std::span<Fp16> out);

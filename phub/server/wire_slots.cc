@@ -1,6 +1,5 @@
 #include "phub/server/wire_slots.h"
 
-#include <cassert>
 
 namespace phub::server {
 namespace {
@@ -58,19 +57,7 @@ AlignedBuffer MakeWireBuffer(std::uint32_t elements, kernels::WireFormat format)
 std::span<const std::byte> ToWire(kernels::WireFormat format, std::span<const float> weights,
                                   AlignedBuffer& out) {
   auto* bytes = reinterpret_cast<std::byte*>(out.data());
-  switch (format) {
-    case kernels::WireFormat::kBf16:
-      kernels::Convert(weights,
-                       std::span<kernels::Bf16>(reinterpret_cast<kernels::Bf16*>(bytes), weights.size()));
-      break;
-    case kernels::WireFormat::kFp16:
-      kernels::Convert(weights,
-                       std::span<kernels::Fp16>(reinterpret_cast<kernels::Fp16*>(bytes), weights.size()));
-      break;
-    case kernels::WireFormat::kFp32:
-      assert(false && "fp32 weights are sent from where they are");
-      break;
-  }
+  kernels::ConvertToWire(format, weights, bytes);
   return {bytes, weights.size() * kernels::WireBytes(format)};
 }
 
