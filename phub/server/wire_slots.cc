@@ -1,6 +1,5 @@
 #include "phub/server/wire_slots.h"
 
-
 namespace phub::server {
 namespace {
 
