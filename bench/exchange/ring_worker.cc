@@ -24,6 +24,11 @@ int main(int argc, char** argv) {
   app.add_option("--out", run.out_path)->required();
   phub::transport::AddTransportFlag(app, options.transport, "Ring links: tcp or verbs");
   phub::transport::AddRdmaFlags(app, {&options.rdma});
+  app.add_option_function<std::string>(
+         "--wire",
+         [&](const std::string& name) { options.wire = *phub::kernels::ParseWireFormat(name); },
+         "The format pieces travel in (sums stay float32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   CLI11_PARSE(app, argc, argv);
   (void)phub::SetUpLogging("warn", "ring " + std::to_string(options.rank));
   run.rank = static_cast<int>(options.rank);

@@ -12,6 +12,7 @@ command on it (on loopback: 127.0.0.1 and as is).
   ps                 phubd on host ps + N phub_exchange_worker
   ps-fifo            the same with priority scheduling off (--send-window-bytes 0)
   ps-bf16            the same with gradients and weights in bf16 (--wire bf16)
+  ring-bf16          our ring with its pieces in bf16 (--wire bf16; sums stay float32)
   ps-colocated       one phubd on every worker host (the model spread over all of them)
   ring               our ring allreduce (phub_ring_worker)
   gloo-ring-chunked  Gloo's AllreduceRingChunked (phub_gloo_worker)
@@ -64,6 +65,9 @@ SYSTEMS = [
            worker_extra=["--wire", "bf16", "--wire-weights", "wire"]),
     System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
     System("ring", "phub_ring_worker", "ranks", allreduce=True),
+    # The ring with the PS's compact wire: pieces in bf16, sums in float32 (the honest
+    # comparison for ps-bf16).
+    System("ring-bf16", "phub_ring_worker", "ranks", extra=["--wire", "bf16"], allreduce=True),
     System("gloo-ring-chunked", "phub_gloo_worker", "ranks", extra=["--algo", "ring-chunked"],
            allreduce=True),
     System("gloo-allreduce", "phub_gloo_worker", "ranks", extra=["--algo", "allreduce"],

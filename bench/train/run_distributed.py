@@ -49,6 +49,9 @@ SYSTEMS = {"loopback": ["ps", "ring"], "pbox": ["ps", "ring"], "cloud": ["ps", "
 # (--send-window-bytes 0); "-bf16"/"-fp16" sends gradients and weights in that format (--wire).
 PS_VARIANT = re.compile(r"ps(-fifo)?(?:-(bf16|fp16))?")
 MECHANISMS = ["ps-fifo", "ps", "ps-fifo-bf16", "ps-bf16"]  # none, priority, bf16, both
+# The ring with the same compact wire (--wire: pieces in bf16/fp16, sums in float32), so that
+# the PS's bf16 rows have their honest baseline.
+RING_VARIANT = re.compile(r"(ring|nccl)(?:-(bf16|fp16))?")
 
 
 def phub_worker_argv(a, model, batch, extra):
@@ -115,13 +118,16 @@ def run_one(a, net, system, model, batch, n, overlap, run_dir):
     else:
         rendezvous = os.path.join(run_dir, f"{tag}_rendezvous")
         os.makedirs(rendezvous)
-        extra = ["--comm", system, "--rendezvous", rendezvous]
+        ring = RING_VARIANT.fullmatch(system)
+        extra = ["--comm", ring.group(1), "--rendezvous", rendezvous]
+        if ring.group(2):
+            extra += ["--wire", ring.group(2)]
     for r, host in enumerate(workers):
         out = os.path.join(run_dir, f"{tag}_w{r}.json")
         path = os.path.join(run_dir, f"{tag}_w{r}.log")
         argv = phub_worker_argv(a, model, batch, extra + [
             "--rank", str(r), "--world", str(n), "--results", out]
-            + (["--listen-host", net.ip(host)] if system in ("ring", "nccl") else [])
+            + (["--listen-host", net.ip(host)] if RING_VARIANT.fullmatch(system) else [])
             + ([] if overlap else ["--no-overlap"]))
         procs.append((f"phub-worker rank {r}", start(net.wrap(host, argv), path, worker_env(a, r)),
                       path))
@@ -146,7 +152,8 @@ def main():
                         "(--send-window-bytes 0), to measure what it is worth")
     p.add_argument("--mechanisms", action="store_true",
                    help="the PS with each of issue 18's mechanisms off and on: ps-fifo (none), "
-                        "ps (priority scheduling), ps-fifo-bf16 (the bf16 wire), ps-bf16 (both)")
+                        "ps (priority scheduling), ps-fifo-bf16 (the bf16 wire), ps-bf16 (both); "
+                        "and ring-bf16, the ring with the same wire")
     a = p.parse_args()
     if a.quick:
         a.iters, a.warmup = 4, 1
@@ -166,8 +173,8 @@ def main():
         raise SystemExit("run_distributed.py: --device cuda but nvidia-smi lists no GPU")
     systems = {t: SYSTEMS[t] + (["nccl"] if a.device == "cuda" and t == "loopback" else [])
                + (["ps-fifo"] if a.priority and not a.mechanisms and "ps" in SYSTEMS[t] else [])
-               + ([m for m in MECHANISMS if m != "ps"] if a.mechanisms and "ps" in SYSTEMS[t]
-                  else [])
+               + ([m for m in MECHANISMS if m != "ps"] + ["ring-bf16"]
+                  if a.mechanisms and "ps" in SYSTEMS[t] else [])
                for t in topologies}
     ns = parse_list(a.n, int)
     run_dir = outdir.with_raw(a.out)  # stale port files would point at dead servers

@@ -69,6 +69,7 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
     for (const keys::TensorSpec& t : table_->tensors()) {
       const std::size_t floats = (t.elements * eb + sizeof(float) - 1) / sizeof(float);
       push_wire_.emplace_back(floats);
+      if (options_.error_feedback) push_residual_.emplace_back(t.elements);
       if (compact_weights()) weights_wire_.emplace_back(floats);
     }
   }
@@ -122,11 +123,8 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
     // The weight buffers are where phubd writes fresh weights: registered once, here (with
     // a compact wire: their staging buffers, and the pushes' too, which they are sent from).
     std::vector<std::span<std::byte>> regions;
-    if (compact_weights()) {
-      for (AlignedBuffer& b : weights_wire_) regions.push_back(std::as_writable_bytes(b.span()));
-    } else {
-      for (std::span<float> w : weights_) regions.push_back(std::as_writable_bytes(w));
-    }
+    for (std::span<float> w : weights_) regions.push_back(std::as_writable_bytes(w));
+    for (AlignedBuffer& b : weights_wire_) regions.push_back(std::as_writable_bytes(b.span()));
     for (AlignedBuffer& b : push_wire_) regions.push_back(std::as_writable_bytes(b.span()));
     for (std::span<std::byte> region : regions) {
       if (region.empty()) continue;
@@ -142,8 +140,13 @@ StatusOr<std::vector<transport::LandingZone>> PsClient::Impl::LandingZones(
     const Connection&, const WireHeader*) {
   std::vector<transport::LandingZone> zones;
   for (const keys::Chunk& chunk : table_->chunks()) {
-    zones.push_back({Op::kWeights, options_.rank, chunk.id, resume_iteration_,
-                     WeightsLanding(chunk)});
+    // With compact weights: the first whole (INIT), the later ones as changes.
+    const Op first = WeightsOp(resume_iteration_);
+    zones.push_back({first, options_.rank, chunk.id, resume_iteration_, WeightsLanding(chunk, first)});
+    if (first != Op::kWeights) {
+      zones.push_back({Op::kWeights, options_.rank, chunk.id, resume_iteration_ + 1,
+                       WeightsLanding(chunk, Op::kWeights)});
+    }
   }
   return zones;
 }

@@ -59,11 +59,14 @@ struct PsClientOptions {
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
   // The element format of the pushes (the same on every worker): fp32, or bf16/fp16 to halve
   // the bytes; phubd still sums into float32 weights. wire_weights: with a compact `wire`,
-  // phubd sends the weights back in it too (half the bytes both ways, but every worker then
-  // trains on rounded weights: 0.7 points of Fashion-MNIST in bf16, benchmarks.md);
-  // false (the default): they come back in float32.
+  // phubd sends the weights back in it too (half the bytes both ways); false (the default):
+  // they come back in float32.
   kernels::WireFormat wire = kernels::WireFormat::kFp32;
   bool wire_weights = false;
+  // With a compact `wire`: what rounding drops from a tensor's gradient is added to its next
+  // push (kernels::ConvertToWireWithFeedback), so rounding errors do not accumulate (off only
+  // to measure what it is worth). One float per parameter on the worker.
+  bool error_feedback = true;
   // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice).
   transport::verbs::DeviceOptions rdma;
 };

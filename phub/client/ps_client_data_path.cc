@@ -63,7 +63,11 @@ Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) 
     // Converted here, on the caller's thread: the staging buffer is free (the previous push of
     // this tensor was waited for, so phubd has all of it) and the loop thread stays free.
     auto* out = reinterpret_cast<std::byte*>(push_wire_[tensor].data());
-    kernels::ConvertToWire(options_.wire, grads, out);
+    if (options_.error_feedback) {
+      kernels::ConvertToWireWithFeedback(options_.wire, grads, push_residual_[tensor].span(), out);
+    } else {
+      kernels::ConvertToWire(options_.wire, grads, out);
+    }
     data = {out, grads.size() * kernels::WireBytes(options_.wire)};
   }
   const std::size_t element_bytes = compact_pushes() ? kernels::WireBytes(options_.wire) : sizeof(float);
@@ -91,33 +95,39 @@ Status PsClient::Impl::WaitAll() {
 StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connection,
                                                            const WireHeader& header) {
   // The one validation point of every message phubd sends: OnReceived trusts what passes.
-  if (header.op != Op::kWeights) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("phubd sent ", OpName(header.op), "; a worker only receives WEIGHTS"));
+  if (header.op != Op::kWeights && !(header.op == Op::kInit && compact_weights())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "phubd sent ", OpName(header.op), "; a worker only receives WEIGHTS",
+        compact_weights() ? " and, first, INIT" : ""));
   }
+  const std::string what = OpName(header.op);
   if (header.worker != options_.rank) {
-    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS addressed to worker ", header.worker,
+    return absl::InvalidArgumentError(absl::StrCat(what, " addressed to worker ", header.worker,
                                                    " reached rank ", options_.rank));
   }
   if (header.chunk >= table_->chunks().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS for chunk ", header.chunk,
+    return absl::InvalidArgumentError(absl::StrCat(what, " for chunk ", header.chunk,
                                                    " of ", table_->chunks().size()));
   }
   if (table_->owner(header.chunk) != connection.tag()) {
-    return absl::InvalidArgumentError(absl::StrCat("WEIGHTS of chunk ", header.chunk,
+    return absl::InvalidArgumentError(absl::StrCat(what, " of chunk ", header.chunk,
                                                    " from core ", connection.tag(),
                                                    "; the chunk belongs to core ",
                                                    table_->owner(header.chunk)));
   }
+  if (header.op != WeightsOp(header.iteration)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of chunk ", header.chunk, " for iteration ", header.iteration, "; with --wire ",
+        kernels::WireFormatName(options_.wire), " --wire-weights wire the weights of iteration ",
+        resume_iteration_, " come whole (INIT) and later ones as changes (WEIGHTS)"));
+  }
   const keys::Chunk& chunk = table_->chunks()[header.chunk];
-  std::span<std::byte> landing = WeightsLanding(chunk);
+  std::span<std::byte> landing = WeightsLanding(chunk, header.op);
   if (header.payload_bytes != landing.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "WEIGHTS of chunk ", header.chunk, " carry ", header.payload_bytes, " bytes, expected ",
-        landing.size(),
-        compact_weights() ? absl::StrCat(" (", chunk.elements, " elements in ",
-                                         kernels::WireFormatName(options_.wire), ")")
-                          : std::string()));
+        what, " of chunk ", header.chunk, " carry ", header.payload_bytes, " bytes, expected ",
+        landing.size(), " (", chunk.elements, " elements in ",
+        landing.size() == chunk.bytes() ? "fp32" : kernels::WireFormatName(options_.wire), ")"));
   }
   {
     std::lock_guard lock(mu_);
@@ -127,7 +137,7 @@ StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connectio
     if (state.pending == 0 || header.iteration != state.expect_iteration ||
         landed_[header.chunk] != header.iteration) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected WEIGHTS for chunk ", header.chunk, " of iteration ", header.iteration,
+          "unexpected ", what, " for chunk ", header.chunk, " of iteration ", header.iteration,
           " (tensor ", chunk.tensor, " awaits ",
           state.pending ? absl::StrCat("iteration ", state.expect_iteration) : "nothing",
           "; the chunk's next is ", landed_[header.chunk], ")"));
@@ -136,8 +146,8 @@ StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connectio
   return landing;
 }
 
-std::span<std::byte> PsClient::Impl::WeightsLanding(const keys::Chunk& chunk) {
-  if (!compact_weights()) {
+std::span<std::byte> PsClient::Impl::WeightsLanding(const keys::Chunk& chunk, Op op) {
+  if (!compact_weights() || op == Op::kInit) {
     return std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
   }
   const std::size_t eb = kernels::WireBytes(options_.wire);
@@ -147,10 +157,11 @@ std::span<std::byte> PsClient::Impl::WeightsLanding(const keys::Chunk& chunk) {
 
 Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& header) {
   const keys::Chunk& chunk = table_->chunks()[header.chunk];  // checked by ResolveSlot
-  if (compact_weights()) {
-    // Widened into the weight buffer (the tensor is in flight: nobody reads it until Wait).
-    kernels::ConvertFromWire(options_.wire, WeightsLanding(chunk).data(),
-                             weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
+  if (compact_weights() && header.op == Op::kWeights) {
+    // A change: added to the weights, which equal phubd's view of them (the tensor is in
+    // flight: nobody reads it until Wait).
+    kernels::AddFromWire(options_.wire, WeightsLanding(chunk, header.op).data(),
+                         weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
   }
   bool done = false;
   {

@@ -98,8 +98,15 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   // The compact wire (PsClientOptions::wire): pushes, and maybe weights, in bf16/fp16.
   bool compact_pushes() const { return options_.wire != kernels::WireFormat::kFp32; }
   bool compact_weights() const { return compact_pushes() && options_.wire_weights; }
-  // Where chunk `chunk`'s weights land: the weight buffer itself, or its compact staging.
-  std::span<std::byte> WeightsLanding(const keys::Chunk& chunk);
+  // Where chunk `chunk`'s weights sent as `op` land: the weight buffer itself (WEIGHTS in
+  // float32; with compact weights, the whole first weights, INIT), or the compact staging of a
+  // change (WEIGHTS with compact weights). docs/design.md "The compact wire".
+  std::span<std::byte> WeightsLanding(const keys::Chunk& chunk, Op op);
+  // The op the weights of `iteration` come as: with compact weights the first (the resume
+  // point) come whole as INIT and later ones as changes; else always WEIGHTS.
+  Op WeightsOp(std::uint64_t iteration) const {
+    return compact_weights() && iteration == resume_iteration_ ? Op::kInit : Op::kWeights;
+  }
 
   PsClientOptions options_;
   transport::EventLoop loop_;
@@ -107,8 +114,11 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   std::optional<keys::KeyTable> table_;  // set by Handshake
   std::vector<std::span<float>> weights_;
   // By tensor, with a compact wire: the pushed gradient converted (sent from here), and the
-  // weights as they arrive (converted into weights_ on arrival). Fixed after Handshake.
+  // weights' changes as they arrive (added into weights_ on arrival). Fixed after Handshake.
   std::vector<AlignedBuffer> push_wire_, weights_wire_;
+  // By tensor, with a compact wire and error feedback: what rounding left out of its pushes so
+  // far (float32, zero at first), added to its next push. Only the caller's thread touches it.
+  std::vector<AlignedBuffer> push_residual_;
 
   std::unique_ptr<transport::Transport> transport_;       // phubd's choice, on loop_
   std::vector<std::shared_ptr<Connection>> connections_;  // by server core

@@ -4,18 +4,25 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "phub/client/ps_client.h"
 #include "phub/kernels/wire_format.h"
 
 namespace phub::client {
 
-inline void AddWireFlags(CLI::App& app, PsClientOptions& options) {
+// `also`: other exchanges' wire formats that --wire sets too (the ring's), so that a baseline
+// is measured with the same option.
+inline void AddWireFlags(CLI::App& app, PsClientOptions& options,
+                         std::vector<kernels::WireFormat*> also = {}) {
   app.add_option_function<std::string>(
          "--wire",
-         [&options](const std::string& name) { options.wire = *kernels::ParseWireFormat(name); },
-         "PS: the format gradients travel in: fp32, or bf16/fp16 (half the bytes; phubd still "
-         "sums into float32 weights). The same on every worker")
+         [&options, also](const std::string& name) {
+           options.wire = *kernels::ParseWireFormat(name);
+           for (kernels::WireFormat* w : also) *w = options.wire;
+         },
+         "The format gradients travel in: fp32, or bf16/fp16 (half the bytes; phubd, or the "
+         "ring, still sums in float32). The same on every worker")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->default_str(kernels::WireFormatName(options.wire));
   app.add_option_function<std::string>(
@@ -25,6 +32,13 @@ inline void AddWireFlags(CLI::App& app, PsClientOptions& options) {
          "(fp32)")
       ->check(CLI::IsMember({"wire", "fp32"}))
       ->default_str(options.wire_weights ? "wire" : "fp32");
+  app.add_option_function<std::string>(
+         "--error-feedback",
+         [&options](const std::string& v) { options.error_feedback = v == "on"; },
+         "PS with a compact --wire: carry what rounding drops from each gradient into the next "
+         "push (on), or drop it (off: only to measure what feedback is worth)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str(options.error_feedback ? "on" : "off");
 }
 
 }  // namespace phub::client

@@ -10,13 +10,29 @@ namespace {
 
 class NcclAllreducer final : public Allreducer {
  public:
-  explicit NcclAllreducer(std::unique_ptr<nccl::NcclAllreduce> nccl) : nccl_(std::move(nccl)) {}
+  NcclAllreducer(std::unique_ptr<nccl::NcclAllreduce> nccl, kernels::WireFormat wire)
+      : nccl_(std::move(nccl)), wire_(wire) {}
 
   Status Allreduce(std::span<float> data, ReduceOp op) override {
-    PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer* buffer, BufferFor(data.size()));
-    PHUB_RETURN_IF_ERROR(buffer->CopyFromHost(data));
-    PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(), op));
-    return buffer->CopyToHost(data);
+    if (wire_ == kernels::WireFormat::kFp32) {
+      PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer* buffer, BufferFor(data.size()));
+      PHUB_RETURN_IF_ERROR(buffer->CopyFromHost(data));
+      PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(), op));
+      return buffer->CopyToHost(data);
+    }
+    // Rounded on the host into whole floats' worth of compact elements (DeviceBuffer moves
+    // floats), reduced in the compact type, widened back.
+    const std::size_t floats =
+        (data.size() * kernels::WireBytes(wire_) + sizeof(float) - 1) / sizeof(float);
+    staging_.resize(floats);
+    auto* wire = reinterpret_cast<std::byte*>(staging_.data());
+    kernels::ConvertToWire(wire_, data, wire);
+    PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer* buffer, BufferFor(floats));
+    PHUB_RETURN_IF_ERROR(buffer->CopyFromHost(staging_));
+    PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(), wire_, op));
+    PHUB_RETURN_IF_ERROR(buffer->CopyToHost(staging_));
+    kernels::ConvertFromWire(wire_, wire, data);
+    return absl::OkStatus();
   }
   std::uint32_t rank() const override { return nccl_->rank(); }
   std::string name() const override { return "nccl"; }
@@ -34,7 +50,9 @@ class NcclAllreducer final : public Allreducer {
   }
 
   std::unique_ptr<nccl::NcclAllreduce> nccl_;
+  const kernels::WireFormat wire_;
   std::map<std::size_t, nccl::DeviceBuffer> by_length_;
+  std::vector<float> staging_;  // compact wire: the host side of the copies
 };
 
 }  // namespace
@@ -51,7 +69,7 @@ StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
   nccl_options.timeout_ms = options.timeout_ms;
   PHUB_ASSIGN_OR_RETURN(auto nccl, nccl::NcclAllreduce::Connect(nccl_options));
   return AllreduceExchange::Create(options.optimizer,
-                                   std::make_unique<NcclAllreducer>(std::move(nccl)),
+                                   std::make_unique<NcclAllreducer>(std::move(nccl), options.wire),
                                    std::move(tensors), std::move(weights));
 }
 

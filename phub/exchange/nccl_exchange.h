@@ -27,6 +27,10 @@ struct NcclExchangeOptions {
   int device = -1;                     // CUDA device ordinal; -1: rank % visible devices
   int timeout_ms = 60000;              // bounds joining and each allreduce
   kernels::OptimizerConfig optimizer;  // what phubd's --optimizer flags would say
+  // `--wire`: fp32, or bf16/fp16: the gradient is rounded on the host (half the PCIe bytes
+  // too) and NCCL reduces in that type (ncclBfloat16/ncclHalf), as users of NCCL's
+  // reduced-precision allreduce (Horovod's fp16 compression) do.
+  kernels::WireFormat wire = kernels::WireFormat::kFp32;
 };
 
 // Joins the NCCL communicator (blocks until every rank has), then as AllreduceExchange::Create.

@@ -1,7 +1,7 @@
 // A worker's data-plane flags, declared once for phub-worker and the test worker: --transport
 // (the ring's links; a PS job follows phubd's --transport) and the RDMA device flags, written
 // into every exchange's options so ps, ps-colocated and ring use the same device; and the PS
-// client's --send-window-bytes (priority scheduling of its pushes).
+// client's --send-window-bytes (priority scheduling of its pushes), and --wire (PS, ring and NCCL).
 #pragma once
 
 #include "phub/client/wire_flags.h"
@@ -16,7 +16,7 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
                               "started with");
   transport::AddRdmaFlags(app, {&options.ps.client.rdma, &options.ring.ring.rdma});
   transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
-  client::AddWireFlags(app, options.ps.client);
+  client::AddWireFlags(app, options.ps.client, {&options.ring.ring.wire, &options.nccl.wire});
 }
 
 }  // namespace phub::exchange

@@ -93,6 +93,79 @@ void ConvertFromWire(WireFormat format, const std::byte* wire, std::span<float> 
     Convert(std::span(reinterpret_cast<const Fp16*>(wire), out.size()), out);
   }
 }
+namespace {
+// Largest finite values: what is past them is clamped (and carried to the next call).
+constexpr float kBf16Max = std::bit_cast<float>(0x7f7f0000u);  // float32's max rounds to inf
+constexpr float kFp16Max = 65504.0f;
+
+template <class T, class Narrow>
+void NarrowWithFeedback(const float* __restrict in, float* __restrict residual,
+                        T* __restrict out, std::size_t n, float limit, Narrow narrow) {
+#pragma GCC ivdep
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = in[i] + residual[i];
+    const float clamped = v > limit ? limit : (v < -limit ? -limit : v);  // NaN stays NaN
+    const T q = narrow(clamped);
+    out[i] = q;
+    residual[i] = v - ToFloat(q);  // the excess over the limit too
+  }
+}
+}  // namespace
+
+void ConvertToWireWithFeedback(WireFormat format, std::span<const float> in,
+                               std::span<float> residual, std::byte* wire) {
+  assert(format != WireFormat::kFp32 && residual.size() == in.size());
+  if (format == WireFormat::kBf16) {
+    NarrowWithFeedback(in.data(), residual.data(), reinterpret_cast<Bf16*>(wire), in.size(),
+                       kBf16Max, [](float x) { return ToBf16(x); });
+  } else {
+    NarrowWithFeedback(in.data(), residual.data(), reinterpret_cast<Fp16*>(wire), in.size(),
+                       kFp16Max, [](float x) { return ToFp16(x); });
+  }
+}
+
+namespace {
+template <class T, class Narrow>
+void NarrowChange(const float* __restrict target, const float* view_in, float* view_out,
+                  T* __restrict out, std::size_t n, float limit, Narrow narrow) {
+  for (std::size_t i = 0; i < n; ++i) {
+    float d = target[i] - view_in[i];
+    d = d > limit ? limit : (d < -limit ? -limit : d);
+    const T q = narrow(d);
+    out[i] = q;
+    view_out[i] = view_in[i] + ToFloat(q);
+  }
+}
+template <class T>
+void AddWidened(const T* __restrict in, float* __restrict view, std::size_t n) {
+#pragma GCC ivdep
+  for (std::size_t i = 0; i < n; ++i) view[i] += ToFloat(in[i]);
+}
+}  // namespace
+
+void ConvertChangeToWire(WireFormat format, std::span<const float> target,
+                         std::span<const float> view_in, std::span<float> view_out,
+                         std::byte* wire) {
+  assert(format != WireFormat::kFp32 && target.size() == view_in.size() &&
+         view_in.size() == view_out.size());
+  if (format == WireFormat::kBf16) {
+    NarrowChange(target.data(), view_in.data(), view_out.data(), reinterpret_cast<Bf16*>(wire),
+                 target.size(), kBf16Max, [](float x) { return ToBf16(x); });
+  } else {
+    NarrowChange(target.data(), view_in.data(), view_out.data(), reinterpret_cast<Fp16*>(wire),
+                 target.size(), kFp16Max, [](float x) { return ToFp16(x); });
+  }
+}
+
+void AddFromWire(WireFormat format, const std::byte* wire, std::span<float> view) {
+  assert(format != WireFormat::kFp32);
+  if (format == WireFormat::kBf16) {
+    AddWidened(reinterpret_cast<const Bf16*>(wire), view.data(), view.size());
+  } else {
+    AddWidened(reinterpret_cast<const Fp16*>(wire), view.data(), view.size());
+  }
+}
+
 void ConvertScaled(std::span<const float> in, float scale, std::span<Fp16> out) {
   assert(in.size() == out.size());
   ConvertToFp16(in.data(), out.data(), in.size(), scale);

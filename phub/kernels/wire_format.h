@@ -5,8 +5,9 @@
 //   fp32  IEEE binary32, as the model holds it (4 bytes)
 //   bf16  bfloat16: binary32's sign, 8-bit exponent and top 7 mantissa bits (2 bytes); the same
 //         range as float32, ~3 significant digits: gradients fit without scaling
-//   fp16  IEEE binary16 (2 bytes): 10 mantissa bits but a range of 6e-8 .. 65504, so small
-//         gradients underflow unless the loss is scaled up first (not built yet)
+//   fp16  IEEE binary16 (2 bytes): 10 mantissa bits but a range of 6e-8 .. 65504: alone, small
+//         gradients underflow and large ones overflow; with error feedback (below) neither is
+//         lost, only delayed, so no loss scaling is needed (docs/design.md "The compact wire")
 //
 // Conversions to the compact formats round to nearest, ties to even (what hardware and
 // PyTorch's .to(bfloat16/float16) do); values past the format's range become infinity; NaN
@@ -91,6 +92,32 @@ void Convert(std::span<const Fp16> in, std::span<float> out);
 // `wire` holds in.size() (or out.size()) elements of `format`, which must not be kFp32.
 void ConvertToWire(WireFormat format, std::span<const float> in, std::byte* wire);
 void ConvertFromWire(WireFormat format, const std::byte* wire, std::span<float> out);
+// Error feedback (Seide et al., "1-bit SGD", 2014; Karimireddy et al., "EF-SGD", 2019): what
+// rounding drops is carried to the next call instead of lost. Per element:
+//   v = in + residual  (float32),
+//   wire = v clamped to the format's largest finite value (fp16: 65504) and rounded to it,
+//   residual = v - wire  (exact in float32 unless v is past the limit).
+// So the sum of everything sent plus the residual equals the sum of everything given (up to
+// float32's rounding of the additions): rounding errors do not accumulate over iterations, and
+// values under fp16's range add up in the residual until they are sent. `residual` starts at
+// zero and belongs to one stream of values (one tensor's gradients, one chunk's weight changes).
+// REQUIRES: format != kFp32; residual.size() == in.size(); `wire` holds in.size() elements.
+void ConvertToWireWithFeedback(WireFormat format, std::span<const float> in,
+                               std::span<float> residual, std::byte* wire);
+
+// Weights in a compact format without training on rounded weights (docs/design.md "The compact
+// wire"): phubd keeps `view`, the float32 weights every worker holds, and sends only their
+// change, rounded; both sides add the same rounded change to the same float32 view, so they
+// stay bit-identical, and the view trails the master weights by one rounding of one step's
+// change (what rounding drops is in the next change). Per element:
+//   wire = (target - view_in) clamped and rounded to the format,  view_out = view_in + wire.
+// view_out may be view_in (in place). REQUIRES: format != kFp32; equal sizes.
+void ConvertChangeToWire(WireFormat format, std::span<const float> target,
+                         std::span<const float> view_in, std::span<float> view_out,
+                         std::byte* wire);
+// The worker's half: view += wire (the same float32 addition as ConvertChangeToWire's).
+void AddFromWire(WireFormat format, const std::byte* wire, std::span<float> view);
+
 // out = in * scale, then rounded to the format (fp16 loss scaling on the sender). Scaling is in
 // float32 and exact for powers of two.
 void ConvertScaled(std::span<const float> in, float scale, std::span<Fp16> out);

@@ -113,7 +113,7 @@ class NcclAllreduce::Impl {
   ~Impl();
 
   Status Init();
-  Status Allreduce(float* data, std::size_t count, ReduceOp op);
+  Status Allreduce(void* data, std::size_t count, kernels::WireFormat format, ReduceOp op);
 
   const NcclOptions options_;
   const int device_;
@@ -209,7 +209,22 @@ Status NcclAllreduce::Impl::Init() {
   return absl::OkStatus();
 }
 
-Status NcclAllreduce::Impl::Allreduce(float* data, std::size_t count, ReduceOp op) {
+namespace {
+ncclDataType_t NcclType(kernels::WireFormat format) {
+  switch (format) {
+    case kernels::WireFormat::kBf16:
+      return ncclBfloat16;
+    case kernels::WireFormat::kFp16:
+      return ncclHalf;
+    case kernels::WireFormat::kFp32:
+      break;
+  }
+  return ncclFloat;
+}
+}  // namespace
+
+Status NcclAllreduce::Impl::Allreduce(void* data, std::size_t count, kernels::WireFormat format,
+                                      ReduceOp op) {
   if (!aborted_by_.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("nccl ", Where(), ": the communicator was aborted after an earlier failure (",
@@ -218,19 +233,21 @@ Status NcclAllreduce::Impl::Allreduce(float* data, std::size_t count, ReduceOp o
   if (count == 0) return absl::OkStatus();
   if (data == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("nccl ", Where(), ": Allreduce of ", count, " floats at a null pointer"));
+        absl::StrCat("nccl ", Where(), ": Allreduce of ", count, " ",
+                     kernels::WireFormatName(format), " elements at a null pointer"));
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
   PHUB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const auto what = [&] {
-    return absl::StrCat("ncclAllReduce of ", count, " floats (", Where(), ")");
+    return absl::StrCat("ncclAllReduce of ", count, " ", kernels::WireFormatName(format),
+                        " elements (", Where(), ")");
   };
   const auto on_timeout = [this] {
     return absl::StrCat(" (", options_.timeout_ms,
                         " ms): has a peer rank died, or not made the same call? Every rank must "
                         "call Allreduce with the same count, in the same order");
   };
-  const ncclResult_t r = ncclAllReduce(data, data, count, ncclFloat,
+  const ncclResult_t r = ncclAllReduce(data, data, count, NcclType(format),
                                        op == ReduceOp::kMean ? ncclAvg : ncclSum, comm_, stream_);
   if (r == ncclInProgress) {  // non-blocking communicator: the enqueue finishes in background
     if (Status s = WaitForComm(comm_, deadline, what, std::chrono::microseconds(0), on_timeout);
@@ -290,7 +307,11 @@ NcclAllreduce::NcclAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 NcclAllreduce::~NcclAllreduce() = default;
 
 Status NcclAllreduce::Allreduce(float* device_data, std::size_t count, ReduceOp op) {
-  return impl_->Allreduce(device_data, count, op);
+  return impl_->Allreduce(device_data, count, kernels::WireFormat::kFp32, op);
+}
+Status NcclAllreduce::Allreduce(void* device_data, std::size_t count, kernels::WireFormat format,
+                                ReduceOp op) {
+  return impl_->Allreduce(device_data, count, format, op);
 }
 
 int NcclAllreduce::device() const { return impl_->device_; }

@@ -26,6 +26,7 @@
 
 #include "phub/common/reduce_op.h"
 #include "phub/common/status.h"
+#include "phub/kernels/wire_format.h"
 
 namespace phub::nccl {
 
@@ -67,6 +68,10 @@ class NcclAllreduce {
   // REQUIRES: device_data points to `count` floats in the memory of device(); the caller does
   // not touch them until the call returns.
   Status Allreduce(float* device_data, std::size_t count, ReduceOp op = ReduceOp::kSum);
+  // The same over `count` elements of `format` (bf16: ncclBfloat16, fp16: ncclHalf): what
+  // `--wire bf16|fp16` sends. NCCL keeps its partial sums in that format between hops.
+  Status Allreduce(void* device_data, std::size_t count, kernels::WireFormat format,
+                   ReduceOp op = ReduceOp::kSum);
 
   int device() const;  // the CUDA device ordinal this rank runs on
   std::uint32_t rank() const;

@@ -1,6 +1,7 @@
 #include "phub/ring/ring_allreduce.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -106,7 +107,8 @@ Status RingAllreduce::Impl::Allreduce(std::span<float> data, ReduceOp op) {
 void RingAllreduce::Impl::Start() {
   ++calls_started_;
   active_ = true;
-  scratch_.resize(piece_elems_);
+  scratch_.resize(WireBytes(piece_elems_));
+  if (compact()) mirror_.resize(WireBytes(data_.size()));
   gathered_ = reduced_ = 0;
   gather_expected_ = reduce_expected_ = 0;
   for (std::uint32_t s = 0; s < world_; ++s) {
@@ -128,7 +130,7 @@ void RingAllreduce::Impl::Start() {
   }
   for (Early& e : early) {
     auto slot = Locate(e.header);
-    Status s = slot.ok() && slot->size() * sizeof(float) != e.header.payload_bytes
+    Status s = slot.ok() && WireBytes(slot->size()) != e.header.payload_bytes
                    ? absl::InvalidArgumentError("early ring message of the wrong size")
                    : slot.status();
     if (s.ok()) s = Consume(e.header, e.payload.data());
@@ -141,6 +143,14 @@ void RingAllreduce::Impl::SendPiece(Op op, std::uint32_t step, std::uint32_t seg
                                     std::uint64_t piece) {
   std::span<const float> values = Piece(segment, piece);
   auto bytes = std::as_bytes(values);
+  if (compact()) {
+    // Rounded into the mirror, sent from there. Its place there is not rewritten while this is
+    // in flight: the next send of the same place (this segment's allgather) waits for values
+    // that come back around the ring after the next rank received this one.
+    std::byte* wire = MirrorOf(values);
+    kernels::ConvertToWire(options_.wire, values, wire);
+    bytes = {wire, WireBytes(values.size())};
+  }
   WireHeader header{op, rank_, static_cast<std::uint32_t>(piece),
                     (calls_started_ - 1) * kStepSpan + step, static_cast<std::uint32_t>(bytes.size())};
   ++pending_sends_;
@@ -196,29 +206,32 @@ StatusOr<std::span<std::byte>> RingAllreduce::Impl::ResolveSlot(Connection& conn
   const std::uint64_t seq = header.iteration / kStepSpan;
   if (seq == calls_started_) {  // the next call, not started here yet: stage it
     // Bounded by what a piece can be and how many a call can send ahead, never by the claim.
-    if (header.payload_bytes > piece_elems_ * sizeof(float) || header.payload_bytes == 0 ||
-        header.payload_bytes % sizeof(float) != 0 || early_.size() >= kMaxEarlyMessages) {
+    if (header.payload_bytes > WireBytes(piece_elems_) || header.payload_bytes == 0 ||
+        header.payload_bytes % element_bytes_ != 0 || early_.size() >= kMaxEarlyMessages) {
       return absl::InvalidArgumentError(absl::StrCat(
           "early ring message of ", header.payload_bytes, " bytes (", early_.size(),
-          " staged already): pieces are at most ", piece_elems_ * sizeof(float), " bytes"));
+          " staged already): pieces are at most ", WireBytes(piece_elems_), " bytes of ",
+          element_bytes_, "-byte elements"));
     }
-    early_.push_back(Early{header, std::vector<float>(header.payload_bytes / sizeof(float))});
+    early_.push_back(Early{header, std::vector<std::byte>(header.payload_bytes)});
     receiving_early_ = true;
-    return std::as_writable_bytes(std::span<float>(early_.back().payload));
+    return std::span<std::byte>(early_.back().payload);
   }
   if (!active_ || seq + 1 != calls_started_) {
     return absl::InvalidArgumentError(absl::StrCat("ring message of call ", seq, " during call ",
                                                    calls_started_ - 1));
   }
   PHUB_ASSIGN_OR_RETURN(std::span<float> piece, Locate(header));
-  if (piece.size() * sizeof(float) != header.payload_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("ring piece of ", header.payload_bytes,
-                                                   " bytes, expected ", piece.size() * sizeof(float),
-                                                   ": ranks called Allreduce with different lengths?"));
+  if (WireBytes(piece.size()) != header.payload_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring piece of ", header.payload_bytes, " bytes, expected ", WireBytes(piece.size()),
+        ": ranks called Allreduce with different lengths",
+        compact() ? " or different --wire formats?" : "?"));
   }
   // Reduce-scatter pieces are added to the buffer, so they land in scratch; allgather pieces
-  // are final values and land in place.
-  if (header.op == Op::kPush) return std::as_writable_bytes(std::span<float>(scratch_).first(piece.size()));
+  // are final values and land in place (compact: in the mirror, widened on arrival).
+  if (header.op == Op::kPush) return std::span<std::byte>(scratch_).first(header.payload_bytes);
+  if (compact()) return std::span<std::byte>(MirrorOf(piece), header.payload_bytes);
   return std::as_writable_bytes(piece);
 }
 
@@ -260,7 +273,7 @@ Status RingAllreduce::Impl::OnReceived(Connection& connection, const WireHeader&
     Early early = std::move(early_.back());
     early_.pop_back();
     PHUB_ASSIGN_OR_RETURN(std::span<float> piece, Locate(early.header));
-    if (piece.size() * sizeof(float) != early.header.payload_bytes) {
+    if (WireBytes(piece.size()) != early.header.payload_bytes) {
       return absl::InvalidArgumentError("ring piece of the wrong size");
     }
     return Consume(early.header, early.payload.data());
@@ -268,16 +281,25 @@ Status RingAllreduce::Impl::OnReceived(Connection& connection, const WireHeader&
   return Consume(header, header.op == Op::kPush ? scratch_.data() : nullptr);
 }
 
+namespace {
+// out += what `staged` holds, in `format` (the reduce-scatter's sum, always float32).
+void AddInto(kernels::WireFormat format, const std::byte* staged, std::span<float> out) {
+  if (format != kernels::WireFormat::kFp32) return kernels::AddFromWire(format, staged, out);
+  const auto* __restrict in = reinterpret_cast<const float*>(staged);
+  float* __restrict o = out.data();
+  for (std::size_t i = 0; i < out.size(); ++i) o[i] += in[i];
+}
+}  // namespace
+
 // A piece of the current call has arrived in `staged` (scratch or an early copy), or in place
 // (`staged` null, allgather only): reduce or store it, and pass it on.
-Status RingAllreduce::Impl::Consume(const WireHeader& header, const float* staged) {
+Status RingAllreduce::Impl::Consume(const WireHeader& header, const std::byte* staged) {
   PHUB_ASSIGN_OR_RETURN(std::span<float> piece, Locate(header));
   const auto step = static_cast<std::uint32_t>(header.iteration % kStepSpan);
   const std::uint64_t j = header.chunk;
   if (header.op == Op::kPush) {
     const std::uint32_t segment = Segment(static_cast<std::int64_t>(rank_) - step - 1);
-    float* __restrict out = piece.data();
-    for (std::size_t i = 0; i < piece.size(); ++i) out[i] += staged[i];
+    AddInto(options_.wire, staged, piece);
     ++reduced_;
     if (step + 2 < world_) {
       SendPiece(Op::kPush, step + 1, segment, j);
@@ -286,11 +308,21 @@ Status RingAllreduce::Impl::Consume(const WireHeader& header, const float* stage
         const float scale = 1.0f / static_cast<float>(world_);
         for (float& v : piece) v *= scale;
       }
+      if (compact()) {
+        // Kept as every other rank will have it: rounded once (SendPiece rounds it again into
+        // the mirror, which changes nothing).
+        kernels::ConvertToWire(options_.wire, piece, MirrorOf(piece));
+        kernels::ConvertFromWire(options_.wire, MirrorOf(piece), piece);
+      }
       SendPiece(Op::kWeights, 0, segment, j);
     }
   } else {
     const std::uint32_t segment = Segment(static_cast<std::int64_t>(rank_) - step);
-    if (staged != nullptr) std::copy(staged, staged + piece.size(), piece.data());
+    if (compact()) {
+      kernels::ConvertFromWire(options_.wire, staged != nullptr ? staged : MirrorOf(piece), piece);
+    } else if (staged != nullptr) {
+      std::memcpy(piece.data(), staged, piece.size() * sizeof(float));
+    }
     ++gathered_;
     if (step + 2 < world_) SendPiece(Op::kWeights, step + 1, segment, j);
   }

@@ -8,7 +8,8 @@
 // received and reduced, so sending, receiving and reducing overlap (pipelining). Every rank
 // moves 2(N-1)/N of the buffer each way. Receives of the allgather land straight in the
 // caller's buffer; reduce-scatter receives go to one piece-sized scratch buffer and are added
-// in place. Sends go straight from the caller's buffer.
+// in place. Sends go straight from the caller's buffer. With a compact RingOptions::wire pieces
+// are converted into (and received into) a compact mirror of the buffer instead.
 //
 // Threading: one event-loop thread per RingAllreduce; Allreduce() blocks the calling thread.
 // A lost neighbour fails the current and every later call with Unavailable.
@@ -21,6 +22,7 @@
 
 #include "phub/common/reduce_op.h"
 #include "phub/common/status.h"
+#include "phub/kernels/wire_format.h"
 #include "phub/ring/file_rendezvous.h"
 #include "phub/transport/transport_kind.h"
 #include "phub/transport/verbs/device_options.h"
@@ -38,6 +40,12 @@ struct RingOptions {
   // neighbour's registered receive ring, credit flow control; docs/design.md).
   transport::TransportKind transport = transport::TransportKind::kTcp;
   transport::verbs::DeviceOptions rdma;
+  // The element format pieces travel in (`--wire`, as the PS's): fp32, or bf16/fp16 for half
+  // the bytes. Sums stay float32: each hop widens what it receives, adds its own float32 values
+  // and rounds the partial sum again to pass it on (N-1 roundings of the reduce-scatter, like
+  // NCCL's reduced-precision allreduce but summing in float32); the rank that completes a
+  // segment rounds it once and keeps the rounded values, so every rank ends bit-identical.
+  kernels::WireFormat wire = kernels::WireFormat::kFp32;
 };
 
 using phub::ReduceOp;  // phub/common/reduce_op.h

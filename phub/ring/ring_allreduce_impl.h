@@ -48,7 +48,7 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
   // A message of the next call that arrived before this rank started it.
   struct Early {
     WireHeader header;
-    std::vector<float> payload;
+    std::vector<std::byte> payload;
   };
 
   std::uint32_t Segment(std::int64_t x) const {
@@ -64,11 +64,19 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
     std::uint64_t offset = j * piece_elems_;
     return data_.subspan(SegmentBegin(s) + offset, std::min(piece_elems_, SegmentSize(s) - offset));
   }
+  // Bytes a piece of `elements` takes on the wire.
+  std::uint64_t WireBytes(std::size_t elements) const { return elements * element_bytes_; }
+  bool compact() const { return options_.wire != kernels::WireFormat::kFp32; }
+  // With a compact wire: `piece`'s place in the compact mirror of data_.
+  std::byte* MirrorOf(std::span<const float> piece) {
+    return mirror_.data() + (piece.data() - data_.data()) * element_bytes_;
+  }
 
   void Start();
   void SendPiece(Op op, std::uint32_t step, std::uint32_t segment, std::uint64_t piece);
   StatusOr<std::span<float>> Locate(const WireHeader& header) const;
-  Status Consume(const WireHeader& header, const float* staged);
+  // `staged`: the payload as received (wire format), or null where it landed in place.
+  Status Consume(const WireHeader& header, const std::byte* staged);
   void CheckDone();
   void Fail(const Status& status);
 
@@ -77,6 +85,7 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
   const std::uint32_t world_;
   const std::uint32_t rank_;
   const std::uint64_t piece_elems_ = std::max<std::uint64_t>(1, options_.piece_bytes / 4);
+  const std::size_t element_bytes_ = kernels::WireBytes(options_.wire);
   RingLinks links_;  // the transport, the acceptor and the link to rank+1; on loop_
   std::vector<std::shared_ptr<Connection>> pending_accepts_;  // until they ATTACH
   std::shared_ptr<Connection> prev_;
@@ -89,7 +98,8 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
   ReduceOp op_ = ReduceOp::kSum;
   std::uint64_t calls_started_ = 0;
   bool active_ = false;
-  std::vector<float> scratch_;
+  std::vector<std::byte> scratch_;  // one piece as received, reduce-scatter
+  std::vector<std::byte> mirror_;   // compact wire: data_ in it, what is sent and gathered
   std::deque<Early> early_;
   // The last entry of early_ is still being received (its payload has not fully landed).
   bool receiving_early_ = false;

@@ -42,8 +42,9 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     state.chunk = &chunk;
     state.slots = MakeSlots(world, chunk.elements, job_->wire);
     if (job_->wire_weights) {
-      state.wire_weights = MakeWireBuffer(chunk.elements, job_->wire);
-      if (job_->keep_previous) state.wire_previous = MakeWireBuffer(chunk.elements, job_->wire);
+      state.change = MakeWireBuffer(chunk.elements, job_->wire);
+      state.view = AlignedBuffer(chunk.elements);
+      if (job_->keep_previous) state.view_previous = AlignedBuffer(chunk.elements);
     }
     state.weights = AlignedBuffer(chunk.elements);
     for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
@@ -68,6 +69,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
   push_kind_.assign(world, PushKind::kCount);
   resume_at_.assign(world, job_->resume ? job_->resume_iteration : kNoResume);
   replay_through_.assign(world, job_->resume ? job_->resume_iteration + 1 : 0);
+  start_at_.assign(world, job_->resume ? job_->resume_iteration : 0);
 
   inputs_.resize(world);
   state_ptrs_.resize(state_arrays);
@@ -82,7 +84,7 @@ std::vector<std::span<std::byte>> Shard::Buffers() {
   for (ChunkState& state : chunks_) {
     buffers.push_back(AsBytes(state.slots.data(), state.slots.size()));
     buffers.push_back(AsBytes(state.weights.data(), state.weights.size()));
-    for (AlignedBuffer* b : {&state.previous, &state.wire_weights, &state.wire_previous}) {
+    for (AlignedBuffer* b : {&state.previous, &state.view, &state.view_previous, &state.change}) {
       if (b->size() != 0) buffers.push_back(AsBytes(b->data(), b->size()));
     }
   }
@@ -341,15 +343,13 @@ void Shard::MaybeAggregate(ChunkState& state) {
                    std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
                    job_->optimizer, state.iteration + 1, inputs_);
     std::swap(state.weights, state.previous);
-    // Their compact copies follow them (what wire_weights holds now describes previous).
-    std::swap(state.wire_weights, state.wire_previous);
-    std::swap(state.wire_weights_of, state.wire_previous_of);
   } else {
     AggregateSlots(job_->wire, state.slots, job_->world_size, elements, {},
                    state.weights.span(), state_ptrs_, job_->optimizer, state.iteration + 1,
                    inputs_);
   }
   ++state.iteration;
+  if (job_->wire_weights) UpdateView(state, /*swapped=*/state.previous.size() != 0);
   state.arrived = 0;
   std::fill(state.pushed.begin(), state.pushed.end(), 0);
   ++stats_.aggregations;
@@ -385,33 +385,70 @@ void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
                    std::uint64_t iteration) {
   if (!workers_[rank] || workers_[rank]->closed()) return;
   if (state.replay[rank] == kHeld) return;  // answered when its replay arrives
-  auto payload = std::span<const std::byte>(
-      reinterpret_cast<const std::byte*>(source.data()), state.chunk->bytes());
+  Op op = Op::kWeights;
+  const AlignedBuffer* from = &source;
+  std::size_t bytes = state.chunk->bytes();
   if (job_->wire_weights) {
-    // The compact copy of `source` (the current or the previous weights), converted once per
-    // iteration: no send of it is queued when it is rewritten (MaybeAggregate waits for them).
-    const bool current = &source == &state.weights;
-    AlignedBuffer& wire = current ? state.wire_weights : state.wire_previous;
-    std::uint64_t& of = current ? state.wire_weights_of : state.wire_previous_of;
-    const std::uint64_t bytes = std::uint64_t{state.chunk->elements} * kernels::WireBytes(job_->wire);
-    if (of != iteration) {
-      ToWire(job_->wire, source.span().first(state.chunk->elements), wire);
-      of = iteration;
+    // What the workers hold instead of the master weights: whole for a worker's first weights,
+    // else the rounded change that took its view to `iteration` (computed once, when the chunk
+    // aggregated: no send of it is queued when it is rewritten, MaybeAggregate waits).
+    EnsureView(state);
+    if (iteration == start_at_[rank]) {
+      op = Op::kInit;
+      from = &source == &state.weights ? &state.view : &state.view_previous;
+    } else if (&source == &state.weights && iteration == state.change_of) {
+      from = &state.change;
+      bytes = std::size_t{state.chunk->elements} * kernels::WireBytes(job_->wire);
+    } else {
+      spdlog::error("core {}: rank {} started at iteration {}; chunk {}'s change is of {}, not {}",
+                    core_, rank, start_at_[rank], state.chunk->id, state.change_of, iteration);
+      workers_[rank]->Close(absl::InternalError(absl::StrCat(
+          "phubd has no change of chunk ", state.chunk->id, " to iteration ", iteration,
+          " for rank ", rank, ": rejoin the job")));
+      return;
     }
-    payload = std::span<const std::byte>(reinterpret_cast<const std::byte*>(wire.data()), bytes);
   }
-  WireHeader header{Op::kWeights, rank, state.chunk->id, iteration,
-                    static_cast<std::uint32_t>(payload.size())};
-  // The chunk does not aggregate (which rewrites weights and previous) while a send is queued.
+  auto payload = std::span<const std::byte>(reinterpret_cast<const std::byte*>(from->data()), bytes);
+  WireHeader header{op, rank, state.chunk->id, iteration, static_cast<std::uint32_t>(bytes)};
+  // The chunk does not aggregate (which rewrites weights, previous, views and the change)
+  // while a send is queued.
   ++state.pending_sends;
-  senders_[rank]->Send(header, payload, [this, &state](const Status& status) {
+  senders_[rank]->Send(header, payload, [this, &state, bytes](const Status& status) {
     --state.pending_sends;
-    if (status.ok()) {
-      stats_.bytes_out += std::uint64_t{state.chunk->elements} *
-                          (job_->wire_weights ? kernels::WireBytes(job_->wire) : sizeof(float));
-    }
+    if (status.ok()) stats_.bytes_out += bytes;
     MaybeAggregate(state);
   });
+}
+
+void Shard::EnsureView(ChunkState& state) {
+  if (state.view_ready) return;
+  state.view_ready = true;
+  const std::uint32_t elements = state.chunk->elements;
+  if (state.previous.size() != 0 && state.iteration > 0) {
+    // Loaded from a checkpoint with the previous weights: a worker may resume from those, so
+    // the view of now is previous plus one rounded change, the one it will be sent.
+    std::copy_n(state.previous.data(), elements, state.view_previous.data());
+    kernels::ConvertChangeToWire(job_->wire, state.weights.span(), state.view_previous.span(),
+                                 state.view.span(), reinterpret_cast<std::byte*>(state.change.data()));
+    state.change_of = state.iteration;
+  } else {
+    std::copy_n(state.weights.data(), elements, state.view.data());
+  }
+}
+
+void Shard::UpdateView(ChunkState& state, bool swapped) {
+  EnsureView(state);
+  auto* change = reinterpret_cast<std::byte*>(state.change.data());
+  if (swapped) {
+    // The view of the iteration before becomes view_previous, as the weights did.
+    std::swap(state.view, state.view_previous);
+    kernels::ConvertChangeToWire(job_->wire, state.weights.span(), state.view_previous.span(),
+                                 state.view.span(), change);
+  } else {
+    kernels::ConvertChangeToWire(job_->wire, state.weights.span(), state.view.span(),
+                                 state.view.span(), change);
+  }
+  state.change_of = state.iteration;
 }
 
 void Shard::OnClosed(Connection& connection, const Status& why) {

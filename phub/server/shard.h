@@ -136,10 +136,13 @@ class Shard final : public transport::ConnectionHandler {
     bool initialized = false;             // weights hold real values
     bool announced = false;               // iteration-0 weights sent to everyone
     AlignedBuffer previous;               // keep_previous: weights of iteration - 1
-    // JobSpec::wire_weights: the weights (and previous) in the wire format as sent, and the
-    // iteration each copy holds (UINT64_MAX: none yet).
-    AlignedBuffer wire_weights, wire_previous;
-    std::uint64_t wire_weights_of = UINT64_MAX, wire_previous_of = UINT64_MAX;
+    // JobSpec::wire_weights (docs/design.md "The compact wire"): what every worker holds of
+    // this chunk, float32 (view; keep_previous: view_previous, of iteration - 1), and the
+    // rounded change that took the view to iteration change_of, which is what workers are sent.
+    // A worker's first weights (of start_at_) are the whole view, float32, as INIT.
+    AlignedBuffer view, view_previous, change;
+    std::uint64_t change_of = UINT64_MAX;
+    bool view_ready = false;  // view holds the weights (set on first use: INIT may come late)
     // Per worker, while it resumes: kNone, or its replayed push of this chunk is still to come
     // (kExpected), and the chunk's next broadcast waits for it too (kHeld: the chunk holds
     // its copy already, so the broadcast could otherwise reach it before it asked).
@@ -161,6 +164,10 @@ class Shard final : public transport::ConnectionHandler {
   // Sends `rank` alone chunk `state`'s weights of `iteration` from `source` (weights or previous).
   void SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
               std::uint64_t iteration);
+  // wire_weights: the view set from the weights, once (after INIT or a checkpoint's load).
+  void EnsureView(ChunkState& state);
+  // wire_weights, after an aggregation: the view's rounded change to the new weights.
+  void UpdateView(ChunkState& state, bool swapped);
   // Recovery (shard_recovery.cc).
   void LoadSnapshot(ChunkState& state, const ChunkSnapshot& snapshot);
   void SendResumeWeights(std::uint32_t rank);
@@ -188,6 +195,9 @@ class Shard final : public transport::ConnectionHandler {
   static constexpr std::uint64_t kNoResume = UINT64_MAX;
   std::vector<std::uint64_t> resume_at_;
   std::vector<std::uint64_t> replay_through_;
+  // The iteration of each worker's first weights (0, or where it resumed): with wire_weights
+  // they go whole (INIT), and every later one as a change of them.
+  std::vector<std::uint64_t> start_at_;
   std::vector<std::uint8_t> seen_;          // attached once in this job
   std::vector<std::uint64_t> forgotten_;    // ForgetWorker calls, by rank (ShardEvent::epoch)
   std::vector<PushKind> push_kind_;         // ResolveSlot's decision for OnReceived

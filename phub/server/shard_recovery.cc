@@ -43,6 +43,7 @@ void Shard::LoadSnapshot(ChunkState& state, const ChunkSnapshot& snapshot) {
   state.iteration = snapshot.iteration;
   state.initialized = true;
   state.announced = true;
+  state.view_ready = false;  // wire_weights: the view starts again from these weights
 }
 
 RejoinPoint Shard::ForgetWorker(std::uint32_t rank) {
@@ -70,6 +71,7 @@ void Shard::ExpectRejoin(std::uint32_t rank, std::uint64_t iteration) {
   if (rank >= job_->world_size) return;
   resume_at_[rank] = iteration;
   replay_through_[rank] = iteration + 1;
+  start_at_[rank] = iteration;
   // A connection that attached before this arrived (it cannot: the Welcome follows) would
   // not get its weights: send them now.
   if (workers_[rank]) SendResumeWeights(rank);

@@ -53,11 +53,4 @@ AlignedBuffer MakeWireBuffer(std::uint32_t elements, kernels::WireFormat format)
   return AlignedBuffer(FloatsFor(std::size_t{elements} * kernels::WireBytes(format)));
 }
 
-std::span<const std::byte> ToWire(kernels::WireFormat format, std::span<const float> weights,
-                                  AlignedBuffer& out) {
-  auto* bytes = reinterpret_cast<std::byte*>(out.data());
-  kernels::ConvertToWire(format, weights, bytes);
-  return {bytes, weights.size() * kernels::WireBytes(format)};
-}
-
 }  // namespace phub::server

@@ -1,7 +1,7 @@
 // A chunk's buffers in the job's wire format (JobSpec::wire, docs/design.md "Compact wire"):
 // the receive slots hold each worker's copy as it arrived (bf16/fp16: 2 bytes an element), the
-// kernel widens them as it sums, and weights that go back compact are converted into a buffer
-// of their own. The one place the shard's code branches on the format.
+// kernel widens them as it sums, and weights that go back compact go as rounded changes, in a
+// buffer of their own (Shard::UpdateView). The one place the shard's code switches on the format.
 #pragma once
 
 #include <cstddef>
@@ -30,9 +30,7 @@ void AggregateSlots(kernels::WireFormat format, const AlignedBuffer& slots, std:
                     const kernels::OptimizerConfig& config, std::uint64_t step,
                     std::vector<const void*>& scratch);
 
-// A buffer for `elements` weights in `format` (fp16/bf16), and `weights` converted into it.
+// A buffer for `elements` elements in `format` (fp16/bf16).
 AlignedBuffer MakeWireBuffer(std::uint32_t elements, kernels::WireFormat format);
-std::span<const std::byte> ToWire(kernels::WireFormat format, std::span<const float> weights,
-                                  AlignedBuffer& out);
 
 }  // namespace phub::server

@@ -1,11 +1,14 @@
 #include "tests/integration/recovery_fixture.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -200,9 +203,10 @@ std::string Difference(const std::string& got, const std::string& want) {
 }
 
 std::string ReferenceWeights(const TempDir& dir, std::uint32_t world, std::uint64_t iterations,
-                             const std::string& sizes) {
+                             const std::string& sizes, const std::vector<std::string>& worker_extra) {
   auto phubd = StartPhubd(dir, Flags(world));
   Job job(dir, "reference", world, iterations, sizes);
+  job.extra = worker_extra;
   const auto start = Clock::now();
   job.StartAll(phubd.port);
   const std::string failures = job.WaitAllSucceed(milliseconds(120000));
@@ -225,6 +229,26 @@ void ExpectWeightsEqual(const Job& job, const std::string& reference) {
     EXPECT_EQ(Difference(job.Weights(r), reference), "")
         << "rank " << r << "'s final weights are not bitwise those of the uninterrupted run";
   }
+}
+
+void ExpectWeightsClose(const Job& job, const std::string& reference, double relative) {
+  const std::string rank0 = job.Weights(0);
+  for (std::uint32_t r = 1; r < job.world; ++r) {
+    EXPECT_EQ(Difference(job.Weights(r), rank0), "") << "rank " << r << " differs from rank 0";
+  }
+  ASSERT_EQ(rank0.size(), reference.size());
+  std::vector<float> got(rank0.size() / sizeof(float)), want(got.size());
+  std::memcpy(got.data(), rank0.data(), rank0.size());
+  std::memcpy(want.data(), reference.data(), reference.size());
+  std::size_t far = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double bound = relative * std::max(1.0, std::fabs(double{want[i]}));
+    if (!(std::fabs(double{got[i]} - want[i]) <= bound) && far++ < 5) {
+      ADD_FAILURE() << "weight " << i << " is " << got[i] << ", the uninterrupted run's "
+                    << want[i];
+    }
+  }
+  EXPECT_EQ(far, 0u);
 }
 
 }  // namespace phub::testing::recovery

@@ -102,8 +102,13 @@ std::string Difference(const std::string& got, const std::string& want);
 // The final weights of an uninterrupted job of Flags(world) (no delays, no kills): what every
 // recovered run of it must end with, bit for bit. Its workers must agree; "" (and a failure)
 // if the run fails.
+// `worker_extra`: more test_worker flags, the same as the recovered run's (e.g. --wire).
 std::string ReferenceWeights(const TempDir& dir, std::uint32_t world, std::uint64_t iterations,
-                             const std::string& sizes = kSizes);
+                             const std::string& sizes = kSizes,
+                             const std::vector<std::string>& worker_extra = {});
 void ExpectWeightsEqual(const Job& job, const std::string& reference);
+// Every worker's weights bitwise equal to rank 0's, and each float within `relative` (of
+// max(1, |reference|)) of the reference's.
+void ExpectWeightsClose(const Job& job, const std::string& reference, double relative);
 
 }  // namespace phub::testing::recovery

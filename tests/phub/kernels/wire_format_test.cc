@@ -201,6 +201,134 @@ TEST(WireFormatTest, ArrayConversionsEqualTheScalarOnesAtEveryLength) {
   }
 }
 
+// Error feedback: every call's wire plus its residual is exactly what it was given plus the
+// residual before (float32 arithmetic), so over many calls the sum sent stays within one
+// rounding of the sum given (float64 reference), where plain rounding drifts by the same
+// amount every call.
+template <class T>
+void CheckFeedbackKeepsTheSum(WireFormat format, double ulp_at_one) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  constexpr int kCalls = 200;
+  for (std::size_t n : {1u, 7u, 8u, 17u, 1000u}) {
+    std::vector<float> in(n), residual(n, 0.0f), before(n);
+    std::vector<T> wire(n);
+    std::vector<double> given(n, 0.0), sent(n, 0.0);
+    for (int call = 0; call < kCalls; ++call) {
+      // A constant bias the format cannot hold (1 + ulp/4) plus noise.
+      for (std::size_t i = 0; i < n; ++i) in[i] = 1.0f + float(ulp_at_one / 4) + 0.01f * g(rng);
+      before = residual;
+      ConvertToWireWithFeedback(format, in, residual, reinterpret_cast<std::byte*>(wire.data()));
+      for (std::size_t i = 0; i < n; ++i) {
+        const float v = in[i] + before[i];
+        ASSERT_EQ(ToFloat(wire[i]) + residual[i], v) << n << " " << i;  // exact
+        ASSERT_LE(std::fabs(residual[i]), ulp_at_one) << n << " " << i;
+        given[i] += in[i];
+        sent[i] += ToFloat(wire[i]);
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      // |residual| <= ulp, plus float32's rounding of each addition (2^-24 relative).
+      EXPECT_LE(std::fabs(sent[i] - given[i]), ulp_at_one + kCalls * 0x1p-23) << n << " " << i;
+    }
+  }
+  // Without feedback the bias is dropped every call: the check above would fail.
+  float drift = 0;
+  for (int call = 0; call < kCalls; ++call) {
+    const float x = 1.0f + float(ulp_at_one / 4);
+    T q;
+    ConvertToWire(format, std::span(&x, 1), reinterpret_cast<std::byte*>(&q));
+    drift += x - ToFloat(q);
+  }
+  EXPECT_GT(drift, 10 * ulp_at_one);
+}
+
+TEST(WireFormatTest, ErrorFeedbackKeepsTheSumOfWhatIsSentBf16) {
+  CheckFeedbackKeepsTheSum<Bf16>(WireFormat::kBf16, 0x1p-7);
+}
+TEST(WireFormatTest, ErrorFeedbackKeepsTheSumOfWhatIsSentFp16) {
+  CheckFeedbackKeepsTheSum<Fp16>(WireFormat::kFp16, 0x1p-10);
+}
+
+// fp16's range, without loss scaling: values under its smallest subnormal (6e-8) add up in the
+// residual until they are sent; a value past 65504 goes as 65504 now and the rest next call,
+// never as infinity. NaN stays NaN.
+TEST(WireFormatTest, ErrorFeedbackDelaysWhatFp16CannotHoldInsteadOfLosingIt) {
+  float tiny = 1e-8f, residual = 0;
+  Fp16 q;
+  double sent = 0;
+  for (int call = 0; call < 1000; ++call) {
+    ConvertToWireWithFeedback(WireFormat::kFp16, std::span(&tiny, 1), std::span(&residual, 1),
+                              reinterpret_cast<std::byte*>(&q));
+    sent += ToFloat(q);
+  }
+  EXPECT_EQ(ToFloat(ToFp16(tiny)), 0.0f);  // alone it underflows every time
+  EXPECT_NEAR(sent, 1000 * 1e-8, 6e-8);
+
+  float huge = 1e5f, zero = 0;
+  residual = 0;
+  ConvertToWireWithFeedback(WireFormat::kFp16, std::span(&huge, 1), std::span(&residual, 1),
+                            reinterpret_cast<std::byte*>(&q));
+  EXPECT_EQ(ToFloat(q), 65504.0f);
+  double total = ToFloat(q);
+  ConvertToWireWithFeedback(WireFormat::kFp16, std::span(&zero, 1), std::span(&residual, 1),
+                            reinterpret_cast<std::byte*>(&q));
+  total += ToFloat(q);
+  EXPECT_NEAR(total + residual, 1e5, 1e-3);
+  EXPECT_LE(std::fabs(residual), 16.0f);  // half fp16's spacing at 32768..65504
+
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  residual = 0;
+  ConvertToWireWithFeedback(WireFormat::kBf16, std::span(&nan, 1), std::span(&residual, 1),
+                            reinterpret_cast<std::byte*>(&q));
+  EXPECT_TRUE(std::isnan(ToFloat(Bf16{q.bits})));
+}
+
+// Compact weights as changes of a view: phubd's view and a worker's copy, updated by
+// ConvertChangeToWire and AddFromWire, stay bit-identical; in place equals out of place; and
+// over a random walk of small steps the view stays within one rounding of one change of the
+// target (float64), where the weights rounded to the format would be off by far more.
+template <class T>
+void CheckChangesTrackTheTarget(WireFormat format, double half_ulp) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (std::size_t n : {1u, 9u, 1000u}) {
+    std::vector<float> target(n), view(n), in_place(n), worker(n);
+    std::vector<T> wire(n), wire2(n);
+    for (std::size_t i = 0; i < n; ++i) target[i] = view[i] = in_place[i] = worker[i] = g(rng);
+    double worst = 0, worst_rounded = 0;
+    for (int step = 0; step < 100; ++step) {
+      std::vector<float> before = view, d(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        d[i] = 1e-3f * g(rng);
+        target[i] += d[i];
+      }
+      ConvertChangeToWire(format, target, before, view, reinterpret_cast<std::byte*>(wire.data()));
+      ConvertChangeToWire(format, target, in_place, in_place,
+                          reinterpret_cast<std::byte*>(wire2.data()));
+      AddFromWire(format, reinterpret_cast<const std::byte*>(wire.data()), worker);
+      ASSERT_EQ(view, in_place) << n << " " << step;
+      ASSERT_EQ(view, worker) << n << " " << step;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double off = std::fabs(double{view[i]} - target[i]);
+        ASSERT_LE(off, half_ulp * std::fabs(double{target[i]} - before[i]) + 1e-7) << n << " " << i;
+        worst = std::max(worst, off);
+        T rounded;
+        ConvertToWire(format, std::span(&target[i], 1), reinterpret_cast<std::byte*>(&rounded));
+        worst_rounded = std::max(worst_rounded, std::fabs(double{ToFloat(rounded)} - target[i]));
+      }
+    }
+    if (n == 1000) EXPECT_LT(10 * worst, worst_rounded);
+  }
+}
+
+TEST(WireFormatTest, ChangesKeepTheViewWithinOneRoundingOfOneChangeBf16) {
+  CheckChangesTrackTheTarget<Bf16>(WireFormat::kBf16, 0x1p-8);
+}
+TEST(WireFormatTest, ChangesKeepTheViewWithinOneRoundingOfOneChangeFp16) {
+  CheckChangesTrackTheTarget<Fp16>(WireFormat::kFp16, 0x1p-11);
+}
+
 TEST(WireFormatTest, NamesParseAndUnknownOnesAreRefusedListingTheKnown) {
   for (WireFormat f : {WireFormat::kFp32, WireFormat::kBf16, WireFormat::kFp16}) {
     auto parsed = ParseWireFormat(WireFormatName(f));

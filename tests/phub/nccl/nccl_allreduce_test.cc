@@ -222,6 +222,27 @@ TEST_F(NcclGpuTest, NullBufferIsRefusedAndTheCommunicatorStaysUsable) {
   EXPECT_EQ(out, in);  // the mean over one rank is the input, exactly
 }
 
+// The compact types (--wire): bf16 and fp16 elements are reduced as such (one rank: the mean
+// is the input, bit for bit; a float32 reading of the same bytes would garble it).
+TEST_F(NcclGpuTest, CompactTypesAreReducedInTheirOwnFormat) {
+  NcclOptions options;
+  auto nccl = NcclAllreduce::Connect(options);
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  for (kernels::WireFormat format : {kernels::WireFormat::kBf16, kernels::WireFormat::kFp16}) {
+    const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.125f, -7.0f};
+    std::vector<float> packed(3, 0.0f);  // 5 two-byte elements in whole floats
+    kernels::ConvertToWire(format, values, reinterpret_cast<std::byte*>(packed.data()));
+    auto buffer = DeviceBuffer::Allocate((*nccl)->device(), packed.size());
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    ASSERT_TRUE(buffer->CopyFromHost(packed).ok());
+    ASSERT_TRUE((*nccl)->Allreduce(buffer->data(), values.size(), format, ReduceOp::kMean).ok());
+    std::vector<float> out_packed(3), out(values.size());
+    ASSERT_TRUE(buffer->CopyToHost(out_packed).ok());
+    kernels::ConvertFromWire(format, reinterpret_cast<const std::byte*>(out_packed.data()), out);
+    EXPECT_EQ(out, values) << kernels::WireFormatName(format);
+  }
+}
+
 TEST_F(NcclGpuTest, DeviceThatDoesNotExistIsRefused) {
   NcclOptions options;
   options.device = devices_;

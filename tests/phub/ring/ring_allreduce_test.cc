@@ -20,11 +20,12 @@ struct RingCase {
   std::size_t length;
   std::uint64_t piece_bytes;
   ReduceOp op;
+  kernels::WireFormat wire = kernels::WireFormat::kFp32;
 };
 
 void PrintTo(const RingCase& c, std::ostream* os) {
   *os << "N=" << c.world << " n=" << c.length << " piece=" << c.piece_bytes
-      << (c.op == ReduceOp::kMean ? " mean" : " sum");
+      << (c.op == ReduceOp::kMean ? " mean" : " sum") << " " << kernels::WireFormatName(c.wire);
 }
 
 std::string MakeTempDir() {
@@ -57,6 +58,7 @@ TEST_P(RingAllreduceTest, MatchesTheFloat64SumOnEveryRank) {
       options.world_size = c.world;
       options.rendezvous_dir = dir;
       options.piece_bytes = c.piece_bytes;
+      options.wire = c.wire;
       options.connect_timeout_ms = 20000;
       auto ring = RingAllreduce::Connect(options);
       if (!ring.ok()) {
@@ -76,14 +78,30 @@ TEST_P(RingAllreduceTest, MatchesTheFloat64SumOnEveryRank) {
   std::filesystem::remove_all(dir);
   for (std::uint32_t r = 0; r < c.world; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
 
+  // A compact wire rounds each of the N - 1 partial sums passed on and the result (half an
+  // ulp of the format, relative to sums of at most N), and the result is in the format.
+  const double half_ulp = c.wire == kernels::WireFormat::kBf16   ? 0x1p-9
+                          : c.wire == kernels::WireFormat::kFp16 ? 0x1p-12
+                                                                 : 0.0;
+  const double tolerance = 1e-5 * c.world + half_ulp * c.world * c.world;
   for (int k = 0; k < kCalls; ++k) {
     for (std::size_t i = 0; i < c.length; ++i) {
       double expected = 0;
       for (std::uint32_t r = 0; r < c.world; ++r) expected += inputs[k][r][i];
       if (c.op == ReduceOp::kMean) expected /= c.world;
       for (std::uint32_t r = 0; r < c.world; ++r) {
-        ASSERT_NEAR(outputs[k][r][i], expected, 1e-5 * c.world)
+        ASSERT_NEAR(outputs[k][r][i], expected, tolerance)
             << "call " << k << " rank " << r << " element " << i;
+      }
+      if (c.wire != kernels::WireFormat::kFp32) {
+        const float x = outputs[k][0][i];
+        std::uint32_t wire = 0;
+        kernels::ConvertToWire(c.wire, std::span(&x, 1), reinterpret_cast<std::byte*>(&wire));
+        float back = 0;
+        kernels::ConvertFromWire(c.wire, reinterpret_cast<const std::byte*>(&wire),
+                                 std::span(&back, 1));
+        ASSERT_EQ(back, x) << "call " << k << " element " << i << " is not a "
+                           << kernels::WireFormatName(c.wire) << " value";
       }
     }
     // Every rank holds bit-identical results: each segment was reduced once and copied around.
@@ -98,7 +116,12 @@ INSTANTIATE_TEST_SUITE_P(
                       RingCase{3, 1001, 64, ReduceOp::kMean},
                       RingCase{4, 100003, 4096, ReduceOp::kSum},
                       RingCase{5, 77777, 1 << 20, ReduceOp::kMean},
-                      RingCase{2, 300000, 16384, ReduceOp::kMean}));
+                      RingCase{2, 300000, 16384, ReduceOp::kMean},
+                      // The compact wire: early messages, several pieces, mean and sum.
+                      RingCase{3, 1001, 64, ReduceOp::kMean, kernels::WireFormat::kBf16},
+                      RingCase{4, 100003, 4096, ReduceOp::kSum, kernels::WireFormat::kBf16},
+                      RingCase{5, 77777, 1 << 20, ReduceOp::kMean, kernels::WireFormat::kFp16},
+                      RingCase{2, 1, 4096, ReduceOp::kSum, kernels::WireFormat::kFp16}));
 
 TEST(RingAllreduce, RankOutsideTheWorldIsRefused) {
   RingOptions options;

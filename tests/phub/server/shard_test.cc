@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
@@ -241,6 +244,105 @@ TEST_F(ShardTest, LandingZonesAreTheAttachingRanksSlotsAndRankZerosInit) {
   EXPECT_EQ(anonymous.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(wrong_session.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(wrong_core.status().message()), HasSubstr("ATTACH for core 1"));
+}
+
+// A job with compact weights (JobSpec::wire_weights): each worker's first weights come whole,
+// float32, as INIT; every later iteration's as a bf16 change. Added up in float32 the way a
+// worker adds them, the changes keep every worker bit-identical and within one bf16 rounding
+// of one step's change of the float64 reference (the weights themselves rounded to bf16 would
+// be off by up to 2^-9 of their size); the bytes sent are half of float32's. With and without
+// the previous weights kept.
+TEST(ShardWire, CompactWeightsGoWholeFirstThenAsChangesThatAddUpToTheWeights) {
+  for (const bool keep_previous : {false, true}) {
+    SCOPED_TRACE(keep_previous ? "keep_previous" : "no previous");
+    kernels::OptimizerConfig sgd;
+    sgd.lr = 0.01f;  // changes far under the weights' bf16 spacing
+    auto job = MakeJob(sgd);
+    job->wire = kernels::WireFormat::kBf16;
+    job->wire_weights = true;
+    job->keep_previous = keep_previous;
+    std::mt19937 rng(5);
+    const Tensors initial = RandomTensors(rng, -1.0f, 1.0f);
+    for (const auto& t : initial) {
+      job->initial_weights.insert(job->initial_weights.end(), t.begin(), t.end());
+    }
+    ShardOnLoop shard(job, 0);
+    const auto& mine = job->table.chunks_on_core(0);
+    std::vector<RawSocket> workers;
+    for (std::uint32_t r = 0; r < kWorld; ++r) workers.push_back(Attached(shard, r));
+    // What each worker holds, by chunk, and the float64 reference.
+    std::vector<std::map<std::uint32_t, std::vector<float>>> held(kWorld);
+    std::map<std::uint32_t, std::vector<double>> reference;
+    // The next message to rank r: `op` of `iteration`, `element_bytes` an element.
+    WireHeader h;
+    std::vector<std::byte> payload;
+    const auto read = [&](std::uint32_t r, Op op, std::uint64_t iteration, std::size_t element_bytes) {
+      if (workers[r].ReadWire(h, payload, kStep) != RawSocket::Read::kOk) return false;
+      EXPECT_EQ(h.op, op) << "rank " << r << " got " << OpName(h.op);
+      EXPECT_EQ(h.iteration, iteration);
+      EXPECT_EQ(payload.size(), job->table.chunks()[h.chunk].elements * element_bytes);
+      return h.op == op && h.iteration == iteration &&
+             payload.size() == job->table.chunks()[h.chunk].elements * element_bytes;
+    };
+    for (std::uint32_t r = 0; r < kWorld; ++r) {
+      for (std::size_t n = 0; n < mine.size(); ++n) {
+        ASSERT_TRUE(read(r, Op::kInit, 0, sizeof(float))) << "whole, float32, first";
+        const keys::Chunk& c = job->table.chunks()[h.chunk];
+        auto& v = held[r][h.chunk];
+        v.resize(c.elements);
+        std::memcpy(v.data(), payload.data(), payload.size());
+        const auto want = ChunkOf(initial, c);
+        EXPECT_TRUE(std::equal(v.begin(), v.end(), want.begin(), want.end())) << h.chunk;
+        reference[h.chunk].assign(want.begin(), want.end());
+      }
+    }
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::map<std::uint32_t, std::vector<double>> change;  // the reference's step, by chunk
+    for (std::uint64_t it = 1; it <= 4; ++it) {
+      std::map<std::uint32_t, std::vector<double>> step;
+      for (std::uint32_t r = 0; r < kWorld; ++r) {
+        for (std::uint32_t k : mine) {
+          const keys::Chunk& c = job->table.chunks()[k];
+          std::vector<kernels::Bf16> grad(c.elements);
+          auto& sum = step[k];
+          sum.resize(c.elements, 0.0);
+          for (auto& x : grad) x = kernels::ToBf16(g(rng));
+          for (std::uint32_t i = 0; i < c.elements; ++i) sum[i] += kernels::ToFloat(grad[i]);
+          ASSERT_TRUE(workers[r].SendWire(
+              phub::testing::Header(Op::kPush, r, k, it, c.elements * 2), std::as_bytes(std::span(grad))));
+        }
+      }
+      std::map<std::uint32_t, std::vector<double>> before = change;
+      for (std::uint32_t k : mine) {
+        auto& w = reference[k];
+        change[k].assign(w.size(), 0.0);
+        before[k].resize(w.size(), 0.0);
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          change[k][i] = -0.01 * step[k][i] / kWorld;
+          w[i] += change[k][i];
+        }
+      }
+      for (std::uint32_t r = 0; r < kWorld; ++r) {
+        for (std::size_t n = 0; n < mine.size(); ++n) {
+          ASSERT_TRUE(read(r, Op::kWeights, it, 2)) << "a bf16 change";
+          auto& v = held[r][h.chunk];
+          kernels::AddFromWire(kernels::WireFormat::kBf16, payload.data(), v);
+        }
+      }
+      for (std::uint32_t k : mine) {
+        for (std::uint32_t r = 1; r < kWorld; ++r) EXPECT_EQ(held[r][k], held[0][k]) << k;
+        const auto& v = held[0][k];
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          const double w = reference[k][i];
+          // One bf16 rounding (2^-8 relative) of this change plus what the last one left, and
+          // float32's rounding of the weights: far under bf16's of the weights (2^-9 of |w|).
+          const double slack = (std::fabs(change[k][i]) + std::fabs(before[k][i])) * 0x1p-7;
+          ASSERT_LE(std::fabs(v[i] - w), slack + std::fabs(w) * 0x1p-21)
+              << "iteration " << it << " chunk " << k << " element " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
