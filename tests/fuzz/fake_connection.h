@@ -48,8 +48,9 @@ class FakeConnection final : public transport::Connection {
       Fail("Send with a header of " + std::to_string(header.payload_bytes) +
            " payload bytes and a payload of " + std::to_string(payload.size()));
     }
-    if (header.op != transport::Op::kWeights || tag() < 0 ||
-        header.worker != static_cast<std::uint64_t>(tag())) {
+    // WEIGHTS; or, with compact weights, INIT: a worker's first weights, whole.
+    const bool weights = header.op == transport::Op::kWeights || header.op == transport::Op::kInit;
+    if (!weights || tag() < 0 || header.worker != static_cast<std::uint64_t>(tag())) {
       Fail("a shard sent " + transport::OpName(header.op) + " for worker " +
            std::to_string(header.worker) + " on the connection of rank " + std::to_string(tag()));
     }

@@ -162,6 +162,10 @@ void ShardInputs(const fs::path& dir) {
   Write(dir, "sgd_attach_init_push_bye", TrainingRun(0, 2));
   Write(dir, "adam_three_iterations", TrainingRun(3, 3));
   Write(dir, "momentum_weights_from_file", TrainingRun(4 | 1, 2));
+  // The compact wire: bf16 pushes; fp16 pushes with previous weights kept; bf16 both ways.
+  Write(dir, "bf16_pushes", TrainingRun(1 | 1 << 3, 2));
+  Write(dir, "fp16_pushes_keep_previous", TrainingRun(2 | 2 << 3 | 32, 2));
+  Write(dir, "bf16_weights_as_changes", TrainingRun(1 | 3 << 3 | 32, 3));
 
   // Rank 1 dies mid-iteration, reconnects on a fresh connection and tries to attach again.
   const auto job = MakeShardFuzzJob(0);

@@ -1,7 +1,8 @@
 // The shard fuzzer's job and input format, in one place: shard_fuzzer.cc reads it, and
 // fuzz_seed_writer.cc writes seeds in it (a real ATTACH, INIT, PUSH sequence).
 //
-// Input: byte 0 = flags (bits 0-1 the optimizer, bit 2: phubd loaded initial weights), then
+// Input: byte 0 = flags (bits 0-1 the optimizer, bit 2: phubd loaded initial weights, bits 3-4
+// the wire: fp32, bf16 or fp16 pushes, bf16 both ways; bit 5: previous weights kept), then
 // steps. A step is an action byte, (connection << 4) | what, with what:
 //   0-3  the peer's next bytes on that connection: the payload it still owes, if any; else a
 //        header (below), then — when it has a payload — one byte whose bit 0 says whether the
@@ -21,6 +22,7 @@
 #include <span>
 #include <string>
 
+#include "phub/kernels/wire_format.h"
 #include "phub/server/job_spec.h"
 #include "phub/transport/wire_header.h"
 
@@ -48,9 +50,11 @@ std::shared_ptr<const server::JobSpec> MakeShardFuzzJob(std::uint8_t flags);
 // Writes inputs in this format (for seeds): only well-formed steps.
 class ShardInputWriter {
  public:
-  explicit ShardInputWriter(std::uint8_t flags) : bytes_(1, static_cast<char>(flags)) {}
+  explicit ShardInputWriter(std::uint8_t flags)
+      : bytes_(1, static_cast<char>(flags)), wire_(MakeShardFuzzJob(flags)->wire) {}
 
-  // A whole message on `connection`: header, then its payload (if any) at once.
+  // A whole message on `connection`: header, then its payload (if any) at once; a PUSH's
+  // rounded to the job's wire format.
   // REQUIRES: op ATTACH/BYE carry no payload; `payload` is the chunk's size for PUSH/INIT.
   void Message(std::size_t connection, transport::Op op, std::uint32_t worker, std::uint32_t chunk,
                std::uint8_t iteration, std::span<const float> payload);
@@ -64,13 +68,15 @@ class ShardInputWriter {
 
  private:
   void Put(std::uint8_t byte) { bytes_.push_back(static_cast<char>(byte)); }
+  // `size`: the size byte (0: no payload, 1: the chunk's size, 2: a push's in the wire format).
   void Header(transport::Op op, std::uint32_t worker, std::uint32_t chunk, std::uint8_t iteration,
-              bool payload);
+              std::uint8_t size);
   void Action(std::size_t connection, std::uint8_t what) {
     Put(static_cast<std::uint8_t>(connection << 4 | what));
   }
 
   std::string bytes_;
+  kernels::WireFormat wire_;
 };
 
 }  // namespace phub::fuzz

@@ -188,7 +188,10 @@ class Harness {
       if (zone.chunk >= table.chunks().size() || table.owner(zone.chunk) != kCore) {
         Fail(absl::StrCat("a zone for chunk ", zone.chunk, ", not one of core ", kCore));
       }
-      if (zone.bytes.size() != table.chunks()[zone.chunk].bytes()) Fail("a zone of the wrong size");
+      const std::size_t size = zone.op == Op::kPush ? table.chunks()[zone.chunk].elements *
+                                                          kernels::WireBytes(job_->wire)
+                                                    : table.chunks()[zone.chunk].bytes();
+      if (zone.bytes.size() != size) Fail("a zone of the wrong size");
       bool inside = false;
       for (const auto& buffer : buffers) {
         inside = inside || (zone.bytes.data() >= buffer.data() &&
@@ -224,13 +227,18 @@ class Harness {
     const std::uint8_t size = in.Byte();
     const std::uint32_t chunk_size =
         h.chunk < chunks ? static_cast<std::uint32_t>(job_->table.chunks()[h.chunk].bytes()) : 16;
+    // A push in the job's wire format (fp32: the chunk's size; bf16/fp16: half of it).
+    const std::uint32_t push_size = static_cast<std::uint32_t>(
+        chunk_size / sizeof(float) * kernels::WireBytes(job_->wire));
     switch (size % 4) {
       case 0:
         h.payload_bytes = 0;
         break;
       case 1:
-      case 2:
         h.payload_bytes = chunk_size;
+        break;
+      case 2:
+        h.payload_bytes = push_size;
         break;
       case 3:
         h.payload_bytes = size / 4;
