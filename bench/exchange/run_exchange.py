@@ -181,13 +181,15 @@ def derived(rows, topo, n, mib):
           if r["topology"] == topo and r["workers"] == n and r["mib"] == mib}
     out = {}
     ps = by.get(TOPOLOGY_PS[topo])
-    rings = [by[k] for k in systems.RINGS if k in by]
+    rings = [by[k] for k in systems.FP32_RINGS if k in by]
     if rings:
         best = min(rings, key=lambda r: r["ms"])
         out["best_ring"] = best["system"]
         out["best_ring_ms"] = best["ms"]
         if ps:
             out["ps_speedup"] = best["ms"] / ps["ms"]  # > 1: the PS is faster
+    if "ps-bf16" in by and "ring-bf16" in by:  # the compact wire on both sides
+        out["ps_bf16_speedup"] = by["ring-bf16"]["ms"] / by["ps-bf16"]["ms"]
     if "ring" in by and "gloo-ring-chunked" in by:
         out["ring_vs_gloo"] = by["ring"]["ms"] / by["gloo-ring-chunked"]["ms"]
     if ps and "raw-tcp" in by:
@@ -208,7 +210,10 @@ def markdown(rows, topologies, sizes, workers, rate):
                    "raw TCP's byte rate, for raw-tcp/ps/ps-colocated).", ""]
         else:
             md += [f"Time ms (in parentheses: time / physical limit at B = {rate}).", ""]
-        head = ["N", "S MiB"] + present + ["best allreduce", f"{TOPOLOGY_PS[topo]} speed-up"]
+        compact = "ps-bf16" in present and "ring-bf16" in present
+        head = ["N", "S MiB"] + present + ["best allreduce (fp32)", f"{TOPOLOGY_PS[topo]} speed-up"]
+        if compact:
+            head.append("ps-bf16 vs ring-bf16")
         if topo == "loopback":
             head += ["ring/gloo-ring-chunked"]
         else:
@@ -227,7 +232,7 @@ def markdown(rows, topologies, sizes, workers, rate):
                     ps_lim = next((r["limit_ms"] for r in by.values()
                                    if r["system"] == ps_key and "limit_ms" in r), None)
                     ring_lim = next((r["limit_ms"] for r in by.values()
-                                     if r["system"] in systems.RINGS and "limit_ms" in r), None)
+                                     if r["system"] in systems.FP32_RINGS and "limit_ms" in r), None)
                     cells += [tables.fmt(ps_lim, ".0f"), tables.fmt(ring_lim, ".0f")]
                 raw = by.get("raw-tcp")
                 for key in present:
@@ -242,6 +247,8 @@ def markdown(rows, topologies, sizes, workers, rate):
                         cells.append(f"{r['ms']:.1f}")
                 cells.append(d.get("best_ring", "-"))
                 cells.append(tables.fmt(d.get("ps_speedup"), ".2f", suffix="×"))
+                if compact:
+                    cells.append(tables.fmt(d.get("ps_bf16_speedup"), ".2f", suffix="×"))
                 if topo == "loopback":
                     cells.append(tables.fmt(d.get("ring_vs_gloo"), ".2f"))
                 table.append(cells)
@@ -297,6 +304,7 @@ STYLE = {"raw-tcp": ("#9e9e9e", "o", ":"), "ps": ("#1f77b4", "s", "-"),
          "ps-fifo": ("#aec7e8", "s", "--"),
          "ps-bf16": ("#08306b", "s", "-."),
          "ps-colocated": ("#17becf", "s", "-"), "ring": ("#d62728", "^", "-"),
+         "ring-bf16": ("#67000d", "^", "-."),
          "gloo-ring-chunked": ("#ff7f0e", "v", "--"), "gloo-allreduce": ("#bcbd22", "v", ":"),
          "mpi": ("#2ca02c", "D", "--"), "mpi-ring": ("#9467bd", "D", ":")}
 

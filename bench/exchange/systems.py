@@ -77,6 +77,8 @@ SYSTEMS = [
 ]
 BY_KEY = {s.key: s for s in SYSTEMS}
 RINGS = [s.key for s in SYSTEMS if s.allreduce]
+# What the fp32 PS is compared with ("best allreduce"); a compact ring only with the compact PS.
+FP32_RINGS = [k for k in RINGS if "--wire" not in BY_KEY[k].extra]
 
 
 # Colocated incast: the N shards answer one worker at the same moment (and N workers push to
