@@ -21,6 +21,12 @@ The ratio the bar is about (issue 7: >= 60 %): the PS's bytes through rxe0 per s
 2 N S / t (N S pushed and N S of weights back), over ib_write_bw's bidirectional total.
 Everything runs on the guest's two emulated (TCG) CPUs: these are emulation speeds, tens of
 MB/s, not hardware speeds; docs/benchmarks.md has the model for ConnectX hardware.
+
+phubd's CPU per byte received (issue 18), both ps runs: the cores' CPU over the bytes pushed to
+them, from phubd's job-end log line (systems.phubd_cpu, as run_exchange.py reads it), and the
+whole phubd process's user and system time (/proc/PID/stat at its exit); ns per byte, cycles per
+byte at the clock the guest's /proc/cpuinfo reports, verbs over TCP. Under soft-RoCE the NIC's
+work is the guest kernel's, and under TCG every figure is an emulation figure: see verbs.md.
 """
 import argparse
 import json
@@ -39,7 +45,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from benchlib import BenchError, plots, tables  # noqa: E402
 from benchlib.cli import parser  # noqa: E402
 from benchlib.log import log  # noqa: E402
-from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
+from benchlib.procs import kill_children, start, tail, wait_all, wait_port_file  # noqa: E402
+import systems  # noqa: E402  (phubd_cpu: phubd's job-end CPU line, as run_exchange.py reads it)
 from timing import per_iteration  # noqa: E402
 
 MiB = 1 << 20
@@ -72,19 +79,53 @@ def ib_write_bw(bidirectional, iters):
 
 
 def ps(build, transport, n, mib, iters, warmup, tmp):
-    port_file = os.path.join(tmp, "port")
-    if os.path.exists(port_file):
-        os.remove(port_file)
-    log_path = os.path.join(tmp, "phubd.log")
+    """Returns (per-iteration times, phubd's CPU: {cpu_s, bytes_in} from its job-end line,
+    {user_s, sys_s} of its whole process)."""
+    run_dir = tempfile.mkdtemp(dir=tmp, prefix=f"ps-{transport}-")  # one run's files only
+    port_file = os.path.join(run_dir, "port")
+    log_path = os.path.join(run_dir, "phubd.log")  # the name systems.phubd_cpu globs
     phubd = start([os.path.join(build, "phub/server/phubd"), "--world-size", str(n),
                    "--cores", "2", "--no-pin", "--port", "0", "--port-file", port_file,
-                   "--optimizer", "sgd", "--lr", "0.001", "--one-job", "--transport",
-                   transport], log_path)
+                   "--optimizer", "sgd", "--lr", "0.001", "--one-job", "--log-level", "info",
+                   "--transport", transport], log_path)
     port = wait_port_file(port_file, phubd, "phubd", log_path)
-    return run_ranks("ps", n, tmp, lambda r, out: [
-        os.path.join(build, "bench/exchange/phub_exchange_worker"), "--port", port, "--rank",
-        str(r), "--world", str(n), "--mib", str(mib), "--iters", str(iters), "--warmup",
-        str(warmup), "--lr", "0.001", "--out", out], [("phubd", phubd, log_path)])
+    try:
+        times = run_ranks("ps", n, run_dir, lambda r, out: [
+            os.path.join(build, "bench/exchange/phub_exchange_worker"), "--port", port, "--rank",
+            str(r), "--world", str(n), "--mib", str(mib), "--iters", str(iters), "--warmup",
+            str(warmup), "--lr", "0.001", "--out", out])
+    except BenchError as e:
+        raise BenchError(f"{e}\nphubd's log ({log_path}):\n{tail(log_path)}") from None
+    user_s, sys_s = exited_process_cpu(phubd, "phubd", log_path, timeout=120)
+    wait_all([("phubd", phubd, log_path)], timeout=10)  # reaps it, checks its exit status
+    cpu = systems.phubd_cpu(run_dir)
+    if cpu is None:
+        raise BenchError(f"phubd logged no job-end CPU line; its log ({log_path}):\n"
+                         f"{tail(log_path)}")
+    return times, {"cpu_s": cpu[0], "bytes_in": cpu[1], "user_s": user_s, "sys_s": sys_s}
+
+
+def exited_process_cpu(proc, name, log_path, timeout):
+    """(user s, system s) of a child's whole process, all its threads, read from /proc/PID/stat
+    once it has exited but before it is reaped (waitid WNOWAIT keeps the zombie). phubd's own
+    figure sums CLOCK_THREAD_CPUTIME_ID over its core threads and does not split the two."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            raise BenchError(f"{name} still running {timeout} s after its workers ended; its "
+                             f"log ({log_path}):\n{tail(log_path)}")
+        time.sleep(0.01)
+    with open(f"/proc/{proc.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state ppid ... utime stime
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def guest_cpu_mhz():
+    """The clock this machine's /proc/cpuinfo reports (0 if none), read as run_exchange.py's
+    CPU table reads it."""
+    from run_exchange import cpu_mhz  # only here: it pulls in the racks' modules
+    return cpu_mhz()
 
 
 def ring(build, transport, n, mib, iters, warmup, tmp):
@@ -111,8 +152,15 @@ def run_ranks(name, n, tmp, argv, others=()):
     return times
 
 
+def ns_per_byte(cpu):
+    """phubd's cores' CPU per byte received, from ps()'s CPU dict."""
+    return 1e9 * cpu["cpu_s"] / cpu["bytes_in"]
+
+
 def in_guest(args):
     tmp = os.environ.get("TMPDIR", "/tmp")
+    print("RESULT " + json.dumps({"system": "guest cpu MHz", "rep": 0, "value": guest_cpu_mhz()}),
+          flush=True)
     for rep in range(1, args.reps + 1):
         for name, run in [
                 ("ib_write_bw", lambda: ib_write_bw(False, args.ib_iters)),
@@ -122,11 +170,17 @@ def in_guest(args):
                 ("ring verbs", lambda: ring(args.build, "verbs", args.workers, args.mib, args.iters, args.warmup, tmp)),
                 ("ring tcp", lambda: ring(args.build, "tcp", args.workers, args.mib, args.iters, args.warmup, tmp))]:
             log(f"[rep {rep}/{args.reps}] {name} ...")
-            value = run()
-            print("RESULT " + json.dumps({"system": name, "rep": rep, "value": value}), flush=True)
+            value, cpu = run(), None
+            if name.startswith("ps "):
+                value, cpu = value
+            result = {"system": name, "rep": rep, "value": value}
+            if cpu:
+                result["phubd"] = cpu
+            print("RESULT " + json.dumps(result), flush=True)
             log(f"[rep {rep}/{args.reps}] {name}: "
                 + (f"{value / 1e6:.1f} MB/s" if name.startswith("ib_") else
-                   f"median {statistics.median(value) * 1e3:.0f} ms"))
+                   f"median {statistics.median(value) * 1e3:.0f} ms")
+                + (f", phubd's cores {ns_per_byte(cpu):.2f} ns per byte in" if cpu else ""))
     kill_children()
 
 
@@ -157,9 +211,15 @@ def report(args, results):
         moved = 2 * n * s if name.startswith("ps") else 2 * (n - 1) * s
         rows.append({"label": name, "system": f"{name} (N={n}, S={args.mib} MiB)", "ms": t * 1e3,
                      "mb_per_s": moved / t / 1e6, "ratio": moved / t / bi})
+    cpu_rows, mhz = phubd_cpu_rows(results)
+    for row in rows:
+        row.update(cpu_rows.get(row["label"], {}))
     os.makedirs(args.out, exist_ok=True)
     tsv = os.path.join(args.out, "verbs.tsv")
-    tables.write_tsv(tsv, rows, ["label", "system", "ms", "mb_per_s", "ratio"])
+    tables.write_tsv(tsv, rows, ["label", "system", "ms", "mb_per_s", "ratio", "phubd_ns_per_byte",
+                                 "phubd_cycles_per_byte", "phubd_user_ns_per_byte",
+                                 "phubd_sys_ns_per_byte", "phubd_cpu_vs_tcp",
+                                 "phubd_user_vs_tcp", "cpu_mhz"])
     md = tables.md_table(
         ["system", "time per iteration (ms)", "bytes moved (MB/s)", "of ib_write_bw -b"],
         [[r["system"], tables.fmt(r["ms"], ".0f", missing=""),
@@ -170,11 +230,97 @@ def report(args, results):
               f"{args.reps} runs x {args.iters} iterations. Bytes moved: PS 2 N S per iteration, "
               f"ring 2 (N-1) S; the tcp rows run over the guest's loopback, not rxe0 (context "
               f"only). Emulation speeds, not hardware speeds.")
+    if cpu_rows:
+        md += [""] + phubd_cpu_markdown(args, results, cpu_rows, mhz)
     print(tables.write_markdown(os.path.join(args.out, "verbs.md"), md))
     plots.plot_tsv_or_log(tsv, os.path.join(args.out, "verbs.png"), x="label", y="mb_per_s",
                           kind="bar", annotate=True, ylabel="bytes moved, MB/s",
                           xlabel=f"N = {n}, S = {args.mib} MiB",
                           title="Exchange on soft-RoCE vs ib_write_bw (same guest)")
+
+
+CPU_SYSTEMS = ["ps verbs", "ps tcp"]
+
+
+def phubd_cpu_rows(results):
+    """({label: phubd's CPU columns, medians over the reps}, the guest's MHz) for the ps runs
+    that carry phubd's figures (raw.jsonl files of earlier versions do not: then ({}, 0))."""
+    mhz = next((r["value"] for r in results if r["system"] == "guest cpu MHz"), 0.0)
+    rows = {}
+    for name in CPU_SYSTEMS:
+        cpus = [r["phubd"] for r in results if r["system"] == name and r.get("phubd")]
+        if not cpus:
+            continue
+        ns = statistics.median(ns_per_byte(c) for c in cpus)
+        rows[name] = {
+            "phubd_ns_per_byte": ns,
+            "phubd_cycles_per_byte": ns * mhz / 1e3 if mhz else "",
+            "phubd_user_ns_per_byte": statistics.median(1e9 * c["user_s"] / c["bytes_in"]
+                                                        for c in cpus),
+            "phubd_sys_ns_per_byte": statistics.median(1e9 * c["sys_s"] / c["bytes_in"]
+                                                       for c in cpus),
+            "cpu_mhz": mhz or "", "reps": len(cpus)}
+    if len(rows) == len(CPU_SYSTEMS):
+        verbs, tcp = rows["ps verbs"], rows["ps tcp"]
+        verbs["phubd_cpu_vs_tcp"] = verbs["phubd_ns_per_byte"] / tcp["phubd_ns_per_byte"]
+        if tcp["phubd_user_ns_per_byte"]:
+            verbs["phubd_user_vs_tcp"] = (verbs["phubd_user_ns_per_byte"]
+                                          / tcp["phubd_user_ns_per_byte"])
+    return rows, mhz
+
+
+def phubd_cpu_markdown(args, results, rows, mhz):
+    """The lines of verbs.md's section on phubd's CPU per byte received."""
+    clock = (f"{mhz:.0f} MHz, the clock the guest's /proc/cpuinfo reports (calibrated from the "
+             f"TSC; under TCG a cycle of that clock is not an emulated instruction's cycle)"
+             if mhz else "no clock: the guest's /proc/cpuinfo reports none")
+    reps = min(r["reps"] for r in rows.values())
+    md = ["### phubd's CPU per byte received (issue 18)", "",
+          f"N = {args.workers}, S = {args.mib} MiB, medians of {reps} runs of each (each run "
+          f"{args.warmup} + {args.iters} iterations, set-up included), verbs and TCP alternated "
+          f"in one guest boot; cycles at {clock}.", ""]
+    md += tables.md_table(
+        ["system", "cores: ns / byte in", "cycles / byte", "GB/s per core", "of TCP",
+         "process user: ns / byte", "of TCP", "process system: ns / byte"],
+        [[name, f"{r['phubd_ns_per_byte']:.2f}",
+          tables.fmt(r["phubd_cycles_per_byte"], ".1f"), f"{1 / r['phubd_ns_per_byte']:.3f}",
+          tables.fmt(r.get("phubd_cpu_vs_tcp"), ".2f", missing=""),
+          f"{r['phubd_user_ns_per_byte']:.2f}",
+          tables.fmt(r.get("phubd_user_vs_tcp"), ".2f", missing=""),
+          f"{r['phubd_sys_ns_per_byte']:.2f}"]
+         for name, r in rows.items()], "lrrrrrrr")
+
+    def per_run(name, key):
+        return ", ".join(f"{1e9 * r['phubd'][key] / r['phubd']['bytes_in']:.2f}"
+                         for r in results if r["system"] == name and r.get("phubd"))
+    md += ["", "Per run, ns / byte in: " + "; ".join(
+        f"{name} cores {per_run(name, 'cpu_s')}, user {per_run(name, 'user_s')}"
+        for name in rows) + ".", "",
+           "**Cores** is phubd's own figure, its job-end log line (as in benchmarks.md's TCP "
+           "table): the CPU time (CLOCK_THREAD_CPUTIME_ID, user + system) of each core thread "
+           "from the moment the job's shard is installed (slots allocated; the memory "
+           "registration, the connections' set-up and the warm-up iteration inside) to the "
+           "job's end, summed over the cores, over the payload bytes of the PUSH and INIT "
+           "messages they received. It counts the aggregation, the optimizer, the bookkeeping "
+           "and all the kernel does inside those threads' system calls: over TCP recv's and "
+           "send's copies and the loopback delivery a send triggers; over soft-RoCE rxe's "
+           "protocol work, which kernel 6.1 runs in the posting thread's system call (the "
+           "copies and ICRCs of the weights phubd sends and, rxe0 being its own peer, likely "
+           "much of the receiving side's). It does not count phubd's other threads, nor kernel work in "
+           "ksoftirqd, kworkers or other threads' context (rxe's work for the pushes runs "
+           "mostly in the workers' system calls). It does count, under TCG, the moments the "
+           "host deschedules the emulator while a core thread runs: the guest's clocks go on. "
+           "**Process user / system** "
+           "split the whole phubd process's CPU (all threads, /proc/PID/stat at exit, tick-"
+           "sampled) over the same bytes: user is phubd's own work, system the kernel's.",
+           "",
+           "So the verbs row is not a RoCE NIC's figure: on soft-RoCE the NIC is the guest "
+           "kernel, and everything runs under TCG emulation, so the absolute numbers are "
+           "emulation numbers. What carries over is the ratio to TCP in the same boot and "
+           "phubd's own (user) work per byte: zero-copy landing in the slots leaves the "
+           "aggregation pass and the bookkeeping, against TCP's recv copies and system calls; "
+           "on a hardware NIC the system part of the verbs row (rxe) is the NIC's."]
+    return md
 
 
 def main():
