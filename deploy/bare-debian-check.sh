@@ -8,10 +8,13 @@
 #             into it at /phub; mounts /proc, /sys (read-only), /dev, a tmpfs /tmp, the caches.
 #   3. deps   inside chroot: bash deploy/install-deps.sh       (the README's set-up)
 #   4. build  inside chroot: bash deploy/build.sh
-#   5. demo   inside chroot: bash deploy/local/demo.sh --epochs 1 --steps N --min-accuracy P (the
-#             README's command, shortened to N mini-batches per worker; it runs install-deps and
-#             build again, finding both done; it fails if a process fails, the workers' or PS and
-#             ring's accuracies disagree, or the accuracy is under P)
+#   5. demo   inside chroot: bash deploy/local/demo.sh --no-rack --epochs 1 --steps N
+#             --min-accuracy P (the README's command, on loopback only and shortened to N
+#             mini-batches per worker; it runs install-deps and build again, finding both done; it
+#             fails if a process fails, the workers' or PS and ring's accuracies disagree, or the
+#             accuracy is under P). --no-rack: a chroot shares this host's network, but not its
+#             /run/netns, so the demo could not see a rack this host is running, and its rack.sh
+#             up would start by deleting that rack's phub-* links; the rack also adds minutes.
 #   6. tests  with --tests only: inside chroot, bash deploy/test.sh (the README's other command;
 #             every ctest test; too long for every CI run, run by hand before a release)
 # Only committed work is tested: the root gets `git clone` of HEAD, uncommitted changes are not
@@ -48,7 +51,7 @@ SUITE=bookworm
 VARIANT=minbase
 INCLUDE=""
 
-usage() { sed -n '2,31p' "$0"; }
+usage() { sed -n '2,34p' "$0"; }
 while (($#)); do
   case "$1" in
     --steps) STEPS=${2:?--steps needs a number}; shift 2 ;;
@@ -259,7 +262,8 @@ in_root deps "bash deploy/install-deps.sh" "bash deploy/install-deps.sh"
 # Ninja's progress: every 25th line (and every error in full) is enough for a log.
 in_root build "bash deploy/build.sh (ccache: $CCACHE_HOST)" \
   "bash deploy/build.sh | awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 25) next } { print; fflush() }'; exit \${PIPESTATUS[0]}"
-DEMO="bash deploy/local/demo.sh --epochs 1 --steps $STEPS --min-accuracy $MIN_ACCURACY"
+DEMO="bash deploy/local/demo.sh --no-rack --epochs 1 --steps $STEPS"
+DEMO+=" --min-accuracy $MIN_ACCURACY"
 in_root demo "$DEMO" "$DEMO"
 if ((RUN_TESTS)); then
   in_root tests "bash deploy/test.sh" "bash deploy/test.sh"

@@ -14,10 +14,12 @@ except ImportError:  # only the racks need it
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def rack_problem():
-    """Why racks cannot be built here, or None."""
+def rack_problem(otherwise="--topologies loopback"):
+    """Why racks cannot be built here, or None. `otherwise`: the caller's way to do without
+    one, named in the advice (None: the caller falls back by itself)."""
     if os.geteuid() != 0:
-        return "emulated racks need root (ip netns, tc): run with sudo, or --topologies loopback"
+        return ("emulated racks need root (ip netns, tc): run with sudo"
+                + (f", or {otherwise}" if otherwise else ""))
     if shutil.which("ip") is None or shutil.which("tc") is None:
         return "`ip` and `tc` are missing: apt-get install iproute2"
     return None
@@ -107,6 +109,8 @@ def limit_s(topo, system, n, size_bytes, rate):
                 "cloud": topology.cloud_ps_limit_s}[topo](size_bytes, n, b)
     if system == "ps-colocated":
         return topology.colocated_ps_limit_s(size_bytes, n, b)
+    if system == "ring-bf16":  # half the bytes in every step
+        return topology.ring_limit_s(size_bytes / 2, n, b)
     return topology.ring_limit_s(size_bytes, n, b)
 
 
@@ -116,13 +120,14 @@ def make(name, n, rate):
 
 def cleanup():
     """Leaves no rack behind (after an error or Ctrl-C); harmless when there is none."""
-    if topology is not None and rack_problem() is None and any(
-            ns.startswith("phub-") for ns in _namespaces()):
+    if topology is not None and rack_problem() is None and racks_up():
         topology.down()
 
 
-def _namespaces():
+def racks_up():
+    """The phub-* network namespaces there are now, sorted: a rack is up (maybe another
+    program's) when this is not empty."""
     try:
-        return os.listdir("/run/netns")
+        return sorted(ns for ns in os.listdir("/run/netns") if ns.startswith("phub-"))
     except OSError:
         return []

@@ -29,5 +29,7 @@ cp -u /usr/share/datasets/fashion-mnist/*.gz "$data/"
 mkdir -p .git/info
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
 rm -rf .gpu
+# Folders, not scripts: bundle.sh would ldd an executable script. deploy/local/demo.py imports
+# the rack's modules (bench/topo, bench/exchange/nets.py) even with --no-rack.
 ../shared/tools/gpu-bundle/bundle.sh .gpu "${files[@]}" "$data" bench/gpu bench/train \
-  bench/benchlib deploy/local   # folders: bundle.sh would ldd an executable script
+  bench/benchlib deploy/local bench/topo bench/exchange/nets.py

@@ -59,10 +59,11 @@ phase_train() {
   step nccl-n1-fashion-cnn $B/worker/phub-worker --device cuda --comm nccl --rank 0 --world 1 \
     --rendezvous "$rdv" --model fashion-cnn --data fashion-mnist --data-dir $data --epochs 2 \
     --batch 64 --lr 0.05 --optimizer momentum --seed 1
+  # --no-rack: loopback only, whole epochs, as measured before the demo had a rack.
   step demo-n2 "$py" deploy/local/demo.py --device cuda --build $B --data-dir $data --workers 2 \
-    --epochs 2 --out "$out/logs/demo-n2"
+    --epochs 2 --no-rack --out "$out/logs/demo-n2"
   step demo-n4 "$py" deploy/local/demo.py --device cuda --build $B --data-dir $data --workers 4 \
-    --epochs 2 --batch 16 --no-kill --out "$out/logs/demo-n4"
+    --epochs 2 --batch 16 --no-kill --no-rack --out "$out/logs/demo-n4"
 }
 
 bench() {  # bench NAME MODELS [run_train.py flags]

@@ -59,10 +59,11 @@ struct PsClientOptions {
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
   // The element format of the pushes (the same on every worker): fp32, or bf16/fp16 to halve
   // the bytes; phubd still sums into float32 weights. wire_weights: with a compact `wire`,
-  // phubd sends the weights back in it too (half the bytes both ways); false (the default):
-  // they come back in float32.
+  // phubd sends the weights back in it too, as rounded changes of the float32 weights every
+  // worker holds (half the bytes both ways; the default: at parity with float32 in accuracy,
+  // docs/benchmarks.md); false: they come back in float32.
   kernels::WireFormat wire = kernels::WireFormat::kFp32;
-  bool wire_weights = false;
+  bool wire_weights = true;
   // With a compact `wire`: what rounding drops from a tensor's gradient is added to its next
   // push (kernels::ConvertToWireWithFeedback), so rounding errors do not accumulate (off only
   // to measure what it is worth). One float per parameter on the worker.

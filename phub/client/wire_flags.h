@@ -28,8 +28,8 @@ inline void AddWireFlags(CLI::App& app, PsClientOptions& options,
   app.add_option_function<std::string>(
          "--wire-weights",
          [&options](const std::string& v) { options.wire_weights = v == "wire"; },
-         "PS with a compact --wire: the weights come back in it too (wire) or in float32 "
-         "(fp32)")
+         "PS with a compact --wire: the weights come back in it too, as rounded changes of the "
+         "float32 weights every worker holds (wire), or in float32 (fp32)")
       ->check(CLI::IsMember({"wire", "fp32"}))
       ->default_str(options.wire_weights ? "wire" : "fp32");
   app.add_option_function<std::string>(

@@ -7,6 +7,9 @@
 namespace phub {
 
 // 2: the Hello may carry the job's optimizer (a phubd of version 1 would ignore it and run its own).
-inline constexpr std::uint16_t kProtocolVersion = 2;
+// 3: with compact weights (--wire bf16|fp16 --wire-weights wire) phubd sends a worker's first
+//    weights whole as INIT and later ones as rounded changes (a version-2 worker would take the
+//    changes for the weights).
+inline constexpr std::uint16_t kProtocolVersion = 3;
 
 }  // namespace phub
