@@ -30,6 +30,9 @@ PACKAGES=(
   iproute2 procps          # ss/ip for tests and emulated racks
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)
   openmpi-bin libopenmpi-dev # Open MPI (mpirun, MPI_Allreduce): baseline (phub_mpi_worker)
+  prometheus               # a real Prometheus server and promtool: scrape phubd's /metrics in tests
+  slurm-wlm munge          # a real Slurm cluster on this machine: deploy/slurm's scripts tested
+  systemd                  # systemd-analyze verify/security: deploy/systemd's units tested
 )
 
 # --fuzz adds what tests/fuzz/run_fuzzers.sh (run by CI) builds and runs the libFuzzer targets

@@ -57,6 +57,9 @@ struct Flags {
   int restarts = 0, reconnect_timeout_ms = 60000;
   std::string save_weights;
   bool describe = false, no_overlap = false, tf32 = false;
+  // An optimizer flag was on the command line: a PS job asks phubd to run that optimizer (in
+  // its Hello); without one, phubd's own --optimizer flags apply.
+  bool optimizer_given = false;
   phub::exchange::ExchangeOptions exchange;  // --transport and the RDMA device flags
   phub::kernels::OptimizerConfig optimizer{.kind = phub::kernels::OptimizerKind::kMomentum,
                                            .lr = 0.01f};
@@ -103,12 +106,13 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
   // A worker that comes back (a restart, or phubd restarted with --resume) keeps trying this long.
   if (f.reconnect_timeout_ms > 0) o.ps.client.connect_timeout_ms = f.reconnect_timeout_ms;
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
-  o.ring.ring.rendezvous_dir = f.rendezvous;
+  if (f.optimizer_given) o.ps.client.optimizer = f.optimizer;
+  o.ring.ring.rendezvous = f.rendezvous;
   o.ring.ring.listen_host = f.listen_host;
   o.ring.optimizer = f.optimizer;
   // GPU 0, as the cudnn backend: one worker per GPU is placed with CUDA_VISIBLE_DEVICES.
   o.nccl.device = 0;
-  o.nccl.rendezvous_dir = f.rendezvous;
+  o.nccl.rendezvous = f.rendezvous;
   o.nccl.optimizer = f.optimizer;
   return phub::worker::Trainer::WithExchange(
       model, backend,
@@ -144,6 +148,12 @@ phub::Status Run(Flags& f) {
   if (world < 1 || rank >= world) {
     return absl::InvalidArgumentError("--rank " + std::to_string(rank) + " must be below --world " +
                                       std::to_string(world));
+  }
+  // One command line for every rank (srun, mpirun): "{rank}" in an output path becomes the rank.
+  for (std::string* path : {&f.save_weights, &f.results}) {
+    for (auto at = path->find("{rank}"); at != std::string::npos; at = path->find("{rank}")) {
+      path->replace(at, 6, std::to_string(rank));
+    }
   }
   if (f.comm == "none" && world > 1) {
     return absl::InvalidArgumentError(
@@ -336,7 +346,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--comm", f.comm,
                  "none (alone, optimizer here), ps (one phubd: --ps HOST:PORT), ps-colocated "
-                 "(--ps once per server), ring (--rendezvous DIR), nccl (--rendezvous DIR; GPU 0, "
+                 "(--ps once per server), ring (--rendezvous), nccl (--rendezvous; GPU 0, "
                  "gradients staged through it)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "ps", "ps-colocated", "ring", "nccl"}));
@@ -346,7 +356,11 @@ int main(int argc, char** argv) {
                  "PS: fixed SO_SNDBUF/SO_RCVBUF (0: Linux autotuning; 65536 for colocated racks, "
                  "see docs/operations.md)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 30));
-  app.add_option("--rendezvous", f.rendezvous, "Ring and NCCL: a directory shared by all ranks");
+  app.add_option("--rendezvous", f.rendezvous,
+                 "Ring and NCCL: where ranks meet: a directory shared by all ranks, or "
+                 "tcp://HOST:PORT[/JOB] (rank 0 serves it on PORT of HOST, the address of its "
+                 "node; the others connect, retrying until rank 0 is up; JOB, optional, keeps "
+                 "jobs given the same port apart)");
   phub::exchange::AddTransportFlags(app, f.exchange);
   app.add_option("--listen-host", f.listen_host, "Ring: the address this rank listens on")
       ->capture_default_str();
@@ -379,13 +393,19 @@ int main(int argc, char** argv) {
                  "long and go on from where phubd resumes the job; 0: fail instead")
       ->capture_default_str()->check(CLI::Range(0, 86400000));
   app.add_option("--save-weights", f.save_weights,
-                 "Write the final weights (raw float32, parameter order) to this file");
+                 "Write the final weights (raw float32, parameter order) to this file; {rank} in "
+                 "it becomes the rank");
   app.add_option("--log-every", f.log_every, "Progress line every K steps (default: 20 lines)");
-  app.add_option("--results", f.results, "Write a JSON record of the run to this file");
+  app.add_option("--results", f.results,
+                 "Write a JSON record of the run to this file; {rank} in it becomes the rank");
   app.add_flag("--describe", f.describe, "Print the layers, their output shapes and parameters; exit");
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  for (const char* flag : {"--optimizer", "--lr", "--momentum", "--weight-decay", "--beta1",
+                           "--beta2", "--eps"}) {
+    f.optimizer_given = f.optimizer_given || app.count(flag) > 0;
+  }
 
   if (auto s = phub::SetUpLogging(f.log_level, "phub-worker"); !s.ok()) {
     std::fprintf(stderr, "phub-worker: %s\n", std::string(s.message()).c_str());

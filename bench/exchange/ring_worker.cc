@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   CLI::App app{"PHub exchange benchmark: one ring-allreduce rank"};
   app.add_option("--rank", options.rank)->required();
   app.add_option("--world", options.world_size)->required();
-  app.add_option("--rendezvous", options.rendezvous_dir, "Directory shared by all ranks")->required();
+  app.add_option("--rendezvous", options.rendezvous,
+                 "A directory shared by all ranks, or tcp://HOST:PORT of rank 0's node")->required();
   app.add_option("--mib", run.mib, "Buffer size in MiB")->capture_default_str();
   app.add_option("--iters", run.iters)->capture_default_str();
   app.add_option("--warmup", run.warmup)->capture_default_str();

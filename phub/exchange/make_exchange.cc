@@ -3,6 +3,11 @@
 #include "absl/strings/str_cat.h"
 
 namespace phub::exchange {
+namespace {
+constexpr const char* kRendezvousForms =
+    "a directory shared by all workers, or tcp://HOST:PORT with HOST the address of rank 0's "
+    "node (rank 0 serves it on PORT)";
+}  // namespace
 
 StatusOr<ExchangeKind> ParseExchangeKind(const std::string& name) {
   if (name == "ps") return ExchangeKind::kPs;
@@ -36,9 +41,9 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
       return std::unique_ptr<GradientExchange>(std::move(ps));
     }
     case ExchangeKind::kRing: {
-      if (options.ring.ring.rendezvous_dir.empty()) {
-        return absl::InvalidArgumentError(
-            "--comm ring needs a rendezvous directory shared by all workers");
+      if (options.ring.ring.rendezvous.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--comm ring needs --rendezvous: ",
+                                                       kRendezvousForms));
       }
       options.ring.ring.rank = options.rank;
       options.ring.ring.world_size = options.world_size;
@@ -47,9 +52,9 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
       return std::unique_ptr<GradientExchange>(std::move(ring));
     }
     case ExchangeKind::kNccl: {
-      if (options.world_size > 1 && options.nccl.rendezvous_dir.empty()) {
-        return absl::InvalidArgumentError(
-            "--comm nccl needs a rendezvous directory shared by all workers");
+      if (options.world_size > 1 && options.nccl.rendezvous.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--comm nccl needs --rendezvous: ",
+                                                       kRendezvousForms));
       }
 #ifdef PHUB_HAVE_NCCL
       options.nccl.rank = options.rank;

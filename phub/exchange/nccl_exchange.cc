@@ -64,7 +64,7 @@ StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
   nccl::NcclOptions nccl_options;
   nccl_options.rank = options.rank;
   nccl_options.world_size = options.world_size;
-  nccl_options.rendezvous_dir = options.rendezvous_dir;
+  nccl_options.rendezvous = options.rendezvous;
   nccl_options.device = options.device;
   nccl_options.timeout_ms = options.timeout_ms;
   PHUB_ASSIGN_OR_RETURN(auto nccl, nccl::NcclAllreduce::Connect(nccl_options));

@@ -23,7 +23,7 @@ namespace phub::exchange {
 struct NcclExchangeOptions {
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
-  std::string rendezvous_dir;          // shared by all ranks (NCCL's unique id is published there)
+  std::string rendezvous;              // a shared directory or tcp://HOST:PORT[/JOB]
   int device = -1;                     // CUDA device ordinal; -1: rank % visible devices
   int timeout_ms = 60000;              // bounds joining and each allreduce
   kernels::OptimizerConfig optimizer;  // what phubd's --optimizer flags would say

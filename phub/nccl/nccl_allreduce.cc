@@ -7,12 +7,13 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/membership.h"
 #include "phub/nccl/detail/checks.h"
-#include "phub/nccl/unique_id_file.h"
+#include "phub/nccl/unique_id.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::nccl {
@@ -33,10 +34,11 @@ Status ValidateOptions(const NcclOptions& o) {
         absl::StrCat("world_size ", o.world_size, " is more ranks than NCCL supports"));
   }
   PHUB_RETURN_IF_ERROR(CheckMembership(o.rank, o.world_size));
-  if (o.world_size > 1 && o.rendezvous_dir.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rendezvous_dir is empty: ", o.world_size,
-                     " ranks need a directory they all share to exchange the NCCL id"));
+  if (o.world_size > 1 && o.rendezvous.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rendezvous is empty: ", o.world_size,
+        " ranks need one to exchange the NCCL id: a directory they all share, or "
+        "tcp://HOST:PORT with HOST the address of rank 0's node"));
   }
   if (o.device < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -169,20 +171,32 @@ Status NcclAllreduce::Impl::Init() {
   // Blocking (default flags): ordered after the caller's work on the legacy default stream.
   PHUB_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&stream_));
 
-  const UniqueIdFile id_file(options_.rendezvous_dir);
+  // Rank 0 publishes the id; the others look it up and are done with the store.
+  std::unique_ptr<rendezvous::Store> store;
+  const auto here = [this](const Status& s) {
+    return Status(s.code(), absl::StrCat("nccl ", Where(), ": ", s.message()));
+  };
+  if (options_.world_size > 1) {
+    auto opened = rendezvous::OpenStore(
+        {options_.rendezvous, options_.rank, options_.world_size, options_.timeout_ms});
+    if (!opened.ok()) return here(opened.status());
+    store = *std::move(opened);
+  }
   ncclUniqueId id;
   if (options_.rank == 0) {
     if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
       return NcclError(r, nullptr, "ncclGetUniqueId", __FILE__, __LINE__);
     }
-    if (options_.world_size > 1) {
+    if (store != nullptr) {
       UniqueIdBytes bytes;
       std::memcpy(bytes.data(), id.internal, bytes.size());
-      PHUB_RETURN_IF_ERROR(id_file.Publish(bytes));
+      if (Status s = PublishUniqueId(*store, bytes); !s.ok()) return here(s);
     }
   } else {
-    PHUB_ASSIGN_OR_RETURN(const UniqueIdBytes bytes, id_file.Wait(options_.timeout_ms));
-    std::memcpy(id.internal, bytes.data(), bytes.size());
+    auto bytes = LookupUniqueId(*store, options_.timeout_ms);
+    if (!bytes.ok()) return here(bytes.status());
+    std::memcpy(id.internal, bytes->data(), bytes->size());
+    if (Status s = store->Finish(); !s.ok()) return here(s);
   }
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -196,14 +210,22 @@ Status NcclAllreduce::Impl::Init() {
   } else {
     joined = WaitForComm(comm_, deadline, what, std::chrono::milliseconds(1), [&] {
       return absl::StrCat(" (", options_.timeout_ms, " ms): are all ", options_.world_size,
-                          " ranks running, with the same rendezvous directory? A '", id_file.path(),
-                          "' left by an earlier job misleads late ranks: use a fresh directory");
+                          " ranks running, with the same --rendezvous (", options_.rendezvous,
+                          ")? With a directory, a '", kUniqueIdKey,
+                          "' left there by an earlier job misleads late ranks: use a fresh one");
     });
   }
   // Every rank has read the id once the communicator is complete; removing it lets the next
-  // job reuse the directory. Removed on failure too: the id names a communicator that is gone.
-  if (options_.rank == 0 && options_.world_size > 1) {
-    if (Status s = id_file.Remove(); !s.ok()) spdlog::warn("nccl {}: {}", Where(), s.message());
+  // job reuse a directory. Removed on failure too: the id names a communicator that is gone.
+  // Then rank 0's TCP server stops (every rank was done with it before joining); after a
+  // failure it stops at once, with the store.
+  if (options_.rank == 0 && store != nullptr) {
+    if (Status s = store->Remove(kUniqueIdKey); !s.ok()) {
+      spdlog::warn("nccl {}: {}", Where(), s.message());
+    }
+    if (joined.ok()) {
+      if (Status s = store->Finish(); !s.ok()) spdlog::warn("nccl {}: {}", Where(), s.message());
+    }
   }
   if (!joined.ok()) return Abort(joined);
   return absl::OkStatus();

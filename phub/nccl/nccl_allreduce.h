@@ -33,7 +33,9 @@ namespace phub::nccl {
 struct NcclOptions {
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
-  std::string rendezvous_dir;  // shared by all ranks (UniqueIdFile); may be empty if world is 1
+  // Where rank 0 hands out the NCCL id (phub/rendezvous/address.h): a directory all ranks
+  // share, or tcp://HOST:PORT[/JOB] served by rank 0. May be empty if world is 1.
+  std::string rendezvous;
   int device = -1;             // CUDA device ordinal; -1: rank % CudaDeviceCount()
   int timeout_ms = 30000;      // bounds Connect (rank 0's id, every rank joining) and each call
 };

@@ -23,7 +23,6 @@
 #include "phub/common/reduce_op.h"
 #include "phub/common/status.h"
 #include "phub/kernels/wire_format.h"
-#include "phub/ring/file_rendezvous.h"
 #include "phub/transport/transport_kind.h"
 #include "phub/transport/verbs/device_options.h"
 
@@ -32,7 +31,9 @@ namespace phub::ring {
 struct RingOptions {
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
-  std::string rendezvous_dir;           // shared by all ranks (FileRendezvous)
+  // Where ranks meet (phub/rendezvous/address.h): a directory all ranks share, or
+  // tcp://HOST:PORT[/JOB] served by rank 0. Each rank publishes its address there.
+  std::string rendezvous;
   std::string listen_host = "127.0.0.1";  // address this rank listens on and publishes
   std::uint64_t piece_bytes = 1 << 20;  // pipelining granularity (multiple of 4)
   int connect_timeout_ms = 30000;

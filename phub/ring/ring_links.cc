@@ -1,7 +1,8 @@
 #include "phub/ring/ring_links.h"
 
 #include "absl/strings/str_cat.h"
-#include "phub/ring/file_rendezvous.h"
+#include "phub/rendezvous/rendezvous.h"
+#include "phub/ring/peer_address.h"
 #include "phub/transport/open_device.h"
 
 namespace phub::ring {
@@ -16,6 +17,25 @@ transport::ConnectionSizing PieceSizing(std::uint64_t piece_bytes) {
   sizing.unplaced_in_flight = 8;
   sizing.send_copies = 8;
   return sizing;
+}
+// Publishes this rank's address and looks up rank+1's through the rendezvous. TCP's rank 0
+// serves the store until every rank has looked its neighbour up (Finish).
+StatusOr<PeerAddress> MeetNeighbour(const RingOptions& options, std::uint16_t port) {
+  const std::uint32_t rank = options.rank;
+  const std::uint32_t next = (rank + 1) % options.world_size;
+  auto in_ring = [rank](const Status& s) {
+    return Status(s.code(), absl::StrCat("ring rank ", rank, ": ", s.message()));
+  };
+  auto store = rendezvous::OpenStore(
+      {options.rendezvous, rank, options.world_size, options.connect_timeout_ms});
+  if (!store.ok()) return in_ring(store.status());
+  if (Status s = PublishPeerAddress(**store, rank, {options.listen_host, port}); !s.ok()) {
+    return in_ring(s);
+  }
+  auto address = LookupPeerAddress(**store, next, options.connect_timeout_ms);
+  if (!address.ok()) return in_ring(address.status());
+  if (Status s = (*store)->Finish(); !s.ok()) return in_ring(s);
+  return address;
 }
 }  // namespace
 
@@ -53,9 +73,7 @@ Status OpenRingLinks(const RingOptions& options, transport::EventLoop& loop,
   });
   PHUB_RETURN_IF_ERROR(status);
 
-  FileRendezvous rendezvous(options.rendezvous_dir);
-  PHUB_RETURN_IF_ERROR(rendezvous.Publish(rank, {options.listen_host, links.acceptor->port()}));
-  PHUB_ASSIGN_OR_RETURN(PeerAddress address, rendezvous.Lookup(next, options.connect_timeout_ms));
+  PHUB_ASSIGN_OR_RETURN(PeerAddress address, MeetNeighbour(options, links.acceptor->port()));
   transport::DialRequest request{address.host, address.port, options.connect_timeout_ms,
                                  transport::WireHeader{transport::Op::kAttach, rank, next, 0, 0},
                                  PieceSizing(piece_bytes)};

@@ -285,6 +285,7 @@ void ControlPlane::Drop(const SessionPtr& session, const Status& why,
   session->state = State::kClosed;
   sessions_.erase(session->id);
   session->deadline.cancel();
+  if (was == State::kAwaitingHello && !stopping_) ++hellos_refused_;
   if (farewell != nullptr) {
     proto::ControlMessage message;
     *message.mutable_error() = *farewell;

@@ -44,6 +44,7 @@
 #include <memory>
 #include <vector>
 
+#include "phub/metrics/registry.h"
 #include "phub/server/checkpoint_writer.h"
 #include "phub/server/server_core.h"
 #include "phub/server/server_options.h"
@@ -67,6 +68,9 @@ class ControlPlane {
   void CheckpointBeforeStop() { CheckpointNow(); }
   // --resume: loads the newest good checkpoint; the first job must match it. Before Start.
   Status LoadResume();
+  // The job's series (docs/operations.md "Metrics"): callbacks over this object's state, so
+  // `registry` must be rendered on the control thread only, and not after this is destroyed.
+  void AddMetrics(metrics::Registry& registry);
 
  private:
   enum class State { kAwaitingHello, kJoined, kInJob, kLeaving, kClosed };
@@ -153,6 +157,8 @@ class ControlPlane {
   std::vector<std::uint64_t> forgets_;        // by rank: ForgetWorker rounds (ShardEvent::epoch)
   std::uint32_t missing_count_ = 0;
   std::uint64_t rejoins_ = 0, losses_ = 0;
+  // Exported only (AddMetrics): lifetime counts.
+  std::uint64_t stalls_ = 0, jobs_ended_ = 0, hellos_refused_ = 0, checkpoints_written_ = 0;
   boost::asio::steady_timer liveness_timer_;
   std::shared_ptr<const JobSnapshot> resume_;  // --resume: the first job starts from it
   std::string resume_path_;                     // its file, for the errors that name it

@@ -250,6 +250,7 @@ void ControlPlane::OnShardEvent(const ShardEvent& event) {
 void ControlPlane::Stall(const std::string& reason) {
   if (stalled_) return;
   stalled_ = true;
+  ++stalls_;
   spdlog::error("job {} stalled: {}; the other workers are told, phubd keeps running",
                 jobs_started_, reason);
   proto::ControlMessage message;
@@ -288,6 +289,7 @@ void ControlPlane::EndJob() {
       jobs_started_, stalled_ ? " (stalled)" : "", total.aggregations, total.bytes_in / 1048576.0,
       total.bytes_out / 1048576.0, total.cpu_seconds,
       total.bytes_in ? 1e9 * total.cpu_seconds / static_cast<double>(total.bytes_in) : 0.0);
+  ++jobs_ended_;
   running_ = false;
   stalled_ = false;
   joined_ = 0;

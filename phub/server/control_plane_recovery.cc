@@ -186,12 +186,14 @@ void ControlPlane::OnSnapshot(const ShardEvent& event) {
   const double pause_ms = gathered_pause_ms_;
   gathering_iteration_ = 0;
   const bool started = checkpoints_->Submit(
-      snapshot, [iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
+      // Posted to this thread only while the control plane lives (the writer's `post`).
+      snapshot, [this, iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
         if (!path.ok()) {
           spdlog::error("checkpoint of iteration {} failed: {}; the previous one is kept",
                         iteration, path.status().message());
           return;
         }
+        ++checkpoints_written_;
         spdlog::info("checkpoint of iteration {} written to {} in {:.0f} ms; the cores paused "
                      "{:.2f} ms for it",
                      iteration, *path, write_ms, pause_ms);
@@ -222,6 +224,7 @@ void ControlPlane::CheckpointNow() {
     spdlog::error("checkpoint on stop failed: {}", path.status().message());
     return;
   }
+  ++checkpoints_written_;
   spdlog::info("checkpoint on stop written to {} (iteration {})", *path, low);
 }
 

@@ -142,6 +142,14 @@ int main(int argc, char** argv) {
   app.add_option("--resume", options.checkpoint.resume_dir,
                  "Resume the first job from the newest good checkpoint in this directory "
                  "(corrupt ones are skipped, named in the log); the workers go on from it");
+  app.add_option("--metrics-port", options.metrics.port,
+                 "Serve Prometheus metrics on this port at /metrics (0: any free port; see "
+                 "--metrics-port-file). Without it, no endpoint")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-address", options.metrics.address,
+                 "Address the metrics endpoint listens on (default: --listen's)");
+  app.add_option("--metrics-port-file", options.metrics.port_file,
+                 "Write the metrics port here once listening (useful with --metrics-port 0)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -12,9 +12,25 @@
 
 namespace phub::server {
 
+namespace {
+
+// Write then rename, so a reader never sees a half-written port. Nothing for an empty path.
+Status WritePortFile(const std::string& path, std::uint16_t port, const char* flag) {
+  if (path.empty()) return absl::OkStatus();
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write ", flag, " '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Server::Server(ServerOptions options) : options_(std::move(options)) {}
 
 Server::~Server() {
+  exporter_.reset();
   control_.reset();
   cores_.clear();
 }
@@ -42,7 +58,8 @@ Status Server::Start() {
         options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);
     int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
     PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin,
-                                                        *device, options_.limits));
+                                                        *device, options_.limits,
+                                                        AddCoreMetrics(metrics_, i)));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {
@@ -50,15 +67,22 @@ Status Server::Start() {
   });
   PHUB_RETURN_IF_ERROR(control_->LoadResume());
   PHUB_RETURN_IF_ERROR(control_->Start());
-  if (!options_.port_file.empty()) {
-    // Write then rename, so a reader never sees a half-written port.
-    std::string tmp = options_.port_file + ".tmp";
-    std::ofstream(tmp) << control_->port() << "\n";
-    if (std::rename(tmp.c_str(), options_.port_file.c_str()) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot write --port-file '", options_.port_file, "'"));
-    }
+  control_->AddMetrics(metrics_);
+  AddDaemonMetrics(metrics_);
+  const MetricsOptions& m = options_.metrics;
+  if (m.port >= 0) {
+    PHUB_ASSIGN_OR_RETURN(
+        exporter_,
+        metrics::HttpExporter::Start(
+            context_, metrics_,
+            {.address = m.address.empty() ? options_.listen_address : m.address,
+             .port = static_cast<std::uint16_t>(m.port)}));
+    spdlog::info("metrics at http://{}:{}/metrics", m.address.empty() ? options_.listen_address
+                                                                         : m.address,
+                 exporter_->port());
+    PHUB_RETURN_IF_ERROR(WritePortFile(m.port_file, exporter_->port(), "--metrics-port-file"));
   }
+  PHUB_RETURN_IF_ERROR(WritePortFile(options_.port_file, control_->port(), "--port-file"));
   std::string data_ports;
   for (auto& core : cores_) absl::StrAppend(&data_ports, data_ports.empty() ? "" : ",", core->port());
   spdlog::info("phubd listening on {}:{} (data ports {}), world size {}, {} cores{}",

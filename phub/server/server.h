@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "phub/metrics/http_exporter.h"
+#include "phub/metrics/registry.h"
 #include "phub/server/control_plane.h"
 #include "phub/server/server_core.h"
 #include "phub/server/server_options.h"
@@ -22,6 +24,8 @@ class Server {
   // come back here, before anything runs.
   Status Start();
   std::uint16_t control_port() const { return control_->port(); }
+  // 0 without --metrics-port.
+  std::uint16_t metrics_port() const { return exporter_ ? exporter_->port() : 0; }
   // Serves on the calling thread until SIGINT/SIGTERM, Stop(), or the first job's end with
   // --one-job.
   void Run();
@@ -31,8 +35,10 @@ class Server {
  private:
   ServerOptions options_;
   boost::asio::io_context context_;
+  metrics::Registry metrics_;  // before the cores and the control plane, whose series it holds
   std::vector<std::unique_ptr<ServerCore>> cores_;
   std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<metrics::HttpExporter> exporter_;  // renders control_'s series: goes first
 };
 
 }  // namespace phub::server

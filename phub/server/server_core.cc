@@ -38,9 +38,11 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
                                                          const std::string& address,
                                                          std::uint16_t port, int pin_core,
                                                          transport::Device& device,
-                                                         const ServerLimits& limits) {
+                                                         const ServerLimits& limits,
+                                                         const CoreMetrics& metrics) {
   std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core));
   core->limits_ = limits;
+  core->metrics_ = metrics;
   Status status;
   core->loop_.Run([&] {
     auto transport = device.Bind(core->loop_);
@@ -127,7 +129,8 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
     const std::uint64_t weight_bytes = job->table.bytes_on_core(index_);
     job_chunk_bytes_ = job->table.chunk_bytes();
     try {
-      shard_ = std::make_unique<Shard>(std::move(job), index_, std::move(sink));
+      shard_ = std::make_unique<Shard>(std::move(job), index_, std::move(sink),
+                                       metrics_.received_bytes ? &metrics_ : nullptr);
       shard_cpu_start_ = ThreadCpuSeconds();
     } catch (const std::bad_alloc&) {
       status = absl::ResourceExhaustedError(absl::StrCat(

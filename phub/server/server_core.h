@@ -20,12 +20,14 @@ class ServerCore {
   // pin_core < 0: not pinned. port 0: any free port. `device`: the data plane, bound here to
   // the core's loop. `limits`: max_connections bounds the data connections not yet attached
   // (set-ups in progress included); attach_timeout_ms closes one that has not attached by
-  // then (verbs: its whole set-up, which carries the ATTACH).
+  // then (verbs: its whole set-up, which carries the ATTACH). `metrics`: the core's exported
+  // series, handed to each shard (all null: none).
   static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index,
                                                       const std::string& address,
                                                       std::uint16_t port, int pin_core,
                                                       transport::Device& device,
-                                                      const ServerLimits& limits);
+                                                      const ServerLimits& limits,
+                                                      const CoreMetrics& metrics = {});
   ~ServerCore();
 
   keys::CoreIndex index() const { return index_; }
@@ -53,6 +55,7 @@ class ServerCore {
 
   keys::CoreIndex index_;
   ServerLimits limits_;
+  CoreMetrics metrics_;
   std::uint64_t job_chunk_bytes_ = 0;  // the installed job's: the largest payload a shard sends
   // Used on loop_'s thread only:
   std::unique_ptr<transport::Transport> transport_;

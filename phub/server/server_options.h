@@ -48,6 +48,13 @@ struct CheckpointOptions {
   std::string resume_dir;       // --resume D: the first job resumes from D's newest good one
 };
 
+// The Prometheus endpoint (docs/operations.md "Metrics").
+struct MetricsOptions {
+  int port = -1;          // --metrics-port; -1: no endpoint, 0: any free port (see port_file)
+  std::string address;    // --metrics-address; empty: --listen's
+  std::string port_file;  // --metrics-port-file: the port written there once listening
+};
+
 struct ServerOptions {
   std::string listen_address = "0.0.0.0";
   std::uint16_t port = 7070;            // control plane; 0 = any free port (see port_file)
@@ -69,6 +76,7 @@ struct ServerOptions {
   transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long
   CheckpointOptions checkpoint;
+  MetricsOptions metrics;
 };
 
 }  // namespace phub::server

@@ -21,8 +21,9 @@ std::span<std::byte> AsBytes(float* data, std::size_t elements) {
 
 }  // namespace
 
-Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink)
-    : job_(std::move(job)), core_(core), sink_(std::move(sink)) {
+Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink,
+             const CoreMetrics* metrics)
+    : job_(std::move(job)), core_(core), sink_(std::move(sink)), metrics_(metrics) {
   const keys::KeyTable& table = job_->table;
   const std::uint32_t world = job_->world_size;
   const int state_arrays = kernels::StateArrays(job_->optimizer.kind);
@@ -73,11 +74,45 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
 
   inputs_.resize(world);
   state_ptrs_.resize(state_arrays);
+  if (metrics_) metrics_->chunks->Set(static_cast<double>(chunks_.size()));
   spdlog::debug("core {}: shard holds {} chunks, {} bytes of weights", core_, chunks_.size(),
                 table.bytes_on_core(core_));
 }
 
-Shard::~Shard() { CloseAll(absl::OkStatus()); }
+Shard::~Shard() {
+  CloseAll(absl::OkStatus());
+  if (metrics_) metrics_->chunks->Set(0);
+}
+
+void Shard::CountReceived(std::uint64_t bytes, bool push) {
+  stats_.bytes_in += bytes;
+  if (!metrics_) return;
+  metrics_->received_bytes->Add(bytes);
+  if (!push) return;
+  metrics_->pushes->Add();
+  if (!round_began_) round_began_ = std::chrono::steady_clock::now();
+}
+
+void Shard::CountSent(std::uint64_t bytes) {
+  stats_.bytes_out += bytes;
+  if (metrics_) metrics_->sent_bytes->Add(bytes);
+}
+
+void Shard::CountAggregation(std::chrono::steady_clock::time_point began) {
+  ++stats_.aggregations;
+  if (!metrics_) return;
+  const auto now = std::chrono::steady_clock::now();
+  metrics_->aggregations->Add();
+  metrics_->aggregation_seconds->Observe(std::chrono::duration<double>(now - began).count());
+  if (++round_aggregations_ < chunks_.size()) return;
+  // As many aggregations as chunks: every chunk moved one iteration (chunks run at most one
+  // iteration apart: a worker pushes iteration t+1 after it has all weights of t).
+  if (round_began_) {
+    metrics_->round_seconds->Observe(std::chrono::duration<double>(now - *round_began_).count());
+  }
+  round_began_ = now;
+  round_aggregations_ = 0;
+}
 
 std::vector<std::span<std::byte>> Shard::Buffers() {
   std::vector<std::span<std::byte>> buffers;
@@ -295,7 +330,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
   switch (header.op) {
     case Op::kPush: {
       ChunkState& state = chunks_[local_index_[header.chunk]];
-      stats_.bytes_in += header.payload_bytes;
+      CountReceived(header.payload_bytes, /*push=*/true);
       state.replay[rank] = kNone;  // its replay of this chunk, if it owed one, is in
       if (push_kind_[rank] == PushKind::kReplayDone) {
         SendTo(rank, state, state.weights, state.iteration);
@@ -318,7 +353,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
     case Op::kInit: {
       ChunkState& state = chunks_[local_index_[header.chunk]];
       state.initialized = true;
-      stats_.bytes_in += header.payload_bytes;
+      CountReceived(header.payload_bytes, /*push=*/false);
       if (all_attached()) Broadcast(state);
       return absl::OkStatus();
     }
@@ -334,6 +369,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
 
 void Shard::MaybeAggregate(ChunkState& state) {
   if (state.arrived < job_->world_size || state.pending_sends > 0) return;
+  const auto began = std::chrono::steady_clock::now();
   const std::uint32_t elements = state.chunk->elements;
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
   if (state.previous.size() != 0) {
@@ -352,7 +388,7 @@ void Shard::MaybeAggregate(ChunkState& state) {
   if (job_->wire_weights) UpdateView(state, /*swapped=*/state.previous.size() != 0);
   state.arrived = 0;
   std::fill(state.pushed.begin(), state.pushed.end(), 0);
-  ++stats_.aggregations;
+  CountAggregation(began);
   if (job_->checkpoint_every > 0 && state.iteration % job_->checkpoint_every == 0) {
     CopyForCheckpoint(state);
   }
@@ -415,7 +451,7 @@ void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
   ++state.pending_sends;
   senders_[rank]->Send(header, payload, [this, &state, bytes](const Status& status) {
     --state.pending_sends;
-    if (status.ok()) stats_.bytes_out += bytes;
+    if (status.ok()) CountSent(bytes);
     MaybeAggregate(state);
   });
 }

@@ -21,6 +21,7 @@
 // JobSpec::checkpoint_every (kSnapshot), or all at once by SnapshotNow.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,6 +32,7 @@
 #include "phub/common/aligned_buffer.h"
 #include "phub/server/checkpoint_file.h"
 #include "phub/server/job_spec.h"
+#include "phub/server/server_metrics.h"
 #include "phub/server/wire_slots.h"
 #include "phub/transport/connection.h"
 #include "phub/transport/send_scheduler.h"
@@ -84,7 +86,9 @@ class Shard final : public transport::ConnectionHandler {
 
   // Allocates slots, weights and state for the chunks of `core` (on the calling thread: create
   // the shard on its core's thread so first-touch puts the memory on the core's NUMA node).
-  Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink);
+  // `metrics`: the core's exported series (server_metrics.h), or null (tests, fuzzers).
+  Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink,
+        const CoreMetrics* metrics = nullptr);
   ~Shard() override;
 
   // Takes a freshly accepted data connection; it must ATTACH first.
@@ -175,6 +179,10 @@ class Shard final : public transport::ConnectionHandler {
                                    const ChunkState& state) const;
   void CopyForCheckpoint(ChunkState& state);
   bool all_attached() const { return attached_ == job_->world_size; }
+  // What the shard counts, in stats_ (the job-end log line) and the exported series.
+  void CountReceived(std::uint64_t bytes, bool push);
+  void CountSent(std::uint64_t bytes);
+  void CountAggregation(std::chrono::steady_clock::time_point began);
 
   std::shared_ptr<const JobSpec> job_;
   keys::CoreIndex core_;
@@ -209,6 +217,11 @@ class Shard final : public transport::ConnectionHandler {
   std::vector<const void*> inputs_;  // scratch for AggregateSlots
   std::vector<float*> state_ptrs_;
   ShardStats stats_;
+  const CoreMetrics* metrics_;
+  // phub_core_round_seconds: aggregations since the round began, and when it began (the
+  // previous round's end, or the shard's first push).
+  std::size_t round_aggregations_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> round_began_;
 };
 
 }  // namespace phub::server

@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "phub/rendezvous/frame.h"
 #include "phub/server/checkpoint_file.h"
 #include "phub/transport/control_channel.h"
 #include "phub/transport/wire_header.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"
 #include "tests/fuzz/shard_fuzz_input.h"
+#include "tests/phub/ctl/metrics_fixture.h"
 
 namespace phub::fuzz {
 namespace {
@@ -224,6 +226,86 @@ void CheckpointFiles(const fs::path& dir) {
   Write(dir, "no_tensors", server::EncodeCheckpoint(Checkpoint(OptimizerKind::kSgd, {}, false)));
 }
 
+// phubd-like /metrics bodies (metrics_fixture.h): one scrape, two scrapes of a busy phubd
+// (NUL between them: metrics_text_fuzzer.cc), and the format's corners phubd does not use.
+void MetricsTexts(const fs::path& dir) {
+  ctl::fixture::PhubdState state;
+  state.job_running = 1;
+  state.world_size = 2;
+  state.connected = 2;
+  state.model_bytes = 4096;
+  state.cores.resize(2);
+  state.cores[0].chunks = 3;
+  state.cores[1].chunks = 1;
+  const std::string before = ctl::fixture::MetricsBody(state);
+  Write(dir, "phubd_two_cores", before);
+  for (auto& core : state.cores) {
+    core.received += 1 << 20;
+    core.sent += 1 << 19;
+    core.pushes += 12;
+    core.aggregations += 6;
+    core.aggregation_counts[5] += 6;
+    core.round_counts[3] += 3;
+  }
+  state.cpu_seconds += 1.25;
+  Write(dir, "two_scrapes", before + std::string(1, '\0') + ctl::fixture::MetricsBody(state));
+  Write(dir, "format_corners",
+        "# HELP x_total Escapes \\\\ and \\n in help.\n"
+        "# TYPE x_total counter\n"
+        "# just a comment\n"
+        "\n"
+        "x_total{a=\"q\\\"uote\",b=\"back\\\\slash\",c=\"new\\nline\",} 1.5e3 1700000000000\r\n"
+        "  y +Inf\n"
+        "y_neg -Inf\n"
+        "z NaN -12\n"
+        "h_bucket{core=\"0\",le=\"0.5\"} 2\n"
+        "h_bucket{core=\"0\",le=\"+Inf\"} 3\n"
+        "phub_build_info{version=\"\xc3\xa9\",protocol=\"3\"} 1\n");
+}
+
+// The TCP rendezvous (rendezvous_frame_fuzzer): byte 0 = k, k feed sizes, then the stream.
+void RendezvousFrames(const fs::path& dir) {
+  using rendezvous::Message;
+  using rendezvous::MessageType;
+  auto frame = [](const Message& m) { return *rendezvous::EncodeFrame(m); };
+  const std::string whole(1, '\0');
+  Message hello{.type = MessageType::kHello};
+  hello.rank = 1;
+  hello.world_size = 4;
+  hello.job = "slurm-4242";
+  Message publish{.type = MessageType::kPublish};
+  publish.key = "rank1.addr";
+  publish.value = "10.0.0.2 40123\n";
+  Message lookup{.type = MessageType::kLookup};
+  lookup.key = "rank2.addr";
+  lookup.wait_ms = 30000;
+  Message remove{.type = MessageType::kRemove};
+  remove.key = "nccl.id";
+  const std::string client = frame(hello) + frame(publish) + frame(lookup) + frame(remove) +
+                             frame(Message{.type = MessageType::kDone});
+  Write(dir, "client_session", whole + client);
+  // Feeds of 1, 6 and 201 bytes in turn.
+  Write(dir, "client_session_split", std::string("\x03\x00\x05\xc8", 4) + client);
+
+  Message value{.type = MessageType::kValue};
+  value.value = std::string(128, '\x5a');  // an NCCL id
+  Message error{.type = MessageType::kError};
+  error.retryable = true;
+  error.text = "the rendezvous server holds its limit of 12 connections";
+  Write(dir, "server_replies",
+        whole + frame(Message{.type = MessageType::kWelcome}) +
+            frame(Message{.type = MessageType::kOk}) + frame(value) +
+            frame(Message{.type = MessageType::kNotFound}) + frame(error));
+
+  Message largest{.type = MessageType::kPublish};
+  largest.key = std::string(rendezvous::kMaxKeyBytes, 'k');
+  largest.value = std::string(rendezvous::kMaxValueBytes, 'v');
+  Write(dir, "largest_publish", whole + frame(largest));
+  Write(dir, "oversized_length", whole + std::string("\xff\xff\xff\x7f\x03", 5));
+  Write(dir, "http_request", whole + "GET / HTTP/1.1\r\n\r\n");
+  Write(dir, "empty_frame", whole + std::string(4, '\0'));
+}
+
 }  // namespace
 }  // namespace phub::fuzz
 
@@ -237,5 +319,7 @@ int main(int argc, char** argv) {
   phub::fuzz::ControlFrames(root / "control_frame_fuzzer");
   phub::fuzz::ShardInputs(root / "shard_fuzzer");
   phub::fuzz::CheckpointFiles(root / "checkpoint_fuzzer");
+  phub::fuzz::RendezvousFrames(root / "rendezvous_frame_fuzzer");
+  phub::fuzz::MetricsTexts(root / "metrics_text_fuzzer");
   return 0;
 }

@@ -148,7 +148,7 @@ TEST(DataParallelTest, TwoWorkersOnTheRingEqualOneWorkerWithTheirCombinedBatch) 
   exchange::ExchangeOptions comm;
   comm.kind = exchange::ExchangeKind::kRing;
   comm.world_size = 2;
-  comm.ring.ring.rendezvous_dir = dir.path();
+  comm.ring.ring.rendezvous = dir.path();
   comm.ring.optimizer = kOptimizer;
   const auto workers = TrainTogether(data, 2, comm);
   ExpectSameTraining(workers, Train(data, 2 * kBatch, 0, 1, std::nullopt));

@@ -15,6 +15,7 @@
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/test_data.h"
 #include "tests/reference/optimizer_reference.h"
+#include "tests/support/free_port.h"
 
 namespace phub::testing {
 namespace {
@@ -33,6 +34,7 @@ struct TrainingCase {
   std::string transport = "tcp";  // phubd's and the ring's --transport
   std::string wire = "fp32";      // the workers' --wire (ps, ps-colocated)
   bool wire_weights = true;       // --wire-weights wire (else fp32)
+  bool tcp_rendezvous = false;    // ring: --rendezvous tcp://127.0.0.1:PORT (rank 0 serves it)
 };
 
 // The case with pushes (and, with weights, the weights sent back) in a compact format.
@@ -55,6 +57,13 @@ TrainingCase With(TrainingCase c, std::string comm, std::string transport = "tcp
   c.transport = std::move(transport);
   for (char& ch : c.name) ch = ch == '-' ? '_' : ch;
   c.comm = std::move(comm);
+  return c;
+}
+
+// The ring meeting through rank 0's TCP rendezvous instead of a shared directory.
+TrainingCase OverTcpRendezvous(TrainingCase c) {
+  c.name += "_tcp_rendezvous";
+  c.tcp_rendezvous = true;
   return c;
 }
 
@@ -155,6 +164,8 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     servers_csv += (s ? "," : "") + std::string("127.0.0.1:") + std::to_string(servers.back().port);
   }
 
+  const std::string rendezvous_address =
+      "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort()) + "/" + c.name;
   std::vector<Process> workers;
   for (std::uint32_t r = 0; r < c.workers; ++r) {
     std::vector<std::string> argv = {
@@ -164,7 +175,8 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
         "--transport", c.transport, "--wire", c.wire, "--wire-weights",
         c.wire_weights ? "wire" : "fp32"};
     if (c.comm == "ring") {
-      argv.insert(argv.end(), {"--rendezvous", dir.path()});
+      argv.insert(argv.end(),
+                  {"--rendezvous", c.tcp_rendezvous ? rendezvous_address : dir.path()});
       argv.insert(argv.end(), flags.begin(), flags.end());  // the optimizer runs on the worker
     } else {
       argv.insert(argv.end(), {"--servers", servers_csv});
@@ -263,6 +275,9 @@ std::vector<TrainingCase> Cases() {
     if (c.workers > 1) all.push_back(With(c, "ps-colocated"));
     all.push_back(With(c, "ring"));
   }
+  // No shared directory: rank 0 serves the rendezvous over TCP.
+  all.push_back(OverTcpRendezvous(With(ps[1], "ring")));
+  all.push_back(OverTcpRendezvous(With(ps[3], "ring")));
   // On verbs (run in the soft-RoCE guest): every exchange, several workers and cores, chunks
   // smaller and larger than a page, weights from rank 0 and from phubd's file.
   for (const TrainingCase& c : ps) {

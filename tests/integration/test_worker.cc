@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "phubd's host (--comm ps)");
   app.add_option("--port", port, "phubd's port (--comm ps)");
   app.add_option("--servers", servers_csv, "HOST:PORT,... of every phubd (instead of --host/--port)");
-  app.add_option("--rendezvous", options.ring.ring.rendezvous_dir, "shared directory (--comm ring)");
+  app.add_option("--rendezvous", options.ring.ring.rendezvous,
+                 "shared directory or tcp://HOST:PORT (--comm ring)");
   app.add_option("--rank", options.rank)->required();
   app.add_option("--world", options.world_size)->required();
   app.add_option("--tensors", sizes_csv, "comma-separated tensor sizes (floats)")->required();

@@ -132,7 +132,7 @@ class RingExchangeTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
   RingExchangeOptions Options() {
     RingExchangeOptions options;
-    options.ring.rendezvous_dir = dir_;
+    options.ring.rendezvous = dir_;
     options.optimizer.lr = 0.5f;
     return options;
   }

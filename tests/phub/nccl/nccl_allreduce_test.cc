@@ -18,7 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "phub/nccl/device_buffer.h"
+#include "tests/support/free_port.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define PHUB_NCCL_TEST_ASAN 1
@@ -62,7 +64,7 @@ TEST(NcclConnect, RankOutsideTheWorldIsRefused) {
   NcclOptions options;
   options.rank = 3;
   options.world_size = 3;
-  options.rendezvous_dir = "/tmp";
+  options.rendezvous = "/tmp";
   auto nccl = NcclAllreduce::Connect(options);
   EXPECT_EQ(nccl.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(nccl.status().message().find("rank 3"), absl::string_view::npos) << nccl.status();
@@ -73,7 +75,7 @@ TEST(NcclConnect, SeveralRanksWithoutARendezvousDirectoryAreRefused) {
   options.world_size = 2;
   auto nccl = NcclAllreduce::Connect(options);
   EXPECT_EQ(nccl.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(nccl.status().message().find("rendezvous_dir"), absl::string_view::npos)
+  EXPECT_NE(nccl.status().message().find("rendezvous"), absl::string_view::npos)
       << nccl.status();
 }
 
@@ -161,7 +163,7 @@ TEST_F(NcclGpuTest, MatchesTheFloat64ReferenceOnEveryRankCallAfterCall) {
         NcclOptions options;
         options.rank = r;
         options.world_size = world;
-        options.rendezvous_dir = dir;
+        options.rendezvous = dir;
         options.timeout_ms = 60000;
         PHUB_ASSIGN_OR_RETURN(auto nccl, NcclAllreduce::Connect(options));
         if (nccl->device() != static_cast<int>(r)) {
@@ -257,12 +259,38 @@ TEST_F(NcclGpuTest, MissingRankZeroTimesOutNamingTheIdFile) {
   NcclOptions options;
   options.rank = 1;
   options.world_size = 2;
-  options.rendezvous_dir = dir;
+  options.rendezvous = dir;
   options.timeout_ms = 200;
   auto nccl = NcclAllreduce::Connect(options);
   EXPECT_EQ(nccl.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(nccl.status().message().find("nccl.id"), absl::string_view::npos) << nccl.status();
   std::filesystem::remove_all(dir);
+}
+
+// Over the TCP rendezvous: a missing rank 0 is a server nobody answers at the address.
+TEST_F(NcclGpuTest, MissingRankZeroOverTcpIsUnavailableNamingTheAddress) {
+  NcclOptions options;
+  options.rank = 1;
+  options.world_size = 2;
+  options.rendezvous = absl::StrCat("tcp://127.0.0.1:", testing::FreeLoopbackPort());
+  options.timeout_ms = 300;
+  auto nccl = NcclAllreduce::Connect(options);
+  EXPECT_EQ(nccl.status().code(), absl::StatusCode::kUnavailable) << nccl.status();
+  EXPECT_NE(nccl.status().message().find(options.rendezvous), absl::string_view::npos)
+      << nccl.status();
+}
+
+// Rank 0 serves the id; with no rank 1 joining, the join times out naming the rendezvous.
+TEST_F(NcclGpuTest, RankZeroAloneOverTcpTimesOutJoining) {
+  NcclOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.rendezvous = absl::StrCat("tcp://127.0.0.1:", testing::FreeLoopbackPort());
+  options.timeout_ms = 1500;
+  auto nccl = NcclAllreduce::Connect(options);
+  EXPECT_EQ(nccl.status().code(), absl::StatusCode::kDeadlineExceeded) << nccl.status();
+  EXPECT_NE(nccl.status().message().find(options.rendezvous), absl::string_view::npos)
+      << nccl.status();
 }
 
 }  // namespace

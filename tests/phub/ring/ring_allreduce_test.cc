@@ -12,6 +12,9 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "tests/support/free_port.h"
+
 namespace phub::ring {
 namespace {
 
@@ -21,11 +24,13 @@ struct RingCase {
   std::uint64_t piece_bytes;
   ReduceOp op;
   kernels::WireFormat wire = kernels::WireFormat::kFp32;
+  bool tcp_rendezvous = false;  // tcp://127.0.0.1:PORT served by rank 0, not a directory
 };
 
 void PrintTo(const RingCase& c, std::ostream* os) {
   *os << "N=" << c.world << " n=" << c.length << " piece=" << c.piece_bytes
-      << (c.op == ReduceOp::kMean ? " mean" : " sum") << " " << kernels::WireFormatName(c.wire);
+      << (c.op == ReduceOp::kMean ? " mean" : " sum") << " " << kernels::WireFormatName(c.wire)
+      << (c.tcp_rendezvous ? " tcp-rendezvous" : "");
 }
 
 std::string MakeTempDir() {
@@ -39,6 +44,9 @@ class RingAllreduceTest : public ::testing::TestWithParam<RingCase> {};
 TEST_P(RingAllreduceTest, MatchesTheFloat64SumOnEveryRank) {
   const RingCase c = GetParam();
   const std::string dir = MakeTempDir();
+  const std::string rendezvous =
+      c.tcp_rendezvous ? absl::StrCat("tcp://127.0.0.1:", testing::FreeLoopbackPort(), "/ring-test")
+                       : dir;
   constexpr int kCalls = 4;
   // inputs[call][rank][i]
   std::mt19937 rng(1234 + c.world * 7 + c.length);
@@ -56,7 +64,7 @@ TEST_P(RingAllreduceTest, MatchesTheFloat64SumOnEveryRank) {
       RingOptions options;
       options.rank = r;
       options.world_size = c.world;
-      options.rendezvous_dir = dir;
+      options.rendezvous = rendezvous;
       options.piece_bytes = c.piece_bytes;
       options.wire = c.wire;
       options.connect_timeout_ms = 20000;
@@ -121,7 +129,12 @@ INSTANTIATE_TEST_SUITE_P(
                       RingCase{3, 1001, 64, ReduceOp::kMean, kernels::WireFormat::kBf16},
                       RingCase{4, 100003, 4096, ReduceOp::kSum, kernels::WireFormat::kBf16},
                       RingCase{5, 77777, 1 << 20, ReduceOp::kMean, kernels::WireFormat::kFp16},
-                      RingCase{2, 1, 4096, ReduceOp::kSum, kernels::WireFormat::kFp16}));
+                      RingCase{2, 1, 4096, ReduceOp::kSum, kernels::WireFormat::kFp16},
+                      // The TCP rendezvous (rank 0 serves it): no shared directory.
+                      RingCase{2, 1001, 64, ReduceOp::kSum, kernels::WireFormat::kFp32, true},
+                      RingCase{5, 77777, 4096, ReduceOp::kMean, kernels::WireFormat::kFp32, true},
+                      RingCase{8, 100003, 4096, ReduceOp::kSum, kernels::WireFormat::kBf16,
+                               true}));
 
 TEST(RingAllreduce, RankOutsideTheWorldIsRefused) {
   RingOptions options;
@@ -136,12 +149,35 @@ TEST(RingAllreduce, MissingNeighbourTimesOutNamingTheFile) {
   RingOptions options;
   options.rank = 0;
   options.world_size = 2;
-  options.rendezvous_dir = dir;
+  options.rendezvous = dir;
   options.connect_timeout_ms = 200;
   auto ring = RingAllreduce::Connect(options);
   EXPECT_EQ(ring.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(ring.status().message().find("rank1.addr"), absl::string_view::npos) << ring.status();
   std::filesystem::remove_all(dir);
+}
+
+TEST(RingAllreduce, MissingNeighbourOverTcpTimesOutNamingTheKeyAndTheAddress) {
+  RingOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.rendezvous = absl::StrCat("tcp://127.0.0.1:", testing::FreeLoopbackPort());
+  options.connect_timeout_ms = 300;
+  auto ring = RingAllreduce::Connect(options);
+  EXPECT_EQ(ring.status().code(), absl::StatusCode::kDeadlineExceeded) << ring.status();
+  const std::string message(ring.status().message());
+  EXPECT_NE(message.find("rank1.addr"), std::string::npos) << message;
+  EXPECT_NE(message.find(options.rendezvous), std::string::npos) << message;
+  EXPECT_NE(message.find("ring rank 0"), std::string::npos) << message;
+}
+
+TEST(RingAllreduce, AMistypedRendezvousIsRefused) {
+  RingOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.rendezvous = "tpc://127.0.0.1:1234";
+  auto ring = RingAllreduce::Connect(options);
+  EXPECT_EQ(ring.status().code(), absl::StatusCode::kInvalidArgument) << ring.status();
 }
 
 }  // namespace
