@@ -4,6 +4,7 @@ bench/topo/topology.py). A Net answers: a host's address, how to run a command o
 physical limit of one iteration of a system, and how to start MPI ranks on the hosts."""
 
 import os
+import re
 import shutil
 
 try:
@@ -37,6 +38,9 @@ class LoopbackNet:
     def ip(self, host):
         return "127.0.0.1"
 
+    def ps_hosts(self):
+        return ["ps"]
+
     def wrap(self, host, argv):
         return list(argv)
 
@@ -52,15 +56,17 @@ class LoopbackNet:
 
 
 class RackNet:
-    """A rack built by rack.sh for one (topology, N); close() tears it down."""
+    """A rack built by rack.sh for one (topology, N) (multips: (topology, N, K)); close()
+    tears it down."""
 
-    def __init__(self, name, n, rate):
+    def __init__(self, name, n, rate, ps_hosts=None):
         if topology is None:
             raise RuntimeError("bench/topo/topology.py is missing")
         self.name = name
         self.n = n
         self.rate = rate
-        self.topo = topology.up(name, n, rate)
+        self.k = ps_hosts
+        self.topo = topology.up(name, n, rate, ps_hosts=ps_hosts)
 
     def describe(self):
         links = ", ".join(f"{h} {self.topo.link_bits_per_s(h) / 1e9:g} Gbit/s"
@@ -70,11 +76,16 @@ class RackNet:
     def ip(self, host):
         return self.topo.ip_of(host)
 
+    def ps_hosts(self):
+        """The dedicated PS hosts: ["ps"] (pbox, cloud), ["ps0", ...] (multips), none
+        (colocated)."""
+        return self.topo.ps_hosts()
+
     def wrap(self, host, argv):
         return self.topo.wrap(host, argv)
 
     def limit_s(self, system, n, size_bytes):
-        return limit_s(self.name, system, n, size_bytes, self.rate)
+        return limit_s(self.name, system, n, size_bytes, self.rate, self.k)
 
     def mpi_launch(self, run_dir):
         # Each rank enters its host's namespace (rank r on host w<r>); MPI's data goes over the
@@ -95,12 +106,14 @@ class RackNet:
         topology.down()
 
 
-def limit_s(topo, system, n, size_bytes, rate):
-    """The physical limit (s) of one iteration of `system` on rack `topo` with links `rate`;
-    None on loopback."""
+def limit_s(topo, system, n, size_bytes, rate, k=None):
+    """The physical limit (s) of one iteration of `system` on rack `topo` with links `rate`
+    (multips: with K = k PS hosts); None on loopback."""
     if topo == "loopback" or topology is None:
         return None
     b = topology.parse_rate(rate)
+    if system == "ps-multi":
+        return topology.multips_ps_limit_s(size_bytes, n, k, b)
     if system == "ps-bf16":  # half the bytes each way
         return {"pbox": topology.pbox_ps_limit_s,
                 "cloud": topology.cloud_ps_limit_s}[topo](size_bytes / 2, n, b)
@@ -114,8 +127,9 @@ def limit_s(topo, system, n, size_bytes, rate):
     return topology.ring_limit_s(size_bytes, n, b)
 
 
-def make(name, n, rate):
-    return LoopbackNet(n) if name == "loopback" else RackNet(name, n, rate)
+def make(name, n, rate, ps_hosts=None):
+    """The network of one (topology, N); ps_hosts: K, for multips only."""
+    return LoopbackNet(n) if name == "loopback" else RackNet(name, n, rate, ps_hosts)
 
 
 def cleanup():
@@ -131,3 +145,46 @@ def racks_up():
         return sorted(ns for ns in os.listdir("/run/netns") if ns.startswith("phub-"))
     except OSError:
         return []
+
+
+# ---- multips: how many PS hosts ----------------------------------------------------------
+
+def parse_ps_hosts(text):
+    """--ps-hosts 'n/2,n,3' -> [(2, None), (1, None), (None, 3)]: K as a share of N
+    ('n', 'n/D': (D, None)) or a number ((None, K))."""
+    specs = []
+    for item in text.split(","):
+        item = item.strip().lower().replace(" ", "")
+        if not item:
+            continue
+        m = re.fullmatch(r"n(?:/(\d+))?|(\d+)", item)
+        if not m or (m.group(1) is not None and int(m.group(1)) < 1) or \
+                (m.group(2) is not None and int(m.group(2)) < 1):
+            raise ValueError(f"--ps-hosts: '{item}' is not n, n/D or a number >= 1")
+        specs.append((int(m.group(1) or 1), None) if m.group(2) is None
+                     else (None, int(m.group(2))))
+    if not specs:
+        raise ValueError("--ps-hosts: empty")
+    return specs
+
+
+def ps_hosts_for(specs, n):
+    """The K values of parse_ps_hosts' specs at N workers, sorted, each once. Raises
+    ValueError where n/D is not whole."""
+    ks = set()
+    for divisor, k in specs:
+        if k is None:
+            if n % divisor:
+                raise ValueError(f"--ps-hosts n/{divisor}: N = {n} is not a multiple of {divisor}")
+            k = n // divisor
+        ks.add(k)
+    return sorted(ks)
+
+
+def k_label(k, n):
+    """K relative to N, for tables and plots: 'N', 'N/2', or the number."""
+    if k == n:
+        return "N"
+    if k and n % k == 0:
+        return f"N/{n // k}"
+    return str(k)

@@ -14,6 +14,8 @@ command on it (on loopback: 127.0.0.1 and as is).
   ps-bf16            the same with gradients and weights in bf16 (--wire bf16)
   ring-bf16          our ring with its pieces in bf16 (--wire bf16; sums stay float32)
   ps-colocated       one phubd on every worker host (the model spread over all of them)
+  ps-multi           one phubd on each of the K PS hosts ps0..ps{K-1} (multips: BytePS's
+                     k CPU boxes), the model spread over them as ps-colocated spreads it
   ring               our ring allreduce (phub_ring_worker)
   gloo-ring-chunked  Gloo's AllreduceRingChunked (phub_gloo_worker)
   gloo-allreduce     gloo::allreduce (phub_gloo_worker)
@@ -64,6 +66,8 @@ SYSTEMS = [
     System("ps-bf16", "phub_exchange_worker", "ps", needs_ps_host=True,
            worker_extra=["--wire", "bf16", "--wire-weights", "wire"]),
     System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
+    # K dedicated PS hosts (rack topology multips), the workers spreading the keys over them.
+    System("ps-multi", "phub_exchange_worker", "ps-multi", needs_ps_host=True),
     System("ring", "phub_ring_worker", "ranks", allreduce=True),
     # The ring with the PS's compact wire: pieces in bf16, sums in float32 (the honest
     # comparison for ps-bf16).
@@ -119,6 +123,21 @@ def colocated_partition_bytes(n, mib):
     return max(4096, min(1 << 20, share // 4096 * 4096))
 
 
+def even_partition_bytes(k, mib):
+    """The split of the tensor over K servers with every server owning the same bytes where
+    possible: the largest multiple of 4 KiB, at most 1 MiB and at least 256 KiB, that cuts the
+    tensor into a multiple of K whole partitions (S = 100 MiB, K = 8: 800 KiB, 16 each; the
+    1 MiB default would give 13 and 12, a largest share 4 % above S/K). Where none exists, as
+    colocated_partition_bytes. The multips limit assumes equal shares (bench/topo/topology.py)."""
+    total = int(mib * (1 << 20)) // 4 * 4  # the worker rounds S down to whole floats
+    if total % 4096 == 0 and (total // 4096) % k == 0:
+        pages = total // 4096 // k  # 4 KiB pages per server
+        for chunk in range(min(256, pages), 63, -1):
+            if pages % chunk == 0:
+                return chunk * 4096
+    return colocated_partition_bytes(k, mib)
+
+
 def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
     """One run of `system` with N workers and S = mib MiB on `net`. Returns (per-iteration
     times in s, checksum). Raises BenchError on any failure or inconsistent result."""
@@ -136,7 +155,9 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
         return proc, log_path
 
     # Only racks have switch ports to overflow; on loopback the cap would just slow TCP.
-    colocated = system.kind == "ps-colocated" and net.name != "loopback"
+    # multips has the same incast (N workers push into one PS host's port, K PS hosts answer
+    # one worker at once), so it gets the same cap.
+    colocated = system.kind in ("ps-colocated", "ps-multi") and net.name != "loopback"
 
     def phubd(host, cores, tag):
         port_file = os.path.join(run_dir, f"{tag}.port")
@@ -163,10 +184,17 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 launch(f"tcp_blaster client {r}", host,
                        [s.bins[system.binary], "--connect", "--host", net.ip("ps"), "--ports",
                         ports, "--rank", str(r), "--out", outs[-1]] + flags, f"client{r}.log")
-        elif system.kind in ("ps", "ps-colocated"):
+        elif system.kind in ("ps", "ps-colocated", "ps-multi"):
             if system.kind == "ps":
                 servers = [phubd("ps", s.cores, "phubd")]
                 placement = []
+            elif system.kind == "ps-multi":
+                # Dedicated boxes: --cores as the single PS host's; the keys spread evenly.
+                hosts = net.ps_hosts()
+                if not hosts:
+                    raise BenchError(f"{system.key}: the {net.name} network has no PS hosts")
+                servers = [phubd(host, s.cores, f"phubd-{host}") for host in hosts]
+                placement = ["--partition-bytes", str(even_partition_bytes(len(hosts), mib))]
             else:
                 # One core each: N daemons and N workers already share this machine's CPUs.
                 servers = [phubd(host, 1, f"phubd-{host}") for host in workers]

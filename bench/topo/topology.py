@@ -14,6 +14,9 @@ This module reads it and tells a driver where each host is and how to start a pr
     topo.ring_limit_s(100 << 20)             # ... of one ring allreduce (N, B from the rack)
     topo.down()
 
+    topo.up("multips", 4, "1gbit", ps_hosts=2)  # ... --topology multips --ps-hosts 2
+    topo.ps_hosts()                          # ['ps0', 'ps1'] (pbox/cloud: ['ps'])
+
 Without a rack, `use_loopback(n)` selects the 'loopback' topology: every host is 127.0.0.1,
 `wrap` returns argv unchanged and links are unlimited (limits are None).
 
@@ -58,6 +61,11 @@ def state_file():
     return os.path.join(os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR), "topology")
 
 
+def is_ps_host(host):
+    """'ps' (pbox, cloud) or 'ps0', 'ps1', ... (multips): a host that runs a phubd only."""
+    return host == "ps" or (host.startswith("ps") and host[2:].isdigit())
+
+
 class Topology:
     """One rack: topology name, worker count, hosts, their IPs and link rates."""
 
@@ -69,6 +77,15 @@ class Topology:
         self.link_bits = dict(link_bits)
         self.rate_bits = rate_bits
         self.raw = dict(raw or {})
+
+    def ps_hosts(self):
+        """The dedicated PS hosts, in order: ['ps'] on pbox and cloud, ['ps0', ..., 'ps{K-1}']
+        on multips, [] on colocated (loopback: ['ps'] unless built with ps=False)."""
+        return [h for h in self.hosts if is_ps_host(h)]
+
+    def num_ps_hosts(self):
+        """K, the number of PS hosts (multips; the others have 0 or 1)."""
+        return len(self.ps_hosts())
 
     @classmethod
     def from_state(cls, path=None):
@@ -128,6 +145,8 @@ class Topology:
             return cloud_ps_limit_s(size_bytes, n, b)
         if self.topology == "colocated":
             return colocated_ps_limit_s(size_bytes, n, b)
+        if self.topology == "multips":
+            return multips_ps_limit_s(size_bytes, n, self.num_ps_hosts(), b)
         return None
 
     def ring_limit_s(self, size_bytes):
@@ -202,14 +221,45 @@ def colocated_ps_limit_s(size_bytes, n=None, bits_per_s=None):
     return 8.0 * 2.0 * (n - 1) / n * size_bytes / bits_per_s
 
 
-def limits(size_bytes, n, bits_per_s):
-    """All four limits (seconds) for one S, N, B, keyed by name."""
-    return {
+def multips_ps_limit_s(size_bytes, n=None, k=None, bits_per_s=None):
+    """PS spread over K dedicated hosts of link B each (BytePS's setup): max(S/B, N·S/(K·B)).
+
+    The model is split into K equal shares, one per PS host (phub/keys/server_placement.h).
+    A worker pushes its whole S-byte gradient, S/K to each PS host, and pulls S bytes of
+    weights back, S/K from each: its link carries S in each direction, S/B. A PS host owns
+    S/K bytes and receives that share's gradient from each of the N workers, N·S/K bytes in,
+    and sends the fresh share to each of them, N·S/K bytes out: N·S/(K·B). Full duplex, so in
+    and out do not add up on any link, and the slowest link bounds the iteration:
+    max(S/B, N·S/(K·B)). With K >= N the workers' links are the bound (S/B, the PBox's limit,
+    with K ordinary boxes instead of one N·B box); with K = 1 it is the cloud PS's N·S/B.
+    Against the ring's 2(N−1)/N·S/B: the PS moves S instead of 2(N−1)/N·S over a worker's
+    link, so with K = N it can be 2(N−1)/N faster (1.5× at N = 4, 1.75× at N = 8), paid for
+    with K extra hosts; with K = N/2 its limit is 2·S/B, above the ring's.
+
+    Shares are whole partitions (the workers' --partition-bytes): when K does not divide the
+    number of partitions the largest share is ⌈P/K⌉ of P, a little above S/K; the drivers
+    choose partitions that divide evenly (bench/exchange/systems.py).
+    """
+    n, bits_per_s = _nb(n, bits_per_s)
+    if k is None:
+        k = current().num_ps_hosts()
+    if k < 1:
+        raise ValueError("multips needs at least one PS host, got K = %r" % k)
+    return 8.0 * size_bytes / bits_per_s * max(1.0, float(n) / k)
+
+
+def limits(size_bytes, n, bits_per_s, k=None):
+    """All four limits (seconds) for one S, N, B, keyed by name; with K PS hosts given, also
+    the multips PS limit ("ps_multips")."""
+    out = {
         "ps_pbox": pbox_ps_limit_s(size_bytes, n, bits_per_s),
         "ps_cloud": cloud_ps_limit_s(size_bytes, n, bits_per_s),
         "ring": ring_limit_s(size_bytes, n, bits_per_s),
         "ps_colocated": colocated_ps_limit_s(size_bytes, n, bits_per_s),
     }
+    if k is not None:
+        out["ps_multips"] = multips_ps_limit_s(size_bytes, n, k, bits_per_s)
+    return out
 
 
 # --- module-level API on the current rack ------------------------------------------------------
@@ -253,15 +303,23 @@ def link_bits_per_s(host):
     return current().link_bits_per_s(host)
 
 
+def ps_hosts():
+    return current().ps_hosts()
+
+
 def ps_limit_s(size_bytes):
-    """The current rack's PS limit: pbox, cloud or colocated formula (None on loopback)."""
+    """The current rack's PS limit: pbox, cloud, colocated or multips formula (None on
+    loopback)."""
     return current().ps_limit_s(size_bytes)
 
 
-def up(topology, n, rate="1gbit", delay=None, qdisc=None, extra=None):
-    """rack.sh up --topology T --workers N --rate R [...]; returns the new Topology."""
+def up(topology, n, rate="1gbit", delay=None, qdisc=None, extra=None, ps_hosts=None):
+    """rack.sh up --topology T --workers N --rate R [--ps-hosts K] [...]; returns the new
+    Topology. ps_hosts: K, multips only (and required there)."""
     argv = [RACK_SH, "up", "--topology", topology, "--workers", str(n),
             "--rate", rate if isinstance(rate, str) else "%dbit" % int(rate)]
+    if ps_hosts is not None:
+        argv += ["--ps-hosts", str(ps_hosts)]
     if delay is not None:
         argv += ["--delay", delay]
     if qdisc is not None:
@@ -302,13 +360,47 @@ def _self_check():
                     {"ps": 2 * bits, "w0": bits, "w1": bits}, bits)
     assert rack.wrap("ps", ["x", "-y"]) == ["ip", "netns", "exec", "phub-ps", "x", "-y"]
     assert rack.link_bits_per_s("ps") == 2 * bits
+    assert rack.ps_hosts() == ["ps"] and lo.ps_hosts() == ["ps"]
+    assert Topology.loopback(2, ps=False).ps_hosts() == []
+
+    print("\nSeveral PS hosts (multips), K PS hosts of link B each (seconds; PS/ring = the\n"
+          "PS's best possible speed-up over the ring):")
+    print("%3s %3s  %9s  %9s  %7s" % ("N", "K", "PS", "ring", "ring/PS"))
+    for n in (4, 8):
+        for k in (1, n // 2, n, 2 * n):
+            lim = limits(size, n, bits, k)
+            print("%3d %3d  %9.3f  %9.3f  %6.2f×"
+                  % (n, k, lim["ps_multips"], lim["ring"], lim["ring"] / lim["ps_multips"]))
+            s_over_b = 8.0 * size / bits
+            assert abs(lim["ps_multips"] - max(s_over_b, n * s_over_b / k)) < 1e-9
+    # K = N: the PBox's S/B; K = 1: the cloud PS's N·S/B; K = N/2: 2·S/B.
+    assert abs(multips_ps_limit_s(size, 4, 4, bits) - pbox_ps_limit_s(size, 4, bits)) < 1e-9
+    assert abs(multips_ps_limit_s(size, 4, 1, bits) - cloud_ps_limit_s(size, 4, bits)) < 1e-9
+    assert abs(multips_ps_limit_s(size, 8, 4, bits) - 2 * 8.0 * size / bits) < 1e-9
+    # The bar of issue 19: at K = N = 4 the PS may beat the ring by at most 2(N-1)/N = 1.5x.
+    assert abs(ring_limit_s(size, 4, bits) / multips_ps_limit_s(size, 4, 4, bits) - 1.5) < 1e-9
+    try:
+        multips_ps_limit_s(size, 4, 0, bits)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("K = 0 accepted")
+    hosts = ["ps0", "ps1", "w0", "w1", "w2", "w3"]
+    mp = Topology("multips", 4, hosts, {h: "10.77.0.%d" % i for i, h in enumerate(hosts)},
+                  {h: bits for h in hosts}, bits)
+    assert mp.ps_hosts() == ["ps0", "ps1"] and mp.num_ps_hosts() == 2
+    assert mp.wrap("ps1", ["x"]) == ["ip", "netns", "exec", "phub-ps1", "x"]
+    assert abs(mp.ps_limit_s(size) - 2 * 8.0 * size / bits) < 1e-9
+    assert abs(mp.ring_limit_s(size) - ring_limit_s(size, 4, bits)) < 1e-9
+    assert not is_ps_host("w0") and not is_ps_host("psx") and is_ps_host("ps12")
 
     try:
         t = Topology.from_state()
     except FileNotFoundError:
         print("\nNo rack is up (%s absent)." % state_file())
     else:
-        print("\nRack up: %s, %d workers, B = %s bit/s" % (t.topology, t.workers, t.rate_bits))
+        print("\nRack up: %s, %d workers, %d PS host(s), B = %s bit/s"
+              % (t.topology, t.workers, t.num_ps_hosts(), t.rate_bits))
         for h in t.hosts:
             print("  %-4s %-12s link %s bit/s" % (h, t.ip_of(h), t.link_bits_per_s(h)))
         lim = t.ps_limit_s(size)

@@ -16,6 +16,7 @@ STATE_DIR=${PHUB_RACK_STATE_DIR:-/run/phub-rack}
 STATE_FILE=${STATE_DIR}/topology
 LOCK_FILE=${PHUB_RACK_LOCK:-/run/phub-rack.lock}
 MAX_WORKERS=90   # worker i = 10.77.0.(10+i) must stay below the PS's .100
+MAX_PS_HOSTS=90  # multips: PS host j = 10.77.0.(100+j), below the broadcast .255
 
 usage() {
   cat <<'EOF'
@@ -24,23 +25,26 @@ rack.sh: an emulated rack of hosts on one machine (network namespaces + rate-lim
 USAGE
   rack.sh up --topology pbox|cloud|colocated --workers N [--rate 1gbit] [--delay 0ms]
              [--qdisc htb|tbf|tbf-nogso|none] [--burst BYTES] [--queue BYTES]
+  rack.sh up --topology multips --workers N --ps-hosts K [same options]
   rack.sh down
   rack.sh status
-  rack.sh exec HOST -- CMD [ARGS...]        HOST = ps, w0, w1, ...
+  rack.sh exec HOST -- CMD [ARGS...]        HOST = ps, w0, w1, ... (multips: ps0, ps1, ...)
   rack.sh --help
 
 WHAT `up` BUILDS
   Namespaces phub-w0 .. phub-w{N-1} (worker hosts), phub-ps (the PS host, pbox and cloud
-  only) and phub-sw (the switch: one Linux bridge br0, STP off). Each host gets one veth pair:
-  `eth0` inside the host namespace, the other end (named after the host: w0, w1, ..., ps)
-  inside phub-sw, enslaved to br0. `lo` is up everywhere.
+  only) or phub-ps0 .. phub-ps{K-1} (the PS hosts, multips only) and phub-sw (the switch: one
+  Linux bridge br0, STP off). Each host gets one veth pair: `eth0` inside the host namespace,
+  the other end (named after the host: w0, w1, ..., ps or ps0, ps1, ...) inside phub-sw,
+  enslaved to br0. `lo` is up everywhere.
 
       phub-w0 [eth0 10.77.0.10] ==B== [w0]--+
       phub-w1 [eth0 10.77.0.11] ==B== [w1]--+-- br0 (phub-sw)
       ...                                   |
       phub-ps [eth0 10.77.0.100] ==P== [ps]-+
 
-  Addresses: 10.77.0.0/24, PS = 10.77.0.100, worker i = 10.77.0.(10+i) (N <= 90).
+  Addresses: 10.77.0.0/24, PS = 10.77.0.100, worker i = 10.77.0.(10+i) (N <= 90);
+  multips: PS host j = 10.77.0.(100+j) (K <= 90).
   Management: an unshaped bridge phub-mgmt (10.78.0.1/24) in the root namespace and a leg
   mgmt0 in every host (10.78.0.x, same x as on eth0), for launcher control traffic only
   (mpirun's PMIx server runs in the root namespace). Benchmarks send no data over it.
@@ -49,13 +53,16 @@ WHAT `up` BUILDS
     pbox       PS link P = N*B  (a balanced PBox: one NIC-worth per worker)
     cloud      PS link P = B    (the PS is an ordinary host)
     colocated  no PS host; N worker hosts with links B (each worker host also runs a shard)
+    multips    K PS hosts ps0..ps{K-1}, each with a link of B, beside the N worker hosts
+               (BytePS's setup: K ordinary CPU boxes share the model; needs --ps-hosts K)
 
   Every link is shaped in BOTH directions: host egress by a qdisc on the host-side eth0, host
   ingress by a qdisc on the switch-side veth's egress (the switch port towards the host).
 
 OPTIONS
-  --topology T   pbox, cloud or colocated (required)
+  --topology T   pbox, cloud, colocated or multips (required)
   --workers N    number of worker hosts, 1..90 (required)
+  --ps-hosts K   multips only (and required there): number of PS hosts, 1..90
   --rate R       per-worker link rate B, tc units: bit, kbit, mbit, gbit, tbit (SI, 1000-based,
                  decimals allowed: 2.5gbit). Default 1gbit.
   --delay D      one-way host-to-host delay (e.g. 0ms, 250us, 2ms). Added by netem at each
@@ -92,6 +99,7 @@ STATE FILE
     topology=pbox  workers=N  rate=1gbit  rate_bits=1000000000  delay=0ms  qdisc=htb
     burst_bytes=...  queue_bytes=...  hosts=ps w0 w1 ...
     ip.<host>=10.77.0.x   link_bits.<host>=<bits/s of that host's link>   ns.<host>=phub-<host>
+  multips adds ps_hosts=K after workers=N, and its hosts are ps0 .. ps{K-1} w0 .. w{N-1}.
 
 ENVIRONMENT
   PHUB_RACK_STATE_DIR   state directory (default /run/phub-rack)
@@ -236,12 +244,13 @@ shape() {
 }
 
 cmd_up() {
-  local topology="" workers="" rate=1gbit delay=0ms
+  local topology="" workers="" rate=1gbit delay=0ms ps_hosts=""
   QDISC=htb BURST="" QUEUE=""
   while (( $# )); do
     case $1 in
       --topology) topology=${2:?--topology needs a value}; shift 2 ;;
       --workers) workers=${2:?--workers needs a value}; shift 2 ;;
+      --ps-hosts) ps_hosts=${2:?--ps-hosts needs a value}; shift 2 ;;
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
       --delay) delay=${2:?--delay needs a value}; shift 2 ;;
       --qdisc) QDISC=${2:?--qdisc needs a value}; shift 2 ;;
@@ -251,10 +260,18 @@ cmd_up() {
       *) die "up: unknown argument '$1' (see --help)" ;;
     esac
   done
-  case $topology in pbox|cloud|colocated) ;; "") die "up: --topology is required" ;;
-    *) die "up: --topology must be pbox, cloud or colocated, not '$topology'" ;; esac
+  case $topology in pbox|cloud|colocated|multips) ;; "") die "up: --topology is required" ;;
+    *) die "up: --topology must be pbox, cloud, colocated or multips, not '$topology'" ;; esac
   if ! [[ $workers =~ ^[0-9]+$ ]] || (( workers < 1 || workers > MAX_WORKERS )); then
     die "up: --workers must be 1..$MAX_WORKERS"
+  fi
+  if [[ $topology == multips ]]; then
+    [[ -n $ps_hosts ]] || die "up: --topology multips needs --ps-hosts K"
+    if ! [[ $ps_hosts =~ ^[0-9]+$ ]] || (( ps_hosts < 1 || ps_hosts > MAX_PS_HOSTS )); then
+      die "up: --ps-hosts must be 1..$MAX_PS_HOSTS"
+    fi
+  elif [[ -n $ps_hosts ]]; then
+    die "up: --ps-hosts is for --topology multips only"
   fi
   case $QDISC in htb|tbf|tbf-nogso|none) ;; *) die "up: --qdisc must be htb, tbf, tbf-nogso or none" ;; esac
   [[ -z $BURST || $BURST =~ ^[0-9]+$ ]] || die "up: --burst takes bytes (an integer)"
@@ -270,7 +287,10 @@ cmd_up() {
   cmd_down
 
   local hosts=() i h
-  [[ $topology != colocated ]] && hosts+=(ps)
+  case $topology in
+    pbox|cloud) hosts+=(ps) ;;
+    multips) for (( i = 0; i < ps_hosts; i++ )); do hosts+=("ps$i"); done ;;
+  esac
   for (( i = 0; i < workers; i++ )); do hosts+=("w$i"); done
 
   # From here on a failure leaves a half-built rack: tear it down before exiting.
@@ -301,7 +321,8 @@ mgmt_bridge=$MGMT_BRIDGE
 mgmt_subnet=${MGMT_SUBNET}.0/24
 data_subnet=${SUBNET}.0/24
 workers=$workers
-rate=$rate
+${ps_hosts:+ps_hosts=$ps_hosts
+}rate=$rate
 rate_bits=$rate_bits
 delay=$delay
 delay_us=$DELAY_US
@@ -315,6 +336,9 @@ hosts=${hosts[*]}
     if [[ $h == ps ]]; then
       ip=$PS_IP
       if [[ $topology == pbox ]]; then bits=$(( rate_bits * workers )); else bits=$rate_bits; fi
+    elif [[ $h == ps[0-9]* ]]; then
+      ip=${SUBNET}.$(( 100 + ${h#ps} ))   # multips: PS host j, an ordinary box with link B
+      bits=$rate_bits
     else
       ip=${SUBNET}.$(( 10 + ${h#w} ))
       bits=$rate_bits
@@ -362,6 +386,7 @@ ns.$h=$ns
   local pslink=none
   [[ $topology == pbox ]] && pslink="N*B"
   [[ $topology == cloud ]] && pslink="B"
+  [[ $topology == multips ]] && pslink="B on each of $ps_hosts PS hosts"
   log "up: $topology, $workers workers, B=$rate, PS link $pslink, qdisc $QDISC, delay $delay;" \
       "state in $STATE_FILE"
 }

@@ -66,6 +66,34 @@ qdiscs=$(tc -n phub-sw qdisc show dev w0)
 grep -qx "link_bits.ps=100000000" "$state" || fail "cloud PS link is not B"
 [[ $(ip netns list | grep -c '^phub-w') == 3 ]] || fail "second up did not replace the first rack"
 
+# --- multips: K PS hosts of link B beside N workers (issue 19 item 6) -------------------------
+"$RACK" up --topology multips --workers 3 --ps-hosts 2 --rate 100mbit >/dev/null 2>&1 ||
+  fail "up multips N=3 K=2"
+grep -qx "hosts=ps0 ps1 w0 w1 w2" "$state" || fail "multips state lacks 'hosts=ps0 ps1 w0 w1 w2': $(cat "$state")"
+grep -qx "ps_hosts=2" "$state" || fail "multips state lacks ps_hosts=2"
+grep -qx "ip.ps1=10.77.0.101" "$state" || fail "PS host 1 is not 10.77.0.101"
+for h in ps0 ps1; do
+  grep -qx "link_bits.$h=100000000" "$state" || fail "multips PS host $h's link is not B"
+  class=$(tc -n "phub-$h" class show dev eth0)
+  [[ $class == *"rate 100Mbit"* ]] || fail "$h's eth0 is not shaped to B: $class"
+  class=$(tc -n phub-sw class show dev "$h")
+  [[ $class == *"rate 100Mbit"* ]] || fail "the switch port towards $h is not shaped to B: $class"
+done
+[[ -z $(ip netns list | grep '^phub-ps ' || true) ]] || fail "multips built the single PS host phub-ps"
+tcp_reaches w2 ps1 10.77.0.101 || fail "w2 cannot reach ps1 over TCP"
+tcp_reaches ps0 ps1 10.77.0.101 || fail "ps0 cannot reach ps1 over TCP"
+addrs=$(ip -n phub-ps1 -br addr show dev mgmt0)
+[[ $addrs == *10.78.0.101/* ]] || fail "ps1 has no management leg 10.78.0.101"
+# --ps-hosts belongs to multips alone, and multips needs it; a refused up leaves the old rack
+# torn down and nothing half-built.
+"$RACK" up --topology multips --workers 2 >/dev/null 2>&1 && fail "multips without --ps-hosts accepted"
+"$RACK" up --topology pbox --workers 2 --ps-hosts 2 >/dev/null 2>&1 && fail "pbox with --ps-hosts accepted"
+"$RACK" up --topology multips --workers 2 --ps-hosts 0 >/dev/null 2>&1 && fail "--ps-hosts 0 accepted"
+# The other topologies' state files have no ps_hosts line (unchanged format).
+"$RACK" up --topology cloud --workers 2 --rate 100mbit >/dev/null 2>&1 || fail "up cloud after multips"
+! grep -q "^ps_hosts=" "$state" || fail "cloud state file has a ps_hosts line"
+grep -qx "hosts=ps w0 w1" "$state" || fail "cloud after multips: $(cat "$state")"
+
 "$RACK" down >/dev/null 2>&1 || fail "down"
 [[ -z $(ip netns list | grep '^phub-' || true) ]] || fail "namespaces left after down: $(ip netns list)"
 [[ -z $(ip -o link show | awk -F': ' '{print $2}' | grep '^phub-' || true) ]] || fail "links left after down"
