@@ -2,7 +2,8 @@
 # Installs every Debian package PHub needs to build, test, run the demo and plot benchmarks.
 # Idempotent: packages already present are skipped, `apt-get update` runs at most once.
 # --torch also installs PyTorch (Debian's python3-torch, CPU) for bench/train's reference: large,
-# so only the benchmark asks for it.
+# so only the benchmark asks for it. --test: that, and the servers the operations tests run
+# (Prometheus, Slurm, systemd-analyze); the README's test command asks for it.
 # --bare-check installs instead the host tools of deploy/bare-debian-check.sh (CI's bare Debian 12
 # run of the README's commands); the project itself needs none of them.
 # Each package and why it was chosen: docs/dependencies.md.
@@ -30,9 +31,6 @@ PACKAGES=(
   iproute2 procps          # ss/ip for tests and emulated racks
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)
   openmpi-bin libopenmpi-dev # Open MPI (mpirun, MPI_Allreduce): baseline (phub_mpi_worker)
-  prometheus               # a real Prometheus server and promtool: scrape phubd's /metrics in tests
-  slurm-wlm munge          # a real Slurm cluster on this machine: deploy/slurm's scripts tested
-  systemd                  # systemd-analyze verify/security: deploy/systemd's units tested
 )
 
 # --fuzz adds what tests/fuzz/run_fuzzers.sh (run by CI) builds and runs the libFuzzer targets
@@ -41,6 +39,17 @@ PACKAGES=(
 if [[ "${1:-}" == "--fuzz" ]]; then
   PACKAGES+=(clang-14 libclang-rt-14-dev llvm-14)
   shift
+fi
+
+# --test (deploy/test.sh, the README's test command): --torch's packages and the real
+# components the operations tests run against; neither the demo nor a PS box needs them.
+if [[ "${1:-}" == "--test" ]]; then
+  PACKAGES+=(
+    prometheus             # a real Prometheus server and promtool: scrape phubd's /metrics
+    slurm-wlm munge        # a real Slurm cluster on this machine: deploy/slurm's sbatch script
+    systemd                # systemd-analyze verify/security: deploy/systemd's units
+  )
+  set -- --torch
 fi
 
 if [[ "${1:-}" == "--torch" ]]; then
@@ -55,7 +64,7 @@ elif [[ "${1:-}" == "--bare-check" ]]; then
     util-linux mount      # findmnt, mount, umount: the root's /proc, /sys, /dev, caches
   )
 elif [[ -n "${1:-}" ]]; then
-  echo "install-deps: unknown option '$1' (use --fuzz, --torch, --bare-check, or nothing)" >&2
+  echo "install-deps: unknown option '$1' (use --fuzz, --test, --torch, --bare-check, or nothing)" >&2
   exit 2
 fi
 

@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 sanitize=""
 if [[ "${1:-}" == "--sanitize" ]]; then sanitize=${2:?"--sanitize needs address or thread"}; fi
 
-# --torch: tests/python checks phub.torch against DDP's own gloo allreduce (python3-torch).
-bash deploy/install-deps.sh --torch
+# --test: python3-torch (tests/python checks phub.torch against DDP's own gloo allreduce), and
+# Prometheus, Slurm and systemd-analyze, which the operations tests run against.
+bash deploy/install-deps.sh --test
 if [[ -z "$sanitize" ]]; then
   export PHUB_BUILD_DIR=${PHUB_BUILD_DIR:-build}
   bash deploy/build.sh
