@@ -35,7 +35,7 @@ fi
 skip() { echo "local-cluster: cannot start a Slurm cluster here: $*" >&2; exit 77; }
 ((EUID == 0)) || skip "not root (slurmd must be able to start tasks as their users)"
 for tool in munged slurmctld slurmd sinfo srun sbatch scontrol; do
-  command -v "$tool" >/dev/null || skip "$tool missing: bash deploy/install-deps.sh installs slurm-wlm and munge"
+  command -v "$tool" >/dev/null || skip "$tool missing: bash deploy/install-deps.sh --test installs slurm-wlm and munge"
 done
 [[ -r /etc/munge/munge.key ]] || skip "/etc/munge/munge.key missing (Debian's munge package creates it)"
 

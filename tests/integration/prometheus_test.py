@@ -4,7 +4,7 @@ workers runs through it; the series it stored must say what the job did, counted
 here: the pushes are workers x iterations x chunks, the bytes in are the pushes' bytes plus the
 initial weights. `promtool check metrics` lints phubd's exposition before and after the job.
 
-Exits 77 (skipped) without prometheus/promtool: deploy/install-deps.sh installs them.
+Exits 77 (skipped) without prometheus/promtool: deploy/install-deps.sh --test installs them.
 PHUBD and PHUB_TEST_WORKER name the binaries (ctest sets them)."""
 import json
 import os
@@ -66,7 +66,7 @@ def promtool_check(text: str):
 def main() -> int:
     for tool in ("prometheus", "promtool"):
         if shutil.which(tool) is None:
-            print(f"SKIP: {tool} not installed (bash deploy/install-deps.sh installs prometheus)")
+            print(f"SKIP: {tool} not installed (bash deploy/install-deps.sh --test installs prometheus)")
             return 77
     tmp = tempfile.mkdtemp(prefix="phub-prometheus-")
     procs = []
