@@ -123,19 +123,30 @@ def colocated_partition_bytes(n, mib):
     return max(4096, min(1 << 20, share // 4096 * 4096))
 
 
-def even_partition_bytes(k, mib):
+def even_partition_bytes(k, mib, largest=1 << 20):
     """The split of the tensor over K servers with every server owning the same bytes where
-    possible: the largest multiple of 4 KiB, at most 1 MiB and at least 256 KiB, that cuts the
-    tensor into a multiple of K whole partitions (S = 100 MiB, K = 8: 800 KiB, 16 each; the
-    1 MiB default would give 13 and 12, a largest share 4 % above S/K). Where none exists, as
-    colocated_partition_bytes. The multips limit assumes equal shares (bench/topo/topology.py)."""
+    possible: the largest multiple of 4 KiB, at most `largest` and at least a quarter of it,
+    that cuts the tensor into a multiple of K whole partitions (S = 100 MiB, K = 8: 800 KiB, 16
+    each; the 1 MiB default would give 13 and 12, a largest share 4 % above S/K). Where none
+    exists, as colocated_partition_bytes. The multips limit assumes equal shares
+    (bench/topo/topology.py)."""
     total = int(mib * (1 << 20)) // 4 * 4  # the worker rounds S down to whole floats
+    cap = max(1, largest // 4096)
     if total % 4096 == 0 and (total // 4096) % k == 0:
         pages = total // 4096 // k  # 4 KiB pages per server
-        for chunk in range(min(256, pages), 63, -1):
+        for chunk in range(min(cap, pages), max(1, cap // 4) - 1, -1):
             if pages % chunk == 0:
                 return chunk * 4096
     return colocated_partition_bytes(k, mib)
+
+
+def multips_partition_bytes(n, k, mib):
+    """ps-multi's partitions: even over the K PS hosts, and at most 1 MiB / N. A PS host of link
+    B cannot send a partition's weights before all N copies of it are in, and after the last
+    one comes in it still owes N copies of it: the pipeline fills and drains in about
+    2·N·P/B. A PBox (link N·B) pays 2·P/B for the same; P = 1 MiB / N gives the PS hosts the
+    same, 17 ms at B = 1 Gbit/s instead of 67 ms with 1 MiB at N = 4 (8 % of S/B at 100 MiB)."""
+    return even_partition_bytes(k, mib, largest=max(64 << 10, (1 << 20) // n))
 
 
 def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
@@ -194,7 +205,8 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 if not hosts:
                     raise BenchError(f"{system.key}: the {net.name} network has no PS hosts")
                 servers = [phubd(host, s.cores, f"phubd-{host}") for host in hosts]
-                placement = ["--partition-bytes", str(even_partition_bytes(len(hosts), mib))]
+                placement = ["--partition-bytes",
+                             str(multips_partition_bytes(n, len(hosts), mib))]
             else:
                 # One core each: N daemons and N workers already share this machine's CPUs.
                 servers = [phubd(host, 1, f"phubd-{host}") for host in workers]
