@@ -13,18 +13,12 @@
 #include "phub/transport/wire_header.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
+#include "tests/support/free_port.h"
 
 namespace phub::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::uint16_t FreePort() {
-  boost::asio::io_context context;
-  boost::asio::ip::tcp::acceptor acceptor(
-      context, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
-  return acceptor.local_endpoint().port();
-}
 
 // Sends `bytes` to 127.0.0.1:port and reports whether the peer then closed the connection.
 bool PeerClosesAfter(std::uint16_t port, const std::vector<std::byte>& bytes) {
@@ -40,7 +34,7 @@ bool PeerClosesAfter(std::uint16_t port, const std::vector<std::byte>& bytes) {
 
 TEST(PsFailure, MalformedOrForgedHeaderClosesOnlyThatConnection) {
   TempDir dir;
-  const std::uint16_t data_port = FreePort();
+  const std::uint16_t data_port = phub::testing::FreeLoopbackPort();
   auto phubd = StartPhubd(dir, {"--world-size", "2", "--data-port-base", std::to_string(data_port),
                                 "--optimizer", "sgd", "--lr", "0.5"});
   client::PsClientOptions options;

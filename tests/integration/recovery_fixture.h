@@ -18,6 +18,7 @@
 
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/process.h"
+#include "tests/support/free_port.h"
 
 namespace phub::testing::recovery {
 
@@ -31,8 +32,6 @@ double MsSince(Clock::time_point start);
 // Polls `done` every 10 ms; false if it is still false after `bound`.
 bool WaitFor(const std::function<bool()>& done, milliseconds bound);
 std::size_t CountOf(const std::string& text, const std::string& needle);
-// A port nobody listens on now (for a phubd restarted on the same port).
-std::uint16_t FreePort();
 // Prints `ms` and records it as the test property `key`.
 void Record(const char* key, double ms);
 // The kill schedules' seed: fixed, or PHUB_RECOVERY_SEED to rerun a logged one.

@@ -113,7 +113,7 @@ void KillPhubdAndResume(std::uint64_t kIterations, int kKills,
   ASSERT_FALSE(reference.empty());
 
   const auto [checkpoints, flags, resume_flags] = CheckpointingFlags(dir, kWorld);
-  const std::uint16_t port = FreePort();
+  const std::uint16_t port = phub::testing::FreeLoopbackPort();  // phubd restarts on it
   Phubd phubd = LaunchPhubd(dir, "phubd", port, flags);
   Job job(dir, "resumed", kWorld, kIterations);
   job.extra = {"--step-delay-ms", "5", "--reconnect-ms", "30000"};

@@ -34,7 +34,7 @@ TEST_P(RecoveryOnTransport, WorkersRejoinAndPhubdResumesBitwise) {
 
   const auto [checkpoints, flags, resume_flags] = CheckpointingFlags(
       dir, kWorld, {"--transport", transport, "--rejoin-timeout-ms", "30000"});
-  const std::uint16_t port = FreePort();
+  const std::uint16_t port = phub::testing::FreeLoopbackPort();  // phubd restarts on it
   Phubd phubd = LaunchPhubd(dir, "phubd", port, flags);
   Job job(dir, "job", kWorld, kIterations);
   job.extra = {"--step-delay-ms", "10", "--reconnect-ms", "30000"};
