@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "phubd's SGD learning rate; > 0 turns on the weight check")
       ->capture_default_str();
   app.add_option("--token", token, "Job token (phubd's --token-file contents)");
+  app.add_option("--job", options.job, "The job's name on a shared phubd (bench/tenants)");
   bool nagle = false;
   app.add_flag("--tcp-nagle", nagle,
                "Leave Nagle's algorithm on (no TCP_NODELAY), as phubd's flag");

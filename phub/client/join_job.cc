@@ -22,6 +22,7 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   proto::Hello& hello = *hello_message.mutable_hello();
   hello.set_protocol_version(kProtocolVersion);
   hello.set_job_token(options.job_token);
+  hello.set_job(options.job);
   hello.set_rank(options.rank);
   hello.set_world_size(options.world_size);
   if (options.optimizer) {

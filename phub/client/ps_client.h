@@ -44,7 +44,10 @@ namespace phub::client {
 struct PsClientOptions {
   std::string host = "127.0.0.1";  // phubd's control address
   std::uint16_t port = 7070;
-  std::string job_token;           // must equal phubd's --token-file contents
+  std::string job_token;           // must equal phubd's --token-file contents (or the job's)
+  // The job this worker belongs to (a phubd may serve several: docs/operations.md "Sharing a
+  // PBox"); every worker of the job gives the same. Empty: the job named "default".
+  std::string job;
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
   // What phubd does with the job's gradients, the same on every worker: an optimizer that steps

@@ -76,9 +76,9 @@ std::vector<std::string> Row(const CoreStatus& c) {
           QuantileCell(c.round_p50)};
 }
 
-// Columns as wide as their widest cell (a peer may send any core label): the first left-aligned,
-// the numbers right-aligned.
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
+// Columns as wide as their widest cell (a peer may send any core or job label): the first
+// `left` (names, words) left-aligned, the numbers after them right-aligned.
+std::string Table(const std::vector<std::vector<std::string>>& rows, std::size_t left = 1) {
   std::vector<std::size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
@@ -87,11 +87,41 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) {
       const std::string pad(width[i] - row[i].size(), ' ');
-      out += i == 0 ? row[i] + pad : "  " + pad + row[i];
+      const std::string gap = i == 0 ? "" : "  ";
+      out += i < left ? gap + row[i] + pad : gap + pad + row[i];
     }
     out += '\n';
   }
   return out;
+}
+
+// The jobs line, then a row per job and a blank line when there are jobs.
+std::string JobsText(const StatusReport& r) {
+  if (!r.jobs_known) return "jobs:     unknown (no phub_job_* series)\n";
+  if (r.jobs.empty()) {
+    return "jobs:     none (memory budget " + Bytes(r.memory_budget_bytes) + ")\n";
+  }
+  std::string out = "jobs:     " + Count(static_cast<double>(r.jobs.size())) + " (memory charged " +
+                    Bytes(r.memory_charged_bytes) + " of " + Bytes(r.memory_budget_bytes) +
+                    " budget)\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"job", "state", "world", "connected", "missing", "model", "charge", "weight"}};
+  for (const JobStatus& j : r.jobs) {
+    rows.push_back({j.name, j.state, Count(j.world_size), Count(j.workers_connected),
+                    Count(j.workers_missing), Bytes(j.model_bytes), Bytes(j.memory_charge_bytes),
+                    Count(j.weight)});
+  }
+  return out + Table(rows, 2) + "\n";
+}
+
+std::string JsonJob(const JobStatus& j) {
+  return "{\"name\":" + JsonString(j.name) + ",\"state\":" + JsonString(j.state) +
+         ",\"world_size\":" + JsonNumber(j.world_size) +
+         ",\"workers_connected\":" + JsonNumber(j.workers_connected) +
+         ",\"workers_missing\":" + JsonNumber(j.workers_missing) +
+         ",\"model_bytes\":" + JsonNumber(j.model_bytes) +
+         ",\"memory_charge_bytes\":" + JsonNumber(j.memory_charge_bytes) +
+         ",\"weight\":" + JsonNumber(j.weight) + "}";
 }
 
 bool AnySinceStart(const CoreStatus& c) {
@@ -120,20 +150,18 @@ std::string JsonCore(const CoreStatus& c) {
 
 std::string RenderStatusText(const StatusReport& r, std::string_view target) {
   const ProcessStatus& p = r.process;
-  const JobStatus& j = r.job;
   const LifetimeCounters& l = r.lifetime;
   std::string out = "phubd " + (p.version.empty() ? "?" : p.version) + " (protocol " +
                     (p.protocol.empty() ? "?" : p.protocol) + ") at " + std::string(target) +
                     ": up " + Uptime(p.uptime_s) + ", RSS " + Bytes(p.resident_bytes) + ", CPU " +
                     Format("%.2f", p.cpu_cores) + " cores, " + Count(p.open_fds) + " of " +
                     Count(p.max_fds) + " fds\n";
-  out += "job:      " + j.state + ", world size " + Count(j.world_size) + ", workers " +
-         Count(j.workers_connected) + " connected / " + Count(j.workers_missing) +
-         " missing, model " + Bytes(j.model_bytes) + "\n";
+  out += JobsText(r);
   out += "lifetime: jobs " + Count(l.jobs_formed) + " formed / " + Count(l.jobs_stalled) +
          " stalled / " + Count(l.jobs_ended) + " ended, workers " + Count(l.workers_lost) +
          " lost / " + Count(l.workers_rejoined) + " rejoined, " + Count(l.checkpoints_written) +
-         " checkpoints, " + Count(l.hellos_refused) + " Hellos refused\n\n";
+         " checkpoints, " + Count(l.hellos_refused) + " Hellos refused, " +
+         Count(l.jobs_refused_for_memory) + " refused for memory\n\n";
   if (r.cores.empty()) {
     out += "no per-core series (phub_core_*) in the response\n";
     return out;
@@ -156,7 +184,6 @@ std::string RenderStatusText(const StatusReport& r, std::string_view target) {
 
 std::string RenderStatusJson(const StatusReport& r, std::string_view target) {
   const ProcessStatus& p = r.process;
-  const JobStatus& j = r.job;
   const LifetimeCounters& l = r.lifetime;
   std::string out =
       "{\"target\":" + JsonString(target) + ",\"interval_s\":" + JsonNumber(r.interval_s);
@@ -166,18 +193,23 @@ std::string RenderStatusJson(const StatusReport& r, std::string_view target) {
          ",\"virtual_bytes\":" + JsonNumber(p.virtual_bytes) +
          ",\"cpu_cores\":" + JsonNumber(p.cpu_cores) + ",\"open_fds\":" + JsonNumber(p.open_fds) +
          ",\"max_fds\":" + JsonNumber(p.max_fds) + "}";
-  out += ",\"job\":{\"state\":" + JsonString(j.state) +
-         ",\"world_size\":" + JsonNumber(j.world_size) +
-         ",\"workers_connected\":" + JsonNumber(j.workers_connected) +
-         ",\"workers_missing\":" + JsonNumber(j.workers_missing) +
-         ",\"model_bytes\":" + JsonNumber(j.model_bytes) + "}";
+  out += ",\"jobs_known\":";
+  out += r.jobs_known ? "true" : "false";
+  out += ",\"jobs\":[";
+  for (std::size_t i = 0; i < r.jobs.size(); ++i) {
+    if (i > 0) out += ',';
+    out += JsonJob(r.jobs[i]);
+  }
+  out += "],\"memory\":{\"budget_bytes\":" + JsonNumber(r.memory_budget_bytes) +
+         ",\"charged_bytes\":" + JsonNumber(r.memory_charged_bytes) + "}";
   out += ",\"lifetime\":{\"jobs_formed\":" + JsonNumber(l.jobs_formed) +
          ",\"jobs_stalled\":" + JsonNumber(l.jobs_stalled) +
          ",\"jobs_ended\":" + JsonNumber(l.jobs_ended) +
          ",\"workers_lost\":" + JsonNumber(l.workers_lost) +
          ",\"workers_rejoined\":" + JsonNumber(l.workers_rejoined) +
          ",\"checkpoints_written\":" + JsonNumber(l.checkpoints_written) +
-         ",\"hellos_refused\":" + JsonNumber(l.hellos_refused) + "}";
+         ",\"hellos_refused\":" + JsonNumber(l.hellos_refused) +
+         ",\"jobs_refused_for_memory\":" + JsonNumber(l.jobs_refused_for_memory) + "}";
   out += ",\"cores\":[";
   for (std::size_t i = 0; i < r.cores.size(); ++i) {
     if (i > 0) out += ',';

@@ -11,8 +11,9 @@
 
 namespace phub::ctl {
 
-// Several lines, '\n'-terminated: the process, the job, the lifetime counters, then a table
-// with a row per core and a total row. `target` (HOST:PORT) names what was asked.
+// Several lines, '\n'-terminated: the process, the jobs (a count and the memory budget, then a
+// table with a row per job), the lifetime counters, then a table with a row per core and a
+// total row. `target` (HOST:PORT) names what was asked.
 std::string RenderStatusText(const StatusReport& report, std::string_view target);
 
 // One JSON object on one line, '\n'-terminated; its fields are listed in docs/operations.md.

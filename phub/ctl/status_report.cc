@@ -78,26 +78,39 @@ std::vector<std::string> CoresOf(const Scrape& scrape) {
   return cores;
 }
 
-JobStatus JobOf(const Scrape& s) {
+// The per-job series (label job, and nothing else) of one job.
+JobStatus JobOf(const Scrape& s, const std::string& name) {
+  const Labels labels = {{"job_name", name}};
   JobStatus job;
-  const auto running = s.Value("phub_job_running");
-  const auto stalled = s.Value("phub_job_stalled");
-  job.world_size = Or(s.Value("phub_job_world_size"));
-  job.workers_connected = Or(s.Value("phub_workers_connected"));
-  job.workers_missing = Or(s.Value("phub_workers_missing"));
-  job.model_bytes = Or(s.Value("phub_job_model_bytes"));
+  job.name = name;
+  const auto running = s.Value("phub_job_running", labels);
+  const auto stalled = s.Value("phub_job_stalled", labels);
+  job.world_size = Or(s.Value("phub_job_world_size", labels));
+  job.workers_connected = Or(s.Value("phub_workers_connected", labels));
+  job.workers_missing = Or(s.Value("phub_workers_missing", labels));
+  job.model_bytes = Or(s.Value("phub_job_model_bytes", labels));
+  job.memory_charge_bytes = Or(s.Value("phub_job_memory_charge_bytes", labels));
+  job.weight = Or(s.Value("phub_job_weight", labels));
   if (!running && !stalled) {
     job.state = "unknown";
   } else if (stalled.value_or(0) > 0) {
     job.state = "stalled";
   } else if (running.value_or(0) > 0) {
     job.state = "running";
-  } else if (job.world_size > 0) {
-    job.state = "forming";
   } else {
-    job.state = "idle";
+    job.state = "forming";  // phubd exports a job's series only while it forms or runs
   }
   return job;
+}
+
+// Every job with a phub_job_world_size{job=...} series, by name.
+std::vector<JobStatus> JobsOf(const Scrape& s) {
+  std::vector<std::string> names = s.LabelValues("phub_job_world_size", "job_name");
+  std::sort(names.begin(), names.end());
+  std::vector<JobStatus> jobs;
+  jobs.reserve(names.size());
+  for (const std::string& name : names) jobs.push_back(JobOf(s, name));
+  return jobs;
 }
 
 LifetimeCounters LifetimeOf(const Scrape& s) {
@@ -109,6 +122,7 @@ LifetimeCounters LifetimeOf(const Scrape& s) {
   c.workers_rejoined = Or(s.Value("phub_workers_rejoined_total"));
   c.checkpoints_written = Or(s.Value("phub_checkpoints_written_total"));
   c.hellos_refused = Or(s.Value("phub_hellos_refused_total"));
+  c.jobs_refused_for_memory = Or(s.Value("phub_jobs_refused_for_memory_total"));
   return c;
 }
 
@@ -146,7 +160,12 @@ StatusOr<StatusReport> BuildStatusReport(const Scrape& first, const Scrape& seco
 
   StatusReport r;
   r.interval_s = interval_s;
-  r.job = JobOf(second);
+  r.jobs = JobsOf(second);
+  // An unlabelled phub_job_world_size (a phubd of one unnamed job) does not count: its jobs
+  // would read as "none".
+  r.jobs_known = second.Value("phub_jobs").has_value() || !r.jobs.empty();
+  r.memory_budget_bytes = Or(second.Value("phub_memory_budget_bytes"));
+  r.memory_charged_bytes = Or(second.Value("phub_memory_charged_bytes"));
   r.lifetime = LifetimeOf(second);
 
   ProcessStatus& p = r.process;

@@ -1,6 +1,7 @@
 // What `phubctl status` shows, computed from two scrapes of phubd's /metrics taken
-// `interval_s` apart (metric names: docs/operations.md "Metrics"): the job, the lifetime
-// counters, the process, and per core the rates between the scrapes and latency quantiles.
+// `interval_s` apart (metric names: docs/operations.md "Metrics"): the jobs (one row each, from
+// the series labelled job="NAME") and the memory budget they share, the lifetime counters, the
+// process, and per core the rates between the scrapes and latency quantiles.
 //
 // Every number is a double; NaN means "not known" (the series is missing from the scrape, or a
 // rate with no earlier value): renderers print "-" (text) or null (JSON). The scrapes are a
@@ -37,12 +38,16 @@ struct CoreStatus {
   Quantile round_p50;
 };
 
+// One job forming or running (phubd exports no series for a job that ended).
 struct JobStatus {
-  std::string state;  // running, stalled, forming, idle, or unknown (no phub_job_* series)
+  std::string name;   // the job label
+  std::string state;  // running, stalled, forming, or unknown (no phub_job_running/stalled)
   double world_size = 0;
   double workers_connected = 0;
   double workers_missing = 0;
   double model_bytes = 0;
+  double memory_charge_bytes = 0;  // what the job holds of the memory budget
+  double weight = 0;               // its share of every core's sends
 };
 
 // Since phubd started (the second scrape's values).
@@ -54,6 +59,7 @@ struct LifetimeCounters {
   double workers_rejoined = 0;
   double checkpoints_written = 0;
   double hellos_refused = 0;
+  double jobs_refused_for_memory = 0;
 };
 
 struct ProcessStatus {
@@ -69,7 +75,13 @@ struct ProcessStatus {
 
 struct StatusReport {
   double interval_s = 0;
-  JobStatus job;
+  // False when the endpoint exports neither phub_jobs nor any phub_job_world_size{job=...}
+  // series (a phubd before jobs were named, or not phubd): `jobs` is then empty and means
+  // nothing, rather than "no jobs".
+  bool jobs_known = false;
+  std::vector<JobStatus> jobs;      // by name
+  double memory_budget_bytes = 0;   // phub_memory_budget_bytes
+  double memory_charged_bytes = 0;  // phub_memory_charged_bytes: all jobs' charges
   LifetimeCounters lifetime;
   ProcessStatus process;
   std::vector<CoreStatus> cores;  // by core number

@@ -128,6 +128,13 @@ void Registry::AddCallbackCounter(const std::string& name, const std::string& he
   family.series.push_back(Series{.labels = std::move(labels), .read = std::move(read)});
 }
 
+void Registry::AddCallbackGaugeFamily(const std::string& name, const std::string& help,
+                                      std::function<Samples()> read) {
+  std::lock_guard lock(mutex_);
+  Family& family = FamilyFor(name, help, Type::kGauge, {});
+  family.series.push_back(Series{.read_many = std::move(read)});
+}
+
 std::string Registry::Render() const {
   std::lock_guard lock(mutex_);
   std::string out;
@@ -153,6 +160,14 @@ std::string Registry::Render() const {
         // The +Inf bucket, not count(): the two are read at different instants, and Prometheus
         // expects them equal.
         absl::StrAppend(&out, " ", cumulative, "\n");
+        continue;
+      }
+      if (s.read_many) {
+        for (const auto& [labels, value] : s.read_many()) {
+          out += name;
+          AppendLabels(out, labels);
+          absl::StrAppend(&out, " ", FormatValue(value), "\n");
+        }
         continue;
       }
       const double value = s.read         ? s.read()

@@ -42,6 +42,11 @@ class Registry {
                         std::function<double()> read);
   void AddCallbackCounter(const std::string& name, const std::string& help, Labels labels,
                           std::function<double()> read);
+  // A gauge family whose series come and go (one per running job): `read` returns them all at
+  // each Render, each with labels of its own.
+  using Samples = std::vector<std::pair<Labels, double>>;
+  void AddCallbackGaugeFamily(const std::string& name, const std::string& help,
+                              std::function<Samples()> read);
 
   // Every family in name order, each with one # HELP and one # TYPE line.
   std::string Render() const;
@@ -54,6 +59,7 @@ class Registry {
     const Gauge* gauge = nullptr;
     const Histogram* histogram = nullptr;
     std::function<double()> read;
+    std::function<Samples()> read_many;
   };
   struct Family {
     Type type;

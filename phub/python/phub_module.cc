@@ -120,7 +120,7 @@ class Client {
   Client(const std::string& host, std::uint16_t port, std::uint32_t rank,
          std::uint32_t world_size, const std::vector<std::pair<std::string, std::uint64_t>>& tensors,
          const py::list& weights, const std::string& token, const std::optional<py::dict>& optimizer,
-         int connect_timeout_ms, const std::string& rdma_device) {
+         int connect_timeout_ms, const std::string& rdma_device, const std::string& job) {
     if (static_cast<std::size_t>(py::len(weights)) != tensors.size()) {
       throw py::value_error(absl::StrCat("weights: ", py::len(weights), " buffers for ",
                                          tensors.size(), " tensors; give one per tensor"));
@@ -131,6 +131,7 @@ class Client {
     options.rank = rank;
     options.world_size = world_size;
     options.job_token = token;
+    options.job = job;
     options.connect_timeout_ms = connect_timeout_ms;
     options.rdma.device = rdma_device;
     if (optimizer) {
@@ -245,14 +246,15 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
       .def(py::init<const std::string&, std::uint16_t, std::uint32_t, std::uint32_t,
                     const std::vector<std::pair<std::string, std::uint64_t>>&, const py::list&,
                     const std::string&, const std::optional<py::dict>&, int,
-                    const std::string&>(),
+                    const std::string&, const std::string&>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("weights"), py::arg("token") = "",
            py::arg("optimizer") = py::none(), py::arg("connect_timeout_ms") = 30000,
-           py::arg("rdma_device") = "",
+           py::arg("rdma_device") = "", py::arg("job") = "",
            "tensors: [(name, elements)], the same on every rank. optimizer: None (phubd's "
            "flags) or a dict {kind: sgd|momentum|nesterov|adam|average, lr, momentum, "
-           "weight_decay, beta1, beta2, eps}.")
+           "weight_decay, beta1, beta2, eps}. job: the job's name on a shared phubd (\"\": "
+           "\"default\").")
       .def("init", &Client::Init,
            "Rank 0's weights become everyone's (unless phubd has them); blocks until they land.")
       .def("push", &Client::Push, py::arg("tensor"), py::arg("grads"),

@@ -12,6 +12,7 @@
 #include "phub/server/hello_check.h"
 #include "phub/server/initial_weights.h"
 #include "phub/server/job_limits.h"
+#include "phub/server/job_tokens.h"
 #include "phub/transport/control_channel.h"
 #include "spdlog/spdlog.h"
 
@@ -58,23 +59,14 @@ ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& optio
       options_(options),
       cores_(cores),
       on_job_end_(std::move(on_job_end)),
-      job_deadline_(context),
-      liveness_timer_(context) {
-  members_.resize(options_.world_size);
-  missing_.assign(options_.world_size, 0);
-  resume_point_.assign(options_.world_size, 0);
-  forgets_.assign(options_.world_size, 0);
-  if (!options_.checkpoint.dir.empty()) {
-    checkpoints_ = std::make_unique<CheckpointWriter>(
-        options_.checkpoint.dir, [this, alive = alive_](std::function<void()> done) {
-          asio::post(context_, [alive, done = std::move(done)] {
-            if (*alive) done();
-          });
-        });
-  }
-}
+      liveness_timer_(context) {}
 
-ControlPlane::~ControlPlane() { *alive_ = false; }
+ControlPlane::~ControlPlane() {
+  *alive_ = false;
+  // Jobs hold their members' sessions and the sessions their jobs: break the cycles.
+  for (auto& [id, session] : sessions_) session->job.reset();
+  jobs_.clear();
+}
 
 Status ControlPlane::Start() {
   PHUB_ASSIGN_OR_RETURN(listener_, transport::SocketListener::Bind(
@@ -86,14 +78,31 @@ Status ControlPlane::Start() {
 }
 
 void ControlPlane::Stop() {
-  if (stopping_) return;  // ending the job below may call back here (--one-job)
+  if (stopping_) return;  // ending a job below may call back here (--one-job)
   stopping_ = true;
   if (listener_) listener_->Stop();
-  CancelJobDeadline();
   liveness_timer_.cancel();
   auto sessions = sessions_;
   for (auto& [id, session] : sessions) Drop(session, absl::CancelledError("phubd is stopping"));
-  if (running_) EndJob();
+  auto jobs = jobs_;
+  for (auto& [name, job] : jobs) job->EndIfRunning();
+}
+
+void ControlPlane::CheckpointBeforeStop() {
+  for (auto& [name, job] : jobs_) job->CheckpointNow();
+}
+
+void ControlPlane::ArmLiveness() {
+  const int timeout_ms = options_.limits.liveness_timeout_ms;
+  if (timeout_ms <= 0 || stopping_) return;
+  liveness_timer_.expires_after(std::chrono::milliseconds(std::max(1, timeout_ms / 4)));
+  liveness_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec) return;
+    const auto now = std::chrono::steady_clock::now();
+    auto jobs = jobs_;
+    for (auto& [name, job] : jobs) job->CheckLiveness(now);
+    ArmLiveness();
+  });
 }
 
 void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
@@ -126,7 +135,7 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
                                 alive = alive_](const boost::system::error_code& ec) {
     if (!*alive || ec) return;
     auto s = weak.lock();
-    if (!s || s->state != State::kAwaitingHello) return;
+    if (!s || s->state != SessionState::kAwaitingHello) return;
     Refuse(s, MakeError(proto::Error::TIMEOUT,
                         absl::StrCat("no Hello within ", options_.limits.hello_timeout_ms,
                                      " ms of connecting"),
@@ -140,7 +149,7 @@ void ControlPlane::ReadNext(const SessionPtr& session) {
   AsyncReadControlMessage(
       session->socket, session->decoder,
       [this, session, alive = alive_](StatusOr<proto::ControlMessage> m) {
-        if (!*alive || session->state == State::kClosed) return;
+        if (!*alive || session->state == SessionState::kClosed) return;
         if (m.ok()) return OnMessage(session, std::move(*m));
         if (!absl::IsInvalidArgument(m.status())) return Drop(session, m.status());
         // The peer sent a frame over a limit (the message names it and its flag) or garbage.
@@ -160,161 +169,216 @@ void ControlPlane::ReadNext(const SessionPtr& session) {
 void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage message) {
   session->last_heard = std::chrono::steady_clock::now();
   switch (session->state) {
-    case State::kAwaitingHello:
+    case SessionState::kAwaitingHello:
       if (message.has_hello()) return OnHello(session, message.hello());
       return Refuse(session, Unexpected(message, "before the Hello"));
-    case State::kJoined:
+    case SessionState::kJoined:
       // One Hello per connection; anything else while the job forms gives the rank back.
       return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
                                                               " while its job forms")));
-    case State::kInJob:
+    case SessionState::kInJob:
       if (message.has_goodbye()) {
-        // Nothing may follow a Goodbye: the session ends here, whether or not the peer
-        // closes (one that stays silent must not hold the job).
-        spdlog::info("rank {} says goodbye after {} iterations", session->rank,
+        spdlog::info("job '{}': rank {} says goodbye after {} iterations",
+                     session->job ? session->job->name() : "?", session->rank,
                      message.goodbye().iterations());
-        session->state = State::kLeaving;
-        left_cleanly_[session->rank] = true;
-        Drop(session, absl::OkStatus());
-        if (running_) ArmLeaveDeadline(session->rank);
-        return;
+        if (session->job) session->job->OnGoodbye(session);
+        return Drop(session, absl::OkStatus());
       }
       if (message.has_heartbeat()) return ReadNext(session);  // last_heard is all it is for
       return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
                                                               " in a running job")));
-    case State::kLeaving:
+    case SessionState::kLeaving:
       return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
                                                               " after its Goodbye")));
-    case State::kClosed:
+    case SessionState::kClosed:
       return;
   }
 }
 
 void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello) {
-  if (IsRejoin(hello)) return Rejoin(session, hello);
-  if (running_) {
-    return Refuse(session,
-                  MakeError(proto::Error::BAD_REQUEST,
-                            absl::StrCat("a job of ", options_.world_size,
-                                         " workers is running on this phubd"),
-                            "wait until it ends, or start another phubd on another --port"));
+  const auto refuse = [&](const proto::Error& error) {
+    spdlog::warn("refusing a worker from {}: {}", session->peer, error.message());
+    Refuse(session, error);
+  };
+  StatusOr<std::string> name = JobName(hello.job());
+  if (!name.ok()) {
+    return refuse(MakeError(proto::Error::BAD_REQUEST, std::string(name.status().message()),
+                            "name the job with 1 to 64 characters of [A-Za-z0-9._-] "
+                            "(phub-worker --job)"));
   }
-  const proto::Hello* first = nullptr;
-  std::vector<bool> taken(options_.world_size, false);
-  for (std::uint32_t r = 0; r < options_.world_size; ++r) {
-    if (members_[r]) {
-      taken[r] = true;
-      first = &members_[r]->hello;
+  // The token first, before anything about the job is said or held: a peer without it learns
+  // nothing of the job (not even whether it exists) and can change nothing of it.
+  StatusOr<std::string> token = ExpectedToken(options_, *name);
+  if (!token.ok() || !TokensEqual(*token, hello.job_token())) {
+    return refuse(MakeError(
+        proto::Error::BAD_TOKEN,
+        absl::StrCat("the token for job '", *name, "' does not match phubd's",
+                     options_.job_tokens_dir.empty() ? "" : " (--job-tokens)"),
+        options_.job_tokens_dir.empty()
+            ? "give the worker the same --token-file as phubd"
+            : "give the worker the token file the operator issued for this job name"));
+  }
+  proto::Error refusal;
+  std::shared_ptr<Job> job = FindOrAdmit(*name, hello, refusal);
+  if (!job) return refuse(refusal);
+  job->OnHello(session, hello);
+}
+
+std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, const proto::Hello& hello,
+                                               proto::Error& refusal) {
+  if (auto it = jobs_.find(name); it != jobs_.end() && !it->second->ended()) return it->second;
+  jobs_.erase(name);
+  // A new job: its first Hello sets its world size and what it is charged. Both are the
+  // peer's word: bounded here, before anything is allocated.
+  const std::uint32_t world = hello.world_size();
+  const std::uint32_t max_world =
+      options_.world_size > 0 ? options_.world_size : options_.limits.max_connections;
+  if (world == 0 || world > max_world) {
+    refusal = MakeError(
+        proto::Error::WORLD_SIZE_MISMATCH,
+        absl::StrCat("worker says world size ", world, "; phubd takes jobs of 1 to ", max_world,
+                     " workers (", options_.world_size > 0 ? "--world-size " : "--max-connections ",
+                     max_world, ")"),
+        "start the job's workers with a world size phubd accepts, or raise the flag");
+    return nullptr;
+  }
+  if (std::optional<proto::Error> error = CheckJobLimits(hello, options_)) {
+    refusal = *error;
+    return nullptr;
+  }
+  if (jobs_.size() >= options_.limits.max_jobs) {
+    refusal = MakeError(proto::Error::LIMIT_EXCEEDED,
+                        absl::StrCat("phubd already serves ", jobs_.size(),
+                                     " jobs, its limit (--max-jobs ", options_.limits.max_jobs, ")"),
+                        "wait until a job ends, or raise phubd's --max-jobs");
+    return nullptr;
+  }
+  const std::optional<std::uint64_t> charge = JobChargeBytes(hello, options_.chunk_bytes);
+  const std::uint64_t budget = options_.limits.memory_budget_bytes;
+  if (!charge || *charge > budget - std::min(budget, charged_bytes_)) {
+    ++jobs_refused_for_memory_;
+    refusal = MakeError(
+        proto::Error::RESOURCE_EXHAUSTED,
+        absl::StrCat("job '", name, "' needs ",
+                     charge ? absl::StrCat(*charge) : std::string("more than 2^64"),
+                     " bytes on phubd (its model times world size + 3); ", charged_bytes_,
+                     " of phubd's memory budget of ", budget,
+                     " bytes (--memory-budget-bytes) are held by ", jobs_.size(), " job(s)"),
+        "wait until a job ends, run the job on another PBox, or raise --memory-budget-bytes "
+        "if the machine has the memory");
+    spdlog::warn("{}", refusal.message());
+    return nullptr;
+  }
+  double weight = 1;
+  if (auto it = options_.job_weights.find(name); it != options_.job_weights.end()) {
+    weight = it->second;
+  }
+  auto job = std::make_shared<Job>(
+      Job::Host{.io = context_,
+                .options = options_,
+                .cores = cores_,
+                .sessions = *this,
+                .counters = counters_,
+                .resume = resume_,
+                .stopping = stopping_,
+                .on_end = [this](Job& ended) { JobEnded(ended); }},
+      name, ++jobs_created_, world, *charge, weight);
+  charged_bytes_ += *charge;
+  jobs_[name] = job;
+  spdlog::info("job '{}' is forming: {} workers, {} bytes charged ({} of {} held)", name, world,
+               *charge, charged_bytes_, budget);
+  return job;
+}
+
+void ControlPlane::JobEnded(Job& job) {
+  charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
+  // The name is free at once (FindOrAdmit replaces an ended job); the object goes once no
+  // caller on the stack holds it.
+  asio::post(context_, [this, alive = alive_, name = job.name(), ended = &job] {
+    if (!*alive) return;
+    if (auto it = jobs_.find(name); it != jobs_.end() && it->second.get() == ended) {
+      jobs_.erase(it);
+    }
+  });
+  // Only a job that started has ended (--one-job); one that never formed just goes.
+  if (job.started() && on_job_end_) on_job_end_();
+}
+
+Status ControlPlane::LoadResume() {
+  const CheckpointOptions& options = options_.checkpoint;
+  if (options.resume_dir.empty()) return absl::OkStatus();
+  StatusOr<LoadedCheckpoint> newest = LoadNewestCheckpoint(options.resume_dir);
+  if (absl::IsNotFound(newest.status())) {
+    // Killed before its first checkpoint (or a first start under a restart policy): the job
+    // starts afresh, and workers that reconnect start over with it.
+    spdlog::warn("--resume: {}; the first job starts afresh", newest.status().message());
+    return absl::OkStatus();
+  }
+  PHUB_RETURN_IF_ERROR(newest.status());
+  LoadedCheckpoint loaded = *std::move(newest);
+  const JobSnapshot& s = loaded.snapshot;
+  auto mismatch = [&](const std::string& what, const std::string& flag) {
+    return absl::InvalidArgumentError(absl::StrCat("--resume: checkpoint ", loaded.path, " ",
+                                                   what, ": start phubd with ", flag,
+                                                   ", or without --resume"));
+  };
+  if (options_.world_size > 0 && s.world_size > options_.world_size) {
+    return mismatch(absl::StrCat("is of a job of ", s.world_size, " workers, phubd takes at most ",
+                                 options_.world_size),
+                    absl::StrCat("--world-size ", s.world_size));
+  }
+  if (s.chunk_bytes != options_.chunk_bytes) {
+    return mismatch(absl::StrCat("cut the model in chunks of ", s.chunk_bytes, " bytes, phubd ",
+                                 options_.chunk_bytes),
+                    absl::StrCat("--chunk-bytes ", s.chunk_bytes));
+  }
+  // The job's optimizer (the workers' or phubd's flags) is checked against the checkpoint's
+  // when the workers say Hello (CheckResumedModel).
+  std::uint64_t low = UINT64_MAX;
+  for (const ChunkSnapshot& chunk : s.chunks) low = std::min(low, chunk.iteration);
+  for (const ChunkSnapshot& chunk : s.chunks) {
+    if (chunk.iteration > low + 1 || (chunk.iteration == low + 1 && chunk.previous.empty())) {
+      return absl::DataLossError(absl::StrCat(
+          "--resume: checkpoint ", loaded.path, " has chunk ", chunk.chunk, " at iteration ",
+          chunk.iteration, " beside chunks at ", low,
+          " without the weights to go back to: it cannot be resumed; use an older one"));
     }
   }
-  std::optional<proto::Error> error = CheckHello(hello, options_, first, taken);
-  if (!error && resume_) error = CheckResumedModel(hello, options_, *resume_, resume_path_);
-  if (!error) error = CheckJobLimits(hello, options_);
-  if (error) {
-    spdlog::warn("refusing a worker from {}: {}", session->peer, error->message());
-    return Refuse(session, *error);
-  }
-  session->deadline.cancel();
-  session->state = State::kJoined;
-  session->rank = hello.rank();
-  session->hello = hello;
-  members_[hello.rank()] = session;
-  ++joined_;
-  spdlog::info("rank {} joined ({}/{})", hello.rank(), joined_, options_.world_size);
-  if (joined_ == 1) {
-    ArmJobDeadline(JobDeadline::kForming, options_.limits.form_timeout_ms, [this] {
-      std::string missing;
-      int listed = 0;
-      for (std::uint32_t r = 0; r < options_.world_size && listed < 16; ++r) {
-        if (!members_[r]) absl::StrAppend(&missing, listed++ ? ", " : "", r);
-      }
-      if (options_.world_size - joined_ > 16) absl::StrAppend(&missing, ", ...");
-      FailForming(MakeError(
-          proto::Error::TIMEOUT,
-          absl::StrCat("the job did not form within ", options_.limits.form_timeout_ms,
-                       " ms: ", joined_, " of ", options_.world_size,
-                       " workers joined (missing ranks: ", missing, ")"),
-          "start every worker within --form-timeout-ms of the first, or raise it"));
-    });
-  }
-  ReadNext(session);  // notices a worker that leaves, or misbehaves, while the job forms
-  if (joined_ == options_.world_size) StartJob();
-}
-
-void ControlPlane::Send(const SessionPtr& session, const proto::ControlMessage& message) {
-  if (!session->socket.is_open()) return;
-  session->outbox.push_back(FrameControlMessage(message));
-  if (!session->writing) WriteQueued(session);
-}
-
-void ControlPlane::WriteQueued(const SessionPtr& session) {
-  if (session->outbox.empty()) {
-    session->writing = false;
-    if (session->close_when_flushed) CloseSocket(*session);
-    return;
-  }
-  session->writing = true;
-  std::shared_ptr<std::string> framed = session->outbox.front();
-  asio::async_write(session->socket, asio::buffer(*framed),
-                    [session, framed](const boost::system::error_code& ec, std::size_t) {
-                      session->outbox.pop_front();
-                      if (ec) {  // the read side reports the peer's end; just stop writing
-                        session->outbox.clear();
-                        session->writing = false;
-                        return CloseSocket(*session);
-                      }
-                      WriteQueued(session);
-                    });
-}
-
-void ControlPlane::CloseSocket(Session& session) {
-  boost::system::error_code ignored;
-  session.socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  session.socket.close(ignored);
-}
-
-void ControlPlane::Refuse(const SessionPtr& session, const proto::Error& error) {
-  Drop(session, absl::FailedPreconditionError(error.message()), &error);
+  resume_.iteration = s.chunks.empty() ? 0 : low;
+  resume_.snapshot = std::make_shared<const JobSnapshot>(std::move(loaded.snapshot));
+  resume_.path = loaded.path;
+  spdlog::info("resuming from {}: iteration {}, {} tensors, {} chunks{}", loaded.path,
+               resume_.iteration, resume_.snapshot->tensors.size(), resume_.snapshot->chunks.size(),
+               loaded.refused.empty() ? ""
+                                      : absl::StrCat(" (", loaded.refused.size(),
+                                                     " newer checkpoint(s) refused)"));
+  return absl::OkStatus();
 }
 
 // The one place a session ends, whatever its state: the job's accounting stays exact.
 void ControlPlane::Drop(const SessionPtr& session, const Status& why,
                         const proto::Error* farewell) {
-  if (session->state == State::kClosed) return;
-  const State was = session->state;
-  session->state = State::kClosed;
+  if (session->state == SessionState::kClosed) return;
+  const SessionState was = session->state;
+  session->state = SessionState::kClosed;
   sessions_.erase(session->id);
   session->deadline.cancel();
-  if (was == State::kAwaitingHello && !stopping_) ++hellos_refused_;
+  if (was == SessionState::kAwaitingHello && !stopping_) ++hellos_refused_;
   if (farewell != nullptr) {
     proto::ControlMessage message;
     *message.mutable_error() = *farewell;
     session->close_when_flushed = true;
-    Send(session, message);
+    SendControl(session, message);
     // A peer that does not read its Error does not keep the connection.
     session->deadline.expires_after(kFarewellTimeout);
     session->deadline.async_wait([session](const boost::system::error_code& ec) {
-      if (!ec) CloseSocket(*session);
+      if (!ec) CloseSessionSocket(*session);
     });
   } else {
-    CloseSocket(*session);
+    CloseSessionSocket(*session);
   }
-  if (was == State::kAwaitingHello) return;
-  const auto rank = static_cast<std::uint32_t>(session->rank);
-  if (was == State::kJoined) {
-    spdlog::warn("rank {} left before the job started: {}", rank, why.message());
-    members_[rank].reset();
-    if (--joined_ == 0 && !running_) CancelJobDeadline();
-    return;
-  }
-  // In the running job.
-  members_[rank].reset();
-  --live_members_;
-  if (was == State::kInJob && !stopping_) {
-    MemberLost(rank, absl::StrCat("disconnected without goodbye: ", why.message()));
-  }
-  // A job waiting for a lost member to rejoin goes on with nobody connected.
-  if (running_ && live_members_ == 0 && (stalled_ || missing_count_ == 0)) EndJob();
+  // Its job's accounting follows (the job may end here).
+  if (std::shared_ptr<Job> job = std::move(session->job)) job->MemberGone(session, was, why);
 }
 
 }  // namespace phub::server

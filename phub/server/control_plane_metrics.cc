@@ -1,10 +1,22 @@
 // The control plane's exported series: callbacks over the state it owns, read when the metrics
-// endpoint renders, on this same thread (so no field here needs to be atomic).
+// endpoint renders, on this same thread (so no field here needs to be atomic). A job's series
+// carry its name (job_name="NAME": Prometheus keeps `job` for its own scrape jobs) and exist
+// while it forms or runs.
 #include "phub/server/control_plane.h"
 
 namespace phub::server {
 
 void ControlPlane::AddMetrics(metrics::Registry& registry) {
+  const auto per_job = [&](const char* name, const char* help,
+                           std::function<double(const Job&)> read) {
+    registry.AddCallbackGaugeFamily(name, help, [this, read = std::move(read)] {
+      metrics::Registry::Samples samples;
+      for (const auto& [job_name, job] : jobs_) {
+        if (!job->ended()) samples.push_back({{{"job_name", job_name}}, read(*job)});
+      }
+      return samples;
+    });
+  };
   const auto gauge = [&](const char* name, const char* help, std::function<double()> read) {
     registry.AddCallbackGauge(name, help, {}, std::move(read));
   };
@@ -12,38 +24,46 @@ void ControlPlane::AddMetrics(metrics::Registry& registry) {
     registry.AddCallbackCounter(name, help, {},
                                 [&value] { return static_cast<double>(value); });
   };
-  gauge("phub_job_running", "1 while a job runs (formed, not ended), else 0.",
-        [this] { return running_ ? 1.0 : 0.0; });
-  gauge("phub_job_stalled", "1 while the running job is stalled (it cannot go on and is ending).",
-        [this] { return running_ && stalled_ ? 1.0 : 0.0; });
-  gauge("phub_job_world_size", "Workers of the running job (0 when none runs).",
-        [this] { return running_ ? static_cast<double>(options_.world_size) : 0.0; });
-  gauge("phub_job_model_bytes", "Bytes of the running job's model, float32 (0 when none runs).",
-        [this] {
-          if (!running_ || !spec_) return 0.0;
-          double bytes = 0;
-          for (const keys::Chunk& chunk : spec_->table.chunks()) bytes += chunk.bytes();
-          return bytes;
-        });
-  gauge("phub_workers_connected",
-        "Members of the forming or running job whose control connection is open.", [this] {
-          double n = 0;
-          for (const SessionPtr& member : members_) n += member ? 1 : 0;
-          return n;
-        });
-  gauge("phub_workers_missing", "Members lost mid-job that the job waits for to rejoin.",
-        [this] { return static_cast<double>(missing_count_); });
+  per_job("phub_job_running", "1 while the job runs (formed, not ended); 0 while it forms.",
+          [](const Job& job) { return job.running() ? 1.0 : 0.0; });
+  per_job("phub_job_stalled", "1 while the job is stalled (it cannot go on and is ending).",
+          [](const Job& job) { return job.running() && job.stalled() ? 1.0 : 0.0; });
+  per_job("phub_job_world_size", "Workers of the job.",
+          [](const Job& job) { return static_cast<double>(job.world_size()); });
+  per_job("phub_job_model_bytes", "Bytes of the running job's model, float32 (0 while forming).",
+          [](const Job& job) { return static_cast<double>(job.model_bytes()); });
+  per_job("phub_job_memory_charge_bytes",
+          "What the job is charged against --memory-budget-bytes (model x (world size + 3)).",
+          [](const Job& job) { return static_cast<double>(job.charge_bytes()); });
+  per_job("phub_job_weight", "The job's share of every core's sends (--job-weight; 1 default).",
+          [](const Job& job) { return job.weight(); });
+  per_job("phub_workers_connected", "Members of the job whose control connection is open.",
+          [](const Job& job) { return static_cast<double>(job.connected()); });
+  per_job("phub_workers_missing", "Members lost mid-job that the job waits for to rejoin.",
+          [](const Job& job) { return static_cast<double>(job.missing()); });
+  gauge("phub_jobs", "Jobs forming or running.", [this] {
+    double n = 0;
+    for (const auto& [name, job] : jobs_) n += job->ended() ? 0 : 1;
+    return n;
+  });
+  gauge("phub_memory_budget_bytes", "phubd's memory budget for all jobs (--memory-budget-bytes).",
+        [this] { return static_cast<double>(options_.limits.memory_budget_bytes); });
+  gauge("phub_memory_charged_bytes", "The budget held by jobs forming or running.",
+        [this] { return static_cast<double>(charged_bytes_); });
   counter("phub_jobs_formed_total", "Jobs formed: every worker joined, the job started.",
-          jobs_started_);
+          counters_.formed);
   counter("phub_jobs_stalled_total", "Jobs that stalled (a worker lost for good, a timeout).",
-          stalls_);
-  counter("phub_jobs_ended_total", "Jobs ended, stalled or not.", jobs_ended_);
+          counters_.stalls);
+  counter("phub_jobs_ended_total", "Jobs ended, stalled or not.", counters_.ended);
+  counter("phub_jobs_refused_for_memory_total",
+          "Jobs refused because they would pass the memory budget (RESOURCE_EXHAUSTED).",
+          jobs_refused_for_memory_);
   counter("phub_workers_lost_total", "Workers lost mid-job (connection closed or silent).",
-          losses_);
+          counters_.losses);
   counter("phub_workers_rejoined_total", "Lost workers that rejoined their running job.",
-          rejoins_);
+          counters_.rejoins);
   counter("phub_checkpoints_written_total", "Checkpoints written to --checkpoint-dir.",
-          checkpoints_written_);
+          counters_.checkpoints_written);
   counter("phub_hellos_refused_total",
           "Control connections refused before joining a job: a Hello refused (token, version, "
           "limits, job full), another message first, or no Hello in time.",

@@ -1,5 +1,7 @@
 #include "phub/server/hello_check.h"
 
+#include "phub/server/job_tokens.h"
+
 #include "phub/server/checkpoint_file.h"
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +54,7 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
 }
 
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
+                                       const std::string& expected_token,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken) {
   if (hello.protocol_version() != kProtocolVersion) {
@@ -60,21 +63,22 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                                   ", phubd speaks ", kProtocolVersion),
                      "run phubd and phub-worker from the same PHub release");
   }
-  if (hello.job_token() != options.job_token) {
+  if (!TokensEqual(hello.job_token(), expected_token)) {
     return MakeError(proto::Error::BAD_TOKEN, "the job token does not match phubd's",
                      "give the worker the same --token-file as phubd");
   }
-  if (hello.world_size() != options.world_size) {
+  // rank_taken has the job's world size (its first Hello's, bounded by the control plane).
+  if (hello.world_size() != rank_taken.size()) {
     return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
                      absl::StrCat("worker says world size ", hello.world_size(),
-                                  ", phubd was started with --world-size ", options.world_size),
-                     "start every worker and phubd with the same world size");
+                                  ", the job has ", rank_taken.size()),
+                     "start every worker of the job with the same world size");
   }
-  if (hello.rank() >= options.world_size) {
+  if (hello.rank() >= rank_taken.size()) {
     return MakeError(proto::Error::BAD_RANK,
                      absl::StrCat("rank ", hello.rank(), " is out of range for world size ",
-                                  options.world_size),
-                     absl::StrCat("use ranks 0..", options.world_size - 1));
+                                  rank_taken.size()),
+                     absl::StrCat("use ranks 0..", rank_taken.size() - 1));
   }
   if (rank_taken[hello.rank()]) {
     return MakeError(proto::Error::DUPLICATE_RANK,
@@ -153,6 +157,13 @@ std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
   const auto& mine = hello.tensors();
   const char* fix = "start the workers with the model the checkpoint was written for, or start "
                     "phubd without --resume";
+  if (hello.world_size() != snapshot.world_size) {
+    return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                     absl::StrCat("phubd resumes checkpoint ", path, ", of a job of ",
+                                  snapshot.world_size, " workers; rank ", hello.rank(),
+                                  " says world size ", hello.world_size()),
+                     "start the job with the checkpoint's world size, or phubd without --resume");
+  }
   if (StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options);
       optimizer.ok() && kernels::Describe(*optimizer) != kernels::Describe(snapshot.optimizer)) {
     return MakeError(proto::Error::BAD_REQUEST,

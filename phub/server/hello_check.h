@@ -30,7 +30,9 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
 // The Hello's wire format ("" means fp32); InvalidArgument naming the accepted ones.
 StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello);
 
+// `expected_token`: the job's (job_tokens.h); rank_taken.size() is the job's world size.
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
+                                       const std::string& expected_token,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken);
 

@@ -9,14 +9,25 @@
 
 namespace phub::server {
 
-std::uint64_t DefaultMaxModelBytes(std::uint32_t world_size) {
+std::uint64_t DefaultMemoryBudgetBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
   // Unknown memory (never on Linux): a conservative 1 GiB rather than no limit.
   if (pages <= 0 || page_size <= 0) return std::uint64_t{1} << 30;
   const std::uint64_t memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+  return memory / 10 * 8;
+}
+
+std::uint64_t DefaultMaxModelBytes(std::uint32_t world_size) {
   const std::uint64_t copies = std::uint64_t{world_size} + 3;
-  return std::max<std::uint64_t>(memory / 10 * 8 / copies, 1);
+  return std::max<std::uint64_t>(DefaultMemoryBudgetBytes() / copies, 1);
+}
+
+std::optional<std::uint64_t> JobChargeBytes(const proto::Hello& hello, std::uint64_t chunk_bytes) {
+  const std::optional<std::uint64_t> model = JobModelBytes(hello, chunk_bytes);
+  const std::uint64_t copies = std::uint64_t{hello.world_size()} + 3;
+  if (!model || *model > UINT64_MAX / copies) return std::nullopt;
+  return *model * copies;
 }
 
 std::optional<std::uint64_t> JobModelBytes(const proto::Hello& hello, std::uint64_t chunk_bytes) {

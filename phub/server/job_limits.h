@@ -23,6 +23,14 @@ std::uint64_t DefaultMaxModelBytes(std::uint32_t world_size);
 // or nullopt if the sum overflows 64 bits.
 std::optional<std::uint64_t> JobModelBytes(const proto::Hello& hello, std::uint64_t chunk_bytes);
 
+// What a job of `hello`'s model and world size is charged against --memory-budget-bytes: its
+// JobModelBytes times (world size + 3) (a slot per worker, the weights, up to two optimizer
+// state arrays), or nullopt on overflow.
+std::optional<std::uint64_t> JobChargeBytes(const proto::Hello& hello, std::uint64_t chunk_bytes);
+
+// 80 % of the machine's physical memory: --memory-budget-bytes' default.
+std::uint64_t DefaultMemoryBudgetBytes();
+
 // An Error (LIMIT_EXCEEDED, naming the flag) if `hello` asks for more than `limits` allow.
 std::optional<proto::Error> CheckJobLimits(const proto::Hello& hello, const ServerOptions& options);
 

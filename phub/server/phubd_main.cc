@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-pin", no_pin, "Do not pin core threads to physical cores");
   app.add_option("--first-core", options.first_core, "Pin server core i to physical core first+i")
       ->capture_default_str();
-  app.add_option("--world-size", options.world_size, "Number of workers in a job")
-      ->required()
+  app.add_option("--world-size", options.world_size,
+                 "Most workers a job may have; each job's own world size comes with its "
+                 "workers' Hellos (default: up to --max-connections)")
       ->check(CLI::Range(1, 65536));
   app.add_option("--chunk-bytes", options.chunk_bytes,
                  "Tensors are cut into chunks of this many bytes (multiple of 4); each chunk is "
@@ -65,6 +66,20 @@ int main(int argc, char** argv) {
   phub::kernels::AddOptimizerFlags(app, options.optimizer, /*summation_mode=*/true);
   app.add_option("--token-file", token_file,
                  "File holding the job token; workers must present the same token");
+  app.add_option("--job-tokens", options.job_tokens_dir,
+                 "Directory of per-job tokens: job NAME's workers must present the contents of "
+                 "DIR/NAME (read at the job's first Hello); a job without a file is refused. "
+                 "Overrides --token-file")
+      ->check(CLI::ExistingDirectory);
+  std::vector<std::string> weights;
+  app.add_option("--job-weight", weights,
+                 "NAME=W: job NAME's share of every core's sends against other jobs' (weighted "
+                 "fair queueing; default 1). Repeatable");
+  app.add_option("--fair-window-bytes", options.fair_window_bytes,
+                 "Bytes of weights each core lets out ahead of completion while jobs share it: "
+                 "the order jobs are served in becomes the NIC's")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 32));
   app.add_option("--init-weights", options.initial_weights_path,
                  "Raw float32 file with the model's initial weights (tensors in table order); "
                  "without it rank 0 sends its weights");
@@ -92,7 +107,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 100000000u));
   app.add_option("--max-model-bytes", limits.max_model_bytes,
                  "Largest model a job may ask for, in bytes (+256 per chunk of bookkeeping); "
-                 "default: 80% of physical memory / (world size + 3)");
+                 "default: 80% of physical memory / (--world-size + 3), or / 4 without it");
+  app.add_option("--max-jobs", limits.max_jobs, "Most jobs forming or running at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  app.add_option("--memory-budget-bytes", limits.memory_budget_bytes,
+                 "Memory all jobs together may hold; each is charged its model x (world size + "
+                 "3) from its first Hello to its end, and one that would pass the budget is "
+                 "refused (RESOURCE_EXHAUSTED). Default: 80% of physical memory");
   app.add_option("--max-connections", limits.max_connections,
                  "Most open control connections; per core, most data connections not yet "
                  "attached. More are closed at once")
@@ -159,8 +181,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.pin = !no_pin;
-  if (limits.max_model_bytes == 0) {
-    limits.max_model_bytes = phub::server::DefaultMaxModelBytes(options.world_size);
+  for (const std::string& w : weights) {
+    const auto eq = w.find('=');
+    double weight = 0;
+    try {
+      weight = eq == std::string::npos ? 0 : std::stod(w.substr(eq + 1));
+    } catch (const std::exception&) {
+    }
+    if (eq == std::string::npos || eq == 0 || !(weight > 0)) {
+      std::fprintf(stderr, "phubd: --job-weight '%s': expected NAME=W with W > 0, e.g. "
+                           "--job-weight big=2\n", w.c_str());
+      return 2;
+    }
+    options.job_weights[w.substr(0, eq)] = weight;
   }
   spdlog::debug("limits: control frame {} B, {} tensors, model {} B, {} connections; Hello {} ms, "
                 "ATTACH {} ms, forming {} ms, stalled {} ms, leaving {} ms",

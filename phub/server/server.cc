@@ -1,5 +1,9 @@
 #include "phub/server/server.h"
 
+#include <algorithm>
+
+#include "phub/server/job_limits.h"
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fstream>
@@ -37,8 +41,17 @@ Server::~Server() {
 
 Status Server::Start() {
   PHUB_RETURN_IF_ERROR(kernels::Validate(options_.optimizer));
-  if (options_.world_size == 0) {
-    return absl::InvalidArgumentError("--world-size must be at least 1");
+  if (options_.limits.memory_budget_bytes == 0) {
+    options_.limits.memory_budget_bytes = DefaultMemoryBudgetBytes();
+  }
+  if (options_.limits.max_model_bytes == 0) {
+    options_.limits.max_model_bytes = DefaultMaxModelBytes(std::max(options_.world_size, 1u));
+  }
+  for (const auto& [name, weight] : options_.job_weights) {
+    if (!(weight > 0) || weight > 1e6) {
+      return absl::InvalidArgumentError(absl::StrCat("--job-weight ", name, "=", weight,
+                                                     ": a weight is a number in (0, 1e6]"));
+    }
   }
   if (options_.cores == 0) return absl::InvalidArgumentError("--cores must be at least 1");
   if (options_.chunk_bytes == 0 || options_.chunk_bytes % sizeof(float) != 0 ||
@@ -59,7 +72,8 @@ Status Server::Start() {
     int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
     PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin,
                                                         *device, options_.limits,
-                                                        AddCoreMetrics(metrics_, i)));
+                                                        AddCoreMetrics(metrics_, i),
+                                                        options_.fair_window_bytes));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {
@@ -85,9 +99,16 @@ Status Server::Start() {
   PHUB_RETURN_IF_ERROR(WritePortFile(options_.port_file, control_->port(), "--port-file"));
   std::string data_ports;
   for (auto& core : cores_) absl::StrAppend(&data_ports, data_ports.empty() ? "" : ",", core->port());
-  spdlog::info("phubd listening on {}:{} (data ports {}), world size {}, {} cores{}",
-               options_.listen_address, control_->port(), data_ports, options_.world_size,
-               options_.cores, options_.pin ? ", pinned" : "");
+  spdlog::info("phubd listening on {}:{} (data ports {}), {} cores{}; jobs of {} workers, at "
+               "most {} at once, memory budget {} bytes{}",
+               options_.listen_address, control_->port(), data_ports, options_.cores,
+               options_.pin ? ", pinned" : "",
+               options_.world_size > 0 ? absl::StrCat("up to ", options_.world_size)
+                                       : std::string("any number of"),
+               options_.limits.max_jobs, options_.limits.memory_budget_bytes,
+               options_.job_tokens_dir.empty()
+                   ? std::string()
+                   : absl::StrCat(", per-job tokens in ", options_.job_tokens_dir));
   return absl::OkStatus();
 }
 
@@ -96,7 +117,7 @@ void Server::Run() {
   signals.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", signal);
-    // The job's state goes to disk before its connections close (--checkpoint-dir).
+    // The jobs' state goes to disk before their connections close (--checkpoint-dir).
     if (signal == SIGTERM) control_->CheckpointBeforeStop();
     Stop();
   });

@@ -31,16 +31,17 @@ transport::ConnectionSizing ShardSizing(std::uint64_t chunk_bytes) {
 }
 }  // namespace
 
-ServerCore::ServerCore(keys::CoreIndex index, int pin_core)
-    : index_(index), loop_(absl::StrCat("core ", index), pin_core) {}
+ServerCore::ServerCore(keys::CoreIndex index, int pin_core, std::size_t fair_window_bytes)
+    : index_(index), fair_(fair_window_bytes), loop_(absl::StrCat("core ", index), pin_core) {}
 
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
                                                          const std::string& address,
                                                          std::uint16_t port, int pin_core,
                                                          transport::Device& device,
                                                          const ServerLimits& limits,
-                                                         const CoreMetrics& metrics) {
-  std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core));
+                                                         const CoreMetrics& metrics,
+                                                         std::size_t fair_window_bytes) {
+  std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core, fair_window_bytes));
   core->limits_ = limits;
   core->metrics_ = metrics;
   Status status;
@@ -66,13 +67,13 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
 transport::AcceptHooks ServerCore::Hooks() {
   transport::AcceptHooks hooks;
   hooks.admit = [this](std::size_t setting_up) -> std::optional<transport::ConnectionSizing> {
-    if (!shard_) {
+    if (router_.empty()) {
       // Between jobs nobody may attach; the worker's handshake would have said so.
       spdlog::warn("core {}: refusing a data connection: no job is running", index_);
       return std::nullopt;
     }
     // Connections still in their set-up have not attached either: they count too.
-    const std::size_t unattached = shard_->unattached() + setting_up;
+    const std::size_t unattached = router_.unattached() + setting_up;
     if (unattached >= limits_.max_connections) {
       // Counted, not logged one by one.
       if (refused_++ % 1000 == 0) {
@@ -84,11 +85,11 @@ transport::AcceptHooks ServerCore::Hooks() {
     }
     return ShardSizing(job_chunk_bytes_);
   };
-  // A set-up may take a round trip; the job may end meanwhile (EndSetUps closes those).
-  hooks.handler_now = [this]() -> transport::ConnectionHandler* { return shard_.get(); };
+  // The router holds a connection until its ATTACH names a job, then hands it to that job's
+  // shard; a job that ends meanwhile is simply not found.
+  hooks.handler_now = [this]() -> transport::ConnectionHandler* { return &router_; };
   hooks.ready = [this](std::shared_ptr<transport::Connection> connection) {
-    if (!shard_) return connection->Close(absl::CancelledError("job over"));
-    shard_->Adopt(connection);
+    router_.Adopt(connection);
     WatchAttach(connection);
   };
   hooks.setup_timeout_ms = limits_.attach_timeout_ms;
@@ -109,88 +110,98 @@ void ServerCore::WatchAttach(const std::shared_ptr<transport::Connection>& conne
   });
 }
 
-void ServerCore::EndSetUps() {
-  if (acceptor_) acceptor_->CloseSettingUp(absl::CancelledError("the job ended during its set-up"));
-}
-
 ServerCore::~ServerCore() {
   loop_.Run([this] {
-    EndSetUps();
-    shard_.reset();
+    if (acceptor_) acceptor_->CloseSettingUp(absl::CancelledError("phubd is stopping"));
+    for (Shard* shard : router_.shards()) {
+      fair_.RemoveFlow(shard->session());
+      router_.Remove(shard->session(), absl::OkStatus());
+    }
+    router_.CloseAll(absl::CancelledError("phubd is stopping"));
     acceptor_.reset();
     transport_.reset();
   });
 }
 
-Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink) {
+Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink,
+                                double weight) {
   Status status;
+  const std::uint64_t session = job->session;
   loop_.Run([&] {
-    EndSetUps();
     const std::uint64_t weight_bytes = job->table.bytes_on_core(index_);
-    job_chunk_bytes_ = job->table.chunk_bytes();
+    job_chunk_bytes_ = std::max(job_chunk_bytes_, job->table.chunk_bytes());
+    std::unique_ptr<Shard> shard;
     try {
-      shard_ = std::make_unique<Shard>(std::move(job), index_, std::move(sink),
-                                       metrics_.received_bytes ? &metrics_ : nullptr);
-      shard_cpu_start_ = ThreadCpuSeconds();
+      shard = std::make_unique<Shard>(std::move(job), index_, std::move(sink),
+                                      metrics_.received_bytes ? &metrics_ : nullptr, &fair_);
     } catch (const std::bad_alloc&) {
       status = absl::ResourceExhaustedError(absl::StrCat(
           "out of memory allocating the job's slots, weights and optimizer state (",
           weight_bytes, " bytes of weights on this core)"));
       return;
     }
-    // A fresh registration per job: the previous job's goes with its last connection.
-    transport_->ForgetRegistered();
+    // Registered for this job's life: other jobs' registrations are not touched.
     std::uint64_t bytes = 0;
-    for (std::span<std::byte> buffer : shard_->Buffers()) {
+    for (std::span<std::byte> buffer : shard->Buffers()) {
       status = transport_->Register(buffer);
-      if (!status.ok()) return;
+      if (!status.ok()) {
+        for (std::span<std::byte> b : shard->Buffers()) transport_->Unregister(b);
+        return;
+      }
       bytes += buffer.size();
     }
     spdlog::debug("core {}: {} bytes of shard memory registered with {}", index_, bytes,
                   transport_->Describe());
+    fair_.AddFlow(session, weight);
+    shard_cpu_start_[session] = ThreadCpuSeconds();
+    router_.Add(session, std::move(shard));
   });
   if (!status.ok()) {
-    RemoveShard();
     return Status(status.code(), absl::StrCat("core ", index_, ": ", status.message()));
   }
   return absl::OkStatus();
 }
 
-ShardStats ServerCore::RemoveShard() {
+ShardStats ServerCore::RemoveShard(std::uint64_t session) {
   ShardStats stats;
   loop_.Run([&] {
-    if (!shard_) return;
-    EndSetUps();
-    stats = shard_->stats();
-    stats.cpu_seconds = ThreadCpuSeconds() - shard_cpu_start_;
-    shard_->CloseAll(absl::OkStatus());
-    shard_.reset();
-    transport_->ForgetRegistered();  // the job's regions go with it
+    // Its turns in the queue go first: none may start on a shard being freed.
+    fair_.RemoveFlow(session);
+    std::unique_ptr<Shard> shard = router_.Remove(session, absl::OkStatus());
+    if (!shard) return;
+    stats = shard->stats();
+    // The core's CPU while the job ran, shared with the jobs that ran beside it.
+    stats.cpu_seconds = ThreadCpuSeconds() - shard_cpu_start_[session];
+    shard_cpu_start_.erase(session);
+    for (std::span<std::byte> buffer : shard->Buffers()) transport_->Unregister(buffer);
+    shard.reset();
   });
   return stats;
 }
 
-RejoinPoint ServerCore::ForgetWorker(std::uint32_t rank) {
+RejoinPoint ServerCore::ForgetWorker(std::uint64_t session, std::uint32_t rank) {
   RejoinPoint point;
   loop_.Run([&] {
-    if (shard_) point = shard_->ForgetWorker(rank);
+    if (Shard* shard = router_.Find(session)) point = shard->ForgetWorker(rank);
   });
   return point;
 }
 
-void ServerCore::ExpectRejoin(std::uint32_t rank, std::uint64_t iteration) {
+void ServerCore::ExpectRejoin(std::uint64_t session, std::uint32_t rank,
+                              std::uint64_t iteration) {
   loop_.Run([&] {
-    if (shard_) shard_->ExpectRejoin(rank, iteration);
+    if (Shard* shard = router_.Find(session)) shard->ExpectRejoin(rank, iteration);
   });
 }
 
-std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot() {
+std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot(std::uint64_t session) {
   std::vector<ChunkSnapshot> chunks;
   loop_.Run([&] {
-    if (!shard_) return;
-    EndSetUps();
-    shard_->CloseAll(absl::CancelledError("phubd is stopping"));
-    chunks = shard_->SnapshotNow();
+    Shard* shard = router_.Find(session);
+    if (!shard) return;
+    fair_.RemoveFlow(session);  // the shard sends nothing more
+    shard->CloseAll(absl::CancelledError("phubd is stopping"));
+    chunks = shard->SnapshotNow();
   });
   return chunks;
 }

@@ -1,15 +1,20 @@
 // One server core: a pinned event loop, the transport bound to it (transport.h; on verbs its
-// own completion queue), the acceptor for its data connections, and the Shard of the running
-// job (none between jobs). Other threads (the control plane) reach it only through
-// InstallShard/RemoveShard, which run on the core's thread and wait. The job's shard memory is
-// registered with the transport once, when the shard is installed (verbs: with the NIC).
+// own completion queue), the acceptor for its data connections, and a Shard of every job phubd
+// runs (shard_router.h routes each connection to its job's; fair_send_queue.h shares the core's
+// sends among them by weight). Other threads (the control plane) reach it only through the
+// calls below, which run on the core's thread and wait; each names the job by its session. A
+// job's shard memory is registered with the transport when its shard is installed (verbs: with
+// the NIC) and unregistered when it is removed.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 
 #include "phub/server/server_options.h"
+#include "phub/server/fair_send_queue.h"
 #include "phub/server/shard.h"
+#include "phub/server/shard_router.h"
 #include "phub/transport/event_loop.h"
 #include "phub/transport/transport.h"
 
@@ -21,13 +26,15 @@ class ServerCore {
   // the core's loop. `limits`: max_connections bounds the data connections not yet attached
   // (set-ups in progress included); attach_timeout_ms closes one that has not attached by
   // then (verbs: its whole set-up, which carries the ATTACH). `metrics`: the core's exported
-  // series, handed to each shard (all null: none).
+  // series, handed to each shard (all null: none). `fair_window_bytes`: FairSendQueue's window.
   static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index,
                                                       const std::string& address,
                                                       std::uint16_t port, int pin_core,
                                                       transport::Device& device,
                                                       const ServerLimits& limits,
-                                                      const CoreMetrics& metrics = {});
+                                                      const CoreMetrics& metrics = {},
+                                                      std::size_t fair_window_bytes =
+                                                          kDefaultFairWindowBytes);
   ~ServerCore();
 
   keys::CoreIndex index() const { return index_; }
@@ -36,32 +43,34 @@ class ServerCore {
   // Builds the job's shard on this core's thread (its memory is first touched there); on verbs
   // registers its slots and weights (the error says how to raise the memlock limit). A failed
   // allocation is ResourceExhausted: the job is refused, the core goes on.
-  Status InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink);
-  // Closes the shard's connections and frees it; returns its counters.
-  ShardStats RemoveShard();
+  // `weight`: the job's share of the core's sends.
+  Status InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink,
+                      double weight = 1);
+  // Closes the shard's connections and frees it; returns its counters (zero if none).
+  ShardStats RemoveShard(std::uint64_t session);
   // Recovery, on the core's thread (shard.h): a worker gone, a worker coming back; the shard's
   // connections closed (phubd stops) and then a copy of every chunk. Without a shard: nothing,
   // or an empty copy.
-  RejoinPoint ForgetWorker(std::uint32_t rank);
-  void ExpectRejoin(std::uint32_t rank, std::uint64_t iteration);
-  std::vector<ChunkSnapshot> StopAndSnapshot();
+  RejoinPoint ForgetWorker(std::uint64_t session, std::uint32_t rank);
+  void ExpectRejoin(std::uint64_t session, std::uint32_t rank, std::uint64_t iteration);
+  std::vector<ChunkSnapshot> StopAndSnapshot(std::uint64_t session);
 
  private:
-  ServerCore(keys::CoreIndex index, int pin_core);
+  ServerCore(keys::CoreIndex index, int pin_core, std::size_t fair_window_bytes);
   transport::AcceptHooks Hooks();
   // Closes `connection` if it has not attached within limits_.attach_timeout_ms.
   void WatchAttach(const std::shared_ptr<transport::Connection>& connection);
-  void EndSetUps();  // connections still in set-up were meant for the shard that goes
 
   keys::CoreIndex index_;
   ServerLimits limits_;
   CoreMetrics metrics_;
-  std::uint64_t job_chunk_bytes_ = 0;  // the installed job's: the largest payload a shard sends
+  std::uint64_t job_chunk_bytes_ = 0;  // the largest payload a shard sends (one chunk)
   // Used on loop_'s thread only:
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::Acceptor> acceptor_;
-  std::unique_ptr<Shard> shard_;
-  double shard_cpu_start_ = 0;  // this thread's CPU seconds when shard_ was installed
+  FairSendQueue fair_;  // before router_: its shards' sends complete into it as they close
+  ShardRouter router_{index_};
+  std::map<std::uint64_t, double> shard_cpu_start_;  // by session: CPU seconds at install
   std::uint16_t port_ = 0;
   std::uint64_t refused_ = 0;  // data connections refused for --max-connections
   // Last, so it is destroyed (its thread joined) first: handlers still queued on it may touch

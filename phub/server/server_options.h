@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "phub/kernels/aggregate_and_step.h"
@@ -16,6 +17,11 @@ namespace phub::server {
 // Chunk size used when --chunk-bytes is not given; chosen by measurement (docs/design.md).
 inline constexpr std::uint64_t kDefaultChunkBytes = 1024 * 1024;
 
+// FairSendQueue's window on each core while jobs share it (--fair-window-bytes): small enough
+// that the order jobs' chunks start in is the order the NIC serves them, large enough to keep
+// it busy (a few chunk broadcasts).
+inline constexpr std::size_t kDefaultFairWindowBytes = 16u << 20;
+
 // Bounds on what any peer can make phubd allocate or hold, and for how long. Every refusal is
 // an Error naming the limit and its flag (docs/operations.md "Limits"). The defaults fit a PS
 // box serving jobs of up to a few hundred workers and models of up to ~100k tensors.
@@ -27,6 +33,12 @@ struct ServerLimits {
   std::uint64_t max_model_bytes = 0;
   // Open control connections; per core, data connections that have not attached yet.
   std::uint32_t max_connections = 1024;
+  // Jobs forming or running at once (docs/operations.md "Sharing a PBox").
+  std::uint32_t max_jobs = 16;
+  // What all jobs together may hold: each job is charged its model times (world size + 3) (a
+  // slot per worker, the weights, up to two optimizer state arrays) from its first Hello to its
+  // end; a job that would pass it is refused. 0 until phubd_main derives it (80 % of memory).
+  std::uint64_t memory_budget_bytes = 0;
   int hello_timeout_ms = 10000;        // a control connection must send its Hello by then
   // A data connection must ATTACH by then; and every member must be attached to every core
   // this long after the job's Welcome, or the job stalls.
@@ -63,15 +75,23 @@ struct ServerOptions {
   std::uint32_t cores = 1;              // shards, one pinned thread each
   bool pin = true;
   int first_core = 0;                   // core i is pinned to physical core first_core+i
-  std::uint32_t world_size = 1;
+  // Jobs name their own world size (Hello); nonzero: the largest phubd accepts.
+  std::uint32_t world_size = 0;
   std::uint64_t chunk_bytes = kDefaultChunkBytes;
   kernels::OptimizerConfig optimizer;
   std::string job_token;                // contents of --token-file; empty = no token
+  // --job-tokens DIR: job NAME's token is the contents of DIR/NAME, read at each first Hello
+  // (job_tokens.h); a job without a file there is refused. Overrides job_token when set.
+  std::string job_tokens_dir;
+  // --job-weight NAME=W: the job's share of every core's sends (weighted fair queueing,
+  // fair_send_queue.h); jobs not named weigh 1.
+  std::map<std::string, double> job_weights;
   std::string initial_weights_path;     // raw float32 file; empty = rank 0 sends weights
   bool one_job = false;                 // exit after the first job ends
   transport::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
   // Priority scheduling of the WEIGHTS each core sends (--send-window-bytes, SendScheduler).
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
+  std::size_t fair_window_bytes = kDefaultFairWindowBytes;  // --fair-window-bytes
   transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
   transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long

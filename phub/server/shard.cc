@@ -22,8 +22,8 @@ std::span<std::byte> AsBytes(float* data, std::size_t elements) {
 }  // namespace
 
 Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink,
-             const CoreMetrics* metrics)
-    : job_(std::move(job)), core_(core), sink_(std::move(sink)), metrics_(metrics) {
+             const CoreMetrics* metrics, FairSendQueue* fair)
+    : job_(std::move(job)), core_(core), sink_(std::move(sink)), metrics_(metrics), fair_(fair) {
   const keys::KeyTable& table = job_->table;
   const std::uint32_t world = job_->world_size;
   const int state_arrays = kernels::StateArrays(job_->optimizer.kind);
@@ -151,6 +151,11 @@ StatusOr<std::vector<transport::LandingZone>> Shard::LandingZones(const Connecti
 void Shard::Adopt(std::shared_ptr<Connection> connection) {
   unattached_.push_back(connection);
   connection->Start();
+}
+
+Status Shard::AdoptAttached(std::shared_ptr<Connection> connection, const WireHeader& attach) {
+  unattached_.push_back(connection);
+  return Attach(*connection, attach);
 }
 
 void Shard::CloseAll(const Status& why) {
@@ -412,15 +417,39 @@ void Shard::CheckCompletable(const ChunkState& state) {
 
 void Shard::Broadcast(ChunkState& state) {
   state.announced = true;
-  for (std::uint32_t w = 0; w < job_->world_size; ++w) {
-    SendTo(w, state, state.weights, state.iteration);
-  }
+  if (fair_ == nullptr) return SendToAll(state, nullptr);
+  // The unit of fairness: one chunk to every worker (what it costs the core's NIC).
+  const std::size_t cost = std::size_t{state.chunk->bytes()} * job_->world_size;
+  // The chunk waits for its turn as it waits for its sends: it does not aggregate meanwhile
+  // (so `state` stays as it is; a job's end drops its turns with its flow).
+  ++state.pending_sends;
+  fair_->Submit(job_->session, cost, [this, &state, cost] {
+    --state.pending_sends;
+    FairSendQueue* fair = fair_;
+    const std::uint64_t flow = job_->session;
+    SendToAll(state, [fair, flow, cost] { fair->Done(flow, cost); });
+  });
 }
 
-void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
-                   std::uint64_t iteration) {
-  if (!workers_[rank] || workers_[rank]->closed()) return;
-  if (state.replay[rank] == kHeld) return;  // answered when its replay arrives
+void Shard::SendToAll(ChunkState& state, std::function<void()> sent) {
+  // `sent` runs once every send has completed (the count starts at 1 so that sends completing
+  // at once cannot run it before the loop is done).
+  auto left = std::make_shared<std::uint32_t>(1);
+  auto one_done = [left, sent = std::move(sent)] {
+    if (--*left == 0 && sent) sent();
+  };
+  for (std::uint32_t w = 0; w < job_->world_size; ++w) {
+    ++*left;
+    if (!SendTo(w, state, state.weights, state.iteration, one_done)) --*left;
+  }
+  one_done();
+  MaybeAggregate(state);  // nothing was sent (every worker gone): the chunk must not wait
+}
+
+bool Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
+                   std::uint64_t iteration, std::function<void()> sent) {
+  if (!workers_[rank] || workers_[rank]->closed()) return false;
+  if (state.replay[rank] == kHeld) return false;  // answered when its replay arrives
   Op op = Op::kWeights;
   const AlignedBuffer* from = &source;
   std::size_t bytes = state.chunk->bytes();
@@ -441,7 +470,7 @@ void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
       workers_[rank]->Close(absl::InternalError(absl::StrCat(
           "phubd has no change of chunk ", state.chunk->id, " to iteration ", iteration,
           " for rank ", rank, ": rejoin the job")));
-      return;
+      return false;
     }
   }
   auto payload = std::span<const std::byte>(reinterpret_cast<const std::byte*>(from->data()), bytes);
@@ -449,11 +478,14 @@ void Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
   // The chunk does not aggregate (which rewrites weights, previous, views and the change)
   // while a send is queued.
   ++state.pending_sends;
-  senders_[rank]->Send(header, payload, [this, &state, bytes](const Status& status) {
-    --state.pending_sends;
-    if (status.ok()) CountSent(bytes);
-    MaybeAggregate(state);
-  });
+  senders_[rank]->Send(header, payload,
+                       [this, &state, bytes, sent = std::move(sent)](const Status& status) {
+                         --state.pending_sends;
+                         if (status.ok()) CountSent(bytes);
+                         if (sent) sent();
+                         MaybeAggregate(state);
+                       });
+  return true;
 }
 
 void Shard::EnsureView(ChunkState& state) {

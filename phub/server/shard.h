@@ -31,6 +31,7 @@
 
 #include "phub/common/aligned_buffer.h"
 #include "phub/server/checkpoint_file.h"
+#include "phub/server/fair_send_queue.h"
 #include "phub/server/job_spec.h"
 #include "phub/server/server_metrics.h"
 #include "phub/server/wire_slots.h"
@@ -87,16 +88,23 @@ class Shard final : public transport::ConnectionHandler {
   // Allocates slots, weights and state for the chunks of `core` (on the calling thread: create
   // the shard on its core's thread so first-touch puts the memory on the core's NUMA node).
   // `metrics`: the core's exported series (server_metrics.h), or null (tests, fuzzers).
+  // `fair`: the core's queue its broadcasts take turns in with other jobs' (fair_send_queue.h;
+  // the shard's flow is its job's session, added by the caller); null: sent at once.
   Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink,
-        const CoreMetrics* metrics = nullptr);
+        const CoreMetrics* metrics = nullptr, FairSendQueue* fair = nullptr);
   ~Shard() override;
 
   // Takes a freshly accepted data connection; it must ATTACH first.
   void Adopt(std::shared_ptr<transport::Connection> connection);
+  // Takes a started connection whose ATTACH (`attach`, accepted by ResolveSlot) names this
+  // shard's job (ShardRouter).
+  Status AdoptAttached(std::shared_ptr<transport::Connection> connection,
+                       const transport::WireHeader& attach);
   // Closes every connection (job over or daemon stopping).
   void CloseAll(const Status& why);
 
   const ShardStats& stats() const { return stats_; }
+  std::uint64_t session() const { return job_->session; }
   // Data connections adopted that have not attached yet.
   std::size_t unattached() const { return unattached_.size(); }
 
@@ -164,10 +172,13 @@ class Shard final : public transport::ConnectionHandler {
   // If `state` has pushes in but waits for a worker that said BYE, the iteration can never
   // complete: tell the control plane (once per shard) rather than let the others wait.
   void CheckCompletable(const ChunkState& state);
+  // Sends every worker the chunk's new weights: at once, or in its turn on the core (fair_).
   void Broadcast(ChunkState& state);
-  // Sends `rank` alone chunk `state`'s weights of `iteration` from `source` (weights or previous).
-  void SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
-              std::uint64_t iteration);
+  void SendToAll(ChunkState& state, std::function<void()> sent);
+  // Sends `rank` alone chunk `state`'s weights of `iteration` from `source` (weights or
+  // previous); `sent` (if any) runs when the send completes. False if nothing was sent.
+  bool SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,
+              std::uint64_t iteration, std::function<void()> sent = nullptr);
   // wire_weights: the view set from the weights, once (after INIT or a checkpoint's load).
   void EnsureView(ChunkState& state);
   // wire_weights, after an aggregation: the view's rounded change to the new weights.
@@ -218,6 +229,7 @@ class Shard final : public transport::ConnectionHandler {
   std::vector<float*> state_ptrs_;
   ShardStats stats_;
   const CoreMetrics* metrics_;
+  FairSendQueue* fair_;
   // phub_core_round_seconds: aggregations since the round began, and when it began (the
   // previous round's end, or the shard's first push).
   std::size_t round_aggregations_ = 0;

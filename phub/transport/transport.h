@@ -97,6 +97,9 @@ class Transport {
   // ForgetRegistered keep what they were made with.
   virtual Status Register(std::span<std::byte> bytes) = 0;
   virtual void ForgetRegistered() = 0;
+  // Forgets one buffer given to Register (one owner's memory, when the owner goes while others
+  // stay: a job's shard on a core that serves several). A peer still writing there fails.
+  virtual void Unregister(std::span<std::byte> bytes) = 0;
 
   // For logs: "tcp", "verbs on rxe0 port 1 (RoCE v2 GID 1)".
   virtual std::string Describe() const = 0;

@@ -46,8 +46,9 @@ run_job() {  # run_job NAME COMM [PHUBD_ARGS]
 }
 
 run_job ps ps "--cores 2 --no-pin"
-chunks=$(grep -oP 'job 1 started: .*?, \K[0-9]+(?= chunks)' "$dir/out/ps.log")
-grep -q "job 1 ended: $((chunks * steps)) chunk aggregations" "$dir/out/ps.log" ||
+# The job is named after the Slurm job (phub-worker's default: $SLURM_JOB_ID).
+chunks=$(grep -oP "job '[0-9]+' started: .*?, \K[0-9]+(?= chunks)" "$dir/out/ps.log")
+grep -qP "job '[0-9]+' ended: $((chunks * steps)) chunk aggregations" "$dir/out/ps.log" ||
   { echo "FAIL: phubd did not log $((chunks * steps)) aggregations ($chunks chunks x $steps steps)"; exit 1; }
 grep -q "phubd stopped" "$dir/out/ps.log" || { echo "FAIL: phubd did not exit with the job"; exit 1; }
 

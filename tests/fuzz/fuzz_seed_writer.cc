@@ -230,10 +230,8 @@ void CheckpointFiles(const fs::path& dir) {
 // (NUL between them: metrics_text_fuzzer.cc), and the format's corners phubd does not use.
 void MetricsTexts(const fs::path& dir) {
   ctl::fixture::PhubdState state;
-  state.job_running = 1;
-  state.world_size = 2;
-  state.connected = 2;
-  state.model_bytes = 4096;
+  state.jobs = {ctl::fixture::FakeJob{
+      .name = "train", .running = 1, .world_size = 2, .model_bytes = 4096, .connected = 2}};
   state.cores.resize(2);
   state.cores[0].chunks = 3;
   state.cores[1].chunks = 1;

@@ -111,13 +111,15 @@ def main() -> int:
         workers = [subprocess.Popen(
             [WORKER, "--comm", "ps", "--host", "127.0.0.1", "--port", str(port), "--rank", str(r),
              "--world", str(WORLD), "--tensors", ",".join(map(str, TENSORS)), "--iters",
-             str(ITERS), "--step-delay-ms", "100"],
+             str(ITERS), "--step-delay-ms", "100", "--job", "prom"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
         procs += workers
-        # While it runs, Prometheus sees a job of WORLD workers.
+        # While it runs, Prometheus sees a job of WORLD workers, under its name.
         wait_for("phub_job_running == 1 and phub_workers_connected == 2 in Prometheus",
-                 lambda: query("phub_job_running") == 1 and
-                 query("phub_workers_connected") == WORLD)
+                 lambda: query('phub_job_running{job_name="prom"}') == 1 and
+                 query('phub_workers_connected{job_name="prom"}') == WORLD and
+                 query('phub_job_world_size{job_name="prom"}') == WORLD and
+                 query("phub_jobs") == 1)
         for w in workers:
             out, _ = w.communicate(timeout=DEADLINE_S)
             if w.returncode != 0:
@@ -138,8 +140,10 @@ def main() -> int:
             "sum(phub_core_round_seconds_count)": 2 * ITERS,  # each of the 2 cores, per iteration
             "phub_jobs_formed_total": 1,
             "phub_jobs_stalled_total": 0,
-            "phub_job_running": 0,
-            "phub_workers_connected": 0,
+            # The ended job's series are gone; the PBox's say so.
+            "phub_jobs": 0,
+            "phub_memory_charged_bytes": 0,
+            'count(phub_job_running) or vector(0)': 0,
         }
         failures = []
         for expr, want in expected.items():

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iterations);
   app.add_option("--seed", seed);
   app.add_option("--token", token);
+  app.add_option("--job", options.ps.client.job, "the job's name on a shared phubd");
   app.add_option("--out", out_path);
   app.add_option("--die-at", die_at);
   app.add_flag("--grad-from-weights", grad_from_weights,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # phub-worker --comm ps: an optimizer named on its command line is the one phubd runs for the
 # job (sent in the Hello); without one, phubd's own --optimizer flags apply. Read from phubd's
-# "job 1 started: ..." line. Usage: optimizer_reaches_phubd.sh PHUBD PHUB_WORKER
+# "job 'NAME' started: ..." line. Usage: optimizer_reaches_phubd.sh PHUBD PHUB_WORKER
 set -euo pipefail
 phubd=$1 worker=$2
 dir=$(mktemp -d /tmp/phub-optimizer-test.XXXXXX)
@@ -19,7 +19,7 @@ run() {  # run NAME [phub-worker optimizer flags...]: the optimizer phubd ran
   "$worker" --comm ps --ps "127.0.0.1:$(cat "$dir/$name.port")" --rank 0 --world 1 \
     --model fashion-cnn --batch 2 --iters 1 --warmup 0 --log-level warn "$@" >/dev/null
   wait "$pid"
-  grep -oP 'job 1 started: .*?chunks of \d+ bytes over \d+ cores, \K[a-z]+\([^)]*\)' "$dir/$name.log"
+  grep -oP "job '[^']+' started: .*?chunks of \d+ bytes over \d+ cores, \K[a-z]+\([^)]*\)" "$dir/$name.log"
 }
 
 named=$(run named --optimizer adam --lr 0.002)

@@ -22,18 +22,20 @@ __all__ = ["PhubError", "PsClient", "connect", "resolve", "parse_address", "Laun
 def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
             rank: Optional[int] = None, world_size: Optional[int] = None,
             token: Optional[str] = None, optimizer: Optional[dict] = None,
-            connect_timeout_ms: int = 30000, rdma_device: str = "") -> PsClient:
+            connect_timeout_ms: int = 30000, rdma_device: str = "",
+            job: Optional[str] = None) -> PsClient:
     """Joins phubd's job as `rank` of `world_size` (from torchrun's environment when not given;
     phubd's address from PHUB_ADDRESS). Blocks until every worker has joined, at most
     connect_timeout_ms for phubd to answer, then phubd's own --form-timeout-ms.
 
     tensors: [(name, elements)], identical on every rank. weights: one float32 buffer per
     tensor, where phubd's answers land. optimizer: None (phubd's --optimizer flags) or
-    {"kind": "sgd"|"momentum"|"nesterov"|"adam"|"average", "lr": ..., ...}.
+    {"kind": "sgd"|"momentum"|"nesterov"|"adam"|"average", "lr": ..., ...}. job: the job's
+    name on a shared phubd (default: PHUB_JOB, torchrun's run id, SLURM_JOB_ID, else "").
     """
-    launch = resolve(address, rank, world_size, token)
+    launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
     return PsClient(launch.host, launch.port, launch.rank, launch.world_size,
                     [(str(n), int(e)) for n, e in tensors], list(weights), token=launch.token,
                     optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
-                    rdma_device=rdma_device)
+                    rdma_device=rdma_device, job=launch.job)

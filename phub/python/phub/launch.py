@@ -2,8 +2,10 @@
 
 torchrun (and torch.distributed.launch, Slurm's srun through a wrapper) exports RANK, WORLD_SIZE
 and LOCAL_RANK. phubd's address comes from an argument or PHUB_ADDRESS (HOST:PORT), its job
-token from PHUB_TOKEN or the file named by PHUB_TOKEN_FILE (phubd's --token-file). An argument
-given explicitly always wins over the environment.
+token from PHUB_TOKEN or the file named by PHUB_TOKEN_FILE (phubd's --token-file, or the file
+the operator issued for the job under phubd's --job-tokens), the job's name from PHUB_JOB, else
+torchrun's run id (TORCHELASTIC_RUN_ID, unless "none"), else Slurm's SLURM_JOB_ID, else "" (the
+job phubd calls "default"). An argument given explicitly always wins over the environment.
 """
 import os
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ class Launch:
     world_size: int
     local_rank: int
     token: str
+    job: str = ""
 
 
 def _env_int(name: str, value: Optional[int]) -> int:
@@ -56,7 +59,8 @@ def parse_address(address: str) -> tuple:
 
 
 def resolve(address: Optional[str] = None, rank: Optional[int] = None,
-            world_size: Optional[int] = None, token: Optional[str] = None) -> Launch:
+            world_size: Optional[int] = None, token: Optional[str] = None,
+            job: Optional[str] = None) -> Launch:
     """Fills what was not given from the environment (see the module's doc)."""
     if address is None:
         address = os.environ.get("PHUB_ADDRESS")
@@ -74,4 +78,15 @@ def resolve(address: Optional[str] = None, rank: Optional[int] = None,
     if token is None and os.environ.get("PHUB_TOKEN_FILE"):
         with open(os.environ["PHUB_TOKEN_FILE"], encoding="utf-8") as f:
             token = f.read().rstrip()  # as phubd reads its --token-file
-    return Launch(host, port, rank, world_size, local_rank, token or "")
+    if job is None:
+        job = default_job_name()
+    return Launch(host, port, rank, world_size, local_rank, token or "", job)
+
+
+def default_job_name() -> str:
+    """The job's name as the launcher knows it (see the module's doc); "" if none does."""
+    for name in ("PHUB_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+        value = os.environ.get(name, "")
+        if value and value != "none":  # torchrun's run id when --rdzv-id was not given
+            return value
+    return ""

@@ -60,7 +60,7 @@ class PhubState:
                  optimizer: Optional[dict] = None, address: Optional[str] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  token: Optional[str] = None, connect_timeout_ms: int = 30000,
-                 rdma_device: str = ""):
+                 rdma_device: str = "", job: Optional[str] = None):
         if mode not in ("average", "optimizer"):
             raise ValueError(f"mode {mode!r}: use 'average' or 'optimizer'")
         if mode == "optimizer" and optimizer is None:
@@ -108,7 +108,7 @@ class PhubState:
             [v.numpy() for v in self.received_views], address=address, rank=rank,
             world_size=world_size, token=token,
             optimizer=optimizer if mode == "optimizer" else {"kind": "average"},
-            connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device)
+            connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job)
         self.rank = self.client.rank
         self.client.init()
         self.error: Optional[BaseException] = None
@@ -269,7 +269,7 @@ class PhubState:
 def connect(model: torch.nn.Module, address: Optional[str] = None, **kwargs) -> PhubState:
     """The state for allreduce_hook: joins phubd's job in summation mode (the mean gradient
     comes back). Blocks until every rank has joined. kwargs: rank, world_size, token,
-    connect_timeout_ms, rdma_device (torchrun's RANK/WORLD_SIZE and PHUB_ADDRESS by default)."""
+    connect_timeout_ms, rdma_device, job (torchrun's RANK/WORLD_SIZE and PHUB_ADDRESS by default)."""
     return PhubState(model, "average", None, address, **kwargs)
 
 

@@ -62,6 +62,7 @@ class TcpTransport final : public Transport {
 
   Status Register(std::span<std::byte>) override { return absl::OkStatus(); }
   void ForgetRegistered() override {}
+  void Unregister(std::span<std::byte>) override {}
   std::string Describe() const override { return "tcp"; }
 
  private:

@@ -11,6 +11,17 @@ Status MemoryRegistry::Register(std::span<std::byte> memory) {
   return absl::OkStatus();
 }
 
+void MemoryRegistry::Forget(std::span<std::byte> memory) {
+  auto [first, last] = regions_.equal_range(memory.data());
+  for (auto it = first; it != last; ++it) {
+    if (it->second.size() == memory.size()) {
+      registered_bytes_ -= memory.size();
+      regions_.erase(it);
+      return;
+    }
+  }
+}
+
 const MemoryRegion* MemoryRegistry::Find(const std::byte* data, std::size_t bytes) const {
   // Regions starting at or before `data`, nearest first. Owners register disjoint buffers, so
   // the first one is almost always the answer; a miss just means "copy it".

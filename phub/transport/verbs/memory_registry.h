@@ -23,6 +23,9 @@ class MemoryRegistry {
   // region is not registered again.
   Status Register(std::span<std::byte> memory);
 
+  // Deregisters the region registered for exactly `memory` (nothing if there is none).
+  void Forget(std::span<std::byte> memory);
+
   // The region wholly containing [data, data + bytes), or null.
   const MemoryRegion* Find(const std::byte* data, std::size_t bytes) const;
 

@@ -116,6 +116,7 @@ class VerbsTransport final : public Transport {
   }
 
   Status Register(std::span<std::byte> bytes) override { return verbs_->registry->Register(bytes); }
+  void Unregister(std::span<std::byte> bytes) override { verbs_->registry->Forget(bytes); }
   void ForgetRegistered() override {
     // Connections made so far keep the old registry (their regions stay until they close).
     verbs_->registry = std::make_shared<MemoryRegistry>(verbs_->device);

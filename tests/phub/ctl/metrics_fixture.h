@@ -28,13 +28,22 @@ struct CoreCounters {
   std::array<double, 16> round_counts{};
 };
 
+// One job forming or running: its series carry job="NAME".
+struct FakeJob {
+  std::string name;
+  double running = 0, stalled = 0, world_size = 0, model_bytes = 0;
+  double connected = 0, missing = 0;
+  double charge = 0;  // bytes of the memory budget
+  double weight = 1;
+};
+
 struct PhubdState {
   std::string version = "0.1.0";
   std::string protocol = "3";
-  double job_running = 0, job_stalled = 0, world_size = 0, model_bytes = 0;
-  double connected = 0, missing = 0;
+  std::vector<FakeJob> jobs;  // written in this order; phub_jobs is their number
+  double memory_budget = 8.0 * (1 << 30), memory_charged = 0;  // bytes
   double jobs_formed = 0, jobs_stalled = 0, jobs_ended = 0, workers_lost = 0;
-  double workers_rejoined = 0, checkpoints = 0, hellos_refused = 0;
+  double workers_rejoined = 0, checkpoints = 0, hellos_refused = 0, refused_for_memory = 0;
   double start_time = 1.7e9;  // unix seconds
   double cpu_seconds = 0;
   double resident_bytes = 64 << 20, virtual_bytes = 1 << 30, open_fds = 12, max_fds = 1024;

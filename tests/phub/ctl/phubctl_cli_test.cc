@@ -41,9 +41,8 @@ CliRun Phubctl(const std::string& args) {
 
 std::vector<Script> TwoScrapes() {
   fixture::PhubdState state;
-  state.job_running = 1;
-  state.world_size = 2;
-  state.connected = 2;
+  state.jobs = {fixture::FakeJob{.name = "train", .running = 1, .world_size = 2, .connected = 2},
+                fixture::FakeJob{.name = "eval", .world_size = 3, .connected = 1}};
   state.cores.resize(2);
   const std::string first = fixture::MetricsBody(state);
   state.cores[0].received = 5e6;
@@ -65,7 +64,10 @@ TEST(PhubctlStatus, PrintsTheReportAndExitsZero) {
       Phubctl("status 127.0.0.1:" + std::to_string(server.port()) + " --interval-ms 100");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, StartsWith("phubd 0.1.0 (protocol 3) at 127.0.0.1:"));
-  EXPECT_THAT(run.output, HasSubstr("job:      running, world size 2, workers 2 connected"));
+  EXPECT_THAT(run.output, HasSubstr("\njobs:     2 (memory charged 0 B of 8.0 GiB budget)\n"
+                                    "job    state    world  connected  missing"));
+  EXPECT_THAT(run.output, HasSubstr("\neval   forming      3          1        0"));
+  EXPECT_THAT(run.output, HasSubstr("\ntrain  running      2          2        0"));
   EXPECT_THAT(run.output, HasSubstr("\ntotal "));
   EXPECT_EQ(server.requests().size(), 2u);
 }
@@ -77,6 +79,8 @@ TEST(PhubctlStatus, JsonIsOneObject) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, StartsWith("{\"target\":\"127.0.0.1:"));
   EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1);
+  EXPECT_THAT(run.output, HasSubstr("\"jobs\":[{\"name\":\"eval\",\"state\":\"forming\""));
+  EXPECT_THAT(run.output, HasSubstr("},{\"name\":\"train\",\"state\":\"running\""));
 }
 
 TEST(PhubctlStatus, AnUnreachablePortExitsOneWithAdvice) {

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
+#include <string_view>
 
 #include "phub/ctl/status_render.h"
 #include "tests/phub/ctl/metrics_fixture.h"
@@ -12,6 +14,7 @@ namespace phub::ctl {
 namespace {
 
 using fixture::CoreCounters;
+using fixture::FakeJob;
 using fixture::MetricsBody;
 using fixture::PhubdState;
 using ::testing::HasSubstr;
@@ -20,6 +23,119 @@ Scrape Parse(const std::string& body) {
   auto samples = ParseMetricsText(body);
   EXPECT_TRUE(samples.ok()) << samples.status();
   return Scrape(samples.ok() ? std::move(*samples) : std::vector<Sample>{});
+}
+
+// Whether `text` is one JSON value (RFC 8259) and a newline: a strict recursive-descent check,
+// as the project takes no JSON library.
+class JsonChecker {
+ public:
+  explicit JsonChecker(std::string_view text) : s_(text) {}
+  bool Document() {
+    if (s_.empty() || s_.back() != '\n') return false;
+    s_.remove_suffix(1);
+    return Value(0) && (Space(), i_ == s_.size());
+  }
+
+ private:
+  void Space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r'))
+      ++i_;
+  }
+  bool Eat(char c) {
+    Space();
+    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
+    return false;
+  }
+  bool Literal(std::string_view word) {
+    if (s_.substr(i_, word.size()) != word) return false;
+    i_ += word.size();
+    return true;
+  }
+  bool Digits() {
+    const std::size_t start = i_;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+    return i_ > start;
+  }
+  bool Number() {
+    if (i_ < s_.size() && s_[i_] == '-') ++i_;
+    if (i_ < s_.size() && s_[i_] == '0') {
+      ++i_;
+    } else if (!Digits()) {
+      return false;
+    }
+    if (i_ < s_.size() && s_[i_] == '.' && (++i_, !Digits())) return false;
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (!Digits()) return false;
+    }
+    return true;
+  }
+  bool String() {
+    if (!Eat('"')) return false;
+    while (i_ < s_.size()) {
+      const auto c = static_cast<unsigned char>(s_[i_++]);
+      if (c == '"') return true;
+      if (c < 0x20) return false;
+      if (c != '\\') continue;
+      if (i_ >= s_.size()) return false;
+      const char e = s_[i_++];
+      if (e == 'u') {
+        for (int k = 0; k < 4; ++k, ++i_) {
+          if (i_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[i_]))) return false;
+        }
+      } else if (std::string_view("\"\\/bfnrt").find(e) == std::string_view::npos) {
+        return false;
+      }
+    }
+    return false;
+  }
+  bool Value(int depth) {
+    if (depth > 64) return false;
+    Space();
+    if (i_ >= s_.size()) return false;
+    switch (s_[i_]) {
+      case '{':
+        ++i_;
+        if (Eat('}')) return true;
+        do {
+          if (!String() || !Eat(':') || !Value(depth + 1)) return false;
+        } while (Eat(','));
+        return Eat('}');
+      case '[':
+        ++i_;
+        if (Eat(']')) return true;
+        do {
+          if (!Value(depth + 1)) return false;
+        } while (Eat(','));
+        return Eat(']');
+      case '"':
+        return String();
+      case 't':
+        return Literal("true");
+      case 'f':
+        return Literal("false");
+      case 'n':
+        return Literal("null");
+      default:
+        return Number();
+    }
+  }
+
+  std::string_view s_;
+  std::size_t i_ = 0;
+};
+
+bool IsJson(std::string_view text) { return JsonChecker(text).Document(); }
+
+TEST(JsonChecker, AcceptsJsonAndRefusesTheRest) {
+  EXPECT_TRUE(IsJson("{\"a\":[1,-2.5e3,null,true,\"\\u00e9\\n\"],\"b\":{}}\n"));
+  EXPECT_FALSE(IsJson("{\"a\":1,}\n"));
+  EXPECT_FALSE(IsJson("{\"a\":nan}\n"));
+  EXPECT_FALSE(IsJson("{\"a\":01}\n"));
+  EXPECT_FALSE(IsJson("{\"a\":1}{}\n"));
+  EXPECT_FALSE(IsJson("{\"a\":1}"));
+  EXPECT_FALSE(IsJson("[\"\x01\"]\n"));
 }
 
 // Two scrapes of a phubd with two cores, 2 s apart: core 0 moved 4 MB in and 2 MB out, 100
@@ -94,36 +210,132 @@ TEST(StatusReport, QuantilesComeFromTheBucketDeltasOrElseSinceStart) {
 
 TEST(StatusReport, TheJobAndLifetimeCountersAreTheSecondScrapes) {
   TwoScrapes s;
-  s.after.job_running = 1;
-  s.after.world_size = 4;
-  s.after.connected = 3;
-  s.after.missing = 1;
-  s.after.model_bytes = 102236160;
+  s.after.jobs = {FakeJob{.name = "train",
+                          .running = 1,
+                          .world_size = 4,
+                          .model_bytes = 102236160,
+                          .connected = 3,
+                          .missing = 1,
+                          .charge = 102236160.0 * 7,
+                          .weight = 2}};
+  s.after.memory_charged = 102236160.0 * 7;
   s.after.jobs_formed = 3;
   s.after.hellos_refused = 2;
+  s.after.refused_for_memory = 5;
   const auto r = BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1.0,
                                    s.after.start_time + 10);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->job.state, "running");
-  EXPECT_EQ(r->job.world_size, 4);
-  EXPECT_EQ(r->job.workers_connected, 3);
-  EXPECT_EQ(r->job.workers_missing, 1);
-  EXPECT_EQ(r->job.model_bytes, 102236160);
+  EXPECT_TRUE(r->jobs_known);
+  ASSERT_EQ(r->jobs.size(), 1u);
+  const JobStatus& j = r->jobs[0];
+  EXPECT_EQ(j.name, "train");
+  EXPECT_EQ(j.state, "running");
+  EXPECT_EQ(j.world_size, 4);
+  EXPECT_EQ(j.workers_connected, 3);
+  EXPECT_EQ(j.workers_missing, 1);
+  EXPECT_EQ(j.model_bytes, 102236160);
+  EXPECT_EQ(j.memory_charge_bytes, 102236160.0 * 7);
+  EXPECT_EQ(j.weight, 2);
+  EXPECT_EQ(r->memory_budget_bytes, 8.0 * (1 << 30));
+  EXPECT_EQ(r->memory_charged_bytes, 102236160.0 * 7);
   EXPECT_EQ(r->lifetime.jobs_formed, 3);
   EXPECT_EQ(r->lifetime.hellos_refused, 2);
+  EXPECT_EQ(r->lifetime.jobs_refused_for_memory, 5);
 
-  s.after.job_stalled = 1;
-  EXPECT_EQ(
-      BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1, 0)->job.state,
-      "stalled");
-  s.after.job_stalled = s.after.job_running = 0;
-  EXPECT_EQ(
-      BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1, 0)->job.state,
-      "forming");
-  s.after.world_size = 0;
-  EXPECT_EQ(
-      BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1, 0)->job.state,
-      "idle");
+  const auto state = [&] {
+    const auto report =
+        BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1, 0);
+    return report.ok() && report->jobs.size() == 1 ? report->jobs[0].state : "?";
+  };
+  s.after.jobs[0].stalled = 1;
+  EXPECT_EQ(state(), "stalled");
+  s.after.jobs[0].stalled = s.after.jobs[0].running = 0;
+  EXPECT_EQ(state(), "forming");
+}
+
+TEST(StatusReport, NoJobsIsKnownAndEmpty) {
+  TwoScrapes s;
+  const auto r =
+      BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1.0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->jobs_known);  // phub_jobs 0
+  EXPECT_TRUE(r->jobs.empty());
+  EXPECT_EQ(r->memory_budget_bytes, 8.0 * (1 << 30));
+  EXPECT_EQ(r->memory_charged_bytes, 0);
+  EXPECT_THAT(RenderStatusText(*r, "h:1"), HasSubstr("\njobs:     none (memory budget 8.0 GiB)\n"));
+}
+
+// Two jobs, written out of order: both reported, by name, each with its own numbers.
+struct TwoJobs : TwoScrapes {
+  TwoJobs() {
+    after.jobs = {FakeJob{.name = "zeta",
+                          .running = 0,
+                          .world_size = 8,
+                          .model_bytes = 0,
+                          .connected = 5,
+                          .missing = 0,
+                          .charge = 3 << 20,
+                          .weight = 0.5},
+                  FakeJob{.name = "alpha",
+                          .running = 1,
+                          .world_size = 2,
+                          .model_bytes = 1 << 20,
+                          .connected = 2,
+                          .missing = 1,
+                          .charge = 5 << 20,
+                          .weight = 1}};
+    after.memory_charged = 8 << 20;
+    after.memory_budget = 1 << 30;
+    after.refused_for_memory = 4;
+  }
+};
+
+TEST(StatusReport, EveryJobIsReportedByNameWithItsOwnSeries) {
+  TwoJobs s;
+  const auto r =
+      BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1.0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->jobs_known);
+  ASSERT_EQ(r->jobs.size(), 2u);
+  const JobStatus& a = r->jobs[0];
+  const JobStatus& z = r->jobs[1];
+  EXPECT_EQ(a.name, "alpha");
+  EXPECT_EQ(a.state, "running");
+  EXPECT_EQ(a.world_size, 2);
+  EXPECT_EQ(a.workers_connected, 2);
+  EXPECT_EQ(a.workers_missing, 1);
+  EXPECT_EQ(a.model_bytes, 1 << 20);
+  EXPECT_EQ(a.memory_charge_bytes, 5 << 20);
+  EXPECT_EQ(a.weight, 1);
+  EXPECT_EQ(z.name, "zeta");
+  EXPECT_EQ(z.state, "forming");
+  EXPECT_EQ(z.world_size, 8);
+  EXPECT_EQ(z.workers_connected, 5);
+  EXPECT_EQ(z.workers_missing, 0);
+  EXPECT_EQ(z.model_bytes, 0);
+  EXPECT_EQ(z.memory_charge_bytes, 3 << 20);
+  EXPECT_EQ(z.weight, 0.5);
+  EXPECT_EQ(r->memory_charged_bytes, 8 << 20);
+  EXPECT_EQ(r->memory_budget_bytes, 1 << 30);
+}
+
+TEST(StatusReport, AJobMissingASeriesShowsItAsUnknownNotAnothersValue) {
+  const Scrape a = Parse(
+      "phub_build_info{version=\"x\",protocol=\"3\"} 1\n"
+      "phub_job_world_size{job_name=\"a\"} 2\nphub_job_world_size{job_name=\"b\"} 3\n"
+      "phub_job_running{job_name=\"b\"} 1\nphub_workers_connected{job_name=\"b\"} 3\n"
+      "phub_workers_connected 9\n");  // unlabelled: no job's
+  const auto r = BuildStatusReport(a, a, 1.0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->jobs.size(), 2u);
+  EXPECT_EQ(r->jobs[0].name, "a");
+  EXPECT_EQ(r->jobs[0].state, "unknown");
+  EXPECT_TRUE(std::isnan(r->jobs[0].workers_connected));
+  EXPECT_TRUE(std::isnan(r->jobs[0].weight));
+  EXPECT_EQ(r->jobs[1].state, "running");
+  EXPECT_EQ(r->jobs[1].workers_connected, 3);
+  EXPECT_TRUE(r->jobs_known);  // no phub_jobs, but labelled job series
+  EXPECT_TRUE(std::isnan(r->memory_budget_bytes));
 }
 
 TEST(StatusReport, ACounterThatWentDownCountsFromZero) {
@@ -170,19 +382,42 @@ TEST(StatusReport, OrdersCoresByNumberAndShowsMissingSeriesAsUnknown) {
   EXPECT_TRUE(std::isnan(r->cores[1].pushes_per_s));
   EXPECT_TRUE(std::isnan(r->cores[1].aggregation_p50.seconds));
   EXPECT_TRUE(std::isnan(r->process.uptime_s));
-  EXPECT_EQ(r->job.state, "unknown");
+  EXPECT_FALSE(r->jobs_known);
+  EXPECT_TRUE(r->jobs.empty());
+}
+
+TEST(StatusReport, AnEndpointWithoutJobSeriesHasJobsUnknown) {
+  // A phubd from before jobs had names: one unlabelled job, no phub_jobs.
+  const Scrape a = Parse(
+      "phub_build_info{version=\"x\",protocol=\"3\"} 1\n"
+      "phub_job_running 1\nphub_job_world_size 4\nphub_workers_connected 4\n"
+      "phub_jobs_formed_total 1\n");
+  const auto r = BuildStatusReport(a, a, 1.0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->jobs_known);
+  EXPECT_TRUE(r->jobs.empty());
+  EXPECT_TRUE(std::isnan(r->memory_budget_bytes));
+  EXPECT_TRUE(std::isnan(r->lifetime.jobs_refused_for_memory));
+  const std::string text = RenderStatusText(*r, "h:1");
+  EXPECT_THAT(text, HasSubstr("\njobs:     unknown (no phub_job_* series)\nlifetime: "));
+  EXPECT_THAT(text, HasSubstr("- Hellos refused, - refused for memory\n"));
+  const std::string json = RenderStatusJson(*r, "h:1");
+  EXPECT_TRUE(IsJson(json)) << json;
+  EXPECT_THAT(json, HasSubstr("\"jobs_known\":false,\"jobs\":[],"));
+  EXPECT_THAT(json, HasSubstr("\"memory\":{\"budget_bytes\":null,\"charged_bytes\":null}"));
+  EXPECT_THAT(json, HasSubstr("\"jobs_refused_for_memory\":null}"));
 }
 
 TEST(StatusRender, TextShowsEveryPartAndMarksSinceStartQuantiles) {
   TwoScrapes s;
-  s.after.job_running = 1;
-  s.after.world_size = 2;
+  s.after.jobs = {FakeJob{.name = "j", .running = 1, .world_size = 2}};
   const auto r = BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 2.0,
                                    s.after.start_time + 3725);
   ASSERT_TRUE(r.ok());
   const std::string text = RenderStatusText(*r, "127.0.0.1:9100");
   EXPECT_THAT(text, HasSubstr("phubd 0.1.0 (protocol 3) at 127.0.0.1:9100: up 1h 02m 05s"));
-  EXPECT_THAT(text, HasSubstr("job:      running, world size 2"));
+  EXPECT_THAT(text, HasSubstr("\njobs:     1 (memory charged 0 B of 8.0 GiB budget)\n"));
+  EXPECT_THAT(text, HasSubstr("\nj    running      2"));
   EXPECT_THAT(text, HasSubstr("lifetime: jobs 0 formed"));
   EXPECT_THAT(
       text,
@@ -197,6 +432,40 @@ TEST(StatusRender, TextShowsEveryPartAndMarksSinceStartQuantiles) {
   EXPECT_THAT(text, HasSubstr("since phubd started"));
 }
 
+TEST(StatusRender, TextHasARowPerJobAndTheMemoryLine) {
+  TwoJobs s;
+  const auto r =
+      BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1.0, 0);
+  ASSERT_TRUE(r.ok());
+  const std::string text = RenderStatusText(*r, "h:1");
+  EXPECT_THAT(text,
+              HasSubstr("\njobs:     2 (memory charged 8.0 MiB of 1.0 GiB budget)\n"
+                        "job    state    world  connected  missing    model   charge  weight\n"
+                        "alpha  running      2          2        1  1.0 MiB  5.0 MiB       1\n"
+                        "zeta   forming      8          5        0      0 B  3.0 MiB     0.5\n"
+                        "\nlifetime: "));
+  EXPECT_THAT(text, HasSubstr(" Hellos refused, 4 refused for memory\n"));
+}
+
+TEST(StatusRender, JsonHoldsEveryJobAndTheMemory) {
+  TwoJobs s;
+  const auto r =
+      BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 1.0, 0);
+  ASSERT_TRUE(r.ok());
+  const std::string json = RenderStatusJson(*r, "h:1");
+  EXPECT_TRUE(IsJson(json)) << json;
+  EXPECT_THAT(json,
+              HasSubstr("\"jobs_known\":true,\"jobs\":["
+                        "{\"name\":\"alpha\",\"state\":\"running\",\"world_size\":2,"
+                        "\"workers_connected\":2,\"workers_missing\":1,\"model_bytes\":1048576,"
+                        "\"memory_charge_bytes\":5242880,\"weight\":1},"
+                        "{\"name\":\"zeta\",\"state\":\"forming\",\"world_size\":8,"
+                        "\"workers_connected\":5,\"workers_missing\":0,\"model_bytes\":0,"
+                        "\"memory_charge_bytes\":3145728,\"weight\":0.5}],"
+                        "\"memory\":{\"budget_bytes\":1073741824,\"charged_bytes\":8388608}"));
+  EXPECT_THAT(json, HasSubstr("\"jobs_refused_for_memory\":4}"));
+}
+
 TEST(StatusRender, JsonHasTheSameNumbersAndNullForUnknown) {
   TwoScrapes s;
   const auto r = BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 2.0,
@@ -205,6 +474,7 @@ TEST(StatusRender, JsonHasTheSameNumbersAndNullForUnknown) {
   std::string json = RenderStatusJson(*r, "h:1");
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.back(), '\n');
+  EXPECT_TRUE(IsJson(json)) << json;
   EXPECT_THAT(json, HasSubstr("\"target\":\"h:1\""));
   EXPECT_THAT(json, HasSubstr("\"received_bytes_per_s\":2000000"));
   EXPECT_THAT(json, HasSubstr("\"aggregation_p50\":{\"seconds\":0.00075,\"since_start\":false}"));
@@ -216,6 +486,7 @@ TEST(StatusRender, JsonHasTheSameNumbersAndNullForUnknown) {
   json = RenderStatusJson(unknown, "h:1");
   EXPECT_THAT(json, HasSubstr("\"resident_bytes\":null"));
   EXPECT_THAT(json, HasSubstr("\"version\":\"bad\\\"\\u0001\\ufffd\""));
+  EXPECT_TRUE(IsJson(json)) << json;
 }
 
 }  // namespace

@@ -46,28 +46,35 @@ proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world_size = 4,
 
 const std::vector<bool> kNoneTaken(4, false);
 
+// phubd's single token (--token-file) is the one expected: the control plane picks it (or the
+// job's from --job-tokens) before the job checks the rest.
+std::optional<proto::Error> Check(const proto::Hello& hello, const ServerOptions& options,
+                                  const proto::Hello* first, const std::vector<bool>& taken) {
+  return CheckHello(hello, options, options.job_token, first, taken);
+}
+
 TEST(HelloCheckTest, AcceptsTheFirstValidHello) {
-  std::optional<proto::Error> error = CheckHello(MakeHello(0), Options(), nullptr, kNoneTaken);
+  std::optional<proto::Error> error = Check(MakeHello(0), Options(), nullptr, kNoneTaken);
   EXPECT_FALSE(error.has_value()) << Text(*error);
 }
 
 TEST(HelloCheckTest, AcceptsAHelloIdenticalToTheFirstButForRank) {
   const proto::Hello first = MakeHello(0);
   std::optional<proto::Error> error =
-      CheckHello(MakeHello(3), Options(), &first, {true, false, false, false});
+      Check(MakeHello(3), Options(), &first, {true, false, false, false});
   EXPECT_FALSE(error.has_value()) << Text(*error);
 }
 
 TEST(HelloCheckTest, AcceptsAnEmptyTokenWhenPhubdHasNone) {
   std::optional<proto::Error> error =
-      CheckHello(MakeHello(1, 4, ""), Options(4, ""), nullptr, kNoneTaken);
+      Check(MakeHello(1, 4, ""), Options(4, ""), nullptr, kNoneTaken);
   EXPECT_FALSE(error.has_value()) << Text(*error);
 }
 
 TEST(HelloCheckTest, RefusesOtherProtocolVersionNamingBoth) {
   proto::Hello hello = MakeHello(0);
   hello.set_protocol_version(kProtocolVersion + 6);
-  std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::VERSION_MISMATCH);
   EXPECT_TRUE(Names(*error, "version " + std::to_string(kProtocolVersion + 6)));
@@ -78,7 +85,7 @@ TEST(HelloCheckTest, RefusesAWrongTokenWithoutRevealingEither) {
   // The token is a secret: the refusal says it differs and how to fix it, but must not echo
   // phubd's token to whoever connected (nor the worker's, which would end up in logs).
   std::optional<proto::Error> error =
-      CheckHello(MakeHello(0, 4, "guess-456"), Options(), nullptr, kNoneTaken);
+      Check(MakeHello(0, 4, "guess-456"), Options(), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
   EXPECT_TRUE(Names(*error, "token"));
@@ -89,21 +96,21 @@ TEST(HelloCheckTest, RefusesAWrongTokenWithoutRevealingEither) {
 
 TEST(HelloCheckTest, RefusesAMissingTokenWhenPhubdHasOne) {
   std::optional<proto::Error> error =
-      CheckHello(MakeHello(0, 4, ""), Options(), nullptr, kNoneTaken);
+      Check(MakeHello(0, 4, ""), Options(), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
 }
 
 TEST(HelloCheckTest, RefusesOtherWorldSizeNamingBoth) {
-  std::optional<proto::Error> error = CheckHello(MakeHello(0, 8), Options(4), nullptr, kNoneTaken);
+  std::optional<proto::Error> error = Check(MakeHello(0, 8), Options(4), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::WORLD_SIZE_MISMATCH);
   EXPECT_TRUE(Names(*error, "world size 8"));
-  EXPECT_TRUE(Names(*error, "--world-size 4"));
+  EXPECT_TRUE(Names(*error, "the job has 4"));
 }
 
 TEST(HelloCheckTest, RefusesRankEqualToWorldSizeNamingRankAndRange) {
-  std::optional<proto::Error> error = CheckHello(MakeHello(4), Options(4), nullptr, kNoneTaken);
+  std::optional<proto::Error> error = Check(MakeHello(4), Options(4), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::BAD_RANK);
   EXPECT_TRUE(Names(*error, "rank 4"));
@@ -113,21 +120,21 @@ TEST(HelloCheckTest, RefusesRankEqualToWorldSizeNamingRankAndRange) {
 
 TEST(HelloCheckTest, RefusesAFarOutOfRangeRank) {
   std::optional<proto::Error> error =
-      CheckHello(MakeHello(4000000000u), Options(4), nullptr, kNoneTaken);
+      Check(MakeHello(4000000000u), Options(4), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::BAD_RANK);
   EXPECT_TRUE(Names(*error, "rank 4000000000"));
 }
 
 TEST(HelloCheckTest, AcceptsTheLastRank) {
-  std::optional<proto::Error> error = CheckHello(MakeHello(3), Options(4), nullptr, kNoneTaken);
+  std::optional<proto::Error> error = Check(MakeHello(3), Options(4), nullptr, kNoneTaken);
   EXPECT_FALSE(error.has_value()) << Text(*error);
 }
 
 TEST(HelloCheckTest, RefusesADuplicateRankNamingIt) {
   const proto::Hello first = MakeHello(2);
   std::optional<proto::Error> error =
-      CheckHello(MakeHello(2), Options(), &first, {false, false, true, false});
+      Check(MakeHello(2), Options(), &first, {false, false, true, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::DUPLICATE_RANK);
   EXPECT_TRUE(Names(*error, "rank 2"));
@@ -137,7 +144,7 @@ TEST(HelloCheckTest, RefusesADuplicateRankNamingIt) {
 TEST(HelloCheckTest, RefusesAnEmptyTensorTable) {
   proto::Hello hello = MakeHello(0);
   hello.clear_tensors();
-  std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
   EXPECT_TRUE(Names(*error, "empty"));
@@ -149,7 +156,7 @@ TEST(HelloCheckTest, RefusesATableOfOtherLengthNamingBothCountsAndRanks) {
   hello.add_tensors()->set_name("extra");
   hello.mutable_tensors(3)->set_elements(5);
   std::optional<proto::Error> error =
-      CheckHello(hello, Options(), &first, {true, false, false, false});
+      Check(hello, Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
   EXPECT_TRUE(Names(*error, "rank 1 has 4 tensors"));
@@ -161,7 +168,7 @@ TEST(HelloCheckTest, RefusesATensorOfOtherNameNamingBoth) {
   proto::Hello hello = MakeHello(1);
   hello.mutable_tensors(1)->set_name("classifier.weight");
   std::optional<proto::Error> error =
-      CheckHello(hello, Options(), &first, {true, false, false, false});
+      Check(hello, Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
   EXPECT_TRUE(Names(*error, "tensor 1"));
@@ -174,7 +181,7 @@ TEST(HelloCheckTest, RefusesATensorOfOtherSizeNamingBoth) {
   proto::Hello hello = MakeHello(1);
   hello.mutable_tensors(2)->set_elements(1001);
   std::optional<proto::Error> error =
-      CheckHello(hello, Options(), &first, {true, false, false, false});
+      Check(hello, Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
   EXPECT_TRUE(Names(*error, "tensor 2"));
@@ -187,7 +194,7 @@ TEST(HelloCheckTest, RefusesTheSameTensorsInAnotherOrder) {
   proto::Hello hello = MakeHello(1);
   hello.mutable_tensors()->SwapElements(0, 2);
   std::optional<proto::Error> error =
-      CheckHello(hello, Options(), &first, {true, false, false, false});
+      Check(hello, Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
   EXPECT_TRUE(Names(*error, "tensor 0"));
@@ -231,7 +238,7 @@ TEST(HelloCheckTest, RefusesAnInvalidOptimizerNamingTheField) {
            {WithOptimizer(MakeHello(0), "sgd", -1.0f), "lr=-1"},
            {WithOptimizer(MakeHello(0), "average", 0.1f, 0.5f), "weight_decay=0.5"},
            {WithOptimizer(MakeHello(0), std::string(5000, 'x')), "unknown optimizer"}}) {
-    std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+    std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
     ASSERT_TRUE(error.has_value()) << part;
     EXPECT_EQ(error->code(), proto::Error::BAD_REQUEST);
     EXPECT_TRUE(Names(*error, part));
@@ -241,7 +248,7 @@ TEST(HelloCheckTest, RefusesAnInvalidOptimizerNamingTheField) {
 
 TEST(HelloCheckTest, RefusesAnOptimizerOtherThanTheFirstWorkers) {
   const proto::Hello first = WithOptimizer(MakeHello(0), "average");
-  std::optional<proto::Error> error = CheckHello(WithOptimizer(MakeHello(1), "sgd"), Options(),
+  std::optional<proto::Error> error = Check(WithOptimizer(MakeHello(1), "sgd"), Options(),
                                                  &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(Names(*error, "rank 1 asks for optimizer sgd(lr=0.1"));
@@ -251,7 +258,7 @@ TEST(HelloCheckTest, RefusesAnOptimizerOtherThanTheFirstWorkers) {
   ServerOptions options = Options();
   options.optimizer = {.kind = kernels::OptimizerKind::kSgd, .lr = 0.1f};
   const proto::Hello plain = MakeHello(0);
-  EXPECT_FALSE(CheckHello(WithOptimizer(MakeHello(1), "sgd"), options, &plain,
+  EXPECT_FALSE(Check(WithOptimizer(MakeHello(1), "sgd"), options, &plain,
                           {true, false, false, false})
                    .has_value());
 }
@@ -261,13 +268,13 @@ TEST(HelloCheckTest, RefusesAnOptimizerOtherThanTheFirstWorkers) {
 TEST(HelloCheckTest, RefusesAnUnknownWireFormatListingTheKnownOnes) {
   proto::Hello hello = MakeHello(0);
   hello.set_wire("int4");
-  std::optional<proto::Error> error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), proto::Error::BAD_REQUEST);
   EXPECT_TRUE(Names(*error, "'int4'"));
   EXPECT_TRUE(Names(*error, "fp32, bf16 or fp16"));
   hello.set_wire(std::string(100000, 'x'));
-  error = CheckHello(hello, Options(), nullptr, kNoneTaken);
+  error = Check(hello, Options(), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
   EXPECT_LT(error->message().size(), 1000u);
   EXPECT_TRUE(Names(*error, "100000 bytes"));
@@ -280,24 +287,24 @@ TEST(HelloCheckTest, RefusesAWireFormatOrWeightsOtherThanTheFirstRanksNamingBoth
   proto::Hello same = MakeHello(1);
   same.set_wire("bf16");
   same.set_wire_weights(true);
-  EXPECT_FALSE(CheckHello(same, Options(), &first, {true, false, false, false}).has_value());
+  EXPECT_FALSE(Check(same, Options(), &first, {true, false, false, false}).has_value());
   proto::Hello other = MakeHello(1);
   other.set_wire("fp16");
   other.set_wire_weights(true);
   std::optional<proto::Error> error =
-      CheckHello(other, Options(), &first, {true, false, false, false});
+      Check(other, Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(Names(*error, "fp16 (weights too)"));
   EXPECT_TRUE(Names(*error, "bf16 (weights too)"));
   other.set_wire("bf16");
   other.set_wire_weights(false);
-  error = CheckHello(other, Options(), &first, {true, false, false, false});
+  error = Check(other, Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(Names(*error, "bf16 (weights fp32)"));
   // fp32 spelled out and left empty are the same job.
   proto::Hello empty = MakeHello(0), spelled = MakeHello(1);
   spelled.set_wire("fp32");
-  EXPECT_FALSE(CheckHello(spelled, Options(), &empty, {true, false, false, false}).has_value());
+  EXPECT_FALSE(Check(spelled, Options(), &empty, {true, false, false, false}).has_value());
 }
 
 }  // namespace

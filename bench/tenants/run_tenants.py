@@ -1,0 +1,398 @@
+#!/usr/bin/env python3
+"""run_tenants.py: a shared PBox — k jobs at once through one phubd, isolated and fairly served.
+
+On an emulated rack (deploy/netns/rack.sh) with N worker hosts and one phubd on the PS host,
+k = 1, 2, 4 concurrent jobs of the exchange benchmark (phub_exchange_worker: every worker pushes
+an S-byte tensor per iteration and waits for the new weights), the N workers split evenly among
+them (job j on hosts w[j*N/k] .. w[(j+1)*N/k - 1]), equal weights, then two jobs weighted 2:1;
+and real training: two phub-worker jobs of different models, alone and together.
+
+  pbox   the PS host has N.B: each job is bound by its own workers' links, so k jobs of N/k
+         workers move what one job of N does: the aggregate-throughput bar (>= 0.9x one job).
+  cloud  the PS host has one link of B: the PBox is the bottleneck, and what each job gets is
+         what phubd's weighted fair queueing gives it (Jain's index, the 2:1 shares).
+
+For each run: each job's rate (iterations per second within the window in which every job ran,
+bench/tenants/shares.py), its time per iteration (the same window), its throughput (rate x
+workers x S: gradient bytes phubd took in per second), the aggregate, Jain's index over the
+jobs' throughputs (over throughput/weight where weights differ), and each job's slowdown
+against the same job alone on the same rack, measured in the same run. Medians of --reps runs.
+
+Bars (issue 21): k equal jobs sharing the N workers: aggregate >= 0.9x one job alone (pbox);
+Jain's index >= 0.95 for k = 2 and 4 (both racks); weights 2:1 give shares within 10 % of 2:1
+(cloud: a saturated PBox). Each is printed met or not.
+
+Writes OUT/tenants.tsv (one row per rack x scenario x job x repetition), OUT/tenants.md, and
+OUT/tenants.png (each job's share of the aggregate, per scenario); every process's log and
+timings under OUT/raw/. Needs root (ip netns, tc).
+
+  sudo bench/tenants/run_tenants.py                  # both racks, N = 4, S = 32 MiB, 3 reps
+  sudo bench/tenants/run_tenants.py --racks cloud --reps 1 --no-training
+"""
+
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "topo"))
+sys.path.insert(0, os.path.join(HERE, "..", "exchange"))
+
+import nets  # noqa: E402
+import shares  # noqa: E402
+from benchlib import BenchError, machine, plots, tables  # noqa: E402
+from benchlib.cli import parse_list, parser  # noqa: E402
+from benchlib.log import log  # noqa: E402
+from benchlib.outdir import fresh_dir  # noqa: E402
+from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
+from timing import read_samples  # noqa: E402
+
+MIB = 1 << 20
+BARS = {"aggregate": 0.9, "jain": 0.95, "weight_tolerance": 0.10}
+
+
+def scenarios(n):
+    """(name, k, weights) of the exchange runs on each rack."""
+    out = [("alone", 1, [1.0])]
+    for k in (2, 4):
+        if n % k == 0:
+            out.append((f"k{k}", k, [1.0] * k))
+    if n % 2 == 0:
+        out.append(("k2-weighted", 2, [2.0, 1.0]))
+    return out
+
+
+class Phubd:
+    """One phubd on the PS host for a whole rack's runs: jobs come and go through it."""
+
+    def __init__(self, a, net, run_dir, weights):
+        port_file = os.path.join(run_dir, "phubd.port")
+        self.log = os.path.join(run_dir, "phubd.log")
+        argv = [a.phubd, "--listen", net.ip("ps"), "--port", "0", "--port-file", port_file,
+                "--cores", str(a.cores), "--no-pin", "--optimizer", "sgd", "--lr", str(a.lr),
+                "--log-level", "info"]
+        for name, w in weights.items():
+            argv += ["--job-weight", f"{name}={w:g}"]
+        self.proc = start(net.wrap("ps", argv), self.log)
+        self.address = f"{net.ip('ps')}:{wait_port_file(port_file, self.proc, 'phubd', self.log)}"
+
+    def check(self):
+        if self.proc.poll() is not None:
+            raise BenchError(f"phubd exited with {self.proc.returncode}; its log: {self.log}")
+
+
+def run_exchange_jobs(a, net, phubd, jobs, run_dir):
+    """jobs: [(name, hosts, iterations)]. Starts them together; returns {name: [(t0, t1)]}
+    (seconds, timed iterations only)."""
+    fresh_dir(run_dir)
+    procs, outs = [], {}
+    for name, hosts, iters in jobs:
+        outs[name] = []
+        for r, host in enumerate(hosts):
+            out = os.path.join(run_dir, f"{name}_w{r}.tsv")
+            path = os.path.join(run_dir, f"{name}_w{r}.log")
+            argv = [a.exchange_worker, "--servers", phubd.address, "--job", name,
+                    "--rank", str(r), "--world", str(len(hosts)), "--mib", f"{a.mib:g}",
+                    "--iters", str(iters), "--warmup", str(a.warmup), "--lr", str(a.lr),
+                    "--out", out]
+            procs.append((f"job {name} rank {r}", start(net.wrap(host, argv), path), path))
+            outs[name].append(out)
+    try:
+        wait_all(procs, 120 + 4 * a.mib * max(i for _, _, i in jobs))
+    finally:
+        for name, proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+    phubd.check()
+    spans = {}
+    for name, files in outs.items():
+        runs = [read_samples(f) for f in files]
+        checksums = {c for _, c in runs}
+        if None in checksums or len(checksums) != 1:
+            raise BenchError(f"job {name}: the workers' weights differ: {checksums} ({run_dir})")
+        count = min(len(s) for s, _ in runs)
+        spans[name] = [(min(s[i][0] for s, _ in runs) * 1e-9, max(s[i][1] for s, _ in runs) * 1e-9)
+                       for i in range(count)]
+    return spans
+
+
+def exchange_rack(a, rack, rep_dirs):
+    """Every exchange scenario on one rack, --reps times; rows for the table."""
+    n = a.n
+    rows = []
+    net = nets.make(rack, n, a.rate)
+    try:
+        all_scenarios = scenarios(n)
+        weights = {}
+        for name, k, ws in all_scenarios:
+            for j, w in enumerate(ws):
+                if w != 1.0:
+                    weights[f"{name}-j{j}"] = w
+        phubd = Phubd(a, net, rep_dirs, weights)
+        workers = [f"w{r}" for r in range(n)]
+        for rep in range(a.reps):
+            alone_ms = {}  # job size -> ms per iteration alone, this repetition
+            for size in sorted({n // k for _, k, _ in all_scenarios}):
+                spans = run_exchange_jobs(a, net, phubd, [(f"ref{size}-r{rep}", workers[:size],
+                                                          a.iters)],
+                                          os.path.join(rep_dirs, f"{rack}_ref{size}_r{rep}"))
+                times = [e - s for s, e in next(iter(spans.values()))]
+                alone_ms[size] = 1e3 * statistics.median(times)
+                log(f"{rack} rep {rep + 1}: a job of {size} workers alone: "
+                    f"{alone_ms[size]:.1f} ms per iteration")
+            for name, k, ws in all_scenarios:
+                size = n // k
+                # A job of weight w runs w/min(w) as many iterations, so all compete to the end.
+                jobs = [(f"{name}-j{j}", workers[j * size:(j + 1) * size],
+                         int(round(a.iters * ws[j] / min(ws)))) for j in range(k)]
+                spans = run_exchange_jobs(a, net, phubd, jobs,
+                                          os.path.join(rep_dirs, f"{rack}_{name}_r{rep}"))
+                per_job = shares.rates(spans)
+                w = {f"{name}-j{j}": ws[j] for j in range(k)}
+                throughput = {job: per_job[job] * size * a.mib * MIB for job in per_job}
+                total = sum(throughput.values())
+                fairness = shares.jain(shares.normalized(throughput, w).values())
+                for j, (job, hosts, _) in enumerate(jobs):
+                    ms = 1e3 / per_job[job]
+                    rows.append({"rack": rack, "scenario": name, "k": k, "job": f"j{j}",
+                                 "workers": size, "weight": ws[j], "rep": rep + 1,
+                                 "ms_per_iter": ms, "alone_ms": alone_ms[size],
+                                 "slowdown": ms / alone_ms[size],
+                                 "throughput_MBps": throughput[job] / 1e6,
+                                 "share": throughput[job] / total,
+                                 "aggregate_MBps": total / 1e6,
+                                 "alone_aggregate_MBps":
+                                     n * a.mib * MIB / (alone_ms[n] / 1e3) / 1e6,
+                                 "jain": fairness})
+                log(f"{rack} rep {rep + 1} {name}: " + ", ".join(
+                    f"{job} {1e3 / per_job[job]:.0f} ms ({throughput[job] / total:.0%})"
+                    for job in per_job) + f"; aggregate {total / 1e6:.0f} MB/s, Jain {fairness:.3f}")
+    finally:
+        kill_children()
+        net.close()
+    return rows
+
+
+def training_rack(a, run_dir):
+    """Two phub-worker jobs of different models (N/2 workers each) alone, then together, on the
+    pbox rack; rows of time per iteration."""
+    n = a.n
+    models = [m.split(":") for m in parse_list(a.models, str)]
+    net = nets.make("pbox", n, a.rate)
+    rows = []
+    try:
+        phubd = Phubd(a, net, run_dir, {})
+        half = n // 2
+        hosts = [[f"w{r}" for r in range(j * half, (j + 1) * half)] for j in range(2)]
+
+        def run(jobs, tag):
+            procs, outs = [], {}
+            for j, (model, batch) in jobs:
+                for r, host in enumerate(hosts[j]):
+                    out = os.path.join(run_dir, f"{tag}_{model}_w{r}.json")
+                    path = os.path.join(run_dir, f"{tag}_{model}_w{r}.log")
+                    argv = [a.worker, "--model", model, "--batch", batch, "--iters",
+                            str(a.train_iters), "--warmup", "2", "--lr", "0.01", "--log-level",
+                            "warn", "--comm", "ps", "--ps", phubd.address, "--job",
+                            f"{tag}-{model}", "--rank", str(r), "--world", str(half),
+                            "--results", out]
+                    procs.append((f"{model} rank {r}", start(net.wrap(host, argv), path,
+                                                             {"OMP_NUM_THREADS": "1"}), path))
+                    outs.setdefault(model, []).append(out)
+            try:
+                wait_all(procs, a.timeout)
+            finally:
+                kill_children_of(procs)
+            return {m: max(json.load(open(f))["median_ms"] for f in files)
+                    for m, files in outs.items()}
+
+        for rep in range(a.reps):
+            alone = {}
+            for j, (model, batch) in enumerate(models):
+                alone.update(run([(j, (model, batch))], f"alone{rep}"))
+            together = run(list(enumerate(models)), f"shared{rep}")
+            for model, _ in models:
+                rows.append({"model": model, "rep": rep + 1, "alone_ms": alone[model],
+                             "shared_ms": together[model],
+                             "slowdown": together[model] / alone[model]})
+                log(f"training rep {rep + 1}: {model} {alone[model]:.0f} ms alone, "
+                    f"{together[model]:.0f} ms beside the other")
+    finally:
+        kill_children()
+        net.close()
+    return rows
+
+
+def kill_children_of(procs):
+    for _, proc, _ in procs:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def medians(rows, keys, fields):
+    """Median of each field over repetitions, per distinct `keys`."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, group in groups.items():
+        row = dict(zip(keys, key))
+        for f in fields:
+            row[f] = statistics.median(g[f] for g in group)
+        row["reps"] = len(group)
+        out.append(row)
+    return out
+
+
+def bar_lines(summary):
+    lines = []
+    by = {(r["rack"], r["scenario"], r["job"]): r for r in summary}
+    for rack in ("pbox", "cloud"):
+        alone = by.get((rack, "alone", "j0"))
+        for k in (2, 4):
+            first = by.get((rack, f"k{k}", "j0"))
+            if not first or not alone:
+                continue
+            ratio = first["aggregate_MBps"] / alone["aggregate_MBps"]
+            if rack == "pbox":
+                ok = ratio >= BARS["aggregate"]
+                lines.append(f"- {rack}, k = {k}: aggregate {ratio:.2f}x one job alone "
+                             f"(bar >= {BARS['aggregate']}): **{'met' if ok else 'NOT met'}**")
+            ok = first["jain"] >= BARS["jain"]
+            lines.append(f"- {rack}, k = {k}: Jain's index {first['jain']:.3f} "
+                         f"(bar >= {BARS['jain']}): **{'met' if ok else 'NOT met'}**")
+        w = [by.get((rack, "k2-weighted", j)) for j in ("j0", "j1")]
+        if all(w):
+            ratio = w[0]["throughput_MBps"] / w[1]["throughput_MBps"]
+            ok = abs(ratio / 2 - 1) <= BARS["weight_tolerance"]
+            lines.append(f"- {rack}, weights 2:1: shares {ratio:.2f}:1 (bar: within "
+                         f"{BARS['weight_tolerance']:.0%} of 2:1"
+                         f"{', the PBox is not the bottleneck here' if rack == 'pbox' else ''})"
+                         f": **{'met' if ok else 'NOT met'}**")
+    return lines
+
+
+def markdown(a, summary, training, notes):
+    lines = ["# A shared PBox: k jobs through one phubd", "",
+             f"N = {a.n} worker hosts, links B = {a.rate}, S = {a.mib:g} MiB per worker per "
+             f"iteration, phubd --cores {a.cores}; medians of {a.reps} repetition(s). "
+             f"Time per iteration and throughput within the window all jobs ran in; slowdown "
+             f"against the same job alone on the same rack, same run.", ""]
+    lines += notes + [""]
+    head = ["rack", "scenario", "job", "workers", "weight", "ms/iter", "alone ms", "slowdown",
+            "MB/s", "share", "aggregate MB/s", "x one job", "Jain"]
+    body = []
+    for r in summary:
+        body.append([r["rack"], r["scenario"], r["job"], str(r["workers"]), f"{r['weight']:g}",
+                     f"{r['ms_per_iter']:.1f}", f"{r['alone_ms']:.1f}", f"{r['slowdown']:.2f}",
+                     f"{r['throughput_MBps']:.0f}", f"{r['share']:.3f}",
+                     f"{r['aggregate_MBps']:.0f}",
+                     f"{r['aggregate_MBps'] / r['alone_aggregate_MBps']:.2f}",
+                     f"{r['jain']:.3f}"])
+    lines += tables.md_table(head, body) + ["", "## Bars", ""] + bar_lines(summary)
+    if training:
+        lines += ["", "## Real training: two jobs of different models", ""]
+        lines += tables.md_table(["model", "alone ms/iter", "beside the other", "slowdown"],
+                                 [[r["model"], f"{r['alone_ms']:.0f}", f"{r['shared_ms']:.0f}",
+                                   f"{r['slowdown']:.2f}"] for r in training])
+    return lines
+
+
+def plot(path, summary):
+    plt = plots.import_pyplot()
+    if plt is None:
+        log("matplotlib is missing: no plot")
+        return
+    racks = [r for r in ("pbox", "cloud") if any(s["rack"] == r for s in summary)]
+    fig, axes = plt.subplots(1, len(racks), figsize=(6 * len(racks), 4), squeeze=False)
+    for ax, rack in zip(axes[0], racks):
+        rows = [r for r in summary if r["rack"] == rack]
+        names = list(dict.fromkeys(r["scenario"] for r in rows))
+        for x, name in enumerate(names):
+            bottom = 0.0
+            for r in [r for r in rows if r["scenario"] == name]:
+                ax.bar(x, r["aggregate_MBps"] * r["share"], bottom=bottom, edgecolor="black",
+                       label=None)
+                ax.text(x, bottom + r["aggregate_MBps"] * r["share"] / 2,
+                        f"{r['job']} w{r['weight']:g}\n{r['share']:.0%}", ha="center",
+                        va="center", fontsize=7)
+                bottom += r["aggregate_MBps"] * r["share"]
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel("gradient MB/s into phubd (stacked by job)")
+        ax.set_title(f"{rack} rack")
+    plots.save(plt, fig, path, 120)
+
+
+def main():
+    p = parser(__doc__)
+    p.add_argument("--racks", default="pbox,cloud", help="comma list of pbox, cloud")
+    p.add_argument("--n", type=int, default=4, help="worker hosts (default: 4)")
+    p.add_argument("--rate", default="1gbit", help="link rate B (default: 1gbit)")
+    p.add_argument("--mib", type=float, default=32, help="S, MiB per worker per iteration")
+    p.add_argument("--iters", type=int, default=12, help="timed iterations of a job of weight 1")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--cores", type=int, default=2, help="phubd --cores")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--models", default="resnet56:16,alexnet:2",
+                   help="the two training jobs' MODEL:BATCH (per worker)")
+    p.add_argument("--train-iters", type=int, default=6)
+    p.add_argument("--no-training", action="store_true", help="exchange runs only")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per training run")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "tenants"))
+    a = p.parse_args()
+    problem = nets.rack_problem(otherwise=None)
+    if problem:
+        p.error(problem)
+    if a.n % 2:
+        p.error("--n must be even (jobs split the workers)")
+    a.phubd = os.path.join(a.build, "phub", "server", "phubd")
+    a.exchange_worker = os.path.join(a.build, "bench", "exchange", "phub_exchange_worker")
+    a.worker = os.path.join(a.build, "worker", "phub-worker")
+    for path in (a.phubd, a.exchange_worker, a.worker):
+        if not os.path.exists(path):
+            p.error(f"{path} is missing: build first (deploy/build.sh)")
+    if nets.racks_up():
+        p.error(f"a rack is up already ({', '.join(nets.racks_up())}): one at a time")
+    raw = os.path.join(a.out, "raw")
+    fresh_dir(a.out)
+    os.makedirs(raw)
+    start_load = machine.load_average()
+    rows, training = [], []
+    try:
+        for rack in parse_list(a.racks, str):
+            rack_dir = os.path.join(raw, rack)
+            os.makedirs(rack_dir)
+            rows += exchange_rack(a, rack, rack_dir)
+        if not a.no_training:
+            train_dir = os.path.join(raw, "training")
+            os.makedirs(train_dir)
+            training = training_rack(a, train_dir)
+    except BenchError as e:
+        log(f"FAILED: {e}")
+        return 1
+    finally:
+        kill_children()
+        nets.cleanup()
+    keys = ["rack", "scenario", "k", "job", "workers", "weight"]
+    fields = ["ms_per_iter", "alone_ms", "slowdown", "throughput_MBps", "share",
+              "aggregate_MBps", "alone_aggregate_MBps", "jain"]
+    summary = medians(rows, keys, fields)
+    tables.write_tsv(os.path.join(a.out, "tenants.tsv"), rows, list(rows[0].keys()),
+                     cell=tables.short_float)
+    train_summary = medians(training, ["model"], ["alone_ms", "shared_ms", "slowdown"]) \
+        if training else []
+    notes = [machine.describe(start_load)]
+    md = markdown(a, summary, train_summary, notes)
+    tables.write_markdown(os.path.join(a.out, "tenants.md"), md)
+    plot(os.path.join(a.out, "tenants.png"), summary)
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+// Who may join which job: a job's name, as workers give it, and the token phubd expects for it.
+// With --job-tokens DIR each job has its own token, the contents of DIR/NAME (read at each first
+// Hello of a job, so tenants are added without restarting phubd); else every job presents
+// --token-file's (or none). Names are checked before they touch the filesystem.
+#pragma once
+
+#include <string>
+
+#include "phub/common/status.h"
+#include "phub/server/server_options.h"
+
+namespace phub::server {
+
+inline constexpr std::size_t kMaxJobNameBytes = 64;
+
+// The job a Hello's `job` field names: "default" when empty. InvalidArgument naming the rule
+// (1 to 64 characters of [A-Za-z0-9._-], not starting with '.').
+StatusOr<std::string> JobName(const std::string& requested);
+
+// The token `job` must present. NotFound naming the file when --job-tokens has none for it.
+StatusOr<std::string> ExpectedToken(const ServerOptions& options, const std::string& job);
+
+// Constant-time comparison: a peer timing the refusal learns nothing of the token.
+bool TokensEqual(const std::string& a, const std::string& b);
+
+}  // namespace phub::server
