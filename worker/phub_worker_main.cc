@@ -11,6 +11,7 @@
 // the data or the environment (InvalidArgument, NotFound), 1 for anything else (a device, a
 // peer, memory).
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 
 #include <algorithm>
 #include <chrono>
@@ -47,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   std::string model = "fashion-cnn", backend = "onednn", device, comm = "none", data = "synthetic";
   std::string data_dir = phub::worker::data::kFashionMnistDir, rendezvous, listen_host = "127.0.0.1";
-  std::string token_file, results, log_level = "info";
+  std::string token_file, job, results, log_level = "info";
   std::vector<std::string> ps;
   std::int64_t batch = 32;
   int socket_buffer_bytes = 0;
@@ -80,6 +81,16 @@ phub::StatusOr<std::unique_ptr<phub::worker::Backend>> MakeBackend(const std::st
   return phub::worker::MakeOnednnBackend();
 }
 
+// The job's name as the launcher knows it (PHUB_JOB, torchrun's run id, Slurm's job id), or ""
+// (phubd's job "default") when none does: the same order as the Python package's.
+std::string DefaultJobName() {
+  for (const char* name : {"PHUB_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0' && std::string(value) != "none") return value;
+  }
+  return "";
+}
+
 phub::StatusOr<std::string> ReadToken(const std::string& path) {
   if (path.empty()) return std::string();
   std::ifstream in(path);
@@ -103,6 +114,7 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
     o.ps.servers.push_back(endpoint);
   }
   PHUB_ASSIGN_OR_RETURN(o.ps.client.job_token, ReadToken(f.token_file));
+  o.ps.client.job = f.job.empty() ? DefaultJobName() : f.job;
   // A worker that comes back (a restart, or phubd restarted with --resume) keeps trying this long.
   if (f.reconnect_timeout_ms > 0) o.ps.client.connect_timeout_ms = f.reconnect_timeout_ms;
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
@@ -351,7 +363,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "ps", "ps-colocated", "ring", "nccl"}));
   app.add_option("--ps", f.ps, "phubd's HOST:PORT (repeat for ps-colocated, same order everywhere)");
-  app.add_option("--token-file", f.token_file, "The job token file phubd was given");
+  app.add_option("--token-file", f.token_file,
+                 "The job token file phubd was given (--token-file), or the one the operator "
+                 "issued for this job (phubd's --job-tokens)");
+  app.add_option("--job", f.job,
+                 "PS: the job's name on a shared phubd, the same on every worker of the job "
+                 "(default: $PHUB_JOB, torchrun's run id, $SLURM_JOB_ID, else \"default\")");
   app.add_option("--socket-buffer-bytes", f.socket_buffer_bytes,
                  "PS: fixed SO_SNDBUF/SO_RCVBUF (0: Linux autotuning; 65536 for colocated racks, "
                  "see docs/operations.md)")
