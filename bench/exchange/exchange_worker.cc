@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   phub::client::PsClientOptions& options = exchange_options.client;
   std::string servers_csv;
   double mib = 4;
-  std::uint32_t iters = 10, warmup = 2;
+  std::uint32_t iters = 10, warmup = 2, streams = 1;
   double lr = 0;
   std::string out_path, token;
   CLI::App app{"PHub exchange benchmark worker: timed push+pull of one tensor through phubd"};
@@ -100,6 +100,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--token", token, "Job token (phubd's --token-file contents)");
   app.add_option("--job", options.job, "The job's name on a shared phubd (bench/tenants)");
+  app.add_option("--streams", streams,
+                 "Split the data into this many tensors, each pushed again as soon as its "
+                 "weights are in (pushes and pulls overlap; bench/tenants); 1: one tensor, "
+                 "push then wait")
+      ->capture_default_str();
   bool nagle = false;
   app.add_flag("--tcp-nagle", nagle,
                "Leave Nagle's algorithm on (no TCP_NODELAY), as phubd's flag");
@@ -120,7 +125,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "exchange worker: --mib %g is less than one float\n", mib);
     return 2;
   }
-  std::vector<phub::keys::TensorSpec> tensors = {{"barrier", 1}, {"data", elements}};
+  // --streams K: the data in K tensors that move on independently (below).
+  if (streams == 0 || streams > elements) {
+    std::fprintf(stderr, "exchange worker: --streams %u must be 1 .. the tensor's floats\n",
+                 streams);
+    return 2;
+  }
+  std::vector<phub::keys::TensorSpec> tensors = {{"barrier", 1}};
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> pieces;  // (offset, elements) per stream
+  for (std::uint32_t k = 0; k < streams; ++k) {
+    const std::uint64_t begin = elements * k / streams, end = elements * (k + 1) / streams;
+    pieces.emplace_back(begin, end - begin);
+    tensors.push_back({streams == 1 ? std::string("data") : "data" + std::to_string(k),
+                       end - begin});
+  }
   // Only rank 0's initial weights matter; the others start from NaN so a missing Init shows.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> barrier_w(1, options.rank == 0 ? 1.0f : nan);
@@ -148,11 +166,17 @@ int main(int argc, char** argv) {
     if (!endpoint.ok()) return fail("--servers", endpoint.status());
     exchange_options.servers.push_back(*endpoint);
   }
-  auto client = phub::exchange::PsExchange::Connect(exchange_options, tensors, {barrier_w, data_w});
+  std::vector<std::span<float>> weight_spans = {barrier_w};
+  std::vector<std::span<const float>> grad_spans = {barrier_g};
+  for (const auto& [offset, count] : pieces) {
+    weight_spans.push_back(std::span<float>(data_w).subspan(offset, count));
+    grad_spans.push_back(std::span<const float>(data_g).subspan(offset, count));
+  }
+  auto client = phub::exchange::PsExchange::Connect(exchange_options, tensors, weight_spans);
   if (!client.ok()) return fail("Connect", client.status());
   phub::exchange::PsExchange& ps = **client;
   // The gradients go out from these buffers every iteration: on verbs, registered once.
-  if (auto s = ps.DeclareGradients({barrier_g, data_g}); !s.ok()) return fail("DeclareGradients", s);
+  if (auto s = ps.DeclareGradients(grad_spans); !s.ok()) return fail("DeclareGradients", s);
   if (auto s = ps.Init(); !s.ok()) return fail("Init", s);
 
   struct Sample {
@@ -160,14 +184,37 @@ int main(int argc, char** argv) {
   };
   std::vector<Sample> samples;
   samples.reserve(iters);
-  for (std::uint32_t it = 0; it < warmup + iters; ++it) {
+  if (streams == 1) {
+    for (std::uint32_t it = 0; it < warmup + iters; ++it) {
+      if (auto s = ps.Push(kBarrier, barrier_g); !s.ok()) return fail("Push(barrier)", s);
+      if (auto s = ps.Wait(kBarrier); !s.ok()) return fail("Wait(barrier)", s);
+      const std::int64_t t0 = NowNs();
+      if (auto s = ps.Push(kData, data_g); !s.ok()) return fail("Push(data)", s);
+      if (auto s = ps.Wait(kData); !s.ok()) return fail("Wait(data)", s);
+      const std::int64_t t1 = NowNs();
+      if (it >= warmup) samples.push_back({t0, t1});
+    }
+  } else {
+    // Streams: each piece is pushed again as soon as its weights of the last push are in, so
+    // the pieces' pushes and pulls overlap and the job always has bytes on its way both ways
+    // (a job whose layers overlap perfectly; bench/tenants). One barrier first, then one
+    // "iteration" is one round over the pieces: the time from the round's first Wait to its
+    // last Push.
     if (auto s = ps.Push(kBarrier, barrier_g); !s.ok()) return fail("Push(barrier)", s);
     if (auto s = ps.Wait(kBarrier); !s.ok()) return fail("Wait(barrier)", s);
-    const std::int64_t t0 = NowNs();
-    if (auto s = ps.Push(kData, data_g); !s.ok()) return fail("Push(data)", s);
-    if (auto s = ps.Wait(kData); !s.ok()) return fail("Wait(data)", s);
-    const std::int64_t t1 = NowNs();
-    if (it >= warmup) samples.push_back({t0, t1});
+    for (std::uint32_t k = 0; k < streams; ++k) {
+      if (auto s = ps.Push(kData + k, grad_spans[kData + k]); !s.ok()) return fail("Push", s);
+    }
+    for (std::uint32_t it = 1; it <= warmup + iters; ++it) {
+      const std::int64_t t0 = NowNs();
+      for (std::uint32_t k = 0; k < streams; ++k) {
+        if (auto s = ps.Wait(kData + k); !s.ok()) return fail("Wait(data)", s);
+        if (it == warmup + iters) continue;  // the last round only collects
+        if (auto s = ps.Push(kData + k, grad_spans[kData + k]); !s.ok()) return fail("Push", s);
+      }
+      const std::int64_t t1 = NowNs();
+      if (it > warmup) samples.push_back({t0, t1});
+    }
   }
   if (auto s = ps.Close(); !s.ok()) return fail("Close", s);
 

@@ -68,14 +68,16 @@ def scenarios(n):
 class Phubd:
     """One phubd on the PS host for a whole rack's runs: jobs come and go through it."""
 
-    def __init__(self, a, net, run_dir, weights):
-        port_file = os.path.join(run_dir, "phubd.port")
-        self.log = os.path.join(run_dir, "phubd.log")
+    def __init__(self, a, net, run_dir, weights, tag="phubd"):
+        port_file = os.path.join(run_dir, f"{tag}.port")
+        self.log = os.path.join(run_dir, f"{tag}.log")
         argv = [a.phubd, "--listen", net.ip("ps"), "--port", "0", "--port-file", port_file,
                 "--cores", str(a.cores), "--no-pin", "--optimizer", "sgd", "--lr", str(a.lr),
                 "--log-level", "info"]
         for name, w in weights.items():
             argv += ["--job-weight", f"{name}={w:g}"]
+        if a.fair_window_bytes:
+            argv += ["--fair-window-bytes", str(a.fair_window_bytes)]
         self.proc = start(net.wrap("ps", argv), self.log)
         self.address = f"{net.ip('ps')}:{wait_port_file(port_file, self.proc, 'phubd', self.log)}"
 
@@ -97,7 +99,7 @@ def run_exchange_jobs(a, net, phubd, jobs, run_dir):
             argv = [a.exchange_worker, "--servers", phubd.address, "--job", name,
                     "--rank", str(r), "--world", str(len(hosts)), "--mib", f"{a.mib:g}",
                     "--iters", str(iters), "--warmup", str(a.warmup), "--lr", str(a.lr),
-                    "--out", out]
+                    "--out", out, "--streams", str(a.streams)] + (["--wire", a.wire, "--wire-weights", "fp32"] if a.wire != "fp32" else [])
             procs.append((f"job {name} rank {r}", start(net.wrap(host, argv), path), path))
             outs[name].append(out)
     try:
@@ -125,7 +127,8 @@ def exchange_rack(a, rack, rep_dirs):
     rows = []
     net = nets.make(rack, n, a.rate)
     try:
-        all_scenarios = scenarios(n)
+        all_scenarios = [sc for sc in scenarios(n)
+                         if not a.scenarios or sc[0] in a.scenarios or sc[0] == "alone"]
         weights = {}
         for name, k, ws in all_scenarios:
             for j, w in enumerate(ws):
@@ -177,18 +180,21 @@ def exchange_rack(a, rack, rep_dirs):
 
 
 def training_rack(a, run_dir):
-    """Two phub-worker jobs of different models (N/2 workers each) alone, then together, on the
-    pbox rack; rows of time per iteration."""
+    """Two phub-worker jobs of different models (N/2 workers each) on the pbox rack: each alone,
+    both at once through one shared phubd, and both at once through a phubd each (on the same PS
+    host): the last isolates what sharing phubd costs from what sharing this machine's CPUs
+    costs (the workers' compute contends for them whichever phubd serves them)."""
     n = a.n
     models = [m.split(":") for m in parse_list(a.models, str)]
     net = nets.make("pbox", n, a.rate)
     rows = []
     try:
-        phubd = Phubd(a, net, run_dir, {})
+        shared = Phubd(a, net, run_dir, {}, "phubd-shared")
+        own = [shared, Phubd(a, net, run_dir, {}, "phubd-second")]
         half = n // 2
         hosts = [[f"w{r}" for r in range(j * half, (j + 1) * half)] for j in range(2)]
 
-        def run(jobs, tag):
+        def run(jobs, tag, phubds):
             procs, outs = [], {}
             for j, (model, batch) in jobs:
                 for r, host in enumerate(hosts[j]):
@@ -196,7 +202,7 @@ def training_rack(a, run_dir):
                     path = os.path.join(run_dir, f"{tag}_{model}_w{r}.log")
                     argv = [a.worker, "--model", model, "--batch", batch, "--iters",
                             str(a.train_iters), "--warmup", "2", "--lr", "0.01", "--log-level",
-                            "warn", "--comm", "ps", "--ps", phubd.address, "--job",
+                            "warn", "--comm", "ps", "--ps", phubds[j].address, "--job",
                             f"{tag}-{model}", "--rank", str(r), "--world", str(half),
                             "--results", out]
                     procs.append((f"{model} rank {r}", start(net.wrap(host, argv), path,
@@ -206,20 +212,25 @@ def training_rack(a, run_dir):
                 wait_all(procs, a.timeout)
             finally:
                 kill_children_of(procs)
+            for p in phubds:
+                p.check()
             return {m: max(json.load(open(f))["median_ms"] for f in files)
                     for m, files in outs.items()}
 
         for rep in range(a.reps):
             alone = {}
             for j, (model, batch) in enumerate(models):
-                alone.update(run([(j, (model, batch))], f"alone{rep}"))
-            together = run(list(enumerate(models)), f"shared{rep}")
+                alone.update(run([(j, (model, batch))], f"alone{rep}", own))
+            together = run(list(enumerate(models)), f"shared{rep}", [shared, shared])
+            apart = run(list(enumerate(models)), f"apart{rep}", own)
             for model, _ in models:
                 rows.append({"model": model, "rep": rep + 1, "alone_ms": alone[model],
-                             "shared_ms": together[model],
-                             "slowdown": together[model] / alone[model]})
+                             "shared_ms": together[model], "apart_ms": apart[model],
+                             "slowdown": together[model] / alone[model],
+                             "sharing_cost": together[model] / apart[model]})
                 log(f"training rep {rep + 1}: {model} {alone[model]:.0f} ms alone, "
-                    f"{together[model]:.0f} ms beside the other")
+                    f"{together[model]:.0f} ms beside the other through one phubd, "
+                    f"{apart[model]:.0f} ms through a phubd each")
     finally:
         kill_children()
         net.close()
@@ -267,11 +278,14 @@ def bar_lines(summary):
         w = [by.get((rack, "k2-weighted", j)) for j in ("j0", "j1")]
         if all(w):
             ratio = w[0]["throughput_MBps"] / w[1]["throughput_MBps"]
+            if rack == "pbox":
+                # Each job is bound by its own workers' links: there is nothing to share out.
+                lines.append(f"- {rack}, weights 2:1: shares {ratio:.2f}:1 (no bar: the PBox is "
+                             f"not the bottleneck here, each job has its own links)")
+                continue
             ok = abs(ratio / 2 - 1) <= BARS["weight_tolerance"]
             lines.append(f"- {rack}, weights 2:1: shares {ratio:.2f}:1 (bar: within "
-                         f"{BARS['weight_tolerance']:.0%} of 2:1"
-                         f"{', the PBox is not the bottleneck here' if rack == 'pbox' else ''})"
-                         f": **{'met' if ok else 'NOT met'}**")
+                         f"{BARS['weight_tolerance']:.0%} of 2:1): **{'met' if ok else 'NOT met'}**")
     return lines
 
 
@@ -292,12 +306,19 @@ def markdown(a, summary, training, notes):
                      f"{r['aggregate_MBps']:.0f}",
                      f"{r['aggregate_MBps'] / r['alone_aggregate_MBps']:.2f}",
                      f"{r['jain']:.3f}"])
-    lines += tables.md_table(head, body) + ["", "## Bars", ""] + bar_lines(summary)
+    if summary:
+        lines += tables.md_table(head, body) + ["", "## Bars", ""] + bar_lines(summary)
     if training:
         lines += ["", "## Real training: two jobs of different models", ""]
-        lines += tables.md_table(["model", "alone ms/iter", "beside the other", "slowdown"],
-                                 [[r["model"], f"{r['alone_ms']:.0f}", f"{r['shared_ms']:.0f}",
-                                   f"{r['slowdown']:.2f}"] for r in training])
+        lines += ["Each job alone; both at once through one shared phubd; both at once through "
+                  "a phubd each on the same PS host (what the machine's CPUs, shared by both "
+                  "jobs' workers either way, cost). ms per mini-batch, median of the workers' "
+                  "medians.", ""]
+        lines += tables.md_table(
+            ["model", "alone", "both, one phubd", "both, a phubd each", "slowdown vs alone",
+             "one phubd vs a phubd each"],
+            [[r["model"], f"{r['alone_ms']:.0f}", f"{r['shared_ms']:.0f}", f"{r['apart_ms']:.0f}",
+              f"{r['slowdown']:.2f}", f"{r['sharing_cost']:.2f}"] for r in training])
     return lines
 
 
@@ -336,6 +357,18 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--cores", type=int, default=2, help="phubd --cores")
+    p.add_argument("--fair-window-bytes", type=int, default=0,
+                   help="phubd --fair-window-bytes (default: phubd's)")
+    p.add_argument("--streams", type=int, default=16,
+                   help="phub_exchange_worker --streams: S in this many tensors, each pushed "
+                        "again as soon as its weights are in (default 16: a job that keeps "
+                        "bytes on the way both ways, as layer-wise overlap does; 1: push all, "
+                        "then wait)")
+    p.add_argument("--wire", default="fp32",
+                   help="the exchange jobs' pushes: fp32, or bf16/fp16 (weights stay float32: "
+                        "phubd's send side then carries twice its receive side)")
+    p.add_argument("--scenarios", default="",
+                   help="comma list of k2, k4, k2-weighted (default: all; 'alone' always runs)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--models", default="resnet56:16,alexnet:2",
                    help="the two training jobs' MODEL:BATCH (per worker)")
@@ -345,6 +378,7 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "tenants"))
     a = p.parse_args()
+    a.scenarios = parse_list(a.scenarios, str)
     problem = nets.rack_problem(otherwise=None)
     if problem:
         p.error(problem)
@@ -381,15 +415,20 @@ def main():
     keys = ["rack", "scenario", "k", "job", "workers", "weight"]
     fields = ["ms_per_iter", "alone_ms", "slowdown", "throughput_MBps", "share",
               "aggregate_MBps", "alone_aggregate_MBps", "jain"]
-    summary = medians(rows, keys, fields)
-    tables.write_tsv(os.path.join(a.out, "tenants.tsv"), rows, list(rows[0].keys()),
-                     cell=tables.short_float)
-    train_summary = medians(training, ["model"], ["alone_ms", "shared_ms", "slowdown"]) \
-        if training else []
+    summary = medians(rows, keys, fields) if rows else []
+    if rows:
+        tables.write_tsv(os.path.join(a.out, "tenants.tsv"), rows, list(rows[0].keys()),
+                         cell=tables.short_float)
+    train_summary = medians(training, ["model"], ["alone_ms", "shared_ms", "apart_ms",
+                                                  "slowdown", "sharing_cost"]) if training else []
+    if training:
+        tables.write_tsv(os.path.join(a.out, "training.tsv"), training,
+                         list(training[0].keys()), cell=tables.short_float)
     notes = [machine.describe(start_load)]
     md = markdown(a, summary, train_summary, notes)
     tables.write_markdown(os.path.join(a.out, "tenants.md"), md)
-    plot(os.path.join(a.out, "tenants.png"), summary)
+    if summary:
+        plot(os.path.join(a.out, "tenants.png"), summary)
     print("\n".join(md))
     return 0
 

@@ -20,7 +20,7 @@ inline constexpr std::uint64_t kDefaultChunkBytes = 1024 * 1024;
 // FairSendQueue's window on each core while jobs share it (--fair-window-bytes): small enough
 // that the order jobs' chunks start in is the order the NIC serves them, large enough to keep
 // it busy (a few chunk broadcasts).
-inline constexpr std::size_t kDefaultFairWindowBytes = 16u << 20;
+inline constexpr std::size_t kDefaultFairWindowBytes = 4u << 20;
 
 // Bounds on what any peer can make phubd allocate or hold, and for how long. Every refusal is
 // an Error naming the limit and its flag (docs/operations.md "Limits"). The defaults fit a PS
