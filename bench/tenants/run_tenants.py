@@ -68,7 +68,7 @@ def scenarios(n):
 class Phubd:
     """One phubd on the PS host for a whole rack's runs: jobs come and go through it."""
 
-    def __init__(self, a, net, run_dir, weights, tag="phubd"):
+    def __init__(self, a, net, run_dir, weights, tag="phubd", nic_gbps=0.0):
         port_file = os.path.join(run_dir, f"{tag}.port")
         self.log = os.path.join(run_dir, f"{tag}.log")
         argv = [a.phubd, "--listen", net.ip("ps"), "--port", "0", "--port-file", port_file,
@@ -76,8 +76,8 @@ class Phubd:
                 "--log-level", "info"]
         for name, w in weights.items():
             argv += ["--job-weight", f"{name}={w:g}"]
-        if a.fair_window_bytes:
-            argv += ["--fair-window-bytes", str(a.fair_window_bytes)]
+        if nic_gbps > 0:
+            argv += ["--nic-gbps", f"{nic_gbps:g}"]
         self.proc = start(net.wrap("ps", argv), self.log)
         self.address = f"{net.ip('ps')}:{wait_port_file(port_file, self.proc, 'phubd', self.log)}"
 
@@ -134,7 +134,10 @@ def exchange_rack(a, rack, rep_dirs):
             for j, w in enumerate(ws):
                 if w != 1.0:
                     weights[f"{name}-j{j}"] = w
-        phubd = Phubd(a, net, rep_dirs, weights)
+        # What the PS host's NIC carries (pbox N.B, cloud B), a little under line rate: what
+        # TCP achieves on it (phubd --nic-gbps).
+        link = nets.topology.parse_rate(a.rate) * (n if rack == "pbox" else 1)
+        phubd = Phubd(a, net, rep_dirs, weights, nic_gbps=a.nic_share * link / 1e9)
         workers = [f"w{r}" for r in range(n)]
         for rep in range(a.reps):
             alone_ms = {}  # job size -> ms per iteration alone, this repetition
@@ -357,8 +360,9 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--cores", type=int, default=2, help="phubd --cores")
-    p.add_argument("--fair-window-bytes", type=int, default=0,
-                   help="phubd --fair-window-bytes (default: phubd's)")
+    p.add_argument("--nic-share", type=float, default=0.9,
+                   help="phubd --nic-gbps as a share of the PS host's link (pbox N.B, cloud B); "
+                        "0: phubd does not pace (default: 0.9)")
     p.add_argument("--streams", type=int, default=16,
                    help="phub_exchange_worker --streams: S in this many tensors, each pushed "
                         "again as soon as its weights are in (default 16: a job that keeps "

@@ -75,11 +75,13 @@ int main(int argc, char** argv) {
   app.add_option("--job-weight", weights,
                  "NAME=W: job NAME's share of every core's sends against other jobs' (weighted "
                  "fair queueing; default 1). Repeatable");
-  app.add_option("--fair-window-bytes", options.fair_window_bytes,
-                 "Bytes of weights each core lets out ahead of completion while jobs share it: "
-                 "the order jobs are served in becomes the NIC's")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 32));
+  double nic_gbps = 0;
+  app.add_option("--nic-gbps", nic_gbps,
+                 "What phubd's sends may use of its NIC(s), Gbit/s, all cores together: while "
+                 "jobs share phubd each core paces their sends to its share of it, so the NIC's "
+                 "bandwidth is split by --job-weight. Set it a few percent below line rate (what "
+                 "TCP achieves). 0: not paced")
+      ->check(CLI::Range(0.0, 100000.0));
   app.add_option("--init-weights", options.initial_weights_path,
                  "Raw float32 file with the model's initial weights (tensors in table order); "
                  "without it rank 0 sends its weights");
@@ -181,6 +183,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.pin = !no_pin;
+  options.nic_bytes_per_s = nic_gbps * 1e9 / 8;
   for (const std::string& w : weights) {
     const auto eq = w.find('=');
     double weight = 0;

@@ -47,6 +47,11 @@ Status Server::Start() {
   if (options_.limits.max_model_bytes == 0) {
     options_.limits.max_model_bytes = DefaultMaxModelBytes(std::max(options_.world_size, 1u));
   }
+  if (!options_.job_weights.empty() && options_.nic_bytes_per_s <= 0) {
+    spdlog::warn("--job-weight without --nic-gbps: jobs are served in weighted order but not "
+                 "paced, so where phubd's NIC is the bottleneck TCP shares it per connection "
+                 "and the weights have little effect (docs/operations.md \"Sharing a PBox\")");
+  }
   for (const auto& [name, weight] : options_.job_weights) {
     if (!(weight > 0) || weight > 1e6) {
       return absl::InvalidArgumentError(absl::StrCat("--job-weight ", name, "=", weight,
@@ -73,7 +78,8 @@ Status Server::Start() {
     PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin,
                                                         *device, options_.limits,
                                                         AddCoreMetrics(metrics_, i),
-                                                        options_.fair_window_bytes));
+                                                        options_.nic_bytes_per_s /
+                                                            options_.cores));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {

@@ -31,8 +31,17 @@ transport::ConnectionSizing ShardSizing(std::uint64_t chunk_bytes) {
 }
 }  // namespace
 
-ServerCore::ServerCore(keys::CoreIndex index, int pin_core, std::size_t fair_window_bytes)
-    : index_(index), fair_(fair_window_bytes), loop_(absl::StrCat("core ", index), pin_core) {}
+ServerCore::ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_per_s)
+    : index_(index),
+      fair_(FairSendQueue::Pacing{.bytes_per_s = pace_bytes_per_s},
+            [this](std::chrono::nanoseconds delay) {
+              // On the core's thread (the queue runs there); one wake-up armed at a time.
+              pace_timer_->expires_after(delay);
+              pace_timer_->async_wait([this](const boost::system::error_code& ec) {
+                if (!ec) fair_.Wake();
+              });
+            }),
+      loop_(absl::StrCat("core ", index), pin_core) {}
 
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
                                                          const std::string& address,
@@ -40,12 +49,13 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
                                                          transport::Device& device,
                                                          const ServerLimits& limits,
                                                          const CoreMetrics& metrics,
-                                                         std::size_t fair_window_bytes) {
-  std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core, fair_window_bytes));
+                                                         double pace_bytes_per_s) {
+  std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core, pace_bytes_per_s));
   core->limits_ = limits;
   core->metrics_ = metrics;
   Status status;
   core->loop_.Run([&] {
+    core->pace_timer_ = std::make_unique<boost::asio::steady_timer>(core->loop_.context());
     auto transport = device.Bind(core->loop_);
     if (!transport.ok()) {
       status = transport.status();
@@ -120,6 +130,7 @@ ServerCore::~ServerCore() {
     router_.CloseAll(absl::CancelledError("phubd is stopping"));
     acceptor_.reset();
     transport_.reset();
+    pace_timer_.reset();
   });
 }
 

@@ -7,6 +7,7 @@
 // the NIC) and unregistered when it is removed.
 #pragma once
 
+#include <boost/asio/steady_timer.hpp>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,15 +27,15 @@ class ServerCore {
   // the core's loop. `limits`: max_connections bounds the data connections not yet attached
   // (set-ups in progress included); attach_timeout_ms closes one that has not attached by
   // then (verbs: its whole set-up, which carries the ATTACH). `metrics`: the core's exported
-  // series, handed to each shard (all null: none). `fair_window_bytes`: FairSendQueue's window.
+  // series, handed to each shard (all null: none). `pace_bytes_per_s`: this core's share of the NIC,
+  // to which it paces the jobs' sends while they share it (0: not paced; fair_send_queue.h).
   static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index,
                                                       const std::string& address,
                                                       std::uint16_t port, int pin_core,
                                                       transport::Device& device,
                                                       const ServerLimits& limits,
                                                       const CoreMetrics& metrics = {},
-                                                      std::size_t fair_window_bytes =
-                                                          kDefaultFairWindowBytes);
+                                                      double pace_bytes_per_s = 0);
   ~ServerCore();
 
   keys::CoreIndex index() const { return index_; }
@@ -56,7 +57,7 @@ class ServerCore {
   std::vector<ChunkSnapshot> StopAndSnapshot(std::uint64_t session);
 
  private:
-  ServerCore(keys::CoreIndex index, int pin_core, std::size_t fair_window_bytes);
+  ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_per_s);
   transport::AcceptHooks Hooks();
   // Closes `connection` if it has not attached within limits_.attach_timeout_ms.
   void WatchAttach(const std::shared_ptr<transport::Connection>& connection);
@@ -69,6 +70,7 @@ class ServerCore {
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::Acceptor> acceptor_;
   FairSendQueue fair_;  // before router_: its shards' sends complete into it as they close
+  std::unique_ptr<boost::asio::steady_timer> pace_timer_;  // fair_'s wake-ups
   ShardRouter router_{index_};
   std::map<std::uint64_t, double> shard_cpu_start_;  // by session: CPU seconds at install
   std::uint16_t port_ = 0;

@@ -17,11 +17,6 @@ namespace phub::server {
 // Chunk size used when --chunk-bytes is not given; chosen by measurement (docs/design.md).
 inline constexpr std::uint64_t kDefaultChunkBytes = 1024 * 1024;
 
-// FairSendQueue's window on each core while jobs share it (--fair-window-bytes): small enough
-// that the order jobs' chunks start in is the order the NIC serves them, large enough to keep
-// it busy (a few chunk broadcasts).
-inline constexpr std::size_t kDefaultFairWindowBytes = 4u << 20;
-
 // Bounds on what any peer can make phubd allocate or hold, and for how long. Every refusal is
 // an Error naming the limit and its flag (docs/operations.md "Limits"). The defaults fit a PS
 // box serving jobs of up to a few hundred workers and models of up to ~100k tensors.
@@ -91,7 +86,9 @@ struct ServerOptions {
   transport::SocketTuning tcp;     // TCP_NODELAY and socket buffers of every connection
   // Priority scheduling of the WEIGHTS each core sends (--send-window-bytes, SendScheduler).
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
-  std::size_t fair_window_bytes = kDefaultFairWindowBytes;  // --fair-window-bytes
+  // --nic-gbps: what phubd's sends may use of its NIC(s), all cores together, in bytes/s; the
+  // cores pace the jobs' sends to it while they share (fair_send_queue.h). 0: not paced.
+  double nic_bytes_per_s = 0;
   transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
   transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long

@@ -100,6 +100,65 @@ class SummationTest(unittest.TestCase):
                 np.testing.assert_allclose(results[rank][t], w[t], rtol=1e-5, atol=1e-6)
 
 
+class SharedPboxTest(unittest.TestCase):
+    def test_two_named_jobs_at_once_each_get_their_own_mean(self):
+        # Jobs "a" (2 ranks) and "b" (3 ranks) through one phubd at once, summation mode: each
+        # rank sees its own job's mean, never a mix of both jobs' gradients.
+        jobs = {"a": 2, "b": 3}
+        rng = np.random.default_rng(11)
+        grads = {j: [[rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
+                     for _ in range(n)] for j, n in jobs.items()}
+        members = [(j, r) for j, n in jobs.items() for r in range(n)]
+        with Phubd(3) as phubd:
+            def member_body(index):
+                job, rank = members[index]
+                weights = [np.zeros(e, np.float32) for _, e in SIZES]
+                with phub.connect(SIZES, weights, address=phubd.address, rank=rank,
+                                  world_size=jobs[job], optimizer={"kind": "average"},
+                                  job=job) as client:
+                    client.init()
+                    for t in range(len(SIZES)):
+                        client.push(t, grads[job][rank][t])
+                    for t in range(len(SIZES)):
+                        client.wait(t)
+                    return [w.copy() for w in weights]
+
+            results = run_ranks(len(members), phubd.address, member_body)
+            log = phubd.log()
+        for index, (job, rank) in enumerate(members):
+            for t in range(len(SIZES)):
+                reference = np.mean([grads[job][r][t].astype(np.float64)
+                                     for r in range(jobs[job])], axis=0)
+                np.testing.assert_allclose(results[index][t], reference, rtol=1e-6, atol=1e-7,
+                                           err_msg=f"job {job} rank {rank} tensor {t}")
+        self.assertIn("job 'a' started", log)
+        self.assertIn("job 'b' started", log)
+
+    def test_the_job_name_comes_from_the_launcher(self):
+        names = ("PHUB_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+        saved = {k: os.environ.get(k) for k in names}
+        try:
+            for k in names:
+                os.environ.pop(k, None)
+            args = ("ps:1", 0, 1)
+            self.assertEqual(phub.resolve(*args).job, "")
+            os.environ["SLURM_JOB_ID"] = "4242"
+            self.assertEqual(phub.resolve(*args).job, "4242")
+            os.environ["TORCHELASTIC_RUN_ID"] = "none"  # torchrun without --rdzv-id
+            self.assertEqual(phub.resolve(*args).job, "4242")
+            os.environ["TORCHELASTIC_RUN_ID"] = "run-7"
+            self.assertEqual(phub.resolve(*args).job, "run-7")
+            os.environ["PHUB_JOB"] = "mine"
+            self.assertEqual(phub.resolve(*args).job, "mine")
+            self.assertEqual(phub.resolve(*args, job="explicit").job, "explicit")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 class GilTest(unittest.TestCase):
     def test_wait_lets_other_threads_run(self):
         # Rank 1 pushes late; while rank 0 waits, this thread must keep counting.
