@@ -149,6 +149,7 @@ def exchange_rack(a, rack, rep_dirs):
                 alone_ms[size] = 1e3 * statistics.median(times)
                 log(f"{rack} rep {rep + 1}: a job of {size} workers alone: "
                     f"{alone_ms[size]:.1f} ms per iteration")
+            one_job_total = None  # the "alone" scenario's aggregate, this repetition
             for name, k, ws in all_scenarios:
                 size = n // k
                 # A job of weight w runs w/min(w) as many iterations, so all compete to the end.
@@ -161,6 +162,8 @@ def exchange_rack(a, rack, rep_dirs):
                 throughput = {job: per_job[job] * size * a.mib * MIB for job in per_job}
                 total = sum(throughput.values())
                 fairness = shares.jain(shares.normalized(throughput, w).values())
+                if name == "alone":
+                    one_job_total = total
                 for j, (job, hosts, _) in enumerate(jobs):
                     ms = 1e3 / per_job[job]
                     rows.append({"rack": rack, "scenario": name, "k": k, "job": f"j{j}",
@@ -170,8 +173,9 @@ def exchange_rack(a, rack, rep_dirs):
                                  "throughput_MBps": throughput[job] / 1e6,
                                  "share": throughput[job] / total,
                                  "aggregate_MBps": total / 1e6,
-                                 "alone_aggregate_MBps":
-                                     n * a.mib * MIB / (alone_ms[n] / 1e3) / 1e6,
+                                 # One job of all N workers, in the same repetition
+                                 # (the k = 1 scenario, run first).
+                                 "alone_aggregate_MBps": (one_job_total or total) / 1e6,
                                  "jain": fairness})
                 log(f"{rack} rep {rep + 1} {name}: " + ", ".join(
                     f"{job} {1e3 / per_job[job]:.0f} ms ({throughput[job] / total:.0%})"
