@@ -34,6 +34,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -180,6 +181,75 @@ def exchange_rack(a, rack, rep_dirs):
                 log(f"{rack} rep {rep + 1} {name}: " + ", ".join(
                     f"{job} {1e3 / per_job[job]:.0f} ms ({throughput[job] / total:.0%})"
                     for job in per_job) + f"; aggregate {total / 1e6:.0f} MB/s, Jain {fairness:.3f}")
+    finally:
+        kill_children()
+        net.close()
+    return rows
+
+
+FLOOD = """
+import os, socket, sys, time
+host, ports, seconds = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], float(sys.argv[3])
+end, sent = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    for port in ports:
+        try:
+            with socket.create_connection((host, port), timeout=1) as s:
+                s.sendall(os.urandom(4096))
+                sent += 1
+        except OSError:
+            pass
+print(f"flood: {sent} connections of garbage", flush=True)
+"""
+
+
+def misbehave_rack(a, run_dir):
+    """Job B (workers w0, w1) trains while job A (w2, w3) misbehaves through the same phubd: a
+    host of A floods every phubd port with garbage connections, and one of A's workers is
+    killed mid-iteration (A stalls, waits for a rejoin that never comes). B's time per
+    iteration against B alone, same rack, same phubd; B's weights checked as always."""
+    n = a.n
+    net = nets.make("pbox", n, a.rate)
+    rows = []
+    try:
+        phubd = Phubd(a, net, run_dir, {}, "phubd-misbehave",
+                      nic_gbps=a.nic_share * nets.topology.parse_rate(a.rate) * n / 1e9)
+        with open(phubd.log) as f:
+            data_ports = f.read().split("(data ports ")[1].split(")")[0]
+        control_port = phubd.address.rsplit(":", 1)[1]
+        for rep in range(a.reps):
+            alone = run_exchange_jobs(a, net, phubd, [(f"b-alone{rep}", ["w0", "w1"], a.iters)],
+                                      os.path.join(run_dir, f"alone_r{rep}"))
+            alone_ms = 1e3 * statistics.median(e - s for s, e in next(iter(alone.values())))
+            # A first (2 workers, far more iterations than B needs), then B, then the trouble.
+            rep_dir = os.path.join(run_dir, f"shared_r{rep}")
+            fresh_dir(rep_dir)
+            a_procs = []
+            for r, host in enumerate(["w2", "w3"]):
+                argv = [a.exchange_worker, "--servers", phubd.address, "--job", f"a{rep}",
+                        "--rank", str(r), "--world", "2", "--mib", f"{a.mib:g}", "--iters",
+                        "100000", "--warmup", "0", "--lr", str(a.lr), "--streams",
+                        str(a.streams), "--out", os.path.join(rep_dir, f"a_w{r}.tsv")]
+                a_procs.append(start(net.wrap(host, argv), os.path.join(rep_dir, f"a_w{r}.log")))
+            flood = start(net.wrap("w3", [sys.executable, "-c", FLOOD, net.ip("ps"),
+                                          f"{data_ports},{control_port}", "30"]),
+                          os.path.join(rep_dir, "flood.log"))
+            killer = threading.Timer(2.0, a_procs[1].kill)  # A's rank 1 dies mid-iteration
+            killer.start()
+            try:
+                shared = run_exchange_jobs(a, net, phubd,
+                                           [(f"b-shared{rep}", ["w0", "w1"], a.iters * 2)],
+                                           os.path.join(rep_dir, "b"))
+            finally:
+                killer.cancel()
+                for p in a_procs + [flood]:
+                    if p.poll() is None:
+                        p.kill()
+            ms = 1e3 * statistics.median(e - s for s, e in next(iter(shared.values())))
+            rows.append({"rep": rep + 1, "b_alone_ms": alone_ms, "b_beside_ms": ms,
+                         "slowdown": ms / alone_ms})
+            log(f"misbehave rep {rep + 1}: B {alone_ms:.1f} ms alone, {ms:.1f} ms while A "
+                f"floods and dies ({ms / alone_ms:.2f}x)")
     finally:
         kill_children()
         net.close()
@@ -382,6 +452,8 @@ def main():
                    help="the two training jobs' MODEL:BATCH (per worker)")
     p.add_argument("--train-iters", type=int, default=6)
     p.add_argument("--no-training", action="store_true", help="exchange runs only")
+    p.add_argument("--misbehave", action="store_true",
+                   help="also: job B's time while job A floods phubd and loses a worker")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per training run")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "tenants"))
@@ -404,7 +476,7 @@ def main():
     fresh_dir(a.out)
     os.makedirs(raw)
     start_load = machine.load_average()
-    rows, training = [], []
+    rows, training, misbehaving = [], [], []
     try:
         for rack in parse_list(a.racks, str):
             rack_dir = os.path.join(raw, rack)
@@ -414,6 +486,10 @@ def main():
             train_dir = os.path.join(raw, "training")
             os.makedirs(train_dir)
             training = training_rack(a, train_dir)
+        if a.misbehave:
+            bad_dir = os.path.join(raw, "misbehave")
+            os.makedirs(bad_dir)
+            misbehaving = misbehave_rack(a, bad_dir)
     except BenchError as e:
         log(f"FAILED: {e}")
         return 1
@@ -434,6 +510,17 @@ def main():
                          list(training[0].keys()), cell=tables.short_float)
     notes = [machine.describe(start_load)]
     md = markdown(a, summary, train_summary, notes)
+    if misbehaving:
+        md += ["", "## A misbehaving job beside another", "",
+               "Job B (2 workers) alone, then while job A (2 workers) shares phubd, floods "
+               "every phubd port with garbage from one of A's hosts and loses a worker "
+               "mid-iteration (SIGKILL; A stalls).", ""]
+        md += tables.md_table(["rep", "B alone ms/iter", "B beside A", "slowdown"],
+                              [[str(r["rep"]), f"{r['b_alone_ms']:.1f}",
+                                f"{r['b_beside_ms']:.1f}", f"{r['slowdown']:.3f}"]
+                               for r in misbehaving])
+        tables.write_tsv(os.path.join(a.out, "misbehave.tsv"), misbehaving,
+                         list(misbehaving[0].keys()), cell=tables.short_float)
     tables.write_markdown(os.path.join(a.out, "tenants.md"), md)
     if summary:
         plot(os.path.join(a.out, "tenants.png"), summary)

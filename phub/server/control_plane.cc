@@ -157,7 +157,10 @@ void ControlPlane::ReadNext(const SessionPtr& session) {
         const std::string what(m.status().message());
         const bool over_limit = absl::StrContains(what, limits.frame_flag) ||
                                 absl::StrContains(what, limits.tensors_flag);
-        spdlog::warn("control connection from {}: {}", session->peer, Bounded(what, 400));
+        if (auto suppressed = bad_frame_log_.Allow()) {
+          spdlog::warn("control connection from {}: {}{}", session->peer, Bounded(what, 400),
+                       LogLimiter::Note(*suppressed));
+        }
         Refuse(session,
                MakeError(over_limit ? proto::Error::LIMIT_EXCEEDED : proto::Error::BAD_REQUEST,
                          what,
@@ -197,7 +200,10 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
 
 void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   const auto refuse = [&](const proto::Error& error) {
-    spdlog::warn("refusing a worker from {}: {}", session->peer, error.message());
+    if (auto suppressed = refusal_log_.Allow()) {
+      spdlog::warn("refusing a worker from {}: {}{}", session->peer, error.message(),
+                   LogLimiter::Note(*suppressed));
+    }
     Refuse(session, error);
   };
   StatusOr<std::string> name = JobName(hello.job());

@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "phub/common/log_limiter.h"
 #include "phub/metrics/registry.h"
 #include "phub/server/control_session.h"
 #include "phub/server/job.h"
@@ -88,6 +89,9 @@ class ControlPlane : public SessionEnder {
   JobCounters counters_;
   // Exported only (AddMetrics): lifetime counts.
   std::uint64_t hellos_refused_ = 0, jobs_refused_for_memory_ = 0;
+  // Peers flooding the control port must not flood the log: bad frames and refused Hellos are
+  // logged a few per interval, the rest counted (phubd_hellos_refused_total has them all).
+  LogLimiter bad_frame_log_, refusal_log_;
   boost::asio::steady_timer liveness_timer_;
   ResumeState resume_;  // --resume: the first job to start resumes it
   // Handlers may run after the control plane is gone during shutdown: guard them.

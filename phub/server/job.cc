@@ -240,6 +240,7 @@ void Job::Start() {
   // CheckHello accepted every member's optimizer, and they agree.
   const kernels::OptimizerConfig optimizer = *JobOptimizer(hello, options());
   auto job = std::make_shared<JobSpec>(JobSpec{
+      .name = name_,
       .table = std::move(*table),
       .world_size = world_size_,
       .optimizer = optimizer,

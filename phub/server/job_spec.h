@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "phub/kernels/aggregate_and_step.h"
@@ -16,6 +17,7 @@ struct JobSnapshot;      // checkpoint_file.h
 class SnapshotBuffers;  // snapshot_buffers.h
 
 struct JobSpec {
+  std::string name;  // the job's (Hello's `job`), for the shards' log lines
   keys::KeyTable table;
   std::uint32_t world_size = 0;
   kernels::OptimizerConfig optimizer;

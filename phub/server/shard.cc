@@ -75,7 +75,8 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
   inputs_.resize(world);
   state_ptrs_.resize(state_arrays);
   if (metrics_) metrics_->chunks->Set(static_cast<double>(chunks_.size()));
-  spdlog::debug("core {}: shard holds {} chunks, {} bytes of weights", core_, chunks_.size(),
+  spdlog::debug("job '{}' core {}: shard holds {} chunks, {} bytes of weights", job_->name,
+                core_, chunks_.size(),
                 table.bytes_on_core(core_));
 }
 
@@ -317,7 +318,8 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
   seen_[header.worker] = 1;
   ++attached_;
   if (resume_at_[header.worker] != kNoResume) SendResumeWeights(header.worker);
-  spdlog::debug("core {}: rank {} attached from {} ({}/{})", core_, header.worker,
+  spdlog::debug("job '{}' core {}: rank {} attached from {} ({}/{})", job_->name, core_,
+                header.worker,
                 connection.peer(), attached_, job_->world_size);
   if (all_attached()) {
     sink_(ShardEvent{.kind = ShardEvent::Kind::kAllAttached, .core = core_});
@@ -408,7 +410,7 @@ void Shard::CheckCompletable(const ChunkState& state) {
     const std::string reason = absl::StrCat(
         "rank ", w, " left (BYE) but chunk ", state.chunk->id, " of iteration ",
         state.iteration + 1, " has pushes from other workers and needs rank ", w, "'s too");
-    spdlog::warn("core {}: {}", core_, reason);
+    spdlog::warn("job '{}' core {}: {}", job_->name, core_, reason);
     sink_(ShardEvent{
         .kind = ShardEvent::Kind::kLeftEarly, .core = core_, .rank = w, .reason = reason});
     return;
@@ -465,8 +467,9 @@ bool Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
       from = &state.change;
       bytes = std::size_t{state.chunk->elements} * kernels::WireBytes(job_->wire);
     } else {
-      spdlog::error("core {}: rank {} started at iteration {}; chunk {}'s change is of {}, not {}",
-                    core_, rank, start_at_[rank], state.chunk->id, state.change_of, iteration);
+      spdlog::error("job '{}' core {}: rank {} started at iteration {}; chunk {}'s change is of "
+                    "{}, not {}",
+                    job_->name, core_, rank, start_at_[rank], state.chunk->id, state.change_of, iteration);
       workers_[rank]->Close(absl::InternalError(absl::StrCat(
           "phubd has no change of chunk ", state.chunk->id, " to iteration ", iteration,
           " for rank ", rank, ": rejoin the job")));
@@ -525,7 +528,8 @@ void Shard::OnClosed(Connection& connection, const Status& why) {
                            [&](const auto& c) { return c.get() == &connection; });
     if (it != unattached_.end()) unattached_.erase(it);
     if (!closing_) {
-      spdlog::warn("core {}: dropped connection from {}: {}", core_, connection.peer(),
+      spdlog::warn("job '{}' core {}: dropped connection from {}: {}", job_->name, core_,
+                   connection.peer(),
                    why.message());
       sink_(ShardEvent{.kind = ShardEvent::Kind::kBadPeer,
                        .core = core_,
@@ -537,7 +541,8 @@ void Shard::OnClosed(Connection& connection, const Status& why) {
   // The slot in workers_ stays: only ForgetWorker frees it (and it closes the connection it
   // forgets without a report).
   if (closing_ || said_bye_[rank] || workers_[rank].get() != &connection) return;
-  spdlog::warn("core {}: lost rank {} ({}): {}", core_, rank, connection.peer(), why.message());
+  spdlog::warn("job '{}' core {}: lost rank {} ({}): {}", job_->name, core_, rank,
+               connection.peer(), why.message());
   ShardEvent lost{.kind = ShardEvent::Kind::kWorkerLost,
                   .core = core_,
                   .rank = rank,

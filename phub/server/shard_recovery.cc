@@ -90,7 +90,8 @@ void Shard::SendResumeWeights(std::uint32_t rank) {
     } else if (state.iteration == at + 1 && state.previous.size() != 0) {
       SendTo(rank, state, state.previous, at);
     } else if (state.iteration + 1 != at) {  // one behind: its broadcast will carry them
-      spdlog::error("core {}: rank {} resumes at iteration {} but chunk {} is at {}", core_, rank,
+      spdlog::error("job '{}' core {}: rank {} resumes at iteration {} but chunk {} is at {}",
+                    job_->name, core_, rank,
                     at, state.chunk->id, state.iteration);
       workers_[rank]->Close(absl::InternalError(absl::StrCat(
           "cannot give rank ", rank, " the weights of iteration ", at, " for chunk ",
@@ -118,8 +119,9 @@ void Shard::CopyForCheckpoint(ChunkState& state) {
   const auto start = std::chrono::steady_clock::now();
   if (snapshot_iteration_ != state.iteration) {
     if (snapshot_iteration_ != 0) {
-      spdlog::warn("core {}: checkpoint of iteration {} abandoned: chunk {} reached {} first",
-                   core_, snapshot_iteration_, state.chunk->id, state.iteration);
+      spdlog::warn("job '{}' core {}: checkpoint of iteration {} abandoned: chunk {} reached {} "
+                   "first",
+                   job_->name, core_, snapshot_iteration_, state.chunk->id, state.iteration);
     }
     snapshot_iteration_ = state.iteration;
     snapshot_filled_ = 0;

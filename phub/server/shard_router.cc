@@ -96,9 +96,11 @@ void ShardRouter::OnClosed(Connection& connection, const Status& why) {
   }
   const auto erased =
       std::erase_if(unattached_, [&](const auto& c) { return c.get() == &connection; });
-  if (erased > 0 && !why.ok() && !absl::IsCancelled(why)) {
-    spdlog::warn("core {}: dropped connection from {}: {}", core_, connection.peer(),
-                 why.message());
+  if (erased == 0 || why.ok() || absl::IsCancelled(why)) return;
+  // A flood of garbage connections must not become a flood of log lines.
+  if (auto suppressed = drop_log_.Allow()) {
+    spdlog::warn("core {}: dropped connection from {}: {}{}", core_, connection.peer(),
+                 why.message(), LogLimiter::Note(*suppressed));
   }
 }
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "phub/common/log_limiter.h"
 #include "phub/server/shard.h"
 #include "phub/transport/connection.h"
 
@@ -56,6 +57,7 @@ class ShardRouter final : public transport::ConnectionHandler {
   std::map<std::uint64_t, std::unique_ptr<Shard>> shards_;  // by session
   std::vector<std::shared_ptr<transport::Connection>> unattached_;
   std::unordered_map<const transport::Connection*, Shard*> routed_;  // attached connections
+  LogLimiter drop_log_;  // connections dropped before they attached
 };
 
 }  // namespace phub::server
