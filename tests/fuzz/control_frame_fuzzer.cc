@@ -22,6 +22,7 @@
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/server/hello_check.h"
 #include "phub/server/job_limits.h"
+#include "phub/server/job_tokens.h"
 #include "phub/transport/control_frame.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"
 
@@ -50,8 +51,18 @@ void CheckLimitsAgainstReference(const proto::Hello& hello, const server::Server
 void CheckAdmission(const proto::Hello& hello) {
   const std::vector<bool>& rank_taken = kFuzzRanksTaken;
   const auto& options = Options();
-  auto alone = server::CheckHello(hello, options, nullptr, rank_taken);
-  auto joined = server::CheckHello(hello, options, &First(), rank_taken);
+  // The job's token is the control plane's to pick (job_tokens.h): here phubd's --token-file.
+  auto alone = server::CheckHello(hello, options, options.job_token, nullptr, rank_taken);
+  auto joined = server::CheckHello(hello, options, options.job_token, &First(), rank_taken);
+  // The job name a Hello carries becomes a file name under --job-tokens: whatever JobName
+  // accepts must be a plain name.
+  if (auto name = server::JobName(hello.job()); name.ok()) {
+    if (name->empty() || name->size() > server::kMaxJobNameBytes || (*name)[0] == '.' ||
+        name->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                "0123456789._-") != std::string::npos) {
+      Fail("JobName accepted a name that is not a plain file name");
+    }
+  }
   // What admission lets in, the control plane indexes by rank and the key table is built from.
   for (const auto* verdict : {&alone, &joined}) {
     if (verdict->has_value()) {
@@ -60,8 +71,11 @@ void CheckAdmission(const proto::Hello& hello) {
       }
       continue;
     }
-    if (hello.rank() >= options.world_size || rank_taken[hello.rank()]) {
+    if (hello.rank() >= rank_taken.size() || rank_taken[hello.rank()]) {
       Fail("CheckHello admitted a rank out of range or already taken");
+    }
+    if (hello.world_size() != rank_taken.size()) {
+      Fail("CheckHello admitted a world size other than the job's");
     }
     if (hello.tensors_size() == 0) Fail("CheckHello admitted an empty tensor table");
     if (hello.job_token() != options.job_token) Fail("CheckHello admitted a wrong token");
