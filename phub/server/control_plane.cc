@@ -300,9 +300,10 @@ void ControlPlane::JobEnded(Job& job) {
   charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
   // The name is free at once (FindOrAdmit replaces an ended job); the object goes once no
   // caller on the stack holds it.
-  asio::post(context_, [this, alive = alive_, name = job.name(), ended = &job] {
+  // By id, not address: a new job of the same name may sit at the ended one's address by then.
+  asio::post(context_, [this, alive = alive_, name = job.name(), id = job.id()] {
     if (!*alive) return;
-    if (auto it = jobs_.find(name); it != jobs_.end() && it->second.get() == ended) {
+    if (auto it = jobs_.find(name); it != jobs_.end() && it->second->id() == id) {
       jobs_.erase(it);
     }
   });

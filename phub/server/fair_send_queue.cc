@@ -37,9 +37,9 @@ std::uint64_t FairSendQueue::started_bytes(FlowId flow) const {
   return it == flows_.end() ? 0 : it->second.started;
 }
 
-void FairSendQueue::Submit(FlowId flow, std::size_t bytes, std::function<void()> start) {
+bool FairSendQueue::Submit(FlowId flow, std::size_t bytes, std::function<void()> start) {
   auto it = flows_.find(flow);
-  if (it == flows_.end()) return;  // its job is gone
+  if (it == flows_.end()) return false;  // its job is gone
   Flow& f = it->second;
   // An idle flow starts at the current virtual time: no credit for the idle spell. A busy one
   // goes on from its last finish, even when all it had has started already: its units are
@@ -49,6 +49,7 @@ void FairSendQueue::Submit(FlowId flow, std::size_t bytes, std::function<void()>
   f.last_finish = start_tag + static_cast<double>(bytes) / f.weight;
   f.queue.push_back(Unit{start_tag, bytes, std::move(start)});
   Pump();
+  return true;
 }
 
 void FairSendQueue::Done(FlowId flow, std::size_t bytes) {

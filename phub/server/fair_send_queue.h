@@ -49,8 +49,9 @@ class FairSendQueue {
   void AddFlow(FlowId flow, double weight);
   void RemoveFlow(FlowId flow);
   // Runs `start` (now, or when the flow's turn comes); the caller reports Done(flow, bytes)
-  // once what it started has completed (a flow with bytes in flight is still active).
-  void Submit(FlowId flow, std::size_t bytes, std::function<void()> start);
+  // once what it started has completed (a flow with bytes in flight is still active). False,
+  // and `start` dropped, for a flow not (or no longer) added.
+  bool Submit(FlowId flow, std::size_t bytes, std::function<void()> start);
   void Done(FlowId flow, std::size_t bytes);
   // The delay asked for through `wake` has passed.
   void Wake();

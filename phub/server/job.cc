@@ -94,7 +94,11 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   if (!error) error = CheckJobLimits(hello, options());
   if (error) {
     spdlog::warn("{}: refusing a worker from {}: {}", log_name_, session->peer, error->message());
-    return Refuse(session, *error);
+    Refuse(session, *error);
+    // A job whose first Hello was refused has no member to end it: it ends here, so that its
+    // name, memory charge and --max-jobs place are not held by nobody.
+    if (joined_ == 0 && !started_) End();
+    return;
   }
   Join(session, hello);
 }
@@ -181,7 +185,10 @@ void Job::CancelDeadline() {
 // within --leave-timeout-ms (one that stays connected and silent would hold phubd for good).
 // A stalled job's shorter deadline, or this one already running, is left as it is.
 void Job::ArmLeaveDeadline(std::int64_t first_to_leave) {
-  if (stalled_ || deadline_kind_ == Deadline::kLeaving || deadline_kind_ == Deadline::kStalled) {
+  // A deadline already running that ends the job sooner or differently stays: a stall's, a
+  // lost member's rejoin (it stalls the job if nobody comes back), the attach deadline.
+  if (stalled_ || deadline_kind_ == Deadline::kLeaving || deadline_kind_ == Deadline::kStalled ||
+      deadline_kind_ == Deadline::kRejoin || deadline_kind_ == Deadline::kAttaching) {
     return;
   }
   ArmDeadline(Deadline::kLeaving, options().limits.leave_timeout_ms, [this, first_to_leave] {
@@ -194,6 +201,8 @@ void Job::ArmLeaveDeadline(std::int64_t first_to_leave) {
     for (auto& member : members) {
       if (member) Refuse(member, error);
     }
+    // Nobody left to end it (members lost and awaited count as not live): end it here.
+    if (!ended_ && running_ && live_members_ == 0) End();
   });
 }
 

@@ -425,12 +425,13 @@ void Shard::Broadcast(ChunkState& state) {
   // The chunk waits for its turn as it waits for its sends: it does not aggregate meanwhile
   // (so `state` stays as it is; a job's end drops its turns with its flow).
   ++state.pending_sends;
-  fair_->Submit(job_->session, cost, [this, &state, cost] {
+  const bool queued = fair_->Submit(job_->session, cost, [this, &state, cost] {
     --state.pending_sends;
     FairSendQueue* fair = fair_;
     const std::uint64_t flow = job_->session;
     SendToAll(state, [fair, flow, cost] { fair->Done(flow, cost); });
   });
+  if (!queued) --state.pending_sends;  // the core stops sending for this job (phubd stops)
 }
 
 void Shard::SendToAll(ChunkState& state, std::function<void()> sent) {

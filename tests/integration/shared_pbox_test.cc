@@ -125,7 +125,7 @@ TEST_P(ConcurrentJobs, EachEndsWithTheWeightsItHasAlone) {
   const std::size_t log_before = ReadFile(phubd.log_path).size();
   std::vector<RunningJob> jobs;
   for (int j = 0; j < k; ++j) {
-    jobs.push_back(StartJob(dir, phubd, kJobs[j], "shared", {"--step-delay-ms", "30"}));
+    jobs.push_back(StartJob(dir, phubd, kJobs[j], "shared", {"--step-delay-ms", "150"}));
   }
   for (auto& job : jobs) ExpectJobSucceeds(job, dir, "shared");
   for (int j = 0; j < k; ++j) ExpectSameWeights(dir, kJobs[j], "shared", "alone");
@@ -395,6 +395,39 @@ TEST(SharedPbox, MaxJobsAndBadJobNamesAreRefusedNamingTheRule) {
   }
   ASSERT_TRUE(two[0].status.ok()) << two[0].status;
   EXPECT_TRUE(two[0].client->Close().ok());
+}
+
+TEST(SharedPbox, ARefusedFirstHelloHoldsNoJobPlaceNorMemory) {
+  // A Hello that passes the token check but is refused by its job (a bad protocol version, a
+  // rank out of range) must not leave an empty job holding the name, the memory charge and
+  // the only --max-jobs place.
+  TempDir dir;
+  auto phubd = StartPhubd(dir, {"--max-jobs", "1"});
+  const auto tensors = TestTensors({100});
+  for (int k = 0; k < 5; ++k) {
+    proto::Hello bad = HelloOf("ghost" + std::to_string(k), "", 0, 2, tensors);
+    if (k % 2 == 0) {
+      bad.set_protocol_version(bad.protocol_version() + 7);
+    } else {
+      bad.set_rank(5);
+    }
+    proto::ControlMessage reply = RawHello(phubd.port, bad);
+    ASSERT_TRUE(reply.has_error());
+    EXPECT_NE(reply.error().code(), proto::Error::LIMIT_EXCEEDED) << reply.error().message();
+  }
+  client::PsClientOptions options;
+  options.port = phubd.port;
+  options.world_size = 1;
+  options.job = "real";
+  options.connect_timeout_ms = 5000;
+  std::vector<InProcessWorker> real;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // an ended job's name goes a moment later
+    real = ConnectWorkers(options, {0}, tensors);
+    if (real[0].status.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(real[0].status.ok()) << real[0].status;
+  EXPECT_TRUE(real[0].client->Close().ok());
 }
 
 }  // namespace
