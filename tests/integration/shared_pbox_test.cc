@@ -430,5 +430,56 @@ TEST(SharedPbox, ARefusedFirstHelloHoldsNoJobPlaceNorMemory) {
   EXPECT_TRUE(real[0].client->Close().ok());
 }
 
+TEST(SharedPbox, AJobWaitingForARejoinWhoseLastMemberLeavesStillEnds) {
+  // Rank 0 dies mid-iteration 2 (the job waits up to 1 s for it to rejoin); rank 1 pushes its
+  // iteration 2 and says Goodbye. Nobody is live: the job must still end when the rejoin
+  // deadline passes, freeing its place (--max-jobs 1) for the next job — the Goodbye's leave
+  // deadline (--leave-timeout-ms, 300 s) must not replace the rejoin deadline.
+  TempDir dir;
+  auto phubd = StartPhubd(dir, {"--max-jobs", "1", "--rejoin-timeout-ms", "1000"});
+  const std::string sizes = "5000,300";
+  Process dying = Process::Start({TestWorkerPath(), "--port", std::to_string(phubd.port),
+                                  "--rank", "0", "--world", "2", "--tensors", sizes, "--iters",
+                                  "5", "--die-at", "2"},
+                                 dir.File("dying.log"));
+  client::PsClientOptions options;
+  options.port = phubd.port;
+  options.world_size = 2;
+  auto workers = ConnectWorkers(options, {1}, TestTensors(ParseSizes(sizes)));
+  ASSERT_TRUE(workers[0].status.ok()) << workers[0].status;
+  ASSERT_TRUE(workers[0].client->Init().ok());
+  ASSERT_TRUE(RunIteration(workers[0], 1).ok());
+  auto code = dying.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 128 + SIGKILL);
+  // phubd has seen the loss once its log says it waits for the rejoin.
+  for (int i = 0; i < 200 && ReadFile(phubd.log_path).find("to say Hello again") ==
+                                 std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Rank 1 pushes all of iteration 2 (so no chunk waits for its copy: its Goodbye is not a
+  // loss that stalls the job) and says Goodbye: the last live member leaves a job that waits.
+  InProcessWorker& w = workers[0];
+  for (std::uint32_t t = 0; t < w.grads.size(); ++t) {
+    for (std::uint64_t i = 0; i < w.grads[t].size(); ++i) w.grads[t][i] = TestValue(1, 1, 2, t, i);
+    ASSERT_TRUE(w.client->Push(t, w.grads[t]).ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the pushes are in
+  EXPECT_TRUE(w.client->Close().ok());
+  options.job = "next";
+  options.world_size = 1;
+  options.connect_timeout_ms = 2000;
+  std::vector<InProcessWorker> next;
+  for (int attempt = 0; attempt < 30; ++attempt) {  // the rejoin deadline is 1 s
+    next = ConnectWorkers(options, {0}, TestTensors({100}));
+    if (next[0].status.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_TRUE(next[0].status.ok()) << "the abandoned job still holds phubd: " << next[0].status
+                                   << "\n" << ReadFile(phubd.log_path);
+  EXPECT_TRUE(next[0].client->Close().ok());
+  EXPECT_THAT(ReadFile(phubd.log_path), HasSubstr("did not rejoin"));
+}
+
 }  // namespace
 }  // namespace phub::testing
