@@ -209,8 +209,7 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   StatusOr<std::string> name = JobName(hello.job());
   if (!name.ok()) {
     return refuse(MakeError(proto::Error::BAD_REQUEST, std::string(name.status().message()),
-                            "name the job with 1 to 64 characters of [A-Za-z0-9._-] "
-                            "(phub-worker --job)"));
+                            "give every worker of the job such a name (phub-worker --job)"));
   }
   // The token first, before anything about the job is said or held: a peer without it learns
   // nothing of the job (not even whether it exists) and can change nothing of it.
@@ -272,7 +271,6 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, const pr
                      " bytes (--memory-budget-bytes) are held by ", jobs_.size(), " job(s)"),
         "wait until a job ends, run the job on another PBox, or raise --memory-budget-bytes "
         "if the machine has the memory");
-    spdlog::warn("{}", refusal.message());
     return nullptr;
   }
   double weight = 1;
@@ -299,8 +297,8 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, const pr
 void ControlPlane::JobEnded(Job& job) {
   charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
   // The name is free at once (FindOrAdmit replaces an ended job); the object goes once no
-  // caller on the stack holds it.
-  // By id, not address: a new job of the same name may sit at the ended one's address by then.
+  // caller on the stack holds it. By id, not address: a new job of the same name may sit at
+  // the ended one's address by then.
   asio::post(context_, [this, alive = alive_, name = job.name(), id = job.id()] {
     if (!*alive) return;
     if (auto it = jobs_.find(name); it != jobs_.end() && it->second->id() == id) {

@@ -191,8 +191,8 @@ int main(int argc, char** argv) {
       weight = eq == std::string::npos ? 0 : std::stod(w.substr(eq + 1));
     } catch (const std::exception&) {
     }
-    if (eq == std::string::npos || eq == 0 || !(weight > 0)) {
-      std::fprintf(stderr, "phubd: --job-weight '%s': expected NAME=W with W > 0, e.g. "
+    if (eq == std::string::npos || eq == 0 || weight == 0) {
+      std::fprintf(stderr, "phubd: --job-weight '%s': expected NAME=W with a number W, e.g. "
                            "--job-weight big=2\n", w.c_str());
       return 2;
     }

@@ -76,8 +76,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
   state_ptrs_.resize(state_arrays);
   if (metrics_) metrics_->chunks->Set(static_cast<double>(chunks_.size()));
   spdlog::debug("job '{}' core {}: shard holds {} chunks, {} bytes of weights", job_->name,
-                core_, chunks_.size(),
-                table.bytes_on_core(core_));
+                core_, chunks_.size(), table.bytes_on_core(core_));
 }
 
 Shard::~Shard() {
@@ -319,8 +318,7 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
   ++attached_;
   if (resume_at_[header.worker] != kNoResume) SendResumeWeights(header.worker);
   spdlog::debug("job '{}' core {}: rank {} attached from {} ({}/{})", job_->name, core_,
-                header.worker,
-                connection.peer(), attached_, job_->world_size);
+                header.worker, connection.peer(), attached_, job_->world_size);
   if (all_attached()) {
     sink_(ShardEvent{.kind = ShardEvent::Kind::kAllAttached, .core = core_});
     for (ChunkState& state : chunks_) {
@@ -419,7 +417,8 @@ void Shard::CheckCompletable(const ChunkState& state) {
 
 void Shard::Broadcast(ChunkState& state) {
   state.announced = true;
-  if (fair_ == nullptr) return SendToAll(state, nullptr);
+  // Without pacing the queue never holds a unit: send at once, as a job alone always did.
+  if (fair_ == nullptr || fair_->pacing().bytes_per_s <= 0) return SendToAll(state, nullptr);
   // The unit of fairness: one chunk to every worker (what it costs the core's NIC).
   const std::size_t cost = std::size_t{state.chunk->bytes()} * job_->world_size;
   // The chunk waits for its turn as it waits for its sends: it does not aggregate meanwhile
@@ -430,11 +429,18 @@ void Shard::Broadcast(ChunkState& state) {
     FairSendQueue* fair = fair_;
     const std::uint64_t flow = job_->session;
     SendToAll(state, [fair, flow, cost] { fair->Done(flow, cost); });
+    MaybeAggregate(state);  // nothing was sent (every worker gone): the chunk must not wait
   });
   if (!queued) --state.pending_sends;  // the core stops sending for this job (phubd stops)
 }
 
 void Shard::SendToAll(ChunkState& state, std::function<void()> sent) {
+  if (!sent) {
+    for (std::uint32_t w = 0; w < job_->world_size; ++w) {
+      SendTo(w, state, state.weights, state.iteration);
+    }
+    return;
+  }
   // `sent` runs once every send has completed (the count starts at 1 so that sends completing
   // at once cannot run it before the loop is done).
   auto left = std::make_shared<std::uint32_t>(1);
@@ -446,7 +452,6 @@ void Shard::SendToAll(ChunkState& state, std::function<void()> sent) {
     if (!SendTo(w, state, state.weights, state.iteration, one_done)) --*left;
   }
   one_done();
-  MaybeAggregate(state);  // nothing was sent (every worker gone): the chunk must not wait
 }
 
 bool Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& source,

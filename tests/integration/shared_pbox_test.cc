@@ -97,9 +97,12 @@ const std::vector<JobSpec> kJobs = {
     {"delta", 2, "40000,5,999", 4},
 };
 
+// --nic-gbps: the jobs' sends go through each core's fair queue, paced while they share it
+// (fair_send_queue.h): results must not depend on when a chunk's turn comes.
 const std::vector<std::string> kPhubdFlags = {"--cores", "2", "--chunk-bytes", "4096",
                                               "--optimizer", "momentum", "--lr", "0.05",
-                                              "--momentum", "0.9"};
+                                              "--momentum", "0.9", "--nic-gbps", "1",
+                                              "--job-weight", "beta=2"};
 
 // (k jobs, transport): on verbs where there is an RDMA device (the soft-RoCE guest runs the
 // *verbs* cases: tests/verbs/), where each job's shard memory is registered and unregistered

@@ -2,6 +2,7 @@
 """phub.PsClient (the pybind11 module) against a real phubd: summation mode and phubd's
 optimizer checked against float64 references on random inputs, the GIL released while waiting,
 and errors raised as phub.PhubError (refusals with phubd's fix, a dead phubd), never a hang."""
+import contextlib
 import os
 import signal
 import threading
@@ -14,6 +15,25 @@ import phub
 from phub_testing import Phubd
 
 SIZES = [("conv.weight", 3 * 3 * 8), ("fc.weight", 300_001), ("fc.bias", 10)]  # > 1 chunk
+
+
+@contextlib.contextmanager
+def environment(**values):
+    """os.environ with `values` set (None: unset), restored on the way out."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_ranks(world_size, address, body):
@@ -135,12 +155,8 @@ class SharedPboxTest(unittest.TestCase):
         self.assertIn("job 'b' started", log)
 
     def test_the_job_name_comes_from_the_launcher(self):
-        names = ("PHUB_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
-        saved = {k: os.environ.get(k) for k in names}
-        try:
-            for k in names:
-                os.environ.pop(k, None)
-            args = ("ps:1", 0, 1)
+        args = ("ps:1", 0, 1)
+        with environment(PHUB_JOB=None, TORCHELASTIC_RUN_ID=None, SLURM_JOB_ID=None):
             self.assertEqual(phub.resolve(*args).job, "")
             os.environ["SLURM_JOB_ID"] = "4242"
             self.assertEqual(phub.resolve(*args).job, "4242")
@@ -151,12 +167,6 @@ class SharedPboxTest(unittest.TestCase):
             os.environ["PHUB_JOB"] = "mine"
             self.assertEqual(phub.resolve(*args).job, "mine")
             self.assertEqual(phub.resolve(*args, job="explicit").job, "explicit")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 class GilTest(unittest.TestCase):
@@ -256,11 +266,8 @@ class LaunchTest(unittest.TestCase):
                 phub.parse_address(bad)
 
     def test_torchrun_environment_and_explicit_arguments(self):
-        env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
-               "PHUB_ADDRESS": "ps:7272", "PHUB_TOKEN": "s3cret"}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with environment(RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", PHUB_ADDRESS="ps:7272",
+                         PHUB_TOKEN="s3cret"):
             launch = phub.resolve()
             self.assertEqual((launch.host, launch.port, launch.rank, launch.world_size,
                               launch.local_rank, launch.token), ("ps", 7272, 3, 4, 1, "s3cret"))
@@ -273,12 +280,6 @@ class LaunchTest(unittest.TestCase):
             with self.assertRaises(ValueError) as raised:
                 phub.resolve()
             self.assertIn("torchrun", str(raised.exception))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 def rank_body_at(phubd, rank):
