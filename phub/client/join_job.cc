@@ -25,6 +25,11 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   hello.set_job(options.job);
   hello.set_rank(options.rank);
   hello.set_world_size(options.world_size);
+  if (options.racks > 1) {
+    hello.set_racks(options.racks);
+    hello.set_rack(options.rack);
+    hello.set_rack_workers(options.rack_workers);
+  }
   if (options.optimizer) {
     const kernels::OptimizerConfig& c = *options.optimizer;
     proto::OptimizerSpec& spec = *hello.mutable_optimizer();

@@ -50,6 +50,13 @@ struct PsClientOptions {
   std::string job;
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
+  // Racks of racks (docs/design.md "Racks of racks"): a job over `racks` > 1 racks, this
+  // client in rack `rack` (its index in the topology file); rank and world_size are then the
+  // rack's, and host/port its PBox. rack_workers > 0: the client is a PBox relaying its rack's
+  // sums of that many workers' copies (phub/server/uplink.h), not a worker.
+  std::uint32_t racks = 0;
+  std::uint32_t rack = 0;
+  std::uint32_t rack_workers = 0;
   // What phubd does with the job's gradients, the same on every worker: an optimizer that steps
   // the weights it sends back, or kAverage (summation mode: the "weights" that land are the mean
   // of the workers' gradients). Unset: phubd's --optimizer flags.

@@ -1,5 +1,7 @@
 #include "phub/exchange/make_exchange.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace phub::exchange {
@@ -36,6 +38,14 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
       }
       options.ps.client.rank = options.rank;
       options.ps.client.world_size = options.world_size;
+      if (options.rack) {  // its rank in its rack; a topology of one rack is a flat job
+        options.ps.client.rank = options.rack->rank_in_rack;
+        options.ps.client.world_size = options.rack->rack_size;
+        if (options.rack->racks > 1) {
+          options.ps.client.racks = options.rack->racks;
+          options.ps.client.rack = options.rack->rack;
+        }
+      }
       PHUB_ASSIGN_OR_RETURN(auto ps,
                             PsExchange::Connect(options.ps, std::move(tensors), std::move(weights)));
       return std::unique_ptr<GradientExchange>(std::move(ps));
@@ -70,6 +80,26 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
     }
   }
   return absl::InvalidArgumentError("unknown exchange kind");
+}
+
+Status PlaceInRacks(const topology::Topology& topology, const std::string& host,
+                    ExchangeOptions& options) {
+  if (options.kind != ExchangeKind::kPs) {
+    return absl::InvalidArgumentError(
+        "--topology (racks of racks) goes with --comm ps: each worker joins its rack's PBox");
+  }
+  PHUB_ASSIGN_OR_RETURN(topology::Placement placement, topology.Locate(host));
+  options.rank = placement.rank;
+  options.world_size = placement.world_size;
+  options.ps.servers = {topology.racks()[placement.rack].pbox};
+  options.rack = placement;
+  return absl::OkStatus();
+}
+
+std::string ThisHostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
 }
 
 }  // namespace phub::exchange

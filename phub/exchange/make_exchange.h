@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "phub/exchange/nccl_exchange.h"
 #include "phub/exchange/ps_exchange.h"
 #include "phub/exchange/ring_exchange.h"
+#include "phub/topology/topology.h"
 
 namespace phub::exchange {
 
@@ -26,7 +28,20 @@ struct ExchangeOptions {
                              // are taken from above
   RingExchangeOptions ring;  // kRing; rank/world are taken from above
   NcclExchangeOptions nccl;  // kNccl; rank/world are taken from above
+  // Racks of racks (kPs; PlaceInRacks sets it): the worker's place in the topology; the PS
+  // client then joins its rack's PBox as its rank in the rack.
+  std::optional<topology::Placement> rack;
 };
+
+// Racks of racks (docs/operations.md "Racks of racks"): `host`, as the topology file names it,
+// fixes the worker's rank and world size (all racks': what it shards its data by; they
+// replace options.rank and world_size) and, with kPs, its server: its rack's PBox. NotFound
+// (naming the file and the fix) when no rack lists the host; InvalidArgument for another kind
+// than ps.
+Status PlaceInRacks(const topology::Topology& topology, const std::string& host,
+                    ExchangeOptions& options);
+// The machine's host name (gethostname), the default of a worker's --hostname.
+std::string ThisHostName();
 
 // Connects the chosen backend. InvalidArgument when the options do not fit the kind (kPs with
 // other than one server, kPsColocated with fewer than one, kRing or kNccl without a

@@ -7,22 +7,6 @@
 
 namespace phub::exchange {
 
-StatusOr<PsEndpoint> ParseEndpoint(const std::string& text) {
-  const std::size_t colon = text.rfind(':');
-  PsEndpoint endpoint;
-  unsigned port = 0;
-  const char* end = text.data() + text.size();
-  if (colon == std::string::npos || colon == 0 ||
-      std::from_chars(text.data() + colon + 1, end, port).ptr != end || port == 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "server address '", text, "' is not HOST:PORT with a port in 1..65535, e.g. 10.0.0.5:7070"));
-  }
-  endpoint.host = text.substr(0, colon);
-  endpoint.port = static_cast<std::uint16_t>(port);
-  return endpoint;
-}
-
 StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOptions& options,
                                                           std::vector<keys::TensorSpec> tensors,
                                                           std::vector<std::span<float>> weights) {

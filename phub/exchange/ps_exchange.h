@@ -12,17 +12,14 @@
 
 #include "phub/client/ps_client.h"
 #include "phub/exchange/gradient_exchange.h"
+#include "phub/common/endpoint.h"
 #include "phub/keys/server_placement.h"
 
 namespace phub::exchange {
 
-struct PsEndpoint {
-  std::string host;
-  std::uint16_t port = 0;
-};
-
-// "host:port" (an IPv4 address or a name). InvalidArgument names the bad text and the format.
-StatusOr<PsEndpoint> ParseEndpoint(const std::string& text);
+// A server's "HOST:PORT" (phub/common/endpoint.h).
+using PsEndpoint = phub::Endpoint;
+using phub::ParseEndpoint;
 
 struct PsExchangeOptions {
   // rank, world_size, job token, timeouts and TCP tuning; its host/port are not used.

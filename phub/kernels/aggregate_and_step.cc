@@ -180,7 +180,8 @@ void Dispatch(std::span<const In* const> inputs, const float* w_in, float* w,
 
 StepConstants Prepare(std::size_t n_inputs, const OptimizerConfig& config, std::uint64_t step) {
   StepConstants k{};
-  k.inv_n = static_cast<float>(1.0 / static_cast<double>(n_inputs));
+  k.inv_n = static_cast<float>(
+      1.0 / static_cast<double>(config.copies > 0 ? config.copies : n_inputs));
   k.wd = config.weight_decay;
   k.lr = config.lr;
   k.mu = config.momentum;

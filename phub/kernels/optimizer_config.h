@@ -16,6 +16,12 @@ struct OptimizerConfig {
   float beta1 = 0.9f;        // kAdam
   float beta2 = 0.999f;      // kAdam
   float eps = 1e-8f;         // kAdam
+  // How many workers' gradients the inputs hold between them: the mean gradient is their sum
+  // over this. 0: one each (N, the number of inputs). A PBox that sums its rack's copies before
+  // passing them on (racks of racks, docs/design.md) makes each input a sum of several, and
+  // the PBox that owns the chunk divides by every worker of the job; with 1 and kAverage the
+  // "weights" are the plain sum.
+  unsigned copies = 0;
 };
 
 }  // namespace phub::kernels

@@ -224,7 +224,10 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
             : "give the worker the token file the operator issued for this job name"));
   }
   proto::Error refusal;
-  std::shared_ptr<Job> job = FindOrAdmit(*name, hello, refusal);
+  // Racks of racks: the homes' part of a job (PBoxes relaying their racks' sums) is a job
+  // apart from the job of the same name formed by this rack's workers ('@' is in no job name).
+  const std::string key = hello.rack_workers() > 0 ? *name + "@racks" : *name;
+  std::shared_ptr<Job> job = FindOrAdmit(key, hello, refusal);
   if (!job) return refuse(refusal);
   job->OnHello(session, hello);
 }

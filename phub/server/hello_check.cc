@@ -53,6 +53,68 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
   return config;
 }
 
+std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOptions& options) {
+  if (hello.racks() <= 1) {
+    if (hello.rack() == 0 && hello.rack_workers() == 0) return std::nullopt;
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " names rack ", hello.rack(),
+                                  " (rack_workers ", hello.rack_workers(), ") of a job of ",
+                                  hello.racks(), " racks"),
+                     "give racks > 1 with a rack, or neither");
+  }
+  const topology::Topology* topology = options.topology.get();
+  if (topology == nullptr) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), "'s job spans ", hello.racks(),
+                                  " racks; this phubd was started without --topology"),
+                     "start every rack's phubd with --topology FILE --rack NAME, the file the "
+                     "workers have");
+  }
+  const auto racks = static_cast<std::uint32_t>(topology->racks().size());
+  const auto rack_name = [&](std::uint32_t r) {
+    return r < racks ? absl::StrCat("'", topology->racks()[r].name, "'")
+                     : absl::StrCat("number ", r);
+  };
+  if (hello.racks() != racks || hello.rack() >= racks) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " says the job spans ", hello.racks(),
+                                  " racks (it is in rack ", hello.rack(), "); phubd's topology ",
+                                  topology->origin(), " has ", racks),
+                     "give the workers and every rack's phubd the same topology file");
+  }
+  const auto hosts = static_cast<std::uint32_t>(topology->racks()[hello.rack()].hosts.size());
+  if (hello.rack_workers() == 0) {  // a worker: of this PBox's rack
+    if (hello.rack() != options.rack) {
+      return MakeError(proto::Error::BAD_REQUEST,
+                       absl::StrCat("rank ", hello.rank(), " is in rack ", rack_name(hello.rack()),
+                                    "; this phubd serves rack ", rack_name(options.rack),
+                                    " (--rack)"),
+                       "a worker joins its own rack's phubd: check its --host and the topology "
+                       "file");
+    }
+    if (hello.world_size() != hosts) {
+      return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                       absl::StrCat("rank ", hello.rank(), " says its rack has ",
+                                    hello.world_size(), " workers; rack ",
+                                    rack_name(hello.rack()), " lists ", hosts, " hosts in ",
+                                    topology->origin()),
+                       "give the workers and every rack's phubd the same topology file");
+    }
+    return std::nullopt;
+  }
+  // A PBox passing its rack's sums on: rank = its rack, one per rack, its rack's workers each.
+  if (hello.rank() != hello.rack() || hello.world_size() != racks ||
+      hello.rack_workers() != hosts) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("a PBox of rack ", rack_name(hello.rack()), " joins as rank ",
+                                  hello.rank(), " of ", hello.world_size(), " with ",
+                                  hello.rack_workers(), " workers; topology ", topology->origin(),
+                                  " says rank ", hello.rack(), " of ", racks, " with ", hosts),
+                     "give every rack's phubd the same topology file");
+  }
+  return std::nullopt;
+}
+
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
                                        const std::string& expected_token,
                                        const proto::Hello* first,
@@ -110,6 +172,7 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                      absl::StrCat("rank ", hello.rank(), ": ", wire.status().message()),
                      "give every worker --wire fp32, bf16 or fp16");
   }
+  if (std::optional<proto::Error> error = CheckRacks(hello, options)) return error;
   if (first == nullptr) return std::nullopt;
   if (*wire != *JobWireFormat(*first) || hello.wire_weights() != first->wire_weights()) {
     const auto describe = [](const proto::Hello& h) {

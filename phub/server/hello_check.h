@@ -31,6 +31,11 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
 StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello);
 
 // `expected_token`: the job's (job_tokens.h); rank_taken.size() is the job's world size.
+// Racks of racks: a Hello's racks, rack and rack_workers against phubd's --topology and
+// --rack (a worker must be of this phubd's rack, with its rack's size; a PBox relaying its rack
+// must join as rank = its rack of world = the racks, with its rack's workers). Part of CheckHello.
+std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOptions& options);
+
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
                                        const std::string& expected_token,
                                        const proto::Hello* first,

@@ -48,6 +48,7 @@ Job::Job(Host host, std::string name, std::uint64_t id, std::uint32_t world_size
 
 Job::~Job() {
   *alive_ = false;
+  if (uplink_) uplink_->Stop();
   // Shards outlive nothing: a job destroyed while running (phubd stopping) removes its own.
   if (spec_) {
     for (auto& core : host_.cores) core->RemoveShard(spec_->session);
@@ -245,30 +246,47 @@ void Job::Start() {
                                  "fix phubd's --chunk-bytes or the model"));
   }
   const std::size_t chunk_count = table->chunks().size();  // before the table moves
-  const bool checkpointing = !options().checkpoint.dir.empty();
+  // Racks of racks: this rack's part sums and relays, checkpoints nothing and resumes nothing
+  // (the homes' parts do); a home's part divides by every worker of the job.
+  const bool relaying = hello.racks() > 1 && hello.rack_workers() == 0;
+  const bool checkpointing = !options().checkpoint.dir.empty() && !relaying;
   // CheckHello accepted every member's optimizer, and they agree.
   const kernels::OptimizerConfig optimizer = *JobOptimizer(hello, options());
+  kernels::OptimizerConfig shard_optimizer = optimizer;
+  if (relaying) shard_optimizer = {.kind = kernels::OptimizerKind::kAverage, .copies = 1};
+  if (hello.rack_workers() > 0) {
+    // CheckRacks bounded each to its rack's hosts in the topology file.
+    std::uint64_t copies = 0;
+    for (const auto& member : members_) copies += member->hello.rack_workers();
+    shard_optimizer.copies = static_cast<unsigned>(copies);
+  }
+  // The job's secret on the data plane: only its members learn it (Welcome).
+  const std::uint64_t session =
+      std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32);
+  std::shared_ptr<Uplink> uplink;
+  if (relaying) uplink = MakeUplink(hello, *table, optimizer, session);
   auto job = std::make_shared<JobSpec>(JobSpec{
       .name = name_,
       .table = std::move(*table),
       .world_size = world_size_,
-      .optimizer = optimizer,
-      // The job's secret on the data plane: only its members learn it (Welcome).
-      .session = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32),
+      .optimizer = shard_optimizer,
+      .session = session,
       .send_window_bytes = options().send_window_bytes,
       .wire = *JobWireFormat(hello),  // CheckHello: valid, equal on every rank
       .wire_weights =
           hello.wire_weights() && *JobWireFormat(hello) != kernels::WireFormat::kFp32,
       .initial_weights = std::move(initial_weights),
       // A resumed checkpoint may hold previous weights, which the resumed workers need.
-      .keep_previous =
-          options().limits.rejoin_timeout_ms > 0 || checkpointing || resume != nullptr,
+      .keep_previous = !relaying && (options().limits.rejoin_timeout_ms > 0 || checkpointing ||
+                                     resume != nullptr),
       .checkpoint_every = checkpointing ? options().checkpoint.every : 0,
       .snapshot_buffers = !checkpointing || options().checkpoint.every == 0
                               ? nullptr
                               : std::make_shared<SnapshotBuffers>(chunk_count),
-      .resume = resume,
-      .resume_iteration = resume ? host_.resume.iteration : 0});
+      .resume = relaying ? nullptr : resume,
+      .resume_iteration = resume && !relaying ? host_.resume.iteration : 0,
+      .relay = uplink,
+      .weights_from_upstream = relaying && hello.rack() != 0});
   std::shared_ptr<const JobSpec> spec = job;
   auto sink = [io = &host_.io, weak = weak_from_this()](ShardEvent event) {
     asio::post(*io, [weak, event = std::move(event)] {
@@ -302,6 +320,8 @@ void Job::Start() {
   // The shards copied what they resume from; the loaded checkpoint need not outlive that.
   job->resume.reset();
   spec_ = spec;
+  uplink_ = uplink;
+  if (uplink_) uplink_->Start();
   job_hello_ = hello;
   running_ = true;
   started_ = true;
@@ -309,8 +329,8 @@ void Job::Start() {
   cores_attached_ = 0;
   live_members_ = world_size_;
   ++host_.counters.formed;
-  const bool resumed = resume != nullptr;
-  host_.resume = {};  // one job resumes it; the next starts afresh
+  const bool resumed = resume != nullptr && !relaying;
+  if (!relaying) host_.resume = {};  // one job resumes it; the next starts afresh
   for (auto& member : members_) {
     member->state = SessionState::kInJob;
     member->last_heard = std::chrono::steady_clock::now();
@@ -354,6 +374,33 @@ std::unique_ptr<CheckpointWriter> Job::MakeCheckpointWriter() {
       });
 }
 
+std::shared_ptr<Uplink> Job::MakeUplink(const proto::Hello& hello, const keys::KeyTable& table,
+                                        const kernels::OptimizerConfig& optimizer,
+                                        std::uint64_t session) {
+  UplinkConfig config{.job = name_,
+                      .token = hello.job_token(),
+                      .topology = options().topology,
+                      .rack = hello.rack(),
+                      .rack_workers = world_size_,
+                      .optimizer = optimizer,
+                      .wire = *JobWireFormat(hello),
+                      .wire_weights = hello.wire_weights(),
+                      .rdma = options().rdma,
+                      .connect_timeout_ms = options().limits.form_timeout_ms};
+  // Posted only before the Uplink stops, which the job does before its shards go (the cores
+  // are phubd's, they outlive it).
+  auto post = [cores = &host_.cores, session](keys::CoreIndex core,
+                                              std::function<void(Shard&)> fn) {
+    (*cores)[core]->Post(session, std::move(fn));
+  };
+  auto fail = [io = &host_.io, weak = weak_from_this()](std::string why) {
+    asio::post(*io, [weak, why = std::move(why)] {
+      if (auto self = weak.lock(); self && !self->ended_) self->Stall(why);
+    });
+  };
+  return std::make_shared<Uplink>(std::move(config), table, std::move(post), std::move(fail));
+}
+
 void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resume_iteration) {
   proto::ControlMessage message;
   proto::Welcome& welcome = *message.mutable_welcome();
@@ -361,7 +408,8 @@ void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resu
   welcome.set_chunk_bytes(spec_->table.chunk_bytes());
   for (auto owner : spec_->table.owners()) welcome.add_chunk_owner(owner);
   welcome.set_session(spec_->session);
-  welcome.set_weights_from_server(!spec_->initial_weights.empty());
+  welcome.set_weights_from_server(!spec_->initial_weights.empty() ||
+                                  spec_->weights_from_upstream);
   welcome.set_optimizer(kernels::Describe(spec_->optimizer));
   welcome.set_wire(kernels::WireFormatName(spec_->wire));
   welcome.set_wire_weights(spec_->wire_weights);
@@ -448,6 +496,8 @@ void Job::End() {
   if (ended_) return;
   ended_ = true;
   CancelDeadline();
+  // The relay first: after Stop it posts nothing to the shards about to go.
+  if (uplink_) uplink_->Stop();
   if (running_) {
     ShardStats total;
     for (auto& core : host_.cores) {
@@ -468,6 +518,7 @@ void Job::End() {
   }
   running_ = false;
   spec_.reset();
+  uplink_.reset();
   gathering_.reset();
   auto members = members_;
   for (auto& member : members_) member.reset();

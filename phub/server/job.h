@@ -35,6 +35,7 @@
 #include "phub/server/control_session.h"
 #include "phub/server/server_core.h"
 #include "phub/server/server_options.h"
+#include "phub/server/uplink.h"
 #include "proto/phub.pb.h"
 
 namespace phub::server {
@@ -115,6 +116,10 @@ class Job : public std::enable_shared_from_this<Job> {
   void ArmDeadline(Deadline kind, int timeout_ms, std::function<void()> fire);
   void CancelDeadline();
   void Start();
+  // Racks of racks (uplink.h): the relay of a job whose workers span several racks, or null.
+  std::shared_ptr<Uplink> MakeUplink(const proto::Hello& hello, const keys::KeyTable& table,
+                                     const kernels::OptimizerConfig& optimizer,
+                                     std::uint64_t session);
   void FailForming(const proto::Error& error);
   void ArmLeaveDeadline(std::int64_t first_to_leave);
   void Stall(const std::string& reason);
@@ -163,6 +168,8 @@ class Job : public std::enable_shared_from_this<Job> {
   double gathered_pause_ms_ = 0;
   std::shared_ptr<JobSnapshot> gathering_;
   std::shared_ptr<const JobSpec> spec_;  // while running
+  // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).
+  std::shared_ptr<Uplink> uplink_;
   // Shards' events and timers may come after the job is gone: guard them.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -31,6 +31,9 @@ void Job::MemberLost(std::uint32_t rank, const std::string& why) {
       std::find(left_cleanly_.begin(), left_cleanly_.end(), true) != left_cleanly_.end();
   if (stalled_) return;
   if (options().limits.rejoin_timeout_ms <= 0) return Stall(lost);
+  // A job over several racks has no previous weights on its racks' PBoxes to resume from.
+  if (spec_->relay) return Stall(absl::StrCat(lost, "; a job over several racks does not wait "
+                                                    "for rejoins: restart it"));
   if (deadline_kind_ == Deadline::kAttaching || anyone_left) {
     // Before everyone attached there is nothing to resume; after a Goodbye the job is ending.
     return Stall(absl::StrCat(lost, anyone_left ? " while the job was ending"

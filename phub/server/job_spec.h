@@ -13,6 +13,7 @@
 
 namespace phub::server {
 
+class ChunkRelay;        // chunk_relay.h
 struct JobSnapshot;      // checkpoint_file.h
 class SnapshotBuffers;  // snapshot_buffers.h
 
@@ -42,6 +43,13 @@ struct JobSpec {
   // starting from initial weights; every worker then resumes at resume_iteration.
   std::shared_ptr<const JobSnapshot> resume{};
   std::uint64_t resume_iteration = 0;
+  // Racks of racks (chunk_relay.h): set when the job's workers span several racks and this is
+  // its part on one rack's PBox: each chunk's sum over the rack goes to `relay` (the optimizer
+  // is then kAverage with copies = 1: a plain sum) and its weights come back from it. Null for
+  // a job of one rack. weights_from_upstream: this rack's rank 0 sends no initial weights
+  // (another rack's does; they come through the relay).
+  std::shared_ptr<ChunkRelay> relay{};
+  bool weights_from_upstream = false;
 };
 
 }  // namespace phub::server

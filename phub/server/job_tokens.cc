@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
+#include "phub/common/plain_name.h"
 
 namespace phub::server {
 
@@ -17,21 +18,10 @@ constexpr std::size_t kMaxTokenBytes = 4096;
 
 StatusOr<std::string> JobName(const std::string& requested) {
   if (requested.empty()) return std::string("default");
-  const auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job name '", Bounded(requested, 80), "' ", why, ": a job name is 1 to ",
-        kMaxJobNameBytes, " characters of [A-Za-z0-9._-], not starting with '.'"));
-  };
-  if (requested.size() > kMaxJobNameBytes) {
-    return bad(absl::StrCat("is ", requested.size(), " bytes long; at most ", kMaxJobNameBytes));
-  }
-  if (requested[0] == '.') return bad("starts with '.'");
-  for (char c : requested) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return bad("has a character outside [A-Za-z0-9._-]");
-  }
-  return requested;
+  const std::string fault = PlainNameFault(requested);
+  if (fault.empty()) return requested;
+  return absl::InvalidArgumentError(absl::StrCat("job name '", Bounded(requested, 80), "' ", fault,
+                                                 ": a job name is ", kPlainNameRule));
 }
 
 StatusOr<std::string> ExpectedToken(const ServerOptions& options, const std::string& job) {

@@ -6,12 +6,13 @@
 
 #include <string>
 
+#include "phub/common/plain_name.h"
 #include "phub/common/status.h"
 #include "phub/server/server_options.h"
 
 namespace phub::server {
 
-inline constexpr std::size_t kMaxJobNameBytes = 64;
+inline constexpr std::size_t kMaxJobNameBytes = kMaxPlainNameBytes;
 
 // The job a Hello's `job` field names: "default" when empty. InvalidArgument naming the rule
 // (1 to 64 characters of [A-Za-z0-9._-], not starting with '.').

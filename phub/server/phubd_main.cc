@@ -85,6 +85,12 @@ int main(int argc, char** argv) {
   app.add_option("--init-weights", options.initial_weights_path,
                  "Raw float32 file with the model's initial weights (tensors in table order); "
                  "without it rank 0 sends its weights");
+  std::string topology_file, rack_name;
+  app.add_option("--topology", topology_file,
+                 "Racks of racks: the file listing the cluster's racks, their PBoxes and hosts "
+                 "(docs/operations.md \"Racks of racks\"); jobs whose workers span several racks "
+                 "then sum each rack here and reduce across the racks' PBoxes");
+  app.add_option("--rack", rack_name, "With --topology: the rack this phubd serves");
   app.add_flag("--one-job", options.one_job, "Exit when the first job ends");
   bool nagle = false;
   app.add_flag("--tcp-nagle", nagle,
@@ -211,6 +217,36 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.job_token = *token;
+  }
+
+  if (!topology_file.empty() || !rack_name.empty()) {
+    if (topology_file.empty() || rack_name.empty()) {
+      spdlog::error("--topology and --rack go together: give the racks file and this phubd's "
+                    "rack in it");
+      return 2;
+    }
+    if (!options.initial_weights_path.empty()) {
+      spdlog::error("--init-weights with --topology: not supported; rank 0 of the first rack "
+                    "sends the initial weights of a job over several racks");
+      return 2;
+    }
+    auto topology = phub::topology::Topology::Load(topology_file);
+    if (!topology.ok()) {
+      spdlog::error("{}", topology.status().message());
+      return 2;
+    }
+    auto rack = topology->RackIndex(rack_name);
+    if (!rack.ok()) {
+      spdlog::error("--rack: {}", rack.status().message());
+      return 2;
+    }
+    options.rack = *rack;
+    options.topology =
+        std::make_shared<const phub::topology::Topology>(*std::move(topology));
+    spdlog::info("racks of racks: this phubd is the PBox of rack '{}' ({} of {} racks, {} workers "
+                 "in all)",
+                 rack_name, *rack + 1, options.topology->racks().size(),
+                 options.topology->world_size());
   }
 
   phub::server::Server server(std::move(options));

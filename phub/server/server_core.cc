@@ -217,4 +217,10 @@ std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot(std::uint64_t session) {
   return chunks;
 }
 
+void ServerCore::Post(std::uint64_t session, std::function<void(Shard&)> fn) {
+  loop_.Post([this, session, fn = std::move(fn)] {
+    if (Shard* shard = router_.Find(session)) fn(*shard);
+  });
+}
+
 }  // namespace phub::server

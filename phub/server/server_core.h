@@ -55,6 +55,9 @@ class ServerCore {
   RejoinPoint ForgetWorker(std::uint64_t session, std::uint32_t rank);
   void ExpectRejoin(std::uint64_t session, std::uint32_t rank, std::uint64_t iteration);
   std::vector<ChunkSnapshot> StopAndSnapshot(std::uint64_t session);
+  // Runs `fn` on the job's shard on the core's thread, later (does not wait; nothing if the
+  // shard is gone by then). For the racks-of-racks relay (uplink.h).
+  void Post(std::uint64_t session, std::function<void(Shard&)> fn);
 
  private:
   ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_per_s);

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/topology/topology.h"
 #include "phub/transport/send_window.h"
 #include "phub/transport/socket_options.h"
 #include "phub/transport/transport_kind.h"
@@ -94,6 +96,10 @@ struct ServerOptions {
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long
   CheckpointOptions checkpoint;
   MetricsOptions metrics;
+  // Racks of racks (--topology FILE --rack NAME, docs/operations.md "Racks of racks"): the
+  // cluster's racks and which of them this phubd serves; null: jobs of one rack only.
+  std::shared_ptr<const topology::Topology> topology;
+  std::uint32_t rack = 0;
 };
 
 }  // namespace phub::server

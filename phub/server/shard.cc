@@ -52,6 +52,8 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     state.pushed.assign(world, 0);
     state.replay.assign(world, kNone);
     if (job_->keep_previous) state.previous = AlignedBuffer(chunk.elements);
+    // Weights that come from another rack: nobody here may INIT them (ResolveSlot).
+    if (job_->weights_from_upstream) state.initialized = true;
     if (job_->resume) {
       LoadSnapshot(state, job_->resume->chunks[chunk.id]);
     } else if (!job_->initial_weights.empty()) {
@@ -322,7 +324,7 @@ Status Shard::Attach(Connection& connection, const WireHeader& header) {
   if (all_attached()) {
     sink_(ShardEvent{.kind = ShardEvent::Kind::kAllAttached, .core = core_});
     for (ChunkState& state : chunks_) {
-      if (state.initialized && !state.announced) Broadcast(state);
+      if (Announceable(state)) Broadcast(state);
     }
   }
   return absl::OkStatus();
@@ -359,7 +361,8 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
       ChunkState& state = chunks_[local_index_[header.chunk]];
       state.initialized = true;
       CountReceived(header.payload_bytes, /*push=*/false);
-      if (all_attached()) Broadcast(state);
+      if (job_->relay) job_->relay->Initialized(core_, state.chunk->id, state.weights.span());
+      if (Announceable(state)) Broadcast(state);
       return absl::OkStatus();
     }
     case Op::kBye:
@@ -372,11 +375,29 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
   }
 }
 
+bool Shard::Announceable(const ChunkState& state) const {
+  return state.initialized && !state.announced && all_attached() &&
+         (!job_->relay || state.relay_ready);
+}
+
 void Shard::MaybeAggregate(ChunkState& state) {
   if (state.arrived < job_->world_size || state.pending_sends > 0) return;
   const auto began = std::chrono::steady_clock::now();
   const std::uint32_t elements = state.chunk->elements;
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
+  if (job_->relay) {
+    // The rack's sum (kAverage over one copy) goes on to the chunk's home PBox; the chunk
+    // waits for its weights as it waits for a send (OnRelayed).
+    AggregateSlots(job_->wire, state.slots, job_->world_size, elements,
+                   std::as_const(state.weights).span(), job_->relay->Partial(state.chunk->id),
+                   state_ptrs_, job_->optimizer, state.iteration + 1, inputs_);
+    state.arrived = 0;
+    std::fill(state.pushed.begin(), state.pushed.end(), 0);
+    CountAggregation(began);
+    ++state.pending_sends;
+    job_->relay->Forward(core_, state.chunk->id);
+    return;
+  }
   if (state.previous.size() != 0) {
     // Kept for a rejoin: the new weights go to the other buffer and the two trade places, so
     // keeping the previous weights costs no copy (no send of either is queued: see above).
@@ -397,6 +418,29 @@ void Shard::MaybeAggregate(ChunkState& state) {
   if (job_->checkpoint_every > 0 && state.iteration % job_->checkpoint_every == 0) {
     CopyForCheckpoint(state);
   }
+  Broadcast(state);
+}
+
+void Shard::OnRelayReady() {
+  for (ChunkState& state : chunks_) {
+    // Nothing is sent from the weights before this: the chunk was not announced.
+    const std::span<const float> landed = job_->relay->Landed(state.chunk->id);
+    std::copy(landed.begin(), landed.end(), state.weights.data());
+    state.relay_ready = true;
+    state.initialized = true;
+    if (Announceable(state)) Broadcast(state);
+  }
+}
+
+void Shard::OnRelayed(std::uint32_t chunk) {
+  if (chunk >= local_index_.size() || local_index_[chunk] < 0) return;
+  ChunkState& state = chunks_[local_index_[chunk]];
+  // No send of the weights is queued: the chunk aggregated (MaybeAggregate waits for them).
+  const std::span<const float> landed = job_->relay->Landed(chunk);
+  std::copy(landed.begin(), landed.end(), state.weights.data());
+  --state.pending_sends;
+  ++state.iteration;
+  if (job_->wire_weights) UpdateView(state, /*swapped=*/false);
   Broadcast(state);
 }
 

@@ -31,6 +31,7 @@
 
 #include "phub/common/aligned_buffer.h"
 #include "phub/server/checkpoint_file.h"
+#include "phub/server/chunk_relay.h"
 #include "phub/server/fair_send_queue.h"
 #include "phub/server/job_spec.h"
 #include "phub/server/server_metrics.h"
@@ -123,6 +124,12 @@ class Shard final : public transport::ConnectionHandler {
   // Every chunk as it is now, previous weights included (a checkpoint on SIGTERM).
   std::vector<ChunkSnapshot> SnapshotNow() const;
 
+  // Racks of racks (JobSpec::relay, chunk_relay.h). OnRelayReady: the relay holds every
+  // chunk's initial weights: they go to the workers (once all attached). OnRelayed: chunk
+  // `chunk`'s weights of its next iteration are in (the answer to Forward): they go out too.
+  void OnRelayReady();
+  void OnRelayed(std::uint32_t chunk);
+
   // ConnectionHandler
   StatusOr<std::span<std::byte>> ResolveSlot(transport::Connection& connection,
                                              const transport::WireHeader& header) override;
@@ -147,6 +154,9 @@ class Shard final : public transport::ConnectionHandler {
     std::uint32_t pending_sends = 0;      // WEIGHTS of this chunk still queued
     bool initialized = false;             // weights hold real values
     bool announced = false;               // iteration-0 weights sent to everyone
+    // JobSpec::relay: the relay holds the initial weights. While the rack's sum is passed on
+    // (Forward) the chunk waits for its weights as for a send (pending_sends).
+    bool relay_ready = false;
     AlignedBuffer previous;               // keep_previous: weights of iteration - 1
     // JobSpec::wire_weights (docs/design.md "The compact wire"): what every worker holds of
     // this chunk, float32 (view; keep_previous: view_previous, of iteration - 1), and the
@@ -169,6 +179,9 @@ class Shard final : public transport::ConnectionHandler {
   Status CheckAttach(const transport::WireHeader& header) const;
   Status Attach(transport::Connection& connection, const transport::WireHeader& header);
   void MaybeAggregate(ChunkState& state);
+  // Whether the chunk's first weights can go out: it has them, every worker is attached, and
+  // (JobSpec::relay) the other racks start from them too.
+  bool Announceable(const ChunkState& state) const;
   // If `state` has pushes in but waits for a worker that said BYE, the iteration can never
   // complete: tell the control plane (once per shard) rather than let the others wait.
   void CheckCompletable(const ChunkState& state);

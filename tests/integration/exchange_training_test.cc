@@ -5,6 +5,7 @@
 // float64 simulation of the same training.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -35,7 +36,32 @@ struct TrainingCase {
   std::string wire = "fp32";      // the workers' --wire (ps, ps-colocated)
   bool wire_weights = true;       // --wire-weights wire (else fp32)
   bool tcp_rendezvous = false;    // ring: --rendezvous tcp://127.0.0.1:PORT (rank 0 serves it)
+  std::uint32_t racks = 1;        // ps: > 1 = racks of racks, a phubd per rack (--topology)
 };
+
+// Racks of racks: the workers spread over `racks` racks in order, the last racks one short
+// when they do not divide evenly (so racks differ in size and the homes must divide by every
+// worker, not by racks times a rack's), each rack with its own phubd.
+TrainingCase InRacks(TrainingCase c, std::uint32_t racks) {
+  c.name += "_racks" + std::to_string(racks);
+  c.racks = racks;
+  return c;
+}
+
+// The racks' topology file (proto/topology.proto) for `c`'s workers "w0".. and phubds on
+// `ports`.
+std::string RacksFile(const TrainingCase& c, const std::vector<std::uint16_t>& ports) {
+  std::string text;
+  std::uint32_t next = 0;
+  for (std::uint32_t r = 0; r < c.racks; ++r) {
+    const std::uint32_t size = c.workers / c.racks + (r < c.workers % c.racks ? 1 : 0);
+    text += "rack { name: \"r" + std::to_string(r) + "\" pbox: \"127.0.0.1:" +
+            std::to_string(ports[r]) + "\"";
+    for (std::uint32_t i = 0; i < size; ++i) text += " host: \"w" + std::to_string(next++) + "\"";
+    text += " }\n";
+  }
+  return text;
+}
 
 // The case with pushes (and, with weights, the weights sent back) in a compact format.
 TrainingCase OnWire(TrainingCase c, std::string wire, bool weights) {
@@ -155,11 +181,25 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     }
     args.insert(args.end(), {"--init-weights", dir.File("init.f32")});
   }
-  // ps: one phubd; ps-colocated: one per worker ("host"); ring: none.
+  // ps: one phubd, or one per rack; ps-colocated: one per worker ("host"); ring: none.
   std::vector<RunningPhubd> servers;
-  const std::uint32_t num_servers = c.comm == "ring" ? 0 : c.comm == "ps" ? 1 : c.workers;
+  const std::uint32_t num_servers = c.comm == "ring" ? 0 : c.comm == "ps" ? c.racks : c.workers;
   std::string servers_csv;
-  for (std::uint32_t s = 0; s < num_servers; ++s) {
+  const std::string racks_file = dir.File("racks.txtpb");
+  if (c.racks > 1) {
+    std::vector<std::uint16_t> ports;
+    for (std::uint32_t r = 0; r < c.racks; ++r) ports.push_back(FreeLoopbackPort());
+    std::ofstream(racks_file) << RacksFile(c, ports);
+    // Each phubd runs two jobs (its rack's, and its chunks' homes): it stays up after the first.
+    args.erase(std::find(args.begin(), args.end(), "--one-job"));
+    for (std::uint32_t r = 0; r < c.racks; ++r) {
+      std::vector<std::string> rack_args = args;
+      rack_args.insert(rack_args.end(),
+                       {"--topology", racks_file, "--rack", "r" + std::to_string(r)});
+      servers.push_back(StartPhubdOnPort(dir, ports[r], rack_args));
+    }
+  }
+  for (std::uint32_t s = 0; s < num_servers && c.racks == 1; ++s) {
     servers.push_back(StartPhubd(dir, args));
     servers_csv += (s ? "," : "") + std::string("127.0.0.1:") + std::to_string(servers.back().port);
   }
@@ -178,6 +218,9 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
       argv.insert(argv.end(),
                   {"--rendezvous", c.tcp_rendezvous ? rendezvous_address : dir.path()});
       argv.insert(argv.end(), flags.begin(), flags.end());  // the optimizer runs on the worker
+    } else if (c.racks > 1) {
+      // The topology says which rack and phubd, rank and world size.
+      argv.insert(argv.end(), {"--topology", racks_file, "--hostname", "w" + std::to_string(r)});
     } else {
       argv.insert(argv.end(), {"--servers", servers_csv});
     }
@@ -196,6 +239,7 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
                         << "\nphubd logs:" << server_logs();
   }
   for (auto& server : servers) {
+    if (c.racks > 1) break;  // without --one-job: they are stopped with the test
     auto phubd_code = server.process.Wait(std::chrono::seconds(30));
     ASSERT_TRUE(phubd_code.has_value()) << "phubd --one-job did not exit after the job";
     EXPECT_EQ(*phubd_code, 0) << ReadFile(server.log_path);
@@ -275,6 +319,11 @@ std::vector<TrainingCase> Cases() {
     if (c.workers > 1) all.push_back(With(c, "ps-colocated"));
     all.push_back(With(c, "ring"));
   }
+  // Racks of racks: 2 racks of 2 (momentum, several cores, chunks of many sizes); 3 racks of
+  // 2, 1, 1 workers (Adam: the homes must divide by 4, not 3 racks); one chunk's home on each.
+  all.push_back(With(InRacks(ps[1], 2), "ps"));
+  all.push_back(With(InRacks(ps[4], 3), "ps"));
+  all.push_back(With(InRacks(ps[3], 3), "ps"));
   // No shared directory: rank 0 serves the rendezvous over TCP.
   all.push_back(OverTcpRendezvous(With(ps[1], "ring")));
   all.push_back(OverTcpRendezvous(With(ps[3], "ring")));

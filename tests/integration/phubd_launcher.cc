@@ -15,12 +15,18 @@ RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args
 
 RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args,
                         const PhubdRlimits& limits) {
+  return StartPhubdOnPort(dir, 0, args, limits);
+}
+
+RunningPhubd StartPhubdOnPort(const TempDir& dir, std::uint16_t control_port,
+                              const std::vector<std::string>& args, const PhubdRlimits& limits) {
   static int counter = 0;
   std::string tag = std::to_string(counter++);
   RunningPhubd phubd;
   phubd.log_path = dir.File("phubd" + tag + ".log");
   std::string port_file = dir.File("phubd" + tag + ".port");
-  std::vector<std::string> argv = {PhubdPath(), "--port", "0", "--port-file", port_file,
+  std::vector<std::string> argv = {PhubdPath(), "--port", std::to_string(control_port),
+                                   "--port-file", port_file,
                                    "--listen", "127.0.0.1", "--no-pin"};
   argv.insert(argv.end(), args.begin(), args.end());
   if (limits.open_files > 0 || limits.address_space_bytes > 0) {

@@ -28,6 +28,12 @@ struct PhubdRlimits {
 RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args,
                         const PhubdRlimits& limits);
 
+// On a given control port (0: any), for a file that must name it before phubd starts (the
+// racks-of-racks topology).
+RunningPhubd StartPhubdOnPort(const TempDir& dir, std::uint16_t control_port,
+                              const std::vector<std::string>& args,
+                              const PhubdRlimits& limits = {});
+
 // Paths of the binaries under test, set by CMake.
 std::string PhubdPath();
 std::string TestWorkerPath();

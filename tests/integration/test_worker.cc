@@ -67,8 +67,12 @@ int main(int argc, char** argv) {
   app.add_option("--servers", servers_csv, "HOST:PORT,... of every phubd (instead of --host/--port)");
   app.add_option("--rendezvous", options.ring.ring.rendezvous,
                  "shared directory or tcp://HOST:PORT (--comm ring)");
-  app.add_option("--rank", options.rank)->required();
-  app.add_option("--world", options.world_size)->required();
+  std::string topology_file, hostname = phub::exchange::ThisHostName();
+  app.add_option("--topology", topology_file,
+                 "racks of racks: the racks file; rank, world and phubd come from it");
+  app.add_option("--hostname", hostname, "this worker's host as --topology names it");
+  auto* rank_flag = app.add_option("--rank", options.rank);
+  auto* world_flag = app.add_option("--world", options.world_size);
   app.add_option("--tensors", sizes_csv, "comma-separated tensor sizes (floats)")->required();
   app.add_option("--iters", iterations);
   app.add_option("--seed", seed);
@@ -86,7 +90,10 @@ int main(int argc, char** argv) {
   phub::kernels::AddOptimizerFlags(app, options.ring.optimizer);
   phub::exchange::AddTransportFlags(app, options);
   CLI11_PARSE(app, argc, argv);
-  (void)phub::SetUpLogging("warn", "worker " + std::to_string(options.rank));
+  if (topology_file.empty() && (rank_flag->count() == 0 || world_flag->count() == 0)) {
+    std::fprintf(stderr, "--rank and --world are required (or --topology)\n");
+    return 2;
+  }
   auto fail = [&](const phub::Status& s) {
     std::fprintf(stderr, "worker %u: %s (%s)\n", options.rank, std::string(s.message()).c_str(),
                  absl::StatusCodeToString(s.code()).c_str());
@@ -96,9 +103,19 @@ int main(int argc, char** argv) {
   auto kind = phub::exchange::ParseExchangeKind(comm);
   if (!kind.ok()) return fail(kind.status());
   options.kind = *kind;
+  if (!topology_file.empty()) {
+    auto topology = phub::topology::Topology::Load(topology_file);
+    if (!topology.ok()) return fail(topology.status());
+    if (auto s = phub::exchange::PlaceInRacks(*topology, hostname, options); !s.ok()) {
+      return fail(s);
+    }
+  }
+  (void)phub::SetUpLogging("warn", "worker " + std::to_string(options.rank));
   options.ps.client.job_token = token;
   if (reconnect_ms > 0) options.ps.client.connect_timeout_ms = reconnect_ms;
-  if (servers_csv.empty() && port != 0) servers_csv = host + ":" + std::to_string(port);
+  if (servers_csv.empty() && port != 0 && topology_file.empty()) {
+    servers_csv = host + ":" + std::to_string(port);
+  }
   for (const auto& text : absl::StrSplit(servers_csv, ',', absl::SkipEmpty())) {
     auto endpoint = phub::exchange::ParseEndpoint(std::string(text));
     if (!endpoint.ok()) return fail(endpoint.status());
