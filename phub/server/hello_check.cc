@@ -89,7 +89,7 @@ std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOp
                        absl::StrCat("rank ", hello.rank(), " is in rack ", rack_name(hello.rack()),
                                     "; this phubd serves rack ", rack_name(options.rack),
                                     " (--rack)"),
-                       "a worker joins its own rack's phubd: check its --host and the topology "
+                       "a worker joins its own rack's phubd: check its --hostname and the topology "
                        "file");
     }
     if (hello.world_size() != hosts) {

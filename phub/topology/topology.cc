@@ -148,7 +148,7 @@ StatusOr<Placement> Topology::Locate(std::string_view host) const {
   }
   return absl::NotFoundError(absl::StrCat(
       "host '", Bounded(host), "' is in no rack of topology ", origin_,
-      ": add it to its rack's host list, or give the worker --host NAME as the file names it"));
+      ": add it to its rack's host list, or give the worker --hostname NAME as the file names it"));
 }
 
 }  // namespace phub::topology

@@ -1,0 +1,220 @@
+// Racks of racks (docs/design.md "Racks of racks") with real processes: a phubd per rack and
+// the test worker on "hosts" named by the topology file. The float64 results of 2 and 3 racks
+// are in exchange_training_test.cc; here: a lost or silent PBox is reported to every worker of
+// the job, in every rack, within the liveness bound (never a hang), and the racks' Hellos that
+// do not fit phubd's topology are refused saying what to fix.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include "tests/integration/phubd_launcher.h"
+#include "tests/support/free_port.h"
+
+namespace phub::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr int kLivenessMs = 1000;
+
+// `racks` racks of `per_rack` workers "w0".., a phubd on each of `ports`.
+std::string RacksFile(std::uint32_t racks, std::uint32_t per_rack,
+                      const std::vector<std::uint16_t>& ports) {
+  std::string text;
+  for (std::uint32_t r = 0; r < racks; ++r) {
+    text += "rack { name: \"r" + std::to_string(r) + "\" pbox: \"127.0.0.1:" +
+            std::to_string(ports[r]) + "\"";
+    for (std::uint32_t i = 0; i < per_rack; ++i) {
+      text += " host: \"w" + std::to_string(r * per_rack + i) + "\"";
+    }
+    text += " }\n";
+  }
+  return text;
+}
+
+struct Racks {
+  explicit Racks(const TempDir& dir, std::uint32_t racks, std::uint32_t per_rack)
+      : dir(dir), file(dir.File("racks.txtpb")) {
+    for (std::uint32_t r = 0; r < racks; ++r) ports.push_back(FreeLoopbackPort());
+    std::ofstream(file) << RacksFile(racks, per_rack, ports);
+    for (std::uint32_t r = 0; r < racks; ++r) {
+      phubds.push_back(StartPhubdOnPort(
+          dir, ports[r],
+          {"--cores", "2", "--chunk-bytes", "4096", "--topology", file, "--rack",
+           "r" + std::to_string(r), "--liveness-timeout-ms", std::to_string(kLivenessMs),
+           "--optimizer", "sgd", "--lr", "0.1"}));
+    }
+    for (std::uint32_t w = 0; w < racks * per_rack; ++w) {
+      workers.push_back(Process::Start(
+          {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
+           "--tensors", "5000,37,20011", "--iters", "100000", "--step-delay-ms", "5",
+           "--progress", dir.File("w" + std::to_string(w) + ".progress")},
+          Log(w)));
+    }
+  }
+  std::string Log(std::uint32_t w) const { return dir.File("w" + std::to_string(w) + ".log"); }
+  std::string PhubdLogs() const {
+    std::string logs;
+    for (const auto& p : phubds) logs += "\n" + p.log_path + ":\n" + ReadFile(p.log_path);
+    return logs;
+  }
+  // Every worker has completed `iterations`.
+  bool Progressed(std::uint64_t iterations) const {
+    for (std::uint32_t w = 0; w < workers.size(); ++w) {
+      const std::string text = ReadFile(dir.File("w" + std::to_string(w) + ".progress"));
+      if (text.empty() || std::stoull(text) < iterations) return false;
+    }
+    return true;
+  }
+
+  const TempDir& dir;
+  std::string file;
+  std::vector<std::uint16_t> ports;
+  std::vector<RunningPhubd> phubds;
+  std::vector<Process> workers;
+};
+
+bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return done();
+}
+
+// Rack r1's PBox dies (SIGKILL) or goes silent (SIGSTOP: a cut uplink looks the same, nothing
+// comes back) while 2 racks of 2 train: every worker of both racks exits with an error naming
+// it within the liveness bound, none hangs.
+void ExpectALostPboxIsReportedToEveryWorker(int signal) {
+  TempDir dir;
+  Racks racks(dir, 2, 2);
+  ASSERT_TRUE(WaitFor([&] { return racks.Progressed(5); }, milliseconds(60000)))
+      << racks.PhubdLogs() << ReadFile(racks.Log(0));
+  racks.phubds[1].process.Kill(signal);
+  const auto lost = Clock::now();
+  for (std::uint32_t w = 0; w < 4; ++w) {
+    // The liveness bound, plus the margin a loaded 2-core CI box needs to run the processes.
+    const auto left = milliseconds(kLivenessMs + 8000) -
+                      std::chrono::duration_cast<milliseconds>(Clock::now() - lost);
+    const std::optional<int> code = racks.workers[w].Wait(std::max(left, milliseconds(0)));
+    ASSERT_TRUE(code.has_value()) << "worker w" << w << " hung; its log:\n"
+                                  << ReadFile(racks.Log(w)) << racks.PhubdLogs();
+    EXPECT_EQ(*code, 3) << ReadFile(racks.Log(w));
+  }
+  // Rack r0's workers are told by their own PBox, whose relay lost rack r1's.
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    EXPECT_THAT(ReadFile(racks.Log(w)), AllOf(HasSubstr("stalled"), HasSubstr("rack 'r1'")))
+        << ReadFile(racks.Log(w));
+  }
+  EXPECT_TRUE(racks.phubds[0].process.Running()) << racks.PhubdLogs();
+  std::printf("workers of both racks exited %lld ms after rack r1's PBox was lost\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<milliseconds>(Clock::now() - lost).count()));
+  if (signal == SIGSTOP) racks.phubds[1].process.Kill(SIGCONT);
+}
+
+TEST(Racks, APboxKilledMidRunIsReportedToEveryWorker) {
+  ExpectALostPboxIsReportedToEveryWorker(SIGKILL);
+}
+
+TEST(Racks, APboxGoneSilentIsReportedToEveryWorkerWithinTheLivenessBound) {
+  ExpectALostPboxIsReportedToEveryWorker(SIGSTOP);
+}
+
+// A worker whose topology does not fit its phubd's, with the error it gets.
+struct Misfit {
+  std::string name;
+  std::string worker_file;  // %P: the port of the phubd of rack r0 (which serves rack r0)
+  std::string hostname;
+  std::vector<std::string> message;
+};
+
+class RacksRefuse : public ::testing::TestWithParam<Misfit> {};
+
+TEST_P(RacksRefuse, AHelloThatDoesNotFitPhubdsTopologyIsRefusedSayingWhy) {
+  const Misfit& m = GetParam();
+  TempDir dir;
+  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
+  const std::string file = dir.File("racks.txtpb");
+  std::ofstream(file) << RacksFile(2, 2, ports);
+  RunningPhubd phubd = StartPhubdOnPort(dir, ports[0], {"--topology", file, "--rack", "r0"});
+  std::string text = m.worker_file;
+  text.replace(text.find("%P"), 2, std::to_string(ports[0]));
+  std::ofstream(dir.File("worker.txtpb")) << text;
+  Process worker = Process::Start({TestWorkerPath(), "--topology", dir.File("worker.txtpb"),
+                                   "--hostname", m.hostname, "--tensors", "100", "--iters", "1"},
+                                  dir.File("worker.log"));
+  const std::optional<int> code = worker.Wait(milliseconds(30000));
+  ASSERT_TRUE(code.has_value()) << "the worker hung";
+  EXPECT_EQ(*code, 3);
+  for (const std::string& part : m.message) {
+    EXPECT_THAT(ReadFile(dir.File("worker.log")), HasSubstr(part));
+  }
+  EXPECT_TRUE(phubd.process.Running()) << ReadFile(phubd.log_path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Misfits, RacksRefuse,
+    ::testing::Values(
+        // Rack r1 in the worker's file, but its PBox is the phubd of rack r0.
+        Misfit{"OtherRacksPbox",
+               "rack { name: \"r0\" pbox: \"127.0.0.1:1\" host: \"w0\" host: \"w1\" }\n"
+               "rack { name: \"r1\" pbox: \"127.0.0.1:%P\" host: \"w2\" host: \"w3\" }",
+               "w2",
+               {"is in rack 'r1'", "serves rack 'r0'", "--hostname"}},
+        Misfit{"MoreRacksThanPhubdKnows",
+               "rack { name: \"r0\" pbox: \"127.0.0.1:%P\" host: \"w0\" host: \"w1\" }\n"
+               "rack { name: \"r1\" pbox: \"127.0.0.1:1\" host: \"w2\" }\n"
+               "rack { name: \"r2\" pbox: \"127.0.0.1:2\" host: \"w3\" }",
+               "w0",
+               {"3 racks", "has 2", "same topology file"}},
+        Misfit{"RackOfAnotherSize",
+               "rack { name: \"r0\" pbox: \"127.0.0.1:%P\" host: \"w0\" host: \"w1\" host: \"x\" }\n"
+               "rack { name: \"r1\" pbox: \"127.0.0.1:1\" host: \"w2\" host: \"w3\" }",
+               "w0",
+               {"rack has 3 workers", "lists 2 hosts"}}),
+    [](const ::testing::TestParamInfo<Misfit>& info) { return info.param.name; });
+
+// A worker of a job over several racks at a phubd started without --topology.
+TEST(Racks, AJobOverRacksAtAPhubdWithoutTopologyIsRefused) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {});
+  std::ofstream(dir.File("worker.txtpb"))
+      << "rack { name: \"r0\" pbox: \"127.0.0.1:" << phubd.port << "\" host: \"w0\" }\n"
+      << "rack { name: \"r1\" pbox: \"127.0.0.1:1\" host: \"w1\" }\n";
+  Process worker = Process::Start({TestWorkerPath(), "--topology", dir.File("worker.txtpb"),
+                                   "--hostname", "w0", "--tensors", "100", "--iters", "1"},
+                                  dir.File("worker.log"));
+  const std::optional<int> code = worker.Wait(milliseconds(30000));
+  ASSERT_TRUE(code.has_value()) << "the worker hung";
+  EXPECT_EQ(*code, 3);
+  EXPECT_THAT(ReadFile(dir.File("worker.log")),
+              AllOf(HasSubstr("without --topology"), HasSubstr("--rack NAME")));
+}
+
+// phubd's own flags: a rack not in the file, a bad file.
+TEST(Racks, PhubdRefusesToStartWithARackNotInItsTopology) {
+  TempDir dir;
+  std::ofstream(dir.File("racks.txtpb")) << RacksFile(2, 1, {7001, 7002});
+  std::ofstream(dir.File("bad.txtpb")) << "rack { name: \"r0\" host: \"w0\" }";
+  Process no_rack = Process::Start({PhubdPath(), "--port", "0", "--topology",
+                                    dir.File("racks.txtpb"), "--rack", "r9"},
+                                   dir.File("no_rack.log"));
+  EXPECT_EQ(no_rack.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(ReadFile(dir.File("no_rack.log")), AllOf(HasSubstr("'r9'"), HasSubstr("r0, r1")));
+  Process bad = Process::Start(
+      {PhubdPath(), "--port", "0", "--topology", dir.File("bad.txtpb"), "--rack", "r0"},
+      dir.File("bad.log"));
+  EXPECT_EQ(bad.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(ReadFile(dir.File("bad.log")), HasSubstr("no pbox"));
+}
+
+}  // namespace
+}  // namespace phub::testing
