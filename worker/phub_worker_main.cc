@@ -50,6 +50,7 @@ struct Flags {
   std::string data_dir = phub::worker::data::kFashionMnistDir, rendezvous, listen_host = "127.0.0.1";
   std::string token_file, job, results, log_level = "info";
   std::vector<std::string> ps;
+  std::string topology, hostname = phub::topology::ThisHostName();  // racks of racks
   std::int64_t batch = 32;
   int socket_buffer_bytes = 0;
   int iters = 20, warmup = 3, epochs = 0, log_every = 0;
@@ -113,6 +114,18 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
     PHUB_ASSIGN_OR_RETURN(auto endpoint, phub::exchange::ParseEndpoint(s));
     o.ps.servers.push_back(endpoint);
   }
+  if (!f.topology.empty()) {
+    // Racks of racks: rank, world and phubd (the rack's PBox) are the file's.
+    if (!f.ps.empty()) return absl::InvalidArgumentError("give --topology or --ps, not both");
+    PHUB_ASSIGN_OR_RETURN(auto topology, phub::topology::Topology::Load(f.topology));
+    PHUB_RETURN_IF_ERROR(phub::exchange::PlaceInRacks(topology, f.hostname, o));
+    if (o.rank != rank || o.world_size != world) {
+      return absl::InvalidArgumentError(
+          "rank " + std::to_string(rank) + " of " + std::to_string(world) + ", but " +
+          f.topology + " puts host '" + f.hostname + "' at rank " + std::to_string(o.rank) +
+          " of " + std::to_string(o.world_size) + ": give no --rank/--world with --topology");
+    }
+  }
   PHUB_ASSIGN_OR_RETURN(o.ps.client.job_token, ReadToken(f.token_file));
   o.ps.client.job = f.job.empty() ? DefaultJobName() : f.job;
   // A worker that comes back (a restart, or phubd restarted with --resume) keeps trying this long.
@@ -143,6 +156,12 @@ double Median(std::vector<double> v) {
 // The run; Ok when it trained (or described) to the end.
 phub::Status Run(Flags& f) {
   std::uint32_t rank = 0, world = 1;
+  if (!f.topology.empty() && !f.rank && !f.world) {
+    PHUB_ASSIGN_OR_RETURN(auto topology, phub::topology::Topology::Load(f.topology));
+    PHUB_ASSIGN_OR_RETURN(auto placement, topology.Locate(f.hostname));
+    f.rank = placement.rank;
+    f.world = placement.world_size;
+  }
   if (f.rank || f.world) {
     if (!f.rank || !f.world) {
       return absl::InvalidArgumentError("give both --rank and --world, or neither");
@@ -380,6 +399,11 @@ int main(int argc, char** argv) {
                  "jobs given the same port apart)");
   phub::exchange::AddTransportFlags(app, f.exchange);
   app.add_option("--listen-host", f.listen_host, "Ring: the address this rank listens on")
+      ->capture_default_str();
+  app.add_option("--topology", f.topology,
+                 "Racks of racks (--comm ps): the racks file; this worker's rank, world and "
+                 "phubd (its rack's PBox) come from it (docs/operations.md \"Racks of racks\")");
+  app.add_option("--hostname", f.hostname, "This worker's host as --topology names it")
       ->capture_default_str();
   app.add_option("--rank", f.rank, "This worker's rank (default: from mpirun/srun, else 0)");
   app.add_option("--world", f.world, "Number of workers (default: from mpirun/srun, else 1)");

@@ -89,8 +89,14 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", exchange_options.partition_bytes,
                  "With several servers: granularity of the split")
       ->capture_default_str();
-  app.add_option("--rank", options.rank, "This worker's rank")->required();
-  app.add_option("--world", options.world_size, "Number of workers")->required();
+  std::uint32_t rank = 0, world = 1;  // the job's: what the gradients and the check use
+  auto* rank_flag = app.add_option("--rank", rank, "This worker's rank");
+  auto* world_flag = app.add_option("--world", world, "Number of workers");
+  std::string topology_file, hostname = phub::topology::ThisHostName();
+  app.add_option("--topology", topology_file,
+                 "Racks of racks: the racks file; this worker's rank, world and phubd (its "
+                 "rack's PBox) come from it");
+  app.add_option("--hostname", hostname, "This worker's host as --topology names it");
   app.add_option("--mib", mib, "Data tensor size S in MiB (rounded down to whole floats)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -117,8 +123,25 @@ int main(int argc, char** argv) {
       ->required();
   CLI11_PARSE(app, argc, argv);
   options.job_token = token;
+  if (topology_file.empty() && (rank_flag->count() == 0 || world_flag->count() == 0)) {
+    std::fprintf(stderr, "exchange worker: give --rank and --world, or --topology\n");
+    return 2;
+  }
+  options.rank = rank;
+  options.world_size = world;
+  if (!topology_file.empty()) {
+    auto topology = phub::topology::Topology::Load(topology_file);
+    auto placement = topology.ok() ? topology->Locate(hostname) : topology.status();
+    if (!placement.ok()) {
+      std::fprintf(stderr, "exchange worker: %s\n", std::string(placement.status().message()).c_str());
+      return 2;
+    }
+    rank = placement->rank;
+    world = placement->world_size;
+    phub::exchange::JoinRackPbox(*topology, *placement, exchange_options);
+  }
   options.tcp_no_delay = !nagle;
-  (void)phub::SetUpLogging("warn", "exchange worker " + std::to_string(options.rank));
+  (void)phub::SetUpLogging("warn", "exchange worker " + std::to_string(rank));
 
   const std::uint64_t elements = static_cast<std::uint64_t>(mib * 1024 * 1024) / sizeof(float);
   if (elements == 0) {
@@ -141,27 +164,27 @@ int main(int argc, char** argv) {
   }
   // Only rank 0's initial weights matter; the others start from NaN so a missing Init shows.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> barrier_w(1, options.rank == 0 ? 1.0f : nan);
+  std::vector<float> barrier_w(1, rank == 0 ? 1.0f : nan);
   std::vector<float> data_w(elements);
   for (std::uint64_t i = 0; i < elements; ++i) {
-    data_w[i] = options.rank == 0 ? InitialWeight(i) : nan;
+    data_w[i] = rank == 0 ? InitialWeight(i) : nan;
   }
-  const std::vector<float> barrier_g(1, Gradient(options.rank));
-  const std::vector<float> data_g(elements, Gradient(options.rank));
+  const std::vector<float> barrier_g(1, Gradient(rank));
+  const std::vector<float> data_g(elements, Gradient(rank));
 
   auto fail = [&](const char* what, const phub::Status& s) {
-    std::fprintf(stderr, "exchange worker %u: %s: %s\n", options.rank, what,
+    std::fprintf(stderr, "exchange worker %u: %s: %s\n", rank, what,
                  std::string(s.message()).c_str());
     return 3;
   };
-  if (servers_csv.empty()) {
+  if (servers_csv.empty() && exchange_options.servers.empty()) {
     if (options.port == 0) {
       std::fprintf(stderr, "exchange worker: give --port (one phubd) or --servers\n");
       return 2;
     }
     servers_csv = options.host + ":" + std::to_string(options.port);
   }
-  for (const auto& text : absl::StrSplit(servers_csv, ',')) {
+  for (const auto& text : absl::StrSplit(servers_csv, ',', absl::SkipEmpty())) {
     auto endpoint = phub::exchange::ParseEndpoint(std::string(text));
     if (!endpoint.ok()) return fail("--servers", endpoint.status());
     exchange_options.servers.push_back(*endpoint);
@@ -233,11 +256,11 @@ int main(int argc, char** argv) {
                : phub::kernels::ToFloat(phub::kernels::ToFp16(g));
   };
   double mean_g = 0, max_g = 0;
-  for (std::uint32_t r = 0; r < options.world_size; ++r) {
+  for (std::uint32_t r = 0; r < world; ++r) {
     mean_g += on_wire(Gradient(r));
     max_g = std::max(max_g, std::abs(static_cast<double>(Gradient(r))));
   }
-  mean_g /= options.world_size;
+  mean_g /= world;
   const double rounding = compact ? 4 * lr * max_g * 0x1p-7 : 0.0;
   for (std::uint64_t i :
        {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{4},
@@ -251,13 +274,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "exchange worker %u: weight %" PRIu64 " is %.9g after %" PRIu64
                    " steps, expected %.9g (lr %g, mean gradient %g)\n",
-                   options.rank, i, got, steps, want, lr, mean_g);
+                   rank, i, got, steps, want, lr, mean_g);
       return 4;
     }
   }
 
   std::ofstream out(out_path);
-  out << "# phub_exchange_worker rank=" << options.rank << " world=" << options.world_size
+  out << "# phub_exchange_worker rank=" << rank << " world=" << world
       << " bytes=" << elements * sizeof(float) << " iters=" << iters << " warmup=" << warmup
       << "\n";
   out << "iter\tt0_ns\tt1_ns\tseconds\n";
@@ -273,7 +296,7 @@ int main(int argc, char** argv) {
   out << "checksum\t" << checksum << "\n";
   out.close();
   if (!out) {
-    std::fprintf(stderr, "exchange worker %u: cannot write %s\n", options.rank, out_path.c_str());
+    std::fprintf(stderr, "exchange worker %u: cannot write %s\n", rank, out_path.c_str());
     return 5;
   }
   return 0;

@@ -59,14 +59,14 @@ class RackNet:
     """A rack built by rack.sh for one (topology, N) (multips: (topology, N, K)); close()
     tears it down."""
 
-    def __init__(self, name, n, rate, ps_hosts=None):
+    def __init__(self, name, n, rate, ps_hosts=None, racks=None, uplink=None):
         if topology is None:
             raise RuntimeError("bench/topo/topology.py is missing")
         self.name = name
         self.n = n
         self.rate = rate
         self.k = ps_hosts
-        self.topo = topology.up(name, n, rate, ps_hosts=ps_hosts)
+        self.topo = topology.up(name, n, rate, ps_hosts=ps_hosts, racks=racks, uplink=uplink)
 
     def describe(self):
         links = ", ".join(f"{h} {self.topo.link_bits_per_s(h) / 1e9:g} Gbit/s"
@@ -85,7 +85,13 @@ class RackNet:
         return self.topo.wrap(host, argv)
 
     def limit_s(self, system, n, size_bytes):
+        if self.name == "racks":
+            return racks_limit_s(self.topo, system, size_bytes)
         return limit_s(self.name, system, n, size_bytes, self.rate, self.k)
+
+    def racks_file(self, port):
+        """Racks of racks: the racks file naming every rack's PBox at `port` (ps-racks)."""
+        return self.topo.racks_file(port)
 
     def mpi_launch(self, run_dir):
         # Each rank enters its host's namespace (rank r on host w<r>); MPI's data goes over the
@@ -125,6 +131,15 @@ def limit_s(topo, system, n, size_bytes, rate, k=None):
     if system == "ring-bf16":  # half the bytes in every step
         return topology.ring_limit_s(size_bytes / 2, n, b)
     return topology.ring_limit_s(size_bytes, n, b)
+
+
+# Racks of racks: which of topology.racks_limits_s' schemes a system runs.
+RACKS_SCHEME = {"ps-racks": "hierarchical", "ps": "flat_ps", "ps-multi": "keys_spread"}
+
+
+def racks_limit_s(topo, system, size_bytes):
+    """The limit of `system` on a racks-of-racks rack (every allreduce: the ring's)."""
+    return topo.racks_limits_s(size_bytes)[RACKS_SCHEME.get(system, "ring")]
 
 
 def make(name, n, rate, ps_hosts=None):

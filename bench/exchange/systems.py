@@ -16,6 +16,11 @@ command on it (on loopback: 127.0.0.1 and as is).
   ps-colocated       one phubd on every worker host (the model spread over all of them)
   ps-multi           one phubd on each of the K PS hosts ps0..ps{K-1} (multips: BytePS's
                      k CPU boxes), the model spread over them as ps-colocated spreads it
+                     (on racks of racks: the keys spread over the racks' PBoxes)
+  ps-racks           racks of racks (rack.sh --topology racks): a phubd on each rack's PBox
+                     with the racks file (--topology), each worker at its rack's; a PBox sums
+                     its rack and the chunks' homes reduce across racks (hierarchical)
+  (ps on racks of racks runs phubd on rack 0's PBox only: the flat PS on one PBox)
   ring               our ring allreduce (phub_ring_worker)
   gloo-ring-chunked  Gloo's AllreduceRingChunked (phub_gloo_worker)
   gloo-allreduce     gloo::allreduce (phub_gloo_worker)
@@ -68,6 +73,8 @@ SYSTEMS = [
     System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
     # K dedicated PS hosts (rack topology multips), the workers spreading the keys over them.
     System("ps-multi", "phub_exchange_worker", "ps-multi", needs_ps_host=True),
+    # Racks of racks: a phubd per rack, each rack summed on its PBox, reduced across the racks.
+    System("ps-racks", "phub_exchange_worker", "ps-racks", needs_ps_host=True),
     System("ring", "phub_ring_worker", "ranks", allreduce=True),
     # The ring with the PS's compact wire: pieces in bf16, sums in float32 (the honest
     # comparison for ps-bf16).
@@ -93,6 +100,10 @@ FP32_RINGS = [k for k in RINGS if "--wire" not in BY_KEY[k].extra]
 # and 1723 vs 1888 ms (100 MiB); 256 KiB did not help. Racks only (no ports on loopback);
 # docs/operations.md tells users the same.
 COLOCATED_SOCKET_BUFFER_BYTES = 64 * 1024
+
+# ps-racks: every rack's phubd listens on this control port (each on its PBox's address), as
+# the racks file names them.
+RACKS_PORT = 7070
 
 
 class Settings:
@@ -170,15 +181,21 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
     # one worker at once), so it gets the same cap.
     colocated = system.kind in ("ps-colocated", "ps-multi") and net.name != "loopback"
 
-    def phubd(host, cores, tag):
+    def phubd(host, cores, tag, port=0, extra=()):
         port_file = os.path.join(run_dir, f"{tag}.port")
-        argv = [s.bins["phubd"], "--port", "0", "--port-file", port_file, "--listen",
-                net.ip(host), "--world-size", str(n), "--cores", str(cores), "--one-job",
-                "--no-pin", "--log-level", "info", "--optimizer", "sgd", "--lr", str(s.lr)]
+        # Racks of racks: each phubd serves two jobs (its rack's, and its chunks' homes), so
+        # it runs until killed, not waited for.
+        one_job = [] if extra else ["--one-job"]
+        argv = [s.bins["phubd"], "--port", str(port), "--port-file", port_file, "--listen",
+                net.ip(host), "--world-size", str(n), "--cores", str(cores), "--no-pin",
+                "--log-level", "info", "--optimizer", "sgd", "--lr", str(s.lr)] + one_job
         if chunk_bytes or s.chunk_bytes:
             argv += ["--chunk-bytes", str(chunk_bytes or s.chunk_bytes)]
-        proc, log_path = launch(tag, host, argv + s.tcp_flags(colocated) + system.extra,
-                                f"{tag}.log")
+        log_path = os.path.join(run_dir, f"{tag}.log")
+        proc = start(net.wrap(host, argv + s.tcp_flags(colocated) + system.extra + list(extra)),
+                     log_path)
+        if not extra:
+            procs.append((tag, proc, log_path))
         return f"{net.ip(host)}:{wait_port_file(port_file, proc, tag, log_path)}"
 
     try:
@@ -195,9 +212,24 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
                 launch(f"tcp_blaster client {r}", host,
                        [s.bins[system.binary], "--connect", "--host", net.ip("ps"), "--ports",
                         ports, "--rank", str(r), "--out", outs[-1]] + flags, f"client{r}.log")
+        elif system.kind == "ps-racks":
+            racks_file = os.path.join(run_dir, "racks.txtpb")
+            with open(racks_file, "w") as f:
+                f.write(net.racks_file(RACKS_PORT))
+            for r, host in enumerate(net.ps_hosts()):
+                phubd(host, s.cores, f"phubd-{host}", RACKS_PORT,
+                      ["--topology", racks_file, "--rack", f"r{r}"])
+            for r, host in enumerate(workers):
+                outs.append(os.path.join(run_dir, f"worker{r}.tsv"))
+                launch(f"{system.key} worker {r}", host,
+                       [s.bins[system.binary], "--topology", racks_file, "--hostname", host,
+                        "--lr", str(s.lr), "--out", outs[-1]]
+                       + common + s.tcp_flags(colocated) + system.extra + system.worker_extra,
+                       f"worker{r}.log")
         elif system.kind in ("ps", "ps-colocated", "ps-multi"):
             if system.kind == "ps":
-                servers = [phubd("ps", s.cores, "phubd")]
+                # The one PS host: "ps" (pbox, cloud), rack 0's PBox on racks of racks.
+                servers = [phubd(net.ps_hosts()[0], s.cores, "phubd")]
                 placement = []
             elif system.kind == "ps-multi":
                 # Dedicated boxes: --cores as the single PS host's; the keys spread evenly.

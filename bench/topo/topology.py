@@ -152,7 +152,38 @@ class Topology:
     def ring_limit_s(self, size_bytes):
         if self.rate_bits is None:
             return None
+        if self.topology == "racks":
+            return self.racks_limits_s(size_bytes)["ring"]
         return ring_limit_s(size_bytes, self.workers, self.rate_bits)
+
+    # --- racks of racks (rack.sh --topology racks) ---
+    def num_racks(self):
+        return int(self.raw.get("racks", 1))
+
+    def uplink_bits(self):
+        return int(self.raw["uplink_bits"]) if "uplink_bits" in self.raw else None
+
+    def rack_of(self, host):
+        self.check_host(host)
+        return int(self.raw.get("rack." + host, 0))
+
+    def racks_limits_s(self, size_bytes):
+        """racks_limits_s() for this rack's R, n, B, U."""
+        r = self.num_racks()
+        return racks_limits_s(size_bytes, r, self.workers // r, self.rate_bits,
+                              self.uplink_bits())
+
+    def racks_file(self, port):
+        """The racks file (proto/topology.proto) for phubd and the workers: rack r's PBox
+        ps<r> at its address and `port`, its workers by host name."""
+        lines = []
+        for r in range(self.num_racks()):
+            pbox = "ps%d" % r
+            hosts = " ".join('host: "%s"' % h for h in self.hosts
+                             if not is_ps_host(h) and self.rack_of(h) == r)
+            lines.append('rack { name: "r%d" pbox: "%s:%d" %s }'
+                         % (r, self.ip_of(pbox), port, hosts))
+        return "\n".join(lines) + "\n"
 
 
 # --- physical limits --------------------------------------------------------------------------
@@ -248,6 +279,40 @@ def multips_ps_limit_s(size_bytes, n=None, k=None, bits_per_s=None):
     return 8.0 * size_bytes / bits_per_s * max(1.0, float(n) / k)
 
 
+def racks_limits_s(size_bytes, racks, per_rack, bits_per_s, uplink_bits):
+    """Racks of racks: R racks of n workers with links B, each rack's PBox with a link of n·B,
+    each rack's uplink to the core of U (oversubscription n·B/U). The link-bound time of one
+    iteration of each scheme, keyed by name. Full duplex: each direction of a link is counted
+    alone; the slowest link bounds the iteration.
+
+    hierarchical  max(S/B, 2(R−1)/R · S/U). A worker's link carries S each way. Its rack's
+                  PBox sends the rack's sum of the (R−1)/R of the chunks homed elsewhere up
+                  the uplink, and sends the weights of its own S/R to each of the R−1 other
+                  PBoxes: 2(R−1)/R·S out (and as much in). The PBox link (n·B) carries n·S
+                  plus that, within n·B for n ≥ 2.
+    flat_ps       max(S/B, R·S/B, (R−1)·n·S/U): one PBox (link n·B) serves all R·n workers
+                  (R·n·S over n·B), and the (R−1)·n remote workers' pushes come in over its
+                  rack's uplink, their weights go out over it. At R = 2: n·S/U.
+    keys_spread   max(S/B, 2·n·(R−1)/R · S/U): the model spread over the R PBoxes (each owns
+                  S/R). A rack's uplink carries out its n workers' pushes to the R−1 remote
+                  PBoxes, n(R−1)/R·S, and its PBox's weights to the (R−1)·n remote workers,
+                  as much again (and the same in). The PBox links carry N·S/R each way, within
+                  n·B. (Counting the pushes alone gives n(R−1)/R·S/U, half of it.)
+    ring          2(N−1)/N · S / min(B, U) with N = R·n in rack order: each uplink direction
+                  carries one ring flow (the step that leaves the rack), at most min(B, U).
+    """
+    n, r = per_rack, racks
+    s_b = 8.0 * size_bytes / bits_per_s
+    s_u = 8.0 * size_bytes / uplink_bits
+    big_n = r * n
+    return {
+        "hierarchical": max(s_b, 2.0 * (r - 1) / r * s_u),
+        "flat_ps": max(s_b, r * s_b, (r - 1) * n * s_u),
+        "keys_spread": max(s_b, 2.0 * n * (r - 1) / r * s_u),
+        "ring": 2.0 * (big_n - 1) / big_n * 8.0 * size_bytes / min(bits_per_s, uplink_bits),
+    }
+
+
 def limits(size_bytes, n, bits_per_s, k=None):
     """All four limits (seconds) for one S, N, B, keyed by name; with K PS hosts given, also
     the multips PS limit ("ps_multips")."""
@@ -313,13 +378,17 @@ def ps_limit_s(size_bytes):
     return current().ps_limit_s(size_bytes)
 
 
-def up(topology, n, rate="1gbit", delay=None, qdisc=None, extra=None, ps_hosts=None):
-    """rack.sh up --topology T --workers N --rate R [--ps-hosts K] [...]; returns the new
-    Topology. ps_hosts: K, multips only (and required there)."""
+def up(topology, n, rate="1gbit", delay=None, qdisc=None, extra=None, ps_hosts=None,
+       racks=None, uplink=None):
+    """rack.sh up --topology T --workers N --rate R [--ps-hosts K] [--racks R --uplink U]
+    [...]; returns the new Topology. ps_hosts: K, multips only (and required there); racks
+    and uplink: racks only (and required there)."""
     argv = [RACK_SH, "up", "--topology", topology, "--workers", str(n),
             "--rate", rate if isinstance(rate, str) else "%dbit" % int(rate)]
     if ps_hosts is not None:
         argv += ["--ps-hosts", str(ps_hosts)]
+    if racks is not None:
+        argv += ["--racks", str(racks), "--uplink", uplink]
     if delay is not None:
         argv += ["--delay", delay]
     if qdisc is not None:
@@ -393,6 +462,20 @@ def _self_check():
     assert abs(mp.ps_limit_s(size) - 2 * 8.0 * size / bits) < 1e-9
     assert abs(mp.ring_limit_s(size) - ring_limit_s(size, 4, bits)) < 1e-9
     assert not is_ps_host("w0") and not is_ps_host("psx") and is_ps_host("ps12")
+
+    print("\nRacks of racks, R = 2 racks of n = 4, B = 1 Gbit/s (seconds):")
+    print("%8s  %12s  %8s  %11s  %6s" % ("U", "hierarchical", "flat PS", "keys spread", "ring"))
+    for u in (10**9, 2 * 10**9):
+        lim = racks_limits_s(size, 2, 4, bits, u)
+        print("%6.0fG  %12.3f  %8.3f  %11.3f  %6.3f" % (u / 1e9, lim["hierarchical"],
+              lim["flat_ps"], lim["keys_spread"], lim["ring"]))
+    s_b = 8.0 * size / bits
+    lim = racks_limits_s(size, 2, 4, bits, bits)  # 4:1
+    assert abs(lim["hierarchical"] - s_b) < 1e-9 and abs(lim["flat_ps"] - 4 * s_b) < 1e-9
+    assert abs(lim["keys_spread"] - 4 * s_b) < 1e-9 and abs(lim["ring"] - 1.75 * s_b) < 1e-9
+    lim = racks_limits_s(size, 3, 2, bits, bits)
+    assert abs(lim["hierarchical"] - 4.0 / 3 * s_b) < 1e-9
+    assert abs(lim["flat_ps"] - 4 * s_b) < 1e-9  # (R-1)·n·S/U
 
     try:
         t = Topology.from_state()

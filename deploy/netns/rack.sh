@@ -26,6 +26,7 @@ USAGE
   rack.sh up --topology pbox|cloud|colocated --workers N [--rate 1gbit] [--delay 0ms]
              [--qdisc htb|tbf|tbf-nogso|none] [--burst BYTES] [--queue BYTES]
   rack.sh up --topology multips --workers N --ps-hosts K [same options]
+  rack.sh up --topology racks --racks R --workers N --uplink U [same options]
   rack.sh down
   rack.sh status
   rack.sh exec HOST -- CMD [ARGS...]        HOST = ps, w0, w1, ... (multips: ps0, ps1, ...)
@@ -55,6 +56,10 @@ WHAT `up` BUILDS
     colocated  no PS host; N worker hosts with links B (each worker host also runs a shard)
     multips    K PS hosts ps0..ps{K-1}, each with a link of B, beside the N worker hosts
                (BytePS's setup: K ordinary CPU boxes share the model; needs --ps-hosts K)
+    racks      racks of racks: R racks (--racks R), each a bridge br<r> with N/R workers
+               (links B) and a PBox ps<r> (link N/R*B); the rack bridges joined by a core bridge
+               brc through one uplink of U each (--uplink U, shaped both ways): worker i is in
+               rack i / (N/R). Oversubscription = (N/R)*B / U.
 
   Every link is shaped in BOTH directions: host egress by a qdisc on the host-side eth0, host
   ingress by a qdisc on the switch-side veth's egress (the switch port towards the host).
@@ -63,6 +68,8 @@ OPTIONS
   --topology T   pbox, cloud, colocated or multips (required)
   --workers N    number of worker hosts, 1..90 (required)
   --ps-hosts K   multips only (and required there): number of PS hosts, 1..90
+  --racks R      racks only (and required there): number of racks, 2..16; N a multiple of R
+  --uplink U     racks only (and required there): each rack's uplink to the core, tc units
   --rate R       per-worker link rate B, tc units: bit, kbit, mbit, gbit, tbit (SI, 1000-based,
                  decimals allowed: 2.5gbit). Default 1gbit.
   --delay D      one-way host-to-host delay (e.g. 0ms, 250us, 2ms). Added by netem at each
@@ -100,6 +107,7 @@ STATE FILE
     burst_bytes=...  queue_bytes=...  hosts=ps w0 w1 ...
     ip.<host>=10.77.0.x   link_bits.<host>=<bits/s of that host's link>   ns.<host>=phub-<host>
   multips adds ps_hosts=K after workers=N, and its hosts are ps0 .. ps{K-1} w0 .. w{N-1}.
+  racks adds ps_hosts=R racks=R uplink=U uplink_bits=... and rack.<host>=<r> for every host.
 
 ENVIRONMENT
   PHUB_RACK_STATE_DIR   state directory (default /run/phub-rack)
@@ -244,13 +252,15 @@ shape() {
 }
 
 cmd_up() {
-  local topology="" workers="" rate=1gbit delay=0ms ps_hosts=""
+  local topology="" workers="" rate=1gbit delay=0ms ps_hosts="" racks="" uplink=""
   QDISC=htb BURST="" QUEUE=""
   while (( $# )); do
     case $1 in
       --topology) topology=${2:?--topology needs a value}; shift 2 ;;
       --workers) workers=${2:?--workers needs a value}; shift 2 ;;
       --ps-hosts) ps_hosts=${2:?--ps-hosts needs a value}; shift 2 ;;
+      --racks) racks=${2:?--racks needs a value}; shift 2 ;;
+      --uplink) uplink=${2:?--uplink needs a value}; shift 2 ;;
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
       --delay) delay=${2:?--delay needs a value}; shift 2 ;;
       --qdisc) QDISC=${2:?--qdisc needs a value}; shift 2 ;;
@@ -260,8 +270,8 @@ cmd_up() {
       *) die "up: unknown argument '$1' (see --help)" ;;
     esac
   done
-  case $topology in pbox|cloud|colocated|multips) ;; "") die "up: --topology is required" ;;
-    *) die "up: --topology must be pbox, cloud, colocated or multips, not '$topology'" ;; esac
+  case $topology in pbox|cloud|colocated|multips|racks) ;; "") die "up: --topology is required" ;;
+    *) die "up: --topology must be pbox, cloud, colocated, multips or racks, not '$topology'" ;; esac
   if ! [[ $workers =~ ^[0-9]+$ ]] || (( workers < 1 || workers > MAX_WORKERS )); then
     die "up: --workers must be 1..$MAX_WORKERS"
   fi
@@ -272,6 +282,19 @@ cmd_up() {
     fi
   elif [[ -n $ps_hosts ]]; then
     die "up: --ps-hosts is for --topology multips only"
+  fi
+  local uplink_bits="" per_rack=""
+  if [[ $topology == racks ]]; then
+    [[ -n $racks && -n $uplink ]] || die "up: --topology racks needs --racks R and --uplink U"
+    if ! [[ $racks =~ ^[0-9]+$ ]] || (( racks < 2 || racks > 16 )); then
+      die "up: --racks must be 2..16"
+    fi
+    (( workers % racks == 0 )) || die "up: --workers $workers is not a multiple of --racks $racks"
+    per_rack=$(( workers / racks ))
+    uplink_bits=$(rate_to_bits "$uplink")
+    ps_hosts=$racks
+  elif [[ -n $racks || -n $uplink ]]; then
+    die "up: --racks and --uplink are for --topology racks only"
   fi
   case $QDISC in htb|tbf|tbf-nogso|none) ;; *) die "up: --qdisc must be htb, tbf, tbf-nogso or none" ;; esac
   [[ -z $BURST || $BURST =~ ^[0-9]+$ ]] || die "up: --burst takes bytes (an integer)"
@@ -289,7 +312,7 @@ cmd_up() {
   local hosts=() i h
   case $topology in
     pbox|cloud) hosts+=(ps) ;;
-    multips) for (( i = 0; i < ps_hosts; i++ )); do hosts+=("ps$i"); done ;;
+    multips|racks) for (( i = 0; i < ps_hosts; i++ )); do hosts+=("ps$i"); done ;;
   esac
   for (( i = 0; i < workers; i++ )); do hosts+=("w$i"); done
 
@@ -302,6 +325,25 @@ cmd_up() {
   ip -n "$SW" link set "$BRIDGE" up
   # Host namespaces: no IPv6 (no DAD/RS chatter on the links).
   ip netns exec "$SW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+  if [[ $topology == racks ]]; then
+    # A bridge per rack and the core bridge brc, joined by one shaped uplink per rack (a veth
+    # pair inside the switch namespace: up<r> on br<r>, co<r> on brc). A tree: STP stays off.
+    ip -n "$SW" link add brc type bridge stp_state 0 forward_delay 0
+    ip -n "$SW" link set brc up
+    for (( i = 0; i < racks; i++ )); do
+      if (( i > 0 )); then  # br0 ($BRIDGE) is rack 0's
+        ip -n "$SW" link add "br$i" type bridge stp_state 0 forward_delay 0
+        ip -n "$SW" link set "br$i" up
+      fi
+      ip -n "$SW" link add "up$i" type veth peer name "co$i"
+      ip -n "$SW" link set "up$i" master "br$i"
+      ip -n "$SW" link set "co$i" master brc
+      shape "$SW" "up$i" "$uplink_bits" 0   # rack -> core
+      shape "$SW" "co$i" "$uplink_bits" 0   # core -> rack
+      ip -n "$SW" link set "up$i" up
+      ip -n "$SW" link set "co$i" up
+    done
+  fi
   ip link add "$MGMT_BRIDGE" type bridge stp_state 0 forward_delay 0
   ip addr add "${MGMT_SUBNET}.1/24" dev "$MGMT_BRIDGE"
   ip link set "$MGMT_BRIDGE" up
@@ -322,6 +364,9 @@ mgmt_subnet=${MGMT_SUBNET}.0/24
 data_subnet=${SUBNET}.0/24
 workers=$workers
 ${ps_hosts:+ps_hosts=$ps_hosts
+}${racks:+racks=$racks
+uplink=$uplink
+uplink_bits=$uplink_bits
 }rate=$rate
 rate_bits=$rate_bits
 delay=$delay
@@ -339,6 +384,8 @@ hosts=${hosts[*]}
     elif [[ $h == ps[0-9]* ]]; then
       ip=${SUBNET}.$(( 100 + ${h#ps} ))   # multips: PS host j, an ordinary box with link B
       bits=$rate_bits
+      # racks: rack j's PBox, a balanced one (a NIC-worth per worker of its rack)
+      [[ $topology == racks ]] && bits=$(( rate_bits * per_rack ))
     else
       ip=${SUBNET}.$(( 10 + ${h#w} ))
       bits=$rate_bits
@@ -347,7 +394,12 @@ hosts=${hosts[*]}
     ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
     ip -n "$ns" link set lo up
     ip link add eth0 netns "$ns" type veth peer name "$h" netns "$SW"
-    ip -n "$SW" link set "$h" master "$BRIDGE"
+    local bridge=$BRIDGE rack_of=""
+    if [[ $topology == racks ]]; then
+      if [[ $h == ps* ]]; then rack_of=${h#ps}; else rack_of=$(( ${h#w} / per_rack )); fi
+      bridge=br$rack_of
+    fi
+    ip -n "$SW" link set "$h" master "$bridge"
     if [[ $QDISC == tbf-nogso ]]; then
       ip netns exec "$ns" ethtool -K eth0 gso off tso off gro off >/dev/null 2>&1 || true
       ip netns exec "$SW" ethtool -K "$h" gso off tso off gro off >/dev/null 2>&1 || true
@@ -364,7 +416,8 @@ hosts=${hosts[*]}
     state+="ip.$h=$ip
 link_bits.$h=$bits
 ns.$h=$ns
-"
+${rack_of:+rack.$h=$rack_of
+}"
   done
   trap - ERR
 
@@ -387,6 +440,7 @@ ns.$h=$ns
   [[ $topology == pbox ]] && pslink="N*B"
   [[ $topology == cloud ]] && pslink="B"
   [[ $topology == multips ]] && pslink="B on each of $ps_hosts PS hosts"
+  [[ $topology == racks ]] && pslink="$per_rack*B on each of $racks racks' PBoxes, uplinks $uplink"
   log "up: $topology, $workers workers, B=$rate, PS link $pslink, qdisc $QDISC, delay $delay;" \
       "state in $STATE_FILE"
 }

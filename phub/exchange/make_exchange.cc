@@ -1,7 +1,5 @@
 #include "phub/exchange/make_exchange.h"
 
-#include <unistd.h>
-
 #include "absl/strings/str_cat.h"
 
 namespace phub::exchange {
@@ -26,6 +24,8 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
   switch (options.kind) {
     case ExchangeKind::kPs:
     case ExchangeKind::kPsColocated: {
+      // Racks of racks: its rack's PBox, as its rank in the rack.
+      if (options.rack) JoinRackPbox(*options.racks, *options.rack, options.ps);
       const std::size_t servers = options.ps.servers.size();
       if (options.kind == ExchangeKind::kPs && servers != 1) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -36,15 +36,9 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
         return absl::InvalidArgumentError(
             "--comm ps-colocated needs the HOST:PORT of every host's phubd, got none");
       }
-      options.ps.client.rank = options.rank;
-      options.ps.client.world_size = options.world_size;
-      if (options.rack) {  // its rank in its rack; a topology of one rack is a flat job
-        options.ps.client.rank = options.rack->rank_in_rack;
-        options.ps.client.world_size = options.rack->rack_size;
-        if (options.rack->racks > 1) {
-          options.ps.client.racks = options.rack->racks;
-          options.ps.client.rack = options.rack->rack;
-        }
+      if (!options.rack) {
+        options.ps.client.rank = options.rank;
+        options.ps.client.world_size = options.world_size;
       }
       PHUB_ASSIGN_OR_RETURN(auto ps,
                             PsExchange::Connect(options.ps, std::move(tensors), std::move(weights)));
@@ -91,15 +85,9 @@ Status PlaceInRacks(const topology::Topology& topology, const std::string& host,
   PHUB_ASSIGN_OR_RETURN(topology::Placement placement, topology.Locate(host));
   options.rank = placement.rank;
   options.world_size = placement.world_size;
-  options.ps.servers = {topology.racks()[placement.rack].pbox};
   options.rack = placement;
+  options.racks = std::make_shared<const topology::Topology>(topology);
   return absl::OkStatus();
-}
-
-std::string ThisHostName() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
 }
 
 }  // namespace phub::exchange

@@ -28,9 +28,10 @@ struct ExchangeOptions {
                              // are taken from above
   RingExchangeOptions ring;  // kRing; rank/world are taken from above
   NcclExchangeOptions nccl;  // kNccl; rank/world are taken from above
-  // Racks of racks (kPs; PlaceInRacks sets it): the worker's place in the topology; the PS
-  // client then joins its rack's PBox as its rank in the rack.
+  // Racks of racks (kPs; PlaceInRacks sets them): the worker's place in the topology; the PS
+  // client then joins its rack's PBox as its rank in the rack (JoinRackPbox).
   std::optional<topology::Placement> rack;
+  std::shared_ptr<const topology::Topology> racks;
 };
 
 // Racks of racks (docs/operations.md "Racks of racks"): `host`, as the topology file names it,
@@ -40,8 +41,6 @@ struct ExchangeOptions {
 // than ps.
 Status PlaceInRacks(const topology::Topology& topology, const std::string& host,
                     ExchangeOptions& options);
-// The machine's host name (gethostname), the default of a worker's --hostname.
-std::string ThisHostName();
 
 // Connects the chosen backend. InvalidArgument when the options do not fit the kind (kPs with
 // other than one server, kPsColocated with fewer than one, kRing or kNccl without a

@@ -7,6 +7,16 @@
 
 namespace phub::exchange {
 
+void JoinRackPbox(const topology::Topology& topology, const topology::Placement& placement,
+                  PsExchangeOptions& options) {
+  options.servers = {topology.racks()[placement.rack].pbox};
+  options.client.rank = placement.rank_in_rack;
+  options.client.world_size = placement.rack_size;
+  // A topology of one rack is a flat job.
+  options.client.racks = placement.racks > 1 ? placement.racks : 0;
+  options.client.rack = placement.racks > 1 ? placement.rack : 0;
+}
+
 StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOptions& options,
                                                           std::vector<keys::TensorSpec> tensors,
                                                           std::vector<std::span<float>> weights) {

@@ -14,6 +14,7 @@
 #include "phub/exchange/gradient_exchange.h"
 #include "phub/common/endpoint.h"
 #include "phub/keys/server_placement.h"
+#include "phub/topology/topology.h"
 
 namespace phub::exchange {
 
@@ -30,6 +31,12 @@ struct PsExchangeOptions {
   // phubd's default --chunk-bytes, so no server chunk straddles two slices.
   std::uint64_t partition_bytes = 1 << 20;
 };
+
+// Racks of racks (docs/operations.md "Racks of racks"): the worker at `placement` joins its
+// rack's PBox (the one server) as its rank in the rack; with several racks its Hello names
+// them. Its rank and world size as a data-parallel worker stay the job's (placement.rank).
+void JoinRackPbox(const topology::Topology& topology, const topology::Placement& placement,
+                  PsExchangeOptions& options);
 
 class PsExchange final : public GradientExchange {
  public:

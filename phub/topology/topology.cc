@@ -3,6 +3,8 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <map>
 
@@ -27,6 +29,12 @@ class FirstError final : public google::protobuf::io::ErrorCollector {
 };
 
 }  // namespace
+
+std::string ThisHostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
 
 StatusOr<Topology> Topology::Parse(std::string_view text, std::string_view origin) {
   const auto bad = [&](const std::string& what, const std::string& fix) {

@@ -36,6 +36,10 @@ struct Placement {
   std::uint32_t world_size = 0;
 };
 
+// This machine's host name (gethostname): a worker's place in the file unless it is told
+// another (--hostname).
+std::string ThisHostName();
+
 class Topology {
  public:
   // `origin` (the file's name) is what errors name. InvalidArgument, naming the line for a

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   app.add_option("--servers", servers_csv, "HOST:PORT,... of every phubd (instead of --host/--port)");
   app.add_option("--rendezvous", options.ring.ring.rendezvous,
                  "shared directory or tcp://HOST:PORT (--comm ring)");
-  std::string topology_file, hostname = phub::exchange::ThisHostName();
+  std::string topology_file, hostname = phub::topology::ThisHostName();
   app.add_option("--topology", topology_file,
                  "racks of racks: the racks file; rank, world and phubd come from it");
   app.add_option("--hostname", hostname, "this worker's host as --topology names it");
