@@ -59,7 +59,8 @@ BAR_SPEEDUP, BAR_LIMIT, BAR_OVERSUBSCRIPTION = 1.4, 1.2, 4.0
 def run_cluster(a, uplink, raw):
     """Every system, --reps times, on one cluster of uplink U. Returns rows."""
     n_total = a.racks * a.n
-    net = nets.RackNet("racks", n_total, a.rate, racks=a.racks, uplink=uplink)
+    net = nets.RackNet("racks", n_total, a.rate, racks=a.racks, uplink=uplink,
+                       pbox_rate=a.pbox_rate)
     rows = []
     oversub = a.n * topology.parse_rate(a.rate) / topology.parse_rate(uplink)
     try:
@@ -126,8 +127,9 @@ def bar_lines(summary):
 
 def markdown(a, summary, notes):
     md = ["# Racks of racks: hierarchical PS vs flat schemes", "",
-          f"R = {a.racks} racks x n = {a.n} workers, B = {a.rate} per worker, a PBox of n.B per "
-          f"rack, uplinks U per rack; S = {a.mib:g} MiB float32 per worker per iteration; "
+          f"R = {a.racks} racks x n = {a.n} workers, B = {a.rate} per worker, a PBox per rack "
+          f"(link {a.pbox_rate or 'n.B + U'}), uplinks U per rack; phubd --cores {a.cores} "
+          f"--chunk-bytes {a.chunk_bytes}; S = {a.mib:g} MiB float32 per worker per iteration; "
           f"{a.iters} timed iterations (+{a.warmup} warm-up) per run, median over iterations, "
           f"median of {a.reps} runs; limits from bench/topo/topology.py racks_limits_s.", ""]
     head = ["U", "oversub.", "system", "ms / iteration", "limit ms", "x limit",
@@ -181,6 +183,13 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--cores", type=int, default=2, help="phubd --cores on each PBox")
+    p.add_argument("--chunk-bytes", type=int, default=256 << 10,
+                   help="phubd --chunk-bytes, every system (default 256 KiB: a chunk crosses "
+                        "three hops in the hierarchy, and smaller chunks fill and drain that "
+                        "pipeline sooner: 1 MiB measured 4 %% slower, 4 MiB 29 %%)")
+    p.add_argument("--pbox-rate", default=None,
+                   help="each PBox's link (rack.sh --pbox-rate; default n.B + U: a NIC-worth "
+                        "per worker and one for the uplink)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"default: {DEFAULT_SYSTEMS}")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -204,7 +213,7 @@ def main():
         p.error("mpi-ring: mpirun not on PATH (deploy/install-deps.sh)")
     if nets.racks_up():
         p.error(f"a rack is up already ({', '.join(nets.racks_up())}): one at a time")
-    a.settings = systems.Settings(needed, a.iters, a.warmup, a.cores, a.lr)
+    a.settings = systems.Settings(needed, a.iters, a.warmup, a.cores, a.lr, a.chunk_bytes)
     raw = os.path.join(a.out, "raw")
     fresh_dir(a.out)
     os.makedirs(raw)

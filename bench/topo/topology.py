@@ -171,7 +171,7 @@ class Topology:
         """racks_limits_s() for this rack's R, n, B, U."""
         r = self.num_racks()
         return racks_limits_s(size_bytes, r, self.workers // r, self.rate_bits,
-                              self.uplink_bits())
+                              self.uplink_bits(), self.link_bits.get("ps0"))
 
     def racks_file(self, port):
         """The racks file (proto/topology.proto) for phubd and the workers: rack r's PBox
@@ -279,37 +279,42 @@ def multips_ps_limit_s(size_bytes, n=None, k=None, bits_per_s=None):
     return 8.0 * size_bytes / bits_per_s * max(1.0, float(n) / k)
 
 
-def racks_limits_s(size_bytes, racks, per_rack, bits_per_s, uplink_bits):
-    """Racks of racks: R racks of n workers with links B, each rack's PBox with a link of n·B,
-    each rack's uplink to the core of U (oversubscription n·B/U). The link-bound time of one
+def racks_limits_s(size_bytes, racks, per_rack, bits_per_s, uplink_bits, pbox_bits=None):
+    """Racks of racks: R racks of n workers with links B, each rack's PBox with a link of P
+    (default n·B + U: a NIC-worth per worker and one for its uplink; rack.sh --pbox-rate), each
+    rack's uplink to the core of U (oversubscription n·B/U). The link-bound time of one
     iteration of each scheme, keyed by name. Full duplex: each direction of a link is counted
     alone; the slowest link bounds the iteration.
 
-    hierarchical  max(S/B, 2(R−1)/R · S/U). A worker's link carries S each way. Its rack's
-                  PBox sends the rack's sum of the (R−1)/R of the chunks homed elsewhere up
-                  the uplink, and sends the weights of its own S/R to each of the R−1 other
-                  PBoxes: 2(R−1)/R·S out (and as much in). The PBox link (n·B) carries n·S
-                  plus that, within n·B for n ≥ 2.
-    flat_ps       max(S/B, R·S/B, (R−1)·n·S/U): one PBox (link n·B) serves all R·n workers
-                  (R·n·S over n·B), and the (R−1)·n remote workers' pushes come in over its
-                  rack's uplink, their weights go out over it. At R = 2: n·S/U.
-    keys_spread   max(S/B, 2·n·(R−1)/R · S/U): the model spread over the R PBoxes (each owns
-                  S/R). A rack's uplink carries out its n workers' pushes to the R−1 remote
-                  PBoxes, n(R−1)/R·S, and its PBox's weights to the (R−1)·n remote workers,
-                  as much again (and the same in). The PBox links carry N·S/R each way, within
-                  n·B. (Counting the pushes alone gives n(R−1)/R·S/U, half of it.)
+    hierarchical  max(S/B, 2(R−1)/R · S/U, (n + 2(R−1)/R) · S/P). A worker's link carries S
+                  each way. Its rack's PBox sends the rack's sum of the (R−1)/R of the chunks
+                  homed elsewhere up the uplink, and the weights of its own S/R to each of the
+                  R−1 other PBoxes: 2(R−1)/R·S out (and as much in), on the uplink and on the
+                  PBox's own link beside its rack's n·S. With P = n·B exactly (no room for the
+                  core) the PBox link binds at (n + 2(R−1)/R)/n · S/B: 1.25 S/B at n = 4, R = 2.
+    flat_ps       max(S/B, R·n·S/P, (R−1)·n·S/U): one PBox serves all R·n workers, and the
+                  (R−1)·n remote workers' pushes come in over its rack's uplink, their weights
+                  go out over it. At R = 2: n·S/U.
+    keys_spread   max(S/B, n·S/P, 2·n·(R−1)/R · S/U): the model spread over the R PBoxes (each
+                  owns S/R). A rack's uplink carries out its n workers' pushes to the R−1
+                  remote PBoxes, n(R−1)/R·S, and its PBox's weights to the (R−1)·n remote
+                  workers, as much again (and the same in). (Counting the pushes alone gives
+                  n(R−1)/R·S/U, half of it.)
     ring          2(N−1)/N · S / min(B, U) with N = R·n in rack order: each uplink direction
                   carries one ring flow (the step that leaves the rack), at most min(B, U).
     """
     n, r = per_rack, racks
-    s_b = 8.0 * size_bytes / bits_per_s
-    s_u = 8.0 * size_bytes / uplink_bits
+    if pbox_bits is None:
+        pbox_bits = n * bits_per_s + uplink_bits
+    bits = 8.0 * size_bytes
+    s_b, s_u, s_p = bits / bits_per_s, bits / uplink_bits, bits / pbox_bits
+    cross = 2.0 * (r - 1) / r
     big_n = r * n
     return {
-        "hierarchical": max(s_b, 2.0 * (r - 1) / r * s_u),
-        "flat_ps": max(s_b, r * s_b, (r - 1) * n * s_u),
-        "keys_spread": max(s_b, 2.0 * n * (r - 1) / r * s_u),
-        "ring": 2.0 * (big_n - 1) / big_n * 8.0 * size_bytes / min(bits_per_s, uplink_bits),
+        "hierarchical": max(s_b, cross * s_u, (n + cross) * s_p),
+        "flat_ps": max(s_b, big_n * s_p, (r - 1) * n * s_u),
+        "keys_spread": max(s_b, n * s_p, n * cross * s_u),
+        "ring": 2.0 * (big_n - 1) / big_n * bits / min(bits_per_s, uplink_bits),
     }
 
 
@@ -470,7 +475,9 @@ def _self_check():
         print("%6.0fG  %12.3f  %8.3f  %11.3f  %6.3f" % (u / 1e9, lim["hierarchical"],
               lim["flat_ps"], lim["keys_spread"], lim["ring"]))
     s_b = 8.0 * size / bits
-    lim = racks_limits_s(size, 2, 4, bits, bits)  # 4:1
+    lim = racks_limits_s(size, 2, 4, bits, bits, 4 * bits)  # a PBox of n·B only
+    assert abs(lim["hierarchical"] - 1.25 * s_b) < 1e-9
+    lim = racks_limits_s(size, 2, 4, bits, bits)  # 4:1, a PBox of n·B + U
     assert abs(lim["hierarchical"] - s_b) < 1e-9 and abs(lim["flat_ps"] - 4 * s_b) < 1e-9
     assert abs(lim["keys_spread"] - 4 * s_b) < 1e-9 and abs(lim["ring"] - 1.75 * s_b) < 1e-9
     lim = racks_limits_s(size, 3, 2, bits, bits)

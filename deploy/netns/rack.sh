@@ -57,9 +57,10 @@ WHAT `up` BUILDS
     multips    K PS hosts ps0..ps{K-1}, each with a link of B, beside the N worker hosts
                (BytePS's setup: K ordinary CPU boxes share the model; needs --ps-hosts K)
     racks      racks of racks: R racks (--racks R), each a bridge br<r> with N/R workers
-               (links B) and a PBox ps<r> (link N/R*B); the rack bridges joined by a core bridge
-               brc through one uplink of U each (--uplink U, shaped both ways): worker i is in
-               rack i / (N/R). Oversubscription = (N/R)*B / U.
+               (links B) and a PBox ps<r> (link N/R*B + U: a NIC-worth per worker of its rack
+               and one for its uplink; --pbox-rate sets another); the rack bridges joined by a
+               core bridge brc through one uplink of U each (--uplink U, shaped both ways):
+               worker i is in rack i / (N/R). Oversubscription = (N/R)*B / U.
 
   Every link is shaped in BOTH directions: host egress by a qdisc on the host-side eth0, host
   ingress by a qdisc on the switch-side veth's egress (the switch port towards the host).
@@ -70,6 +71,7 @@ OPTIONS
   --ps-hosts K   multips only (and required there): number of PS hosts, 1..90
   --racks R      racks only (and required there): number of racks, 2..16; N a multiple of R
   --uplink U     racks only (and required there): each rack's uplink to the core, tc units
+  --pbox-rate P  racks only: each PBox's link (default N/R*B + U)
   --rate R       per-worker link rate B, tc units: bit, kbit, mbit, gbit, tbit (SI, 1000-based,
                  decimals allowed: 2.5gbit). Default 1gbit.
   --delay D      one-way host-to-host delay (e.g. 0ms, 250us, 2ms). Added by netem at each
@@ -252,7 +254,8 @@ shape() {
 }
 
 cmd_up() {
-  local topology="" workers="" rate=1gbit delay=0ms ps_hosts="" racks="" uplink=""
+  local topology="" workers="" rate=1gbit delay=0ms ps_hosts="" racks="" uplink="" pbox_rate=""
+  local pbox_bits=""
   QDISC=htb BURST="" QUEUE=""
   while (( $# )); do
     case $1 in
@@ -261,6 +264,7 @@ cmd_up() {
       --ps-hosts) ps_hosts=${2:?--ps-hosts needs a value}; shift 2 ;;
       --racks) racks=${2:?--racks needs a value}; shift 2 ;;
       --uplink) uplink=${2:?--uplink needs a value}; shift 2 ;;
+      --pbox-rate) pbox_rate=${2:?--pbox-rate needs a value}; shift 2 ;;
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
       --delay) delay=${2:?--delay needs a value}; shift 2 ;;
       --qdisc) QDISC=${2:?--qdisc needs a value}; shift 2 ;;
@@ -292,9 +296,10 @@ cmd_up() {
     (( workers % racks == 0 )) || die "up: --workers $workers is not a multiple of --racks $racks"
     per_rack=$(( workers / racks ))
     uplink_bits=$(rate_to_bits "$uplink")
+    [[ -z $pbox_rate ]] || pbox_bits=$(rate_to_bits "$pbox_rate")
     ps_hosts=$racks
-  elif [[ -n $racks || -n $uplink ]]; then
-    die "up: --racks and --uplink are for --topology racks only"
+  elif [[ -n $racks || -n $uplink || -n $pbox_rate ]]; then
+    die "up: --racks, --uplink and --pbox-rate are for --topology racks only"
   fi
   case $QDISC in htb|tbf|tbf-nogso|none) ;; *) die "up: --qdisc must be htb, tbf, tbf-nogso or none" ;; esac
   [[ -z $BURST || $BURST =~ ^[0-9]+$ ]] || die "up: --burst takes bytes (an integer)"
@@ -384,8 +389,9 @@ hosts=${hosts[*]}
     elif [[ $h == ps[0-9]* ]]; then
       ip=${SUBNET}.$(( 100 + ${h#ps} ))   # multips: PS host j, an ordinary box with link B
       bits=$rate_bits
-      # racks: rack j's PBox, a balanced one (a NIC-worth per worker of its rack)
-      [[ $topology == racks ]] && bits=$(( rate_bits * per_rack ))
+      # racks: rack j's PBox, balanced: a NIC-worth per worker of its rack and one for its
+      # uplink's share of the core (--pbox-rate overrides)
+      [[ $topology == racks ]] && bits=${pbox_bits:-$(( rate_bits * per_rack + uplink_bits ))}
     else
       ip=${SUBNET}.$(( 10 + ${h#w} ))
       bits=$rate_bits
@@ -440,7 +446,7 @@ ${rack_of:+rack.$h=$rack_of
   [[ $topology == pbox ]] && pslink="N*B"
   [[ $topology == cloud ]] && pslink="B"
   [[ $topology == multips ]] && pslink="B on each of $ps_hosts PS hosts"
-  [[ $topology == racks ]] && pslink="$per_rack*B on each of $racks racks' PBoxes, uplinks $uplink"
+  [[ $topology == racks ]] && pslink="${pbox_rate:-$per_rack*B+U} on each of $racks racks' PBoxes, uplinks $uplink"
   log "up: $topology, $workers workers, B=$rate, PS link $pslink, qdisc $QDISC, delay $delay;" \
       "state in $STATE_FILE"
 }
