@@ -6,11 +6,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
+#include <functional>
 #include <fstream>
 #include <thread>
 
+#include "phub/server/checkpoint_file.h"
 #include "tests/integration/phubd_launcher.h"
+#include "tests/integration/test_data.h"
 #include "tests/support/free_port.h"
 
 namespace phub::testing {
@@ -80,7 +84,7 @@ struct Racks {
   std::vector<Process> workers;
 };
 
-bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
+bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {  // polls every 20 ms
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
     if (done()) return true;
@@ -126,6 +130,89 @@ TEST(Racks, APboxKilledMidRunIsReportedToEveryWorker) {
 
 TEST(Racks, APboxGoneSilentIsReportedToEveryWorkerWithinTheLivenessBound) {
   ExpectALostPboxIsReportedToEveryWorker(SIGSTOP);
+}
+
+// With --checkpoint-dir each PBox checkpoints the chunks it is home to, and nothing else: its
+// file holds its home chunks (chunk c's home is rack c mod R) at the last iteration, with the
+// float64 reference's weights.
+TEST(Racks, EachPboxCheckpointsTheChunksItIsHomeTo) {
+  constexpr std::uint64_t kIterations = 4, kSeed = 1;
+  constexpr double kLr = 0.1;
+  const std::vector<std::uint64_t> sizes = {5000, 37, 20011};
+  TempDir dir;
+  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
+  const std::string file = dir.File("racks.txtpb");
+  std::ofstream(file) << RacksFile(2, 2, ports);
+  std::vector<RunningPhubd> phubds;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    phubds.push_back(StartPhubdOnPort(
+        dir, ports[r],
+        {"--cores", "2", "--chunk-bytes", "4096", "--topology", file, "--rack",
+         "r" + std::to_string(r), "--optimizer", "sgd", "--lr", "0.1", "--checkpoint-dir",
+         dir.File("ckpt" + std::to_string(r)), "--checkpoint-every", "2"}));
+  }
+  std::vector<Process> workers;
+  for (std::uint32_t w = 0; w < 4; ++w) {
+    workers.push_back(Process::Start(
+        {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
+         "--tensors", "5000,37,20011", "--iters", std::to_string(kIterations), "--seed",
+         std::to_string(kSeed)},
+        dir.File("w" + std::to_string(w) + ".log")));
+  }
+  for (std::uint32_t w = 0; w < 4; ++w) {
+    ASSERT_EQ(workers[w].Wait(milliseconds(60000)), 0)
+        << ReadFile(dir.File("w" + std::to_string(w) + ".log"));
+  }
+  std::size_t chunks_seen = 0;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const std::string ckpt = dir.File("ckpt" + std::to_string(r)) + "/default@racks";
+    StatusOr<server::LoadedCheckpoint> loaded;
+    // The last checkpoint is written on the job's writer thread as the iteration completes.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          loaded = server::LoadNewestCheckpoint(ckpt);
+          return loaded.ok() && !loaded->snapshot.chunks.empty() &&
+                 loaded->snapshot.chunks[0].iteration == kIterations;
+        },
+        milliseconds(20000)))
+        << ckpt << ": " << (loaded.ok() ? "older iteration" : loaded.status().ToString());
+    const server::JobSnapshot& snap = loaded->snapshot;
+    EXPECT_EQ(snap.world_size, 2u);  // its members: the racks' PBoxes
+    // Its tensors: one per home chunk, "t<k>@<offset>", chunks of the same ids mod 2.
+    for (const keys::TensorSpec& t : snap.tensors) {
+      const std::size_t at = t.name.find('@');
+      ASSERT_NE(at, std::string::npos) << t.name;
+      const std::uint32_t tensor = std::stoul(t.name.substr(1, at - 1));
+      const std::uint64_t offset = std::stoull(t.name.substr(at + 1));
+      ASSERT_LT(tensor, sizes.size());
+      ASSERT_LE(offset + t.elements, sizes[tensor]);
+      // Chunk ids run over the tensors in order, 1024 floats each: the id of this one.
+      std::uint64_t id = 0;
+      for (std::uint32_t k = 0; k < tensor; ++k) id += (sizes[k] + 1023) / 1024;
+      id += offset / 1024;
+      EXPECT_EQ(id % 2, r) << t.name << " is chunk " << id << ", not homed at rack " << r;
+      ++chunks_seen;
+    }
+    ASSERT_EQ(snap.chunks.size(), snap.tensors.size());
+    for (std::size_t c = 0; c < snap.chunks.size(); ++c) {
+      const keys::TensorSpec& t = snap.tensors[c];
+      const std::size_t at = t.name.find('@');
+      const std::uint32_t tensor = std::stoul(t.name.substr(1, at - 1));
+      const std::uint64_t offset = std::stoull(t.name.substr(at + 1));
+      ASSERT_EQ(snap.chunks[c].weights.size(), t.elements);
+      for (std::uint64_t i = 0; i < t.elements; ++i) {
+        double want = TestValue(kSeed, kInitRank, 0, tensor, offset + i);
+        for (std::uint64_t it = 1; it <= kIterations; ++it) {
+          double mean = 0;
+          for (std::uint32_t w = 0; w < 4; ++w) mean += TestValue(kSeed, w, it, tensor, offset + i);
+          want -= kLr * mean / 4;
+        }
+        ASSERT_NEAR(snap.chunks[c].weights[i], want, 1e-5 + 1e-5 * std::fabs(want))
+            << t.name << " element " << i;
+      }
+    }
+  }
+  EXPECT_EQ(chunks_seen, 26u);  // 5 + 1 + 20 chunks of 1024 floats, each on one home
 }
 
 // A worker whose topology does not fit its phubd's, with the error it gets.
