@@ -167,6 +167,11 @@ def run_cluster(a, uplink, raw):
     finally:
         kill_children()
         net.close()
+    # Same inputs, same reduction order: a system's repetitions agree bit for bit.
+    for key in a.systems:
+        seen = {r["checksum"] for r in rows if r["system"] == key}
+        if len(seen) > 1:
+            raise BenchError(f"U={uplink} {key}: results differ between repetitions: {seen}")
     return rows, training
 
 

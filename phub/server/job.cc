@@ -89,7 +89,9 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   // The token was the control plane's to check (it chose this job by it).
   std::optional<proto::Error> error =
       CheckHello(hello, options(), hello.job_token(), first, taken);
-  if (!error && host_.resume.snapshot) {
+  // A rack's part of a job over several racks resumes nothing (its homes' part does).
+  const bool relaying = hello.racks() > 1 && hello.rack_workers() == 0;
+  if (!error && host_.resume.snapshot && !relaying) {
     error = CheckResumedModel(hello, options(), *host_.resume.snapshot, host_.resume.path);
   }
   if (!error) error = CheckJobLimits(hello, options());
@@ -410,7 +412,10 @@ void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resu
   welcome.set_session(spec_->session);
   welcome.set_weights_from_server(!spec_->initial_weights.empty() ||
                                   spec_->weights_from_upstream);
-  welcome.set_optimizer(kernels::Describe(spec_->optimizer));
+  // A rack's part sums without stepping; its workers are told the job's optimizer, which the
+  // chunks' homes run.
+  welcome.set_optimizer(kernels::Describe(spec_->relay ? *JobOptimizer(job_hello_, options())
+                                                       : spec_->optimizer));
   welcome.set_wire(kernels::WireFormatName(spec_->wire));
   welcome.set_wire_weights(spec_->wire_weights);
   welcome.set_transport(transport::TransportName(options().transport));

@@ -215,6 +215,118 @@ TEST(Racks, EachPboxCheckpointsTheChunksItIsHomeTo) {
   EXPECT_EQ(chunks_seen, 26u);  // 5 + 1 + 20 chunks of 1024 floats, each on one home
 }
 
+// Every PBox restarted with --resume on its homes' checkpoint: the job goes on from the weights
+// and momentum of the checkpoint, on every worker of every rack (the workers' own step count
+// starts again at 1: the test worker's gradients of the second run are those of steps 1, 2).
+TEST(Racks, AJobOverRacksResumesFromItsHomesCheckpoints) {
+  constexpr std::uint64_t kSeed = 1;
+  constexpr double kLr = 0.05, kMomentum = 0.9;
+  const std::vector<std::uint64_t> sizes = {5000, 37, 20011};
+  TempDir dir;
+  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
+  const std::string file = dir.File("racks.txtpb");
+  std::ofstream(file) << RacksFile(2, 2, ports);
+  const auto run = [&](const std::string& tag, std::uint64_t iterations, bool resume) {
+    std::vector<RunningPhubd> phubds;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      const std::string ckpt = dir.File("ckpt" + std::to_string(r));
+      std::vector<std::string> args = {
+          "--cores", "2", "--chunk-bytes", "4096", "--topology", file, "--rack",
+          "r" + std::to_string(r), "--optimizer", "momentum", "--lr", "0.05", "--momentum",
+          "0.9", "--checkpoint-dir", ckpt, "--checkpoint-every", "2"};
+      if (resume) args.insert(args.end(), {"--resume", ckpt + "/default@racks"});
+      phubds.push_back(StartPhubdOnPort(dir, ports[r], args));
+    }
+    std::vector<Process> workers;
+    for (std::uint32_t w = 0; w < 4; ++w) {
+      workers.push_back(Process::Start(
+          {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
+           "--tensors", "5000,37,20011", "--iters", std::to_string(iterations), "--seed",
+           std::to_string(kSeed), "--out", dir.File(tag + "-w" + std::to_string(w))},
+          dir.File(tag + "-w" + std::to_string(w) + ".log")));
+    }
+    for (std::uint32_t w = 0; w < 4; ++w) {
+      ASSERT_EQ(workers[w].Wait(milliseconds(60000)), 0)
+          << ReadFile(dir.File(tag + "-w" + std::to_string(w) + ".log"))
+          << ReadFile(phubds[0].log_path) << ReadFile(phubds[1].log_path);
+    }
+    // The homes' checkpoints of the run's last iteration are written before phubd goes.
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      const std::string ckpt = dir.File("ckpt" + std::to_string(r)) + "/default@racks";
+      ASSERT_TRUE(WaitFor(
+          [&] {
+            auto loaded = server::LoadNewestCheckpoint(ckpt);
+            return loaded.ok() && loaded->snapshot.chunks[0].iteration >= (resume ? 6u : 4u);
+          },
+          milliseconds(20000)))
+          << ckpt;
+    }
+  };
+  run("first", 4, false);
+  run("resumed", 2, true);
+  // The reference: 4 steps, then 2 more with the gradients of steps 1 and 2, momentum carried.
+  std::size_t offset = 0, mismatches = 0;
+  const std::string got = ReadFile(dir.File("resumed-w0"));
+  ASSERT_EQ(got.size(), (5000 + 37 + 20011) * sizeof(float));
+  const float* weights = reinterpret_cast<const float*>(got.data());
+  for (std::uint32_t t = 0; t < sizes.size(); ++t) {
+    for (std::uint64_t i = 0; i < sizes[t]; ++i, ++offset) {
+      double w = TestValue(kSeed, kInitRank, 0, t, i), v = 0;
+      for (std::uint64_t step : {1, 2, 3, 4, 1, 2}) {
+        double mean = 0;
+        for (std::uint32_t r = 0; r < 4; ++r) mean += TestValue(kSeed, r, step, t, i);
+        v = kMomentum * v + mean / 4;
+        w -= kLr * v;
+      }
+      if (!(std::fabs(weights[offset] - w) <= 1e-5 + 1e-4 * std::fabs(w)) && mismatches++ < 5) {
+        ADD_FAILURE() << "tensor " << t << " element " << i << ": " << weights[offset]
+                      << ", float64 reference " << w;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+  for (std::uint32_t w = 1; w < 4; ++w) {
+    EXPECT_EQ(ReadFile(dir.File("resumed-w" + std::to_string(w))), got) << "worker " << w;
+  }
+}
+
+// Determinism: the racks' sums are added in a fixed order (ranks within a rack, then racks), so
+// two runs of the same topology end with the same bits, on every worker of every rack.
+TEST(Racks, TwoRunsOfOneTopologyEndWithTheSameBits) {
+  TempDir dir;
+  std::vector<std::string> results;
+  for (int run = 0; run < 2; ++run) {
+    const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort(),
+                                              FreeLoopbackPort()};
+    const std::string file = dir.File("racks" + std::to_string(run) + ".txtpb");
+    std::ofstream(file) << RacksFile(3, 2, ports);
+    std::vector<RunningPhubd> phubds;
+    for (std::uint32_t r = 0; r < 3; ++r) {
+      phubds.push_back(StartPhubdOnPort(
+          dir, ports[r],
+          {"--cores", "3", "--chunk-bytes", "4096", "--topology", file, "--rack",
+           "r" + std::to_string(r), "--optimizer", "adam", "--lr", "0.01"}));
+    }
+    std::vector<Process> workers;
+    for (std::uint32_t w = 0; w < 6; ++w) {
+      workers.push_back(Process::Start(
+          {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
+           "--tensors", "5000,37,20011", "--iters", "5", "--out",
+           dir.File("run" + std::to_string(run) + "-w" + std::to_string(w))},
+          dir.File("run" + std::to_string(run) + "-w" + std::to_string(w) + ".log")));
+    }
+    for (std::uint32_t w = 0; w < 6; ++w) {
+      ASSERT_EQ(workers[w].Wait(milliseconds(60000)), 0)
+          << ReadFile(dir.File("run" + std::to_string(run) + "-w" + std::to_string(w) + ".log"));
+      results.push_back(ReadFile(dir.File("run" + std::to_string(run) + "-w" + std::to_string(w))));
+    }
+  }
+  ASSERT_FALSE(results[0].empty());
+  for (std::size_t i = 1; i < results.size(); ++i) {
+    EXPECT_EQ(results[i], results[0]) << "run " << i / 6 << " worker " << i % 6 << " differs";
+  }
+}
+
 // A worker whose topology does not fit its phubd's, with the error it gets.
 struct Misfit {
   std::string name;
