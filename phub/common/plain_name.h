@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace phub {
@@ -13,9 +14,12 @@ inline constexpr const char* kPlainNameRule =
     "1 to 64 characters of [A-Za-z0-9._-], not starting with '.'";
 
 // Empty when `name` follows the rule, else what breaks it ("starts with '.'", ...).
-inline const char* PlainNameFault(std::string_view name) {
+inline std::string PlainNameFault(std::string_view name) {
   if (name.empty()) return "is empty";
-  if (name.size() > kMaxPlainNameBytes) return "is over 64 bytes long";
+  if (name.size() > kMaxPlainNameBytes) {
+    return "is " + std::to_string(name.size()) + " bytes long; at most " +
+           std::to_string(kMaxPlainNameBytes);
+  }
   if (name[0] == '.') return "starts with '.'";
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
