@@ -174,6 +174,17 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
   }
   if (std::optional<proto::Error> error = CheckRacks(hello, options)) return error;
   if (first == nullptr) return std::nullopt;
+  // (The homes' part has a PBox of each rack as members: their racks differ, CheckRacks checked
+  // each. The workers of one rack's part are all of that rack.)
+  const bool pbox = hello.rack_workers() > 0;
+  if (hello.racks() != first->racks() || pbox != (first->rack_workers() > 0) ||
+      (!pbox && hello.rack() != first->rack())) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " says the job spans ", hello.racks(),
+                                  " racks (rack ", hello.rack(), "), rank ", first->rank(), " ",
+                                  first->racks(), " (rack ", first->rack(), ")"),
+                     "give every worker of the job the same --topology (or none)");
+  }
   if (*wire != *JobWireFormat(*first) || hello.wire_weights() != first->wire_weights()) {
     const auto describe = [](const proto::Hello& h) {
       return absl::StrCat(kernels::WireFormatName(*JobWireFormat(h)),

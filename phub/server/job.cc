@@ -266,7 +266,14 @@ void Job::Start() {
   const std::uint64_t session =
       std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32);
   std::shared_ptr<Uplink> uplink;
-  if (relaying) uplink = MakeUplink(hello, *table, optimizer, session);
+  try {
+    if (relaying) uplink = MakeUplink(hello, *table, optimizer, session);
+  } catch (const std::bad_alloc&) {
+    return FailForming(MakeError(proto::Error::RESOURCE_EXHAUSTED,
+                                 "phubd ran out of memory for the job's relay buffers",
+                                 "a smaller model, or lower --memory-budget-bytes so such jobs "
+                                 "are refused up front"));
+  }
   auto job = std::make_shared<JobSpec>(JobSpec{
       .name = name_,
       .table = std::move(*table),

@@ -1,6 +1,7 @@
 #include "phub/server/uplink.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -141,16 +142,31 @@ void Uplink::State::Connect() {
     if (Status s = (*connected)->DeclareGradients(sums); !s.ok()) {
       return Failed(absl::StrCat(HomeName(h), ": ", s.message()));
     }
-    std::lock_guard lock(mu);
-    clients[h] = *std::move(connected);
-    if (stopped) return;  // Stop closed the others; this one closes with the state
+    bool closing;
+    {
+      std::lock_guard lock(mu);
+      closing = stopped;
+      if (!closing) clients[h] = *std::move(connected);
+    }
+    // Stop closed the others (it never sees this one): closed here, on the Uplink's thread,
+    // never where the state's last reference might go.
+    if (closing) {
+      (*connected)->Close();
+      return;
+    }
   }
   spdlog::info("job '{}': rack {} joined the job's chunks on all {} PBoxes", config.job,
                config.rack, racks);
   if (config.rack == 0) {
     // The job starts from the weights rank 0 of rack 0 sent this PBox.
     std::unique_lock lock(mu);
-    changed.wait(lock, [&] { return stopped || initialized == home.size(); });
+    if (!changed.wait_for(lock, std::chrono::milliseconds(config.connect_timeout_ms),
+                          [&] { return stopped || initialized == home.size(); })) {
+      return FailLocked(absl::StrCat("rank 0 of rack 0 sent the initial weights of ",
+                                     initialized, " of ", home.size(), " chunks within ",
+                                     config.connect_timeout_ms,
+                                     " ms (--form-timeout-ms): every rack waits for them"));
+    }
     if (stopped) return;
   }
   for (std::uint32_t h = 0; h < racks; ++h) {
@@ -230,7 +246,7 @@ void Uplink::Stop() {
       std::lock_guard lock(state->mu);
       for (auto& client : state->clients) clients.push_back(client.get());
     }
-    // One still connecting when Stop came closes as the state goes (Connect sees `stopped`).
+    // One still connecting when Stop came is closed by Connect itself (it sees `stopped`).
     for (client::PsClient* client : clients) {
       if (client) client->Close();
     }

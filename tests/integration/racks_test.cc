@@ -398,6 +398,29 @@ TEST(Racks, AJobOverRacksAtAPhubdWithoutTopologyIsRefused) {
               AllOf(HasSubstr("without --topology"), HasSubstr("--rack NAME")));
 }
 
+// One job's members must agree on the racks: a worker without the topology beside one with it
+// is refused (else one rack would train apart from the others without a word).
+TEST(Racks, AJobsMembersThatDisagreeOnTheRacksAreRefused) {
+  TempDir dir;
+  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
+  const std::string file = dir.File("racks.txtpb");
+  std::ofstream(file) << RacksFile(2, 2, ports);
+  RunningPhubd phubd = StartPhubdOnPort(
+      dir, ports[0], {"--topology", file, "--rack", "r0", "--form-timeout-ms", "3000"});
+  Process racked = Process::Start({TestWorkerPath(), "--topology", file, "--hostname", "w0",
+                                   "--tensors", "100", "--iters", "1"},
+                                  dir.File("racked.log"));
+  std::this_thread::sleep_for(milliseconds(300));  // its Hello first: the job's
+  Process flat = Process::Start({TestWorkerPath(), "--port", std::to_string(ports[0]), "--rank",
+                                 "1", "--world", "2", "--tensors", "100", "--iters", "1"},
+                                dir.File("flat.log"));
+  EXPECT_EQ(flat.Wait(milliseconds(30000)), 3);
+  EXPECT_THAT(ReadFile(dir.File("flat.log")),
+              AllOf(HasSubstr("spans 0 racks"), HasSubstr("same --topology")));
+  EXPECT_EQ(racked.Wait(milliseconds(30000)), 3);  // its job never forms: refused in time
+  EXPECT_TRUE(phubd.process.Running()) << ReadFile(phubd.log_path);
+}
+
 // phubd's own flags: a rack not in the file, a bad file.
 TEST(Racks, PhubdRefusesToStartWithARackNotInItsTopology) {
   TempDir dir;
