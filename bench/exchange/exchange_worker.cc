@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     }
     rank = placement->rank;
     world = placement->world_size;
-    phub::exchange::JoinRackPbox(*topology, *placement, exchange_options);
+    phub::exchange::JoinRackPbox(*placement, exchange_options);
   }
   options.tcp_no_delay = !nagle;
   (void)phub::SetUpLogging("warn", "exchange worker " + std::to_string(rank));

@@ -70,7 +70,7 @@ def train_once(a, net, scheme, run_dir):
     pboxes = net.ps_hosts()
     daemons, procs, outs = [], [], []
 
-    def phubd(host, r, extra):
+    def phubd(host, extra):
         port_file = os.path.join(run_dir, f"phubd-{host}.port")
         log_path = os.path.join(run_dir, f"phubd-{host}.log")
         argv = [a.settings.bins["phubd"], "--port", str(systems.RACKS_PORT), "--port-file",
@@ -86,14 +86,14 @@ def train_once(a, net, scheme, run_dir):
         f.write(net.racks_file(systems.RACKS_PORT))
     if scheme == "hierarchical":
         for r, host in enumerate(pboxes):
-            phubd(host, r, ["--topology", racks_file, "--rack", f"r{r}"])
+            phubd(host, ["--topology", racks_file, "--rack", f"r{r}"])
         comm = ["--comm", "ps", "--topology", racks_file]
     elif scheme == "flat-ps":
-        comm = ["--comm", "ps", "--ps", phubd(pboxes[0], 0, [])]
+        comm = ["--comm", "ps", "--ps", phubd(pboxes[0], [])]
     elif scheme == "keys-spread":
         comm = ["--comm", "ps-colocated"]
-        for r, host in enumerate(pboxes):
-            comm += ["--ps", phubd(host, r, [])]
+        for host in pboxes:
+            comm += ["--ps", phubd(host, [])]
     else:
         rendezvous = os.path.join(run_dir, "rendezvous")
         os.makedirs(rendezvous)
@@ -151,8 +151,8 @@ def run_cluster(a, uplink, raw):
                     times, checksum = systems.run(systems.BY_KEY[key], net, a.settings,
                                                   n_total, a.mib, os.path.join(raw, tag), limit)
                 except BenchError as e:
-                    # Once: a peer library's rare start-up failure (seen: a Gloo rank closing
-                    # its pair at S = 100 MiB, once in 12 runs) must not cost the whole run.
+                    # Once: a peer library's rare failure (seen once: a Gloo rank closing its
+                    # pair at S = 100 MiB) must not cost the whole run.
                     log(f"  {key} failed, running it again: {str(e).splitlines()[0]}")
                     times, checksum = systems.run(systems.BY_KEY[key], net, a.settings,
                                                   n_total, a.mib,
@@ -298,7 +298,7 @@ def main():
     p.add_argument("--chunk-bytes", type=int, default=256 << 10,
                    help="phubd --chunk-bytes, every system (default 256 KiB: a chunk crosses "
                         "three hops in the hierarchy, and smaller chunks fill and drain that "
-                        "pipeline sooner: 1 MiB measured 4 %% slower, 4 MiB 29 %%)")
+                        "pipeline sooner: 1 MiB measured 4-8 %% slower, 4 MiB 29 %%)")
     p.add_argument("--pbox-rate", default=None,
                    help="each PBox's link (rack.sh --pbox-rate; default n.B + U: a NIC-worth "
                         "per worker and one for the uplink)")

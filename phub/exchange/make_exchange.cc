@@ -25,7 +25,7 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
     case ExchangeKind::kPs:
     case ExchangeKind::kPsColocated: {
       // Racks of racks: its rack's PBox, as its rank in the rack.
-      if (options.rack) JoinRackPbox(*options.racks, *options.rack, options.ps);
+      if (options.rack) JoinRackPbox(*options.rack, options.ps);
       const std::size_t servers = options.ps.servers.size();
       if (options.kind == ExchangeKind::kPs && servers != 1) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -86,7 +86,6 @@ Status PlaceInRacks(const topology::Topology& topology, const std::string& host,
   options.rank = placement.rank;
   options.world_size = placement.world_size;
   options.rack = placement;
-  options.racks = std::make_shared<const topology::Topology>(topology);
   return absl::OkStatus();
 }
 

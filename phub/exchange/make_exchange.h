@@ -28,10 +28,9 @@ struct ExchangeOptions {
                              // are taken from above
   RingExchangeOptions ring;  // kRing; rank/world are taken from above
   NcclExchangeOptions nccl;  // kNccl; rank/world are taken from above
-  // Racks of racks (kPs; PlaceInRacks sets them): the worker's place in the topology; the PS
+  // Racks of racks (kPs; PlaceInRacks sets it): the worker's place in the topology; the PS
   // client then joins its rack's PBox as its rank in the rack (JoinRackPbox).
   std::optional<topology::Placement> rack;
-  std::shared_ptr<const topology::Topology> racks;
 };
 
 // Racks of racks (docs/operations.md "Racks of racks"): `host`, as the topology file names it,

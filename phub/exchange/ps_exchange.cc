@@ -7,9 +7,8 @@
 
 namespace phub::exchange {
 
-void JoinRackPbox(const topology::Topology& topology, const topology::Placement& placement,
-                  PsExchangeOptions& options) {
-  options.servers = {topology.racks()[placement.rack].pbox};
+void JoinRackPbox(const topology::Placement& placement, PsExchangeOptions& options) {
+  options.servers = {placement.pbox};
   options.client.rank = placement.rank_in_rack;
   options.client.world_size = placement.rack_size;
   // A topology of one rack is a flat job.

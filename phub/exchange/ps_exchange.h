@@ -35,8 +35,7 @@ struct PsExchangeOptions {
 // Racks of racks (docs/operations.md "Racks of racks"): the worker at `placement` joins its
 // rack's PBox (the one server) as its rank in the rack; with several racks its Hello names
 // them. Its rank and world size as a data-parallel worker stay the job's (placement.rank).
-void JoinRackPbox(const topology::Topology& topology, const topology::Placement& placement,
-                  PsExchangeOptions& options);
+void JoinRackPbox(const topology::Placement& placement, PsExchangeOptions& options);
 
 class PsExchange final : public GradientExchange {
  public:

@@ -150,7 +150,8 @@ StatusOr<Placement> Topology::Locate(std::string_view host) const {
                        .rank_in_rack = i,
                        .rack_size = static_cast<std::uint32_t>(hosts.size()),
                        .rank = before + i,
-                       .world_size = world_size_};
+                       .world_size = world_size_,
+                       .pbox = racks_[r].pbox};
     }
     before += static_cast<std::uint32_t>(hosts.size());
   }

@@ -34,6 +34,7 @@ struct Placement {
   std::uint32_t rack_size = 0;
   std::uint32_t rank = 0;
   std::uint32_t world_size = 0;
+  Endpoint pbox;  // its rack's phubd
 };
 
 // This machine's host name (gethostname): a worker's place in the file unless it is told

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,5 +45,8 @@ class TempDir {
 
 // Reads a whole file ("" if missing).
 std::string ReadFile(const std::string& path);
+
+// Polls `done` every 10 ms; false if it is still false after `bound`.
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds bound);
 
 }  // namespace phub::testing

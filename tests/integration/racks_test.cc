@@ -42,27 +42,55 @@ std::string RacksFile(std::uint32_t racks, std::uint32_t per_rack,
   return text;
 }
 
-struct Racks {
-  explicit Racks(const TempDir& dir, std::uint32_t racks, std::uint32_t per_rack)
-      : dir(dir), file(dir.File("racks.txtpb")) {
-    for (std::uint32_t r = 0; r < racks; ++r) ports.push_back(FreeLoopbackPort());
-    std::ofstream(file) << RacksFile(racks, per_rack, ports);
-    for (std::uint32_t r = 0; r < racks; ++r) {
-      phubds.push_back(StartPhubdOnPort(
-          dir, ports[r],
-          {"--cores", "2", "--chunk-bytes", "4096", "--topology", file, "--rack",
-           "r" + std::to_string(r), "--liveness-timeout-ms", std::to_string(kLivenessMs),
-           "--optimizer", "sgd", "--lr", "0.1"}));
-    }
-    for (std::uint32_t w = 0; w < racks * per_rack; ++w) {
-      workers.push_back(Process::Start(
-          {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
-           "--tensors", "5000,37,20011", "--iters", "100000", "--step-delay-ms", "5",
-           "--progress", dir.File("w" + std::to_string(w) + ".progress")},
-          Log(w)));
+// `racks` racks of `per_rack` test workers "w0".. and a phubd per rack on a free port, as the
+// racks file names them. StartPhubds gives each phubd the file, its rack and `args(r)` (and
+// stops those of an earlier start); StartWorkers gives each worker the file, its host and
+// `args`, its log in TAG-wI.log, its final weights in TAG-wI and its progress in
+// TAG-wI.progress.
+class Racks {
+ public:
+  using PerRack = std::function<std::vector<std::string>(std::uint32_t rack)>;
+  Racks(const TempDir& dir, std::uint32_t racks, std::uint32_t per_rack,
+        const std::string& name = "racks")
+      : dir_(dir), racks_(racks), per_rack_(per_rack), file_(dir.File(name + ".txtpb")) {
+    for (std::uint32_t r = 0; r < racks; ++r) ports_.push_back(FreeLoopbackPort());
+    std::ofstream(file_) << RacksFile(racks, per_rack, ports_);
+  }
+  void StartPhubds(const PerRack& args) {
+    phubds.clear();  // an earlier start's, killed: the ports are the file's
+    for (std::uint32_t r = 0; r < racks_; ++r) {
+      std::vector<std::string> argv = {"--topology", file_, "--rack", "r" + std::to_string(r)};
+      const std::vector<std::string> more = args(r);
+      argv.insert(argv.end(), more.begin(), more.end());
+      phubds.push_back(StartPhubdOnPort(dir_, ports_[r], argv));
     }
   }
-  std::string Log(std::uint32_t w) const { return dir.File("w" + std::to_string(w) + ".log"); }
+  void StartWorkers(const std::string& tag, const std::vector<std::string>& args) {
+    tag_ = tag;
+    workers.clear();
+    for (std::uint32_t w = 0; w < racks_ * per_rack_; ++w) {
+      std::vector<std::string> argv = {TestWorkerPath(), "--topology", file_, "--hostname",
+                                       "w" + std::to_string(w), "--out", Out(w), "--progress",
+                                       Out(w) + ".progress"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      workers.push_back(Process::Start(argv, Out(w) + ".log"));
+    }
+  }
+  // Every worker exits 0 within `bound` each; else what failed, with the logs.
+  std::string AllSucceed(milliseconds bound = milliseconds(60000)) {
+    std::string failures;
+    for (std::uint32_t w = 0; w < workers.size(); ++w) {
+      const std::optional<int> code = workers[w].Wait(bound);
+      if (code != 0) {
+        failures += "worker w" + std::to_string(w) +
+                    (code ? " exited " + std::to_string(*code) : std::string(" hung")) + ":\n" +
+                    ReadFile(Log(w));
+      }
+    }
+    return failures.empty() ? failures : failures + PhubdLogs();
+  }
+  std::string Out(std::uint32_t w) const { return dir_.File(tag_ + "-w" + std::to_string(w)); }
+  std::string Log(std::uint32_t w) const { return Out(w) + ".log"; }
   std::string PhubdLogs() const {
     std::string logs;
     for (const auto& p : phubds) logs += "\n" + p.log_path + ":\n" + ReadFile(p.log_path);
@@ -71,27 +99,21 @@ struct Racks {
   // Every worker has completed `iterations`.
   bool Progressed(std::uint64_t iterations) const {
     for (std::uint32_t w = 0; w < workers.size(); ++w) {
-      const std::string text = ReadFile(dir.File("w" + std::to_string(w) + ".progress"));
+      const std::string text = ReadFile(Out(w) + ".progress");
       if (text.empty() || std::stoull(text) < iterations) return false;
     }
     return true;
   }
 
-  const TempDir& dir;
-  std::string file;
-  std::vector<std::uint16_t> ports;
   std::vector<RunningPhubd> phubds;
   std::vector<Process> workers;
-};
 
-bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {  // polls every 20 ms
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return done();
-}
+ private:
+  const TempDir& dir_;
+  std::uint32_t racks_, per_rack_;
+  std::string file_, tag_ = "w";
+  std::vector<std::uint16_t> ports_;
+};
 
 // Rack r1's PBox dies (SIGKILL) or goes silent (SIGSTOP: a cut uplink looks the same, nothing
 // comes back) while 2 racks of 2 train: every worker of both racks exits with an error naming
@@ -99,6 +121,12 @@ bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {  // poll
 void ExpectALostPboxIsReportedToEveryWorker(int signal) {
   TempDir dir;
   Racks racks(dir, 2, 2);
+  racks.StartPhubds([](std::uint32_t) -> std::vector<std::string> {
+    return {"--cores", "2", "--chunk-bytes", "4096", "--liveness-timeout-ms",
+            std::to_string(kLivenessMs), "--optimizer", "sgd", "--lr", "0.1"};
+  });
+  racks.StartWorkers("run", {"--tensors", "5000,37,20011", "--iters", "100000",
+                             "--step-delay-ms", "5"});
   ASSERT_TRUE(WaitFor([&] { return racks.Progressed(5); }, milliseconds(60000)))
       << racks.PhubdLogs() << ReadFile(racks.Log(0));
   racks.phubds[1].process.Kill(signal);
@@ -140,29 +168,14 @@ TEST(Racks, EachPboxCheckpointsTheChunksItIsHomeTo) {
   constexpr double kLr = 0.1;
   const std::vector<std::uint64_t> sizes = {5000, 37, 20011};
   TempDir dir;
-  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
-  const std::string file = dir.File("racks.txtpb");
-  std::ofstream(file) << RacksFile(2, 2, ports);
-  std::vector<RunningPhubd> phubds;
-  for (std::uint32_t r = 0; r < 2; ++r) {
-    phubds.push_back(StartPhubdOnPort(
-        dir, ports[r],
-        {"--cores", "2", "--chunk-bytes", "4096", "--topology", file, "--rack",
-         "r" + std::to_string(r), "--optimizer", "sgd", "--lr", "0.1", "--checkpoint-dir",
-         dir.File("ckpt" + std::to_string(r)), "--checkpoint-every", "2"}));
-  }
-  std::vector<Process> workers;
-  for (std::uint32_t w = 0; w < 4; ++w) {
-    workers.push_back(Process::Start(
-        {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
-         "--tensors", "5000,37,20011", "--iters", std::to_string(kIterations), "--seed",
-         std::to_string(kSeed)},
-        dir.File("w" + std::to_string(w) + ".log")));
-  }
-  for (std::uint32_t w = 0; w < 4; ++w) {
-    ASSERT_EQ(workers[w].Wait(milliseconds(60000)), 0)
-        << ReadFile(dir.File("w" + std::to_string(w) + ".log"));
-  }
+  Racks racks(dir, 2, 2);
+  racks.StartPhubds([&](std::uint32_t r) -> std::vector<std::string> {
+    return {"--cores", "2", "--chunk-bytes", "4096", "--optimizer", "sgd", "--lr", "0.1",
+            "--checkpoint-dir", dir.File("ckpt" + std::to_string(r)), "--checkpoint-every", "2"};
+  });
+  racks.StartWorkers("run", {"--tensors", "5000,37,20011", "--iters",
+                             std::to_string(kIterations), "--seed", std::to_string(kSeed)});
+  ASSERT_EQ(racks.AllSucceed(), "");
   std::size_t chunks_seen = 0;
   for (std::uint32_t r = 0; r < 2; ++r) {
     const std::string ckpt = dir.File("ckpt" + std::to_string(r)) + "/default@racks";
@@ -223,33 +236,19 @@ TEST(Racks, AJobOverRacksResumesFromItsHomesCheckpoints) {
   constexpr double kLr = 0.05, kMomentum = 0.9;
   const std::vector<std::uint64_t> sizes = {5000, 37, 20011};
   TempDir dir;
-  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
-  const std::string file = dir.File("racks.txtpb");
-  std::ofstream(file) << RacksFile(2, 2, ports);
+  Racks racks(dir, 2, 2);
   const auto run = [&](const std::string& tag, std::uint64_t iterations, bool resume) {
-    std::vector<RunningPhubd> phubds;
-    for (std::uint32_t r = 0; r < 2; ++r) {
+    racks.StartPhubds([&](std::uint32_t r) {
       const std::string ckpt = dir.File("ckpt" + std::to_string(r));
-      std::vector<std::string> args = {
-          "--cores", "2", "--chunk-bytes", "4096", "--topology", file, "--rack",
-          "r" + std::to_string(r), "--optimizer", "momentum", "--lr", "0.05", "--momentum",
-          "0.9", "--checkpoint-dir", ckpt, "--checkpoint-every", "2"};
+      std::vector<std::string> args = {"--cores", "2", "--chunk-bytes", "4096", "--optimizer",
+                                       "momentum", "--lr", "0.05", "--momentum", "0.9",
+                                       "--checkpoint-dir", ckpt, "--checkpoint-every", "2"};
       if (resume) args.insert(args.end(), {"--resume", ckpt + "/default@racks"});
-      phubds.push_back(StartPhubdOnPort(dir, ports[r], args));
-    }
-    std::vector<Process> workers;
-    for (std::uint32_t w = 0; w < 4; ++w) {
-      workers.push_back(Process::Start(
-          {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
-           "--tensors", "5000,37,20011", "--iters", std::to_string(iterations), "--seed",
-           std::to_string(kSeed), "--out", dir.File(tag + "-w" + std::to_string(w))},
-          dir.File(tag + "-w" + std::to_string(w) + ".log")));
-    }
-    for (std::uint32_t w = 0; w < 4; ++w) {
-      ASSERT_EQ(workers[w].Wait(milliseconds(60000)), 0)
-          << ReadFile(dir.File(tag + "-w" + std::to_string(w) + ".log"))
-          << ReadFile(phubds[0].log_path) << ReadFile(phubds[1].log_path);
-    }
+      return args;
+    });
+    racks.StartWorkers(tag, {"--tensors", "5000,37,20011", "--iters",
+                             std::to_string(iterations), "--seed", std::to_string(kSeed)});
+    ASSERT_EQ(racks.AllSucceed(), "");
     // The homes' checkpoints of the run's last iteration are written before phubd goes.
     for (std::uint32_t r = 0; r < 2; ++r) {
       const std::string ckpt = dir.File("ckpt" + std::to_string(r)) + "/default@racks";
@@ -266,7 +265,7 @@ TEST(Racks, AJobOverRacksResumesFromItsHomesCheckpoints) {
   run("resumed", 2, true);
   // The reference: 4 steps, then 2 more with the gradients of steps 1 and 2, momentum carried.
   std::size_t offset = 0, mismatches = 0;
-  const std::string got = ReadFile(dir.File("resumed-w0"));
+  const std::string got = ReadFile(racks.Out(0));
   ASSERT_EQ(got.size(), (5000 + 37 + 20011) * sizeof(float));
   const float* weights = reinterpret_cast<const float*>(got.data());
   for (std::uint32_t t = 0; t < sizes.size(); ++t) {
@@ -286,7 +285,7 @@ TEST(Racks, AJobOverRacksResumesFromItsHomesCheckpoints) {
   }
   EXPECT_EQ(mismatches, 0u);
   for (std::uint32_t w = 1; w < 4; ++w) {
-    EXPECT_EQ(ReadFile(dir.File("resumed-w" + std::to_string(w))), got) << "worker " << w;
+    EXPECT_EQ(ReadFile(racks.Out(w)), got) << "worker " << w;
   }
 }
 
@@ -296,30 +295,13 @@ TEST(Racks, TwoRunsOfOneTopologyEndWithTheSameBits) {
   TempDir dir;
   std::vector<std::string> results;
   for (int run = 0; run < 2; ++run) {
-    const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort(),
-                                              FreeLoopbackPort()};
-    const std::string file = dir.File("racks" + std::to_string(run) + ".txtpb");
-    std::ofstream(file) << RacksFile(3, 2, ports);
-    std::vector<RunningPhubd> phubds;
-    for (std::uint32_t r = 0; r < 3; ++r) {
-      phubds.push_back(StartPhubdOnPort(
-          dir, ports[r],
-          {"--cores", "3", "--chunk-bytes", "4096", "--topology", file, "--rack",
-           "r" + std::to_string(r), "--optimizer", "adam", "--lr", "0.01"}));
-    }
-    std::vector<Process> workers;
-    for (std::uint32_t w = 0; w < 6; ++w) {
-      workers.push_back(Process::Start(
-          {TestWorkerPath(), "--topology", file, "--hostname", "w" + std::to_string(w),
-           "--tensors", "5000,37,20011", "--iters", "5", "--out",
-           dir.File("run" + std::to_string(run) + "-w" + std::to_string(w))},
-          dir.File("run" + std::to_string(run) + "-w" + std::to_string(w) + ".log")));
-    }
-    for (std::uint32_t w = 0; w < 6; ++w) {
-      ASSERT_EQ(workers[w].Wait(milliseconds(60000)), 0)
-          << ReadFile(dir.File("run" + std::to_string(run) + "-w" + std::to_string(w) + ".log"));
-      results.push_back(ReadFile(dir.File("run" + std::to_string(run) + "-w" + std::to_string(w))));
-    }
+    Racks racks(dir, 3, 2, "racks" + std::to_string(run));
+    racks.StartPhubds([](std::uint32_t) -> std::vector<std::string> {
+      return {"--cores", "3", "--chunk-bytes", "4096", "--optimizer", "adam", "--lr", "0.01"};
+    });
+    racks.StartWorkers("run" + std::to_string(run), {"--tensors", "5000,37,20011", "--iters", "5"});
+    ASSERT_EQ(racks.AllSucceed(), "");
+    for (std::uint32_t w = 0; w < 6; ++w) results.push_back(ReadFile(racks.Out(w)));
   }
   ASSERT_FALSE(results[0].empty());
   for (std::size_t i = 1; i < results.size(); ++i) {

@@ -29,8 +29,6 @@ using std::chrono::milliseconds;
 inline const std::string kSizes = "5000,300,20000,7";
 
 double MsSince(Clock::time_point start);
-// Polls `done` every 10 ms; false if it is still false after `bound`.
-bool WaitFor(const std::function<bool()>& done, milliseconds bound);
 std::size_t CountOf(const std::string& text, const std::string& needle);
 // Prints `ms` and records it as the test property `key`.
 void Record(const char* key, double ms);
