@@ -105,7 +105,8 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
           "phubd's Welcome lists core ", endpoint.core(), " (port ", endpoint.port(),
           ") in place ", job.cores.size(), ": the cores must come in order, each with a port"));
     }
-    job.cores.push_back({endpoint.host(), static_cast<std::uint16_t>(endpoint.port())});
+    job.cores.push_back(
+        {endpoint.host(), static_cast<std::uint16_t>(endpoint.port()), endpoint.nic()});
   }
   return job;
 }

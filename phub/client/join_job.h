@@ -18,6 +18,7 @@ namespace phub::client {
 struct CoreAddress {
   std::string host;
   std::uint16_t port = 0;
+  std::uint32_t nic = 0;  // phubd's NIC the core serves (any value: taken modulo ours)
 };
 
 struct JoinedJob {

@@ -9,6 +9,7 @@
 #include "phub/common/bounded_text.h"
 #include "phub/common/membership.h"
 #include "phub/transport/control_channel.h"
+#include "phub/placement/nics.h"
 #include "phub/transport/open_device.h"
 #include "spdlog/spdlog.h"
 
@@ -76,10 +77,11 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   PHUB_RETURN_IF_ERROR(OpenTransport(job.transport));
   for (std::uint32_t core = 0; core < job.cores.size(); ++core) {
     const CoreAddress& address = job.cores[core];
+    const std::size_t nic = address.nic % nic_address_.size();
     transport::DialRequest request{address.host, address.port, options_.connect_timeout_ms,
                                    WireHeader{Op::kAttach, options_.rank, core, session_, 0},
-                                   ClientSizing(table_->chunk_bytes())};
-    auto connection = transport_->Dial(request, this);
+                                   ClientSizing(table_->chunk_bytes()), nic_address_[nic]};
+    auto connection = transports_[transport_of_nic_[nic]]->Dial(request, this);
     if (!connection.ok()) {
       return Status(connection.status().code(),
                     absl::StrCat("attaching to phubd core ", core, " at ", address.host, ":",
@@ -102,37 +104,63 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
 }
 
 Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
-  auto device = transport::OpenDevice(
-      {kind,
-       transport::ForScheduling({options_.tcp_no_delay, options_.socket_buffer_bytes},
-                                options_.send_window_bytes),
-       options_.rdma});
-  if (!device.ok()) {
-    return Status(device.status().code(),
-                  absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
-                               ", which this worker cannot open: ", device.status().message()));
+  // This worker's NICs: the kernel's choice, or --nics (each with its RDMA device).
+  const std::vector<std::string> rdma_devices = placement::SplitList(options_.rdma.device);
+  std::vector<placement::Nic> nics{{"", "", options_.rdma.device}};
+  if (!options_.nics.empty() || rdma_devices.size() > 1) {
+    PHUB_ASSIGN_OR_RETURN(nics, placement::ResolveNics(options_.nics, rdma_devices, ""));
+  }
+  const bool verbs = kind == transport::TransportKind::kVerbs;
+  std::vector<std::shared_ptr<transport::Device>> devices;
+  std::vector<std::string> device_names;
+  for (const placement::Nic& nic : nics) {
+    nic_address_.push_back(nic.address);
+    const std::string name = verbs ? nic.rdma_device : std::string();
+    auto known = std::find(device_names.begin(), device_names.end(), name);
+    if (known != device_names.end()) {
+      transport_of_nic_.push_back(known - device_names.begin());
+      continue;
+    }
+    transport::verbs::DeviceOptions rdma = options_.rdma;
+    rdma.device = nic.rdma_device;
+    auto device = transport::OpenDevice(
+        {kind,
+         transport::ForScheduling({options_.tcp_no_delay, options_.socket_buffer_bytes},
+                                  options_.send_window_bytes),
+         rdma});
+    if (!device.ok()) {
+      return Status(device.status().code(),
+                    absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
+                                 ", which this worker cannot open: ", device.status().message()));
+    }
+    spdlog::debug("rank {}: data plane: {}", options_.rank, (*device)->Describe());
+    transport_of_nic_.push_back(devices.size());
+    device_names.push_back(name);
+    devices.push_back(*std::move(device));
   }
   Status status;
   loop_.Run([&] {
-    auto transport = (*device)->Bind(loop_);
-    if (!transport.ok()) {
-      status = transport.status();
-      return;
-    }
-    transport_ = std::move(*transport);
     // The weight buffers are where phubd writes fresh weights: registered once, here (with
-    // a compact wire: their staging buffers, and the pushes' too, which they are sent from).
+    // a compact wire: their staging buffers, and the pushes' too, which they are sent from),
+    // with every device.
     std::vector<std::span<std::byte>> regions;
     for (std::span<float> w : weights_) regions.push_back(std::as_writable_bytes(w));
     for (AlignedBuffer& b : weights_wire_) regions.push_back(std::as_writable_bytes(b.span()));
     for (AlignedBuffer& b : push_wire_) regions.push_back(std::as_writable_bytes(b.span()));
-    for (std::span<std::byte> region : regions) {
-      if (region.empty()) continue;
-      status = transport_->Register(region);
-      if (!status.ok()) return;
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      auto transport = devices[d]->Bind(loop_, static_cast<int>(d));
+      if (!transport.ok()) {
+        status = transport.status();
+        return;
+      }
+      for (std::span<std::byte> region : regions) {
+        if (region.empty()) continue;
+        status = (*transport)->Register(region);
+        if (!status.ok()) return;
+      }
+      transports_.push_back(*std::move(transport));
     }
   });
-  spdlog::debug("rank {}: data plane: {}", options_.rank, (*device)->Describe());
   return status;
 }
 
@@ -245,8 +273,10 @@ Status PsClient::Impl::DeclareGradients(const std::vector<std::span<const float>
       if (g.empty()) continue;
       // Only ever read from (verbs: no rkey of it is published).
       std::span<float> writable(const_cast<float*>(g.data()), g.size());
-      status = transport_->Register(std::as_writable_bytes(writable));
-      if (!status.ok()) return;
+      for (auto& transport : transports_) {
+        status = transport->Register(std::as_writable_bytes(writable));
+        if (!status.ok()) return;
+      }
     }
   });
   return status;

@@ -78,8 +78,13 @@ struct PsClientOptions {
   // push (kernels::ConvertToWireWithFeedback), so rounding errors do not accumulate (off only
   // to measure what it is worth). One float per parameter on the worker.
   bool error_feedback = true;
-  // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice).
+  // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice);
+  // `rdma.device` may list one per NIC of `nics`, comma-separated.
   transport::verbs::DeviceOptions rdma;
+  // This worker's NICs (--nics: interfaces or addresses; empty: the kernel's choice): the
+  // connection to a phubd core serving phubd's NIC k leaves from NIC k % nics.size(), so a
+  // worker with as many NICs as the PBox uses each one for the cores of "its" PBox NIC.
+  std::vector<std::string> nics;
 };
 
 class PsClient {

@@ -46,7 +46,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
     loop_.Run([this] {
       senders_.clear();
       connections_.clear();
-      transport_.reset();
+      transports_.clear();
       heartbeat_timer_.reset();
     });
   }
@@ -120,7 +120,11 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   // far (float32, zero at first), added to its next push. Only the caller's thread touches it.
   std::vector<AlignedBuffer> push_residual_;
 
-  std::unique_ptr<transport::Transport> transport_;       // phubd's choice, on loop_
+  // phubd's choice, on loop_: one per RDMA device of this worker's NICs (TCP: one), and by
+  // NIC which of them it uses and the address it dials from (empty: the kernel's choice).
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<std::size_t> transport_of_nic_;
+  std::vector<std::string> nic_address_;
   std::vector<std::shared_ptr<Connection>> connections_;  // by server core
   // By server core, beside connections_: every message goes out through these, pushes first
   // layers first (PsClientOptions::send_window_bytes).

@@ -1,11 +1,13 @@
 // A worker's data-plane flags, declared once for phub-worker and the test worker: --transport
-// (the ring's links; a PS job follows phubd's --transport) and the RDMA device flags, written
+// (the ring's links; a PS job follows phubd's --transport), --nics (a PS client's NICs) and the
+// RDMA device flags, written
 // into every exchange's options so ps, ps-colocated and ring use the same device; and the PS
 // client's --send-window-bytes (priority scheduling of its pushes), and --wire (PS, ring and NCCL).
 #pragma once
 
 #include "phub/client/wire_flags.h"
 #include "phub/exchange/make_exchange.h"
+#include "phub/placement/nics.h"
 #include "phub/transport/transport_flags.h"
 
 namespace phub::exchange {
@@ -15,6 +17,15 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
                               "Ring links: tcp or verbs (RDMA). PS jobs use what phubd was "
                               "started with");
   transport::AddRdmaFlags(app, {&options.ps.client.rdma, &options.ring.ring.rdma});
+  app.add_option_function<std::string>(
+      "--nics",
+      [&options](const std::string& list) {
+        options.ps.client.nics = placement::SplitList(list);
+      },
+      "PS: this worker's NICs, comma-separated interfaces or addresses; the connection to a "
+      "phubd core on phubd's NIC k leaves from NIC k modulo their number (a PBox and workers "
+      "with a NIC per rail). With --transport verbs each NIC's RDMA device is the one on it, "
+      "or --rdma-device lists one per NIC. Default: the kernel's choice");
   transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
   client::AddWireFlags(app, options.ps.client, {&options.ring.ring.wire, &options.nccl.wire});
 }

@@ -430,15 +430,18 @@ void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resu
   welcome.set_resume_iteration(resume_iteration);
   welcome.set_liveness_timeout_ms(
       static_cast<std::uint32_t>(std::max(0, options().limits.liveness_timeout_ms)));
-  // Workers reach the data ports at the address they reached the control port on.
+  // A core listening on its own NIC is reached at that NIC's address; one listening on every
+  // address, at the address the worker reached the control port on.
   boost::system::error_code ec;
-  std::string host = member->socket.local_endpoint(ec).address().to_string();
+  const std::string control_host = member->socket.local_endpoint(ec).address().to_string();
   for (auto& core : host_.cores) {
     proto::CoreEndpoint& endpoint = *welcome.add_cores();
     endpoint.set_server(0);
     endpoint.set_core(core->index());
-    endpoint.set_host(host);
+    const auto address = boost::asio::ip::make_address(core->address(), ec);
+    endpoint.set_host(ec || address.is_unspecified() ? control_host : core->address());
     endpoint.set_port(core->port());
+    endpoint.set_nic(core->nic());
   }
   Send(member, message);
 }

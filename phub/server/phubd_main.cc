@@ -5,7 +5,9 @@
 
 #include "phub/common/logging.h"
 #include "phub/kernels/optimizer_flags.h"
+#include "phub/placement/nics.h"
 #include "phub/server/job_limits.h"
+#include "phub/server/nic_plan.h"
 #include "phub/server/server.h"
 #include "phub/transport/transport_flags.h"
 
@@ -53,8 +55,36 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_flag("--no-pin", no_pin, "Do not pin core threads to physical cores");
-  app.add_option("--first-core", options.first_core, "Pin server core i to physical core first+i")
+  app.add_option("--first-core", options.first_core,
+                 "Search free physical cores from this one on (with one NIC whose NUMA node is "
+                 "unknown: server core i on physical core first+i)")
       ->capture_default_str();
+  // A PBox's NICs (docs/operations.md "A PBox's NICs").
+  std::string nics;
+  app.add_option("--nics", nics,
+                 "The data plane's NICs, comma-separated interfaces or addresses (eth0,eth1 or "
+                 "10.0.0.5,10.0.1.5): the cores are spread over them, each listening on one NIC "
+                 "and placed on a physical core of that NIC's NUMA node; workers are told each "
+                 "core's address. With --transport verbs each NIC's RDMA device is the one on "
+                 "that interface, or --rdma-device lists one per NIC. Default: --listen alone");
+  app.add_option("--core-map", options.nics.core_map,
+                 "Overrides the placement: P@N per server core, comma-separated (0@0,8@1: core 0 "
+                 "on physical core 0 serving NIC 0, core 1 on physical core 8 serving NIC 1); "
+                 "phubd logs the map it chose at start");
+  app.add_option("--machine-xml", options.nics.machine_xml,
+                 "Place cores on the machine this hwloc XML describes (lstopo box.xml) instead of "
+                 "this one: with --print-core-map, to plan a PBox from elsewhere")
+      ->check(CLI::ExistingFile);
+  bool print_core_map = false;
+  app.add_flag("--print-core-map", print_core_map,
+               "Print each server core's physical core, CPU, NUMA node, NIC, address, RDMA "
+               "device and queue as a table (deploy/pbox/tune-nics.sh reads it) and exit");
+  app.add_option("--busy-poll-us", options.tcp.busy_poll_us,
+                 "TCP: SO_BUSY_POLL on every data connection, microseconds a read with nothing "
+                 "there polls the NIC queue before sleeping (lower latency, busier cores; above "
+                 "sysctl net.core.busy_read it needs CAP_NET_ADMIN). 0: off")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   app.add_option("--world-size", options.world_size,
                  "Most workers a job may have; each job's own world size comes with its "
                  "workers' Hellos (default: up to --max-connections)")
@@ -190,6 +220,17 @@ int main(int argc, char** argv) {
   }
   options.pin = !no_pin;
   options.nic_bytes_per_s = nic_gbps * 1e9 / 8;
+  options.nics.names = phub::placement::SplitList(nics);
+  if (print_core_map) {
+    auto plan = phub::server::PlanNics(options);
+    if (!plan.ok()) {
+      spdlog::error("{}", plan.status().message());
+      return 2;
+    }
+    for (const std::string& warning : plan->placement.warnings) spdlog::warn("{}", warning);
+    std::fputs(phub::server::CoreMapTable(*plan).c_str(), stdout);
+    return 0;
+  }
   for (const std::string& w : weights) {
     const auto eq = w.find('=');
     double weight = 0;

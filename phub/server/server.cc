@@ -4,11 +4,14 @@
 
 #include "phub/server/job_limits.h"
 
+#include <map>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "phub/server/nic_plan.h"
 #include "phub/transport/event_loop.h"
 #include "phub/transport/open_device.h"
 #include "phub/transport/wire_header.h"
@@ -30,6 +33,24 @@ Status WritePortFile(const std::string& path, std::uint16_t port, const char* fl
 }
 
 }  // namespace
+
+void Server::LogPlan(const NicPlan& plan) const {
+  for (std::size_t i = 0; i < plan.placement.cores.size(); ++i) {
+    const placement::CoreSite& site = plan.placement.cores[i];
+    const placement::Nic& nic = plan.nics[site.nic];
+    spdlog::info("core {}: {} (CPU {}, NUMA node {}), NIC {}: {}{}{} queue {}", i,
+                 options_.pin ? absl::StrCat("physical core ", site.physical_core)
+                              : std::string("not pinned, placed as physical core ") +
+                                    std::to_string(site.physical_core),
+                 site.cpu, site.numa_node, site.nic,
+                 nic.interface.empty() ? "" : nic.interface + " ", nic.address,
+                 nic.rdma_device.empty() ? "" : " (" + nic.rdma_device + ")",
+                 plan.queue_of_core[i]);
+  }
+  spdlog::info("core map: --core-map {} (--print-core-map prints it as a table)",
+               placement::FormatCoreMap(plan.placement));
+  for (const std::string& warning : plan.placement.warnings) spdlog::warn("{}", warning);
+}
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {}
 
@@ -65,21 +86,41 @@ Status Server::Start() {
         "--chunk-bytes ", options_.chunk_bytes, " must be a positive multiple of 4 up to ",
         transport::kMaxPayloadBytes, " (e.g. 1048576)"));
   }
-  PHUB_ASSIGN_OR_RETURN(
-      std::shared_ptr<transport::Device> device,
-      transport::OpenDevice({options_.transport,
-                             transport::ForScheduling(options_.tcp, options_.send_window_bytes),
-                             options_.rdma}));
-  spdlog::info("data plane: {}", device->Describe());
+  PHUB_ASSIGN_OR_RETURN(NicPlan plan, PlanNics(options_));
+  LogPlan(plan);
+  // One data plane per NIC (verbs: its RDMA device; TCP: one for all, the address decides).
+  std::map<std::string, std::shared_ptr<transport::Device>> devices;
+  std::vector<std::shared_ptr<transport::Device>> device_of_nic;
+  for (const placement::Nic& nic : plan.nics) {
+    const bool verbs = options_.transport == transport::TransportKind::kVerbs;
+    const std::string key = verbs ? nic.rdma_device : std::string();
+    auto& device = devices[key];
+    if (device == nullptr) {
+      transport::verbs::DeviceOptions rdma = options_.rdma;
+      rdma.device = nic.rdma_device;
+      PHUB_ASSIGN_OR_RETURN(device, transport::OpenDevice(
+                                        {options_.transport,
+                                         transport::ForScheduling(options_.tcp,
+                                                                  options_.send_window_bytes),
+                                         rdma}));
+      spdlog::info("data plane: {}", device->Describe());
+    }
+    device_of_nic.push_back(device);
+  }
   for (std::uint32_t i = 0; i < options_.cores; ++i) {
-    std::uint16_t port =
-        options_.data_port_base == 0 ? 0 : static_cast<std::uint16_t>(options_.data_port_base + i);
-    int pin = options_.pin ? options_.first_core + static_cast<int>(i) : -1;
-    PHUB_ASSIGN_OR_RETURN(auto core, ServerCore::Create(i, options_.listen_address, port, pin,
-                                                        *device, options_.limits,
-                                                        AddCoreMetrics(metrics_, i),
-                                                        options_.nic_bytes_per_s /
-                                                            options_.cores));
+    const placement::CoreSite& site = plan.placement.cores[i];
+    CorePlace place{
+        .address = plan.nics[site.nic].address,
+        .port = options_.data_port_base == 0
+                    ? std::uint16_t{0}
+                    : static_cast<std::uint16_t>(options_.data_port_base + i),
+        .pin_core = options_.pin ? site.physical_core : -1,
+        .nic = site.nic,
+        .queue = plan.queue_of_core[i]};
+    PHUB_ASSIGN_OR_RETURN(auto core,
+                          ServerCore::Create(i, place, *device_of_nic[site.nic], options_.limits,
+                                             AddCoreMetrics(metrics_, i),
+                                             options_.nic_bytes_per_s / options_.cores));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {

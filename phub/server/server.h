@@ -15,6 +15,8 @@
 
 namespace phub::server {
 
+struct NicPlan;  // nic_plan.h
+
 class Server {
  public:
   explicit Server(ServerOptions options);
@@ -33,6 +35,9 @@ class Server {
   void Stop();
 
  private:
+  // Each core's physical core, NUMA node, NIC and queue, and the plan's warnings.
+  void LogPlan(const NicPlan& plan) const;
+
   ServerOptions options_;
   boost::asio::io_context context_;
   metrics::Registry metrics_;  // before the cores and the control plane, whose series it holds

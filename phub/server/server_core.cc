@@ -1,5 +1,7 @@
 #include "phub/server/server_core.h"
 
+#include <sched.h>
+
 #include <ctime>
 
 #include <boost/asio/steady_timer.hpp>
@@ -44,25 +46,26 @@ ServerCore::ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_pe
       loop_(absl::StrCat("core ", index), pin_core) {}
 
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
-                                                         const std::string& address,
-                                                         std::uint16_t port, int pin_core,
+                                                         const CorePlace& place,
                                                          transport::Device& device,
                                                          const ServerLimits& limits,
                                                          const CoreMetrics& metrics,
                                                          double pace_bytes_per_s) {
-  std::unique_ptr<ServerCore> core(new ServerCore(index, pin_core, pace_bytes_per_s));
+  std::unique_ptr<ServerCore> core(new ServerCore(index, place.pin_core, pace_bytes_per_s));
+  core->address_ = place.address;
+  core->nic_ = place.nic;
   core->limits_ = limits;
   core->metrics_ = metrics;
   Status status;
   core->loop_.Run([&] {
     core->pace_timer_ = std::make_unique<boost::asio::steady_timer>(core->loop_.context());
-    auto transport = device.Bind(core->loop_);
+    auto transport = device.Bind(core->loop_, place.queue);
     if (!transport.ok()) {
       status = transport.status();
       return;
     }
     core->transport_ = std::move(*transport);
-    auto acceptor = core->transport_->Listen(address, port, core->Hooks());
+    auto acceptor = core->transport_->Listen(place.address, place.port, core->Hooks());
     if (!acceptor.ok()) {
       status = acceptor.status();
       return;
@@ -101,6 +104,7 @@ transport::AcceptHooks ServerCore::Hooks() {
   hooks.ready = [this](std::shared_ptr<transport::Connection> connection) {
     router_.Adopt(connection);
     WatchAttach(connection);
+    SampleSteering(connection);
   };
   hooks.setup_timeout_ms = limits_.attach_timeout_ms;
   return hooks;
@@ -117,6 +121,25 @@ void ServerCore::WatchAttach(const std::shared_ptr<transport::Connection>& conne
     if (!c || c->closed() || c->tag() >= 0) return;
     c->Close(absl::DeadlineExceededError(absl::StrCat(
         "no ATTACH from ", c->peer(), " within ", timeout, " ms (--attach-timeout-ms)")));
+  });
+}
+
+void ServerCore::SampleSteering(const std::shared_ptr<transport::Connection>& connection) {
+  if (metrics_.rx_on_core == nullptr) return;
+  // Once its ATTACH and first pushes are in, so the kernel has handled some of its packets.
+  auto timer = std::make_shared<boost::asio::steady_timer>(loop_.context());
+  timer->expires_after(std::chrono::seconds(2));
+  timer->async_wait([this, timer, weak = std::weak_ptr<transport::Connection>(connection)](
+                        const boost::system::error_code& ec) {
+    if (ec) return;
+    auto c = weak.lock();
+    if (!c || c->closed()) return;
+    const int rx = c->receive_cpu();
+    if (rx < 0) return;  // the transport cannot tell (verbs)
+    const int mine = sched_getcpu();
+    (rx == mine ? metrics_.rx_on_core : metrics_.rx_elsewhere)->Add();
+    spdlog::debug("core {}: packets from {} handled on CPU {}{}", index_, c->peer(), rx,
+                  rx == mine ? ", the core's own" : absl::StrCat(", not the core's (", mine, ")"));
   });
 }
 

@@ -21,17 +21,24 @@
 
 namespace phub::server {
 
+// Where a core runs and whom it listens for (nic_plan.h).
+struct CorePlace {
+  std::string address;      // its NIC's address (a wildcard: every NIC's)
+  std::uint16_t port = 0;   // 0: any free port
+  int pin_core = -1;        // physical core; < 0: not pinned
+  std::uint32_t nic = 0;    // its NIC, in --nics order (told to workers in the Welcome)
+  int queue = 0;            // its rank among its NIC's cores: the NIC queue it polls
+};
+
 class ServerCore {
  public:
-  // pin_core < 0: not pinned. port 0: any free port. `device`: the data plane, bound here to
-  // the core's loop. `limits`: max_connections bounds the data connections not yet attached
+  // `device`: the data plane of the core's NIC, bound here to the core's loop on `place.queue`. `limits`: max_connections bounds the data connections not yet attached
   // (set-ups in progress included); attach_timeout_ms closes one that has not attached by
   // then (verbs: its whole set-up, which carries the ATTACH). `metrics`: the core's exported
   // series, handed to each shard (all null: none). `pace_bytes_per_s`: this core's share of the NIC,
   // to which it paces the jobs' sends while they share it (0: not paced; fair_send_queue.h).
   static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index,
-                                                      const std::string& address,
-                                                      std::uint16_t port, int pin_core,
+                                                      const CorePlace& place,
                                                       transport::Device& device,
                                                       const ServerLimits& limits,
                                                       const CoreMetrics& metrics = {},
@@ -40,6 +47,8 @@ class ServerCore {
 
   keys::CoreIndex index() const { return index_; }
   std::uint16_t port() const { return port_; }
+  const std::string& address() const { return address_; }
+  std::uint32_t nic() const { return nic_; }
 
   // Builds the job's shard on this core's thread (its memory is first touched there); on verbs
   // registers its slots and weights (the error says how to raise the memlock limit). A failed
@@ -64,6 +73,8 @@ class ServerCore {
   transport::AcceptHooks Hooks();
   // Closes `connection` if it has not attached within limits_.attach_timeout_ms.
   void WatchAttach(const std::shared_ptr<transport::Connection>& connection);
+  // Counts, once, whether the kernel handles `connection`'s packets on this core's CPU.
+  void SampleSteering(const std::shared_ptr<transport::Connection>& connection);
 
   keys::CoreIndex index_;
   ServerLimits limits_;
@@ -77,6 +88,8 @@ class ServerCore {
   ShardRouter router_{index_};
   std::map<std::uint64_t, double> shard_cpu_start_;  // by session: CPU seconds at install
   std::uint16_t port_ = 0;
+  std::string address_;
+  std::uint32_t nic_ = 0;
   std::uint64_t refused_ = 0;  // data connections refused for --max-connections
   // Last, so it is destroyed (its thread joined) first: handlers still queued on it may touch
   // the members above.

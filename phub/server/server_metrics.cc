@@ -45,6 +45,16 @@ CoreMetrics AddCoreMetrics(metrics::Registry& registry, keys::CoreIndex core) {
       "Time the core took to aggregate as many chunks as it owns: one iteration of the job on "
       "this core, waiting for workers included.",
       std::move(round), labels);
+  m.rx_on_core = &registry.AddCounter(
+      "phub_core_rx_steered_connections_total",
+      "Data connections whose incoming packets the kernel handled on this core's own CPU "
+      "(TCP, sampled 2 s after a connection is ready): its NIC queue is steered to the core.",
+      labels);
+  m.rx_elsewhere = &registry.AddCounter(
+      "phub_core_rx_unsteered_connections_total",
+      "Data connections whose incoming packets the kernel handled on another CPU than this "
+      "core's (docs/operations.md \"A PBox's NICs\": IRQ affinity, RFS, XPS).",
+      labels);
   return m;
 }
 

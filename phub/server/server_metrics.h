@@ -19,6 +19,11 @@ struct CoreMetrics {
   metrics::Histogram* aggregation_seconds = nullptr;  // one chunk's fused sum + optimizer pass
   // The time the core took to aggregate as many chunks as it owns: one iteration on this core.
   metrics::Histogram* round_seconds = nullptr;
+  // Data connections whose incoming packets the kernel handled on the core's own CPU, and on
+  // another (TCP, sampled once a connection is a few seconds old): whether the NIC's queues
+  // are steered to the core that serves them (deploy/pbox/tune-nics.sh).
+  metrics::Counter* rx_on_core = nullptr;
+  metrics::Counter* rx_elsewhere = nullptr;
 };
 
 CoreMetrics AddCoreMetrics(metrics::Registry& registry, keys::CoreIndex core);

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/topology/topology.h"
@@ -64,6 +65,15 @@ struct MetricsOptions {
   std::string port_file;  // --metrics-port-file: the port written there once listening
 };
 
+// A PBox's NICs (docs/operations.md "A PBox's NICs"; nic_plan.h).
+struct NicOptions {
+  // --nics: the data plane's NICs, as interfaces ("eth0") or addresses; each core listens on
+  // one of them. Empty: one NIC, --listen (or one per --rdma-device listed).
+  std::vector<std::string> names;
+  std::string core_map;     // --core-map P@N,...: server core i on physical core P, NIC N
+  std::string machine_xml;  // --machine-xml: hwloc XML of the box; empty: this machine
+};
+
 struct ServerOptions {
   std::string listen_address = "0.0.0.0";
   std::uint16_t port = 7070;            // control plane; 0 = any free port (see port_file)
@@ -92,7 +102,9 @@ struct ServerOptions {
   // cores pace the jobs' sends to it while they share (fair_send_queue.h). 0: not paced.
   double nic_bytes_per_s = 0;
   transport::TransportKind transport = transport::TransportKind::kTcp;  // the data plane
-  transport::verbs::DeviceOptions rdma; // device, port and GID for --transport verbs
+  // Device, port and GID for --transport verbs; `device` may list one device per NIC.
+  transport::verbs::DeviceOptions rdma;
+  NicOptions nics;
   ServerLimits limits;                  // what a peer may make phubd hold, and for how long
   CheckpointOptions checkpoint;
   MetricsOptions metrics;

@@ -93,6 +93,10 @@ class Connection {
   virtual bool closed() const = 0;
   // For logs: "127.0.0.1:51234".
   virtual std::string peer() const = 0;
+  // The CPU on which the kernel last handled this connection's incoming packets (TCP:
+  // SO_INCOMING_CPU), to see whether a NIC's queues are steered to the core that serves the
+  // connection; -1 where the transport cannot tell (verbs: the HCA writes memory directly).
+  virtual int receive_cpu() const { return -1; }
 
   // Free for the handler's use (a shard stores the worker rank once attached; -1 before).
   std::int64_t tag() const { return tag_; }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,14 @@ Status TuneSocket(tcp::socket& socket, const SocketTuning& tuning) {
           absl::StrCat("setsockopt(TCP_NOTSENT_LOWAT): ", std::strerror(errno)));
     }
   }
+  if (tuning.busy_poll_us > 0) {
+    const int us = tuning.busy_poll_us;
+    if (::setsockopt(socket.native_handle(), SOL_SOCKET, SO_BUSY_POLL, &us, sizeof us) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "setsockopt(SO_BUSY_POLL, ", us, " us): ", std::strerror(errno),
+          "; above sysctl net.core.busy_read it needs CAP_NET_ADMIN (or raise that sysctl)"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -49,7 +58,8 @@ SocketTuning ForScheduling(SocketTuning tuning, std::size_t window_bytes) {
 
 StatusOr<tcp::socket> ConnectWithRetry(asio::io_context& context, const std::string& host,
                                        std::uint16_t port, int timeout_ms,
-                                       const SocketTuning& tuning) {
+                                       const SocketTuning& tuning,
+                                       const std::string& local_address) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   tcp::resolver resolver(context);
   boost::system::error_code ec;
@@ -58,10 +68,35 @@ StatusOr<tcp::socket> ConnectWithRetry(asio::io_context& context, const std::str
     return absl::InvalidArgumentError(
         absl::StrCat("cannot resolve '", host, "': ", ec.message(), "; check the host name"));
   }
+  std::optional<tcp::endpoint> local;
+  if (!local_address.empty()) {
+    auto ip = asio::ip::make_address(local_address, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("local address '", local_address,
+                                                     "' is not an IP address: ", ec.message()));
+    }
+    local.emplace(ip, 0);
+  }
   auto backoff = std::chrono::milliseconds(20);
   while (true) {
     tcp::socket socket(context);
-    asio::connect(socket, endpoints, ec);
+    if (local) {
+      // Bound before connecting: the source address picks the NIC the connection leaves by.
+      socket.open(local->protocol(), ec);
+      if (!ec) socket.bind(*local, ec);
+      if (ec) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cannot send from ", local_address, ": ", ec.message(),
+            "; is it an address of one of this host's NICs?"));
+      }
+      ec.clear();
+      for (const auto& entry : endpoints) {
+        socket.connect(entry.endpoint(), ec);
+        if (!ec) break;
+      }
+    } else {
+      asio::connect(socket, endpoints, ec);
+    }
     if (!ec) {
       PHUB_RETURN_IF_ERROR(TuneSocket(socket, tuning));
       return socket;

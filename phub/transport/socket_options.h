@@ -22,6 +22,10 @@ struct SocketTuning {
   // what a SendScheduler holds back is not already queued in the socket; 0 = unset (the send
   // buffer, up to megabytes, is one unpreemptable FIFO).
   int notsent_lowat_bytes = 0;
+  // SO_BUSY_POLL: a read with nothing there polls the NIC's queue this many microseconds
+  // before sleeping (lower latency, a busier core; docs/operations.md "A PBox's NICs"). 0: off.
+  // Above net.core.busy_read it needs CAP_NET_ADMIN: refused then, said so.
+  int busy_poll_us = 0;
 };
 
 // What a connection whose sends a SendScheduler with `window_bytes` orders needs of its socket.
@@ -31,9 +35,11 @@ Status TuneSocket(boost::asio::ip::tcp::socket& socket, const SocketTuning& tuni
 
 // Connects to host:port, retrying refused connections until `timeout_ms` has passed (a worker
 // may start before phubd is listening). Unavailable with the last error when it gives up.
+// `local_address` (optional): the source address, so the connection leaves through that NIC.
 StatusOr<boost::asio::ip::tcp::socket> ConnectWithRetry(boost::asio::io_context& context,
                                                         const std::string& host,
                                                         std::uint16_t port, int timeout_ms,
-                                                        const SocketTuning& tuning = {});
+                                                        const SocketTuning& tuning = {},
+                                                        const std::string& local_address = "");
 
 }  // namespace phub::transport

@@ -49,6 +49,8 @@ struct DialRequest {
   // verbs carries it in the set-up so that it is checked before any address goes out.
   WireHeader attach;
   ConnectionSizing sizing;
+  // This side's address to dial from (the NIC it leaves by); empty: the kernel's choice.
+  std::string local_address;
 };
 
 // What the accepting side's owner decides for each incoming connection. All run on the loop.
@@ -110,8 +112,10 @@ class Device {
  public:
   virtual ~Device() = default;
   // On `loop`'s thread: a Transport whose connections run there (verbs: its own completion
-  // queue, so loops share nothing).
-  virtual StatusOr<std::unique_ptr<Transport>> Bind(EventLoop& loop) = 0;
+  // queue, so loops share nothing). `queue`: which of the NIC's queues the loop uses, so that
+  // loops on one NIC spread over its queues (verbs: the CQ's completion vector, modulo the
+  // device's; TCP: the kernel steers by flow, deploy/pbox/tune-nics.sh).
+  virtual StatusOr<std::unique_ptr<Transport>> Bind(EventLoop& loop, int queue = 0) = 0;
   virtual std::string Describe() const = 0;
 };
 

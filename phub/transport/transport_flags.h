@@ -37,7 +37,8 @@ inline void AddRdmaFlags(CLI::App& app, std::vector<verbs::DeviceOptions*> optio
       [options](const std::string& v) {
         for (auto* o : options) o->device = v;
       },
-      "RDMA device for --transport verbs (ibv_devices lists them); default: the first");
+      "RDMA device for --transport verbs (ibv_devices lists them), or one per --nics entry, "
+      "comma-separated; default: the first");
   app.add_option_function<int>(
          "--rdma-port",
          [options](int v) {

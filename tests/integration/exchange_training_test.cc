@@ -37,7 +37,26 @@ struct TrainingCase {
   bool wire_weights = true;       // --wire-weights wire (else fp32)
   bool tcp_rendezvous = false;    // ring: --rendezvous tcp://127.0.0.1:PORT (rank 0 serves it)
   std::uint32_t racks = 1;        // ps: > 1 = racks of racks, a phubd per rack (--topology)
+  // ps: phubd's --nics and every worker's (two NICs each), and phubd logs each ATTACH.
+  std::vector<std::string> phubd_nics, worker_nics;
 };
+
+// A PBox with two NICs and workers with two of their own: phubd's cores alternate over its
+// NICs, each listening on its own address, and each worker reaches the cores of phubd's NIC k
+// from its own NIC k.
+TrainingCase OnTwoNics(TrainingCase c, std::vector<std::string> phubd_nics,
+                       std::vector<std::string> worker_nics, const std::string& tag) {
+  c.name += "_two_nics" + tag;
+  c.phubd_nics = std::move(phubd_nics);
+  c.worker_nics = std::move(worker_nics);
+  return c;
+}
+
+std::string Csv(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
 
 // Racks of racks: the workers spread over `racks` racks in order, the last racks one short
 // when they do not divide evenly (so racks differ in size and the homes must divide by every
@@ -162,6 +181,11 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     GTEST_SKIP() << "no RDMA device here: tests/verbs/run_verbs_tests.sh runs the verbs cases in "
                     "a QEMU guest with soft-RoCE";
   }
+  if (c.transport == "verbs" && !c.phubd_nics.empty() &&
+      transport::verbs::ListDevices().size() < 2) {
+    GTEST_SKIP() << "fewer than two RDMA devices here: tests/verbs/run_in_guest.sh brings up "
+                    "rxe0 and rxe1 in its guest";
+  }
   const std::uint64_t seed = 42 + c.workers;
   TempDir dir;
   std::vector<std::string> args = {"--world-size", std::to_string(c.workers), "--cores",
@@ -170,6 +194,9 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
                                    "--transport", c.transport};
   auto flags = OptimizerFlags(c);
   args.insert(args.end(), flags.begin(), flags.end());
+  if (!c.phubd_nics.empty()) {
+    args.insert(args.end(), {"--nics", Csv(c.phubd_nics), "--log-level", "debug"});
+  }
   if (c.init_from_file) {
     std::ofstream file(dir.File("init.f32"), std::ios::binary);
     auto sizes = ParseSizes(c.sizes);
@@ -224,6 +251,7 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     } else {
       argv.insert(argv.end(), {"--servers", servers_csv});
     }
+    if (!c.worker_nics.empty()) argv.insert(argv.end(), {"--nics", Csv(c.worker_nics)});
     workers.push_back(Process::Start(argv, dir.File("worker" + std::to_string(r) + ".log")));
   }
   auto server_logs = [&] {
@@ -243,6 +271,22 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     auto phubd_code = server.process.Wait(std::chrono::seconds(30));
     ASSERT_TRUE(phubd_code.has_value()) << "phubd --one-job did not exit after the job";
     EXPECT_EQ(*phubd_code, 0) << ReadFile(server.log_path);
+  }
+
+  if (!c.phubd_nics.empty()) {
+    // Each core listened on its own NIC and each worker reached it from its matching NIC.
+    const std::string log = ReadFile(servers[0].log_path);
+    for (std::uint32_t core = 0; core < c.cores; ++core) {
+      const std::uint32_t nic = core % c.phubd_nics.size();
+      EXPECT_NE(log.find("core " + std::to_string(core) + ": "), std::string::npos);
+      EXPECT_NE(log.find(", NIC " + std::to_string(nic) + ": "), std::string::npos) << log;
+      const std::string from = c.worker_nics[nic % c.worker_nics.size()];
+      for (std::uint32_t r = 0; r < c.workers; ++r) {
+        const std::string attach = "core " + std::to_string(core) + ": rank " +
+                                   std::to_string(r) + " attached from " + from + ":";
+        EXPECT_NE(log.find(attach), std::string::npos) << "no '" << attach << "' in\n" << log;
+      }
+    }
   }
 
   // Every worker holds exactly the same bytes: they all received phubd's weights (ring: the
@@ -324,6 +368,12 @@ std::vector<TrainingCase> Cases() {
   all.push_back(With(InRacks(ps[1], 2), "ps"));
   all.push_back(With(InRacks(ps[4], 3), "ps"));
   all.push_back(With(InRacks(ps[3], 3), "ps"));
+  // Two NICs on phubd and on every worker: loopback addresses here, the guest's rxe0 and rxe1
+  // (on dummy0 and dummy1) on verbs.
+  all.push_back(With(OnTwoNics(ps[4], {"127.0.0.1", "127.0.0.2"}, {"127.0.0.3", "127.0.0.4"}, ""),
+                     "ps"));
+  all.push_back(With(OnTwoNics(ps[1], {"192.0.2.1", "198.51.100.1"}, {"192.0.2.1", "198.51.100.1"}, ""), "ps",
+                     "verbs"));
   // No shared directory: rank 0 serves the rendezvous over TCP.
   all.push_back(OverTcpRendezvous(With(ps[1], "ring")));
   all.push_back(OverTcpRendezvous(With(ps[3], "ring")));

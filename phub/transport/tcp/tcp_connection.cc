@@ -1,5 +1,7 @@
 #include "phub/transport/tcp/tcp_connection.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <vector>
@@ -158,6 +160,18 @@ void TcpConnection::Close(const Status& why) {
     if (pending.done) pending.done(send_error);
   }
   if (started_) handler_->OnClosed(*this, why);  // callbacks only ever follow Start()
+}
+
+int TcpConnection::receive_cpu() const {
+  int cpu = -1;
+  socklen_t length = sizeof(cpu);
+  // Linux 3.19+; -1 on a socket that has received nothing yet.
+  auto& socket = const_cast<asio::ip::tcp::socket&>(socket_);
+  if (!socket.is_open() ||
+      ::getsockopt(socket.native_handle(), SOL_SOCKET, SO_INCOMING_CPU, &cpu, &length) != 0) {
+    return -1;
+  }
+  return cpu;
 }
 
 }  // namespace phub::transport::tcp

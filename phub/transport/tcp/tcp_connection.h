@@ -25,6 +25,7 @@ class TcpConnection final : public Connection,
   void Close(const Status& why) override;
   bool closed() const override { return closed_; }
   std::string peer() const override { return peer_; }
+  int receive_cpu() const override;
 
   // Bytes moved so far (payload and headers), for stats.
   std::uint64_t bytes_sent() const { return bytes_sent_; }

@@ -34,7 +34,7 @@ class TcpTransport final : public Transport {
                                              ConnectionHandler* handler) override {
     PHUB_ASSIGN_OR_RETURN(auto socket, ConnectWithRetry(loop_.context(), request.host,
                                                         request.port, request.timeout_ms,
-                                                        tuning_));
+                                                        tuning_, request.local_address));
     // The ATTACH goes first, before the connection is the loop's: nothing else can interleave.
     auto attach = EncodeWireHeader(request.attach);
     boost::system::error_code ec;
@@ -73,7 +73,7 @@ class TcpTransport final : public Transport {
 class TcpDevice final : public Device {
  public:
   explicit TcpDevice(SocketTuning tuning) : tuning_(tuning) {}
-  StatusOr<std::unique_ptr<Transport>> Bind(EventLoop& loop) override {
+  StatusOr<std::unique_ptr<Transport>> Bind(EventLoop& loop, int /*queue*/) override {
     return std::unique_ptr<Transport>(new TcpTransport(loop, tuning_));
   }
   std::string Describe() const override { return "tcp"; }

@@ -14,7 +14,8 @@
 namespace phub::transport::verbs {
 
 StatusOr<std::shared_ptr<CompletionPoller>> CompletionPoller::Create(
-    const VerbsDevice& device, boost::asio::io_context& context, int depth) {
+    const VerbsDevice& device, boost::asio::io_context& context, int depth,
+    int completion_vector) {
   std::shared_ptr<CompletionPoller> poller(new CompletionPoller(context, device.name()));
   poller->channel_ = ibv_create_comp_channel(device.context());
   if (poller->channel_ == nullptr) {
@@ -27,7 +28,8 @@ StatusOr<std::shared_ptr<CompletionPoller>> CompletionPoller::Create(
   }
   poller->depth_ = device.max_cqe() > 0 ? std::min(depth, device.max_cqe()) : depth;
   PHUB_ASSIGN_OR_RETURN(poller->cq_,
-                        CompletionQueue::Create(device, poller->depth_, poller->channel_));
+                        CompletionQueue::Create(device, poller->depth_, poller->channel_,
+                                                completion_vector % device.completion_vectors()));
   if (int err = ibv_req_notify_cq(poller->cq_->get(), 0); err != 0) {
     return VerbsError("ibv_req_notify_cq", device.name(), err);
   }

@@ -33,10 +33,12 @@ class CompletionPoller : public std::enable_shared_from_this<CompletionPoller> {
   };
 
   // `depth` entries (capped to the device's max_cqe); every attached QP reserves its send +
-  // receive depth out of it, so the CQ can never overflow.
+  // receive depth out of it, so the CQ can never overflow. `completion_vector`: which of the
+  // device's interrupt vectors signals it (taken modulo completion_vectors()).
   static StatusOr<std::shared_ptr<CompletionPoller>> Create(const VerbsDevice& device,
                                                             boost::asio::io_context& context,
-                                                            int depth = 16384);
+                                                            int depth = 16384,
+                                                            int completion_vector = 0);
   ~CompletionPoller();
   CompletionPoller(const CompletionPoller&) = delete;
   CompletionPoller& operator=(const CompletionPoller&) = delete;

@@ -12,8 +12,9 @@ namespace phub::transport::verbs {
 
 StatusOr<std::unique_ptr<CompletionQueue>> CompletionQueue::Create(const VerbsDevice& device,
                                                                    int depth,
-                                                                   ibv_comp_channel* channel) {
-  ibv_cq* cq = ibv_create_cq(device.context(), depth, nullptr, channel, 0);
+                                                                   ibv_comp_channel* channel,
+                                                                   int completion_vector) {
+  ibv_cq* cq = ibv_create_cq(device.context(), depth, nullptr, channel, completion_vector);
   if (cq == nullptr) return VerbsError(absl::StrCat("ibv_create_cq(", depth, ")"), device.name(), errno);
   return std::unique_ptr<CompletionQueue>(new CompletionQueue(cq, device.name()));
 }

@@ -23,9 +23,11 @@ namespace phub::transport::verbs {
 
 class CompletionQueue {
  public:
-  // `channel` (optional): where the CQ signals new completions once armed (CompletionPoller).
+  // `channel` (optional): where the CQ signals new completions once armed (CompletionPoller),
+  // through the device's interrupt vector `completion_vector` (< completion_vectors()).
   static StatusOr<std::unique_ptr<CompletionQueue>> Create(const VerbsDevice& device, int depth,
-                                                           ibv_comp_channel* channel = nullptr);
+                                                           ibv_comp_channel* channel = nullptr,
+                                                           int completion_vector = 0);
   ~CompletionQueue();
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;

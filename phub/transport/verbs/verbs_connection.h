@@ -62,9 +62,10 @@ struct VerbsLoop {
   std::shared_ptr<MemoryRegistry> registry;
 };
 
-// Opens the loop's completion poller (on `context`) and an empty registry for `device`.
+// Opens the loop's completion poller (on `context`, signalled on the device's completion
+// vector `queue`, modulo their number) and an empty registry for `device`.
 StatusOr<VerbsLoop> OpenVerbsLoop(std::shared_ptr<const VerbsDevice> device,
-                                  boost::asio::io_context& context);
+                                  boost::asio::io_context& context, int queue = 0);
 
 // Per-connection counters, for tests and benchmarks.
 struct VerbsConnectionStats {

@@ -16,9 +16,9 @@ namespace phub::transport::verbs {
 namespace asio = boost::asio;
 
 StatusOr<VerbsLoop> OpenVerbsLoop(std::shared_ptr<const VerbsDevice> device,
-                                  asio::io_context& context) {
+                                  asio::io_context& context, int queue) {
   VerbsLoop loop;
-  PHUB_ASSIGN_OR_RETURN(loop.poller, CompletionPoller::Create(*device, context));
+  PHUB_ASSIGN_OR_RETURN(loop.poller, CompletionPoller::Create(*device, context, 16384, queue));
   loop.registry = std::make_shared<MemoryRegistry>(device);
   loop.device = std::move(device);
   return loop;

@@ -88,6 +88,7 @@ StatusOr<std::unique_ptr<VerbsDevice>> VerbsDevice::Open(const DeviceOptions& op
     return VerbsError("ibv_query_device", device->name_, err);
   }
   device->max_cqe_ = device_attr.max_cqe;
+  device->completion_vectors_ = std::max(1, device->context_->num_comp_vectors);
   if (options.port > device_attr.phys_port_cnt) {
     return absl::NotFoundError(absl::StrCat(device->name_, " has ", int{device_attr.phys_port_cnt},
                                             " port(s); port ", options.port, " is not one"));

@@ -41,6 +41,9 @@ class VerbsDevice {
   ibv_mtu active_mtu() const { return active_mtu_; }
   bool is_roce() const { return roce_; }
   int max_cqe() const { return max_cqe_; }  // the deepest completion queue it allows
+  // Interrupt vectors completions can be signalled on (a NIC's queues, each with its IRQ,
+  // which deploy/pbox/tune-nics.sh points at the core that polls it); at least 1.
+  int completion_vectors() const { return completion_vectors_; }
   // "rxe0 port 1, RoCE, GID 1 ::ffff:192.0.2.1, MTU 4096": for the start-up log line.
   std::string Describe() const;
 
@@ -57,6 +60,7 @@ class VerbsDevice {
   ibv_mtu active_mtu_ = IBV_MTU_1024;
   bool roce_ = false;
   int max_cqe_ = 0;
+  int completion_vectors_ = 1;
 };
 
 // "::ffff:192.0.2.1" or the 8 groups of a full IPv6 GID.

@@ -94,7 +94,7 @@ class VerbsTransport final : public Transport {
                                              ConnectionHandler* handler) override {
     PHUB_ASSIGN_OR_RETURN(auto socket, ConnectWithRetry(loop_.context(), request.host,
                                                         request.port, request.timeout_ms,
-                                                        tuning_));
+                                                        tuning_, request.local_address));
     auto connection = VerbsConnection::Dial(std::move(socket), *verbs_, handler,
                                             LimitsFor(request.sizing, request.timeout_ms),
                                             request.attach);
@@ -136,8 +136,8 @@ class VerbsTransportDevice final : public Device {
   VerbsTransportDevice(std::shared_ptr<const VerbsDevice> device, SocketTuning tuning)
       : device_(std::move(device)), tuning_(tuning) {}
 
-  StatusOr<std::unique_ptr<Transport>> Bind(EventLoop& loop) override {
-    PHUB_ASSIGN_OR_RETURN(VerbsLoop verbs, OpenVerbsLoop(device_, loop.context()));
+  StatusOr<std::unique_ptr<Transport>> Bind(EventLoop& loop, int queue) override {
+    PHUB_ASSIGN_OR_RETURN(VerbsLoop verbs, OpenVerbsLoop(device_, loop.context(), queue));
     return std::unique_ptr<Transport>(new VerbsTransport(loop, std::move(verbs), tuning_));
   }
   std::string Describe() const override { return absl::StrCat("verbs on ", device_->Describe()); }
