@@ -59,7 +59,8 @@ class RackNet:
     """A rack built by rack.sh for one (topology, N) (multips: (topology, N, K)); close()
     tears it down."""
 
-    def __init__(self, name, n, rate, ps_hosts=None, racks=None, uplink=None, pbox_rate=None):
+    def __init__(self, name, n, rate, ps_hosts=None, racks=None, uplink=None, pbox_rate=None,
+                 extra=None):
         if topology is None:
             raise RuntimeError("bench/topo/topology.py is missing")
         self.name = name
@@ -67,7 +68,8 @@ class RackNet:
         self.rate = rate
         self.k = ps_hosts
         self.topo = topology.up(name, n, rate, ps_hosts=ps_hosts, racks=racks, uplink=uplink,
-                                extra=["--pbox-rate", pbox_rate] if pbox_rate else None)
+                                extra=(["--pbox-rate", pbox_rate] if pbox_rate else [])
+                                + list(extra or []))
 
     def describe(self):
         links = ", ".join(f"{h} {self.topo.link_bits_per_s(h) / 1e9:g} Gbit/s"

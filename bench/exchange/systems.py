@@ -51,7 +51,7 @@ MPI_RING = ["--mca", "coll_tuned_use_dynamic_rules", "1",
 
 class System:
     def __init__(self, key, binary, kind, needs_ps_host=False, extra=(), allreduce=False,
-                 worker_extra=()):
+                 worker_extra=(), phubd_extra=()):
         self.key = key                  # name in tables, files and --systems
         self.binary = binary            # target in bench/exchange (phubd is found separately)
         self.kind = kind                # how its processes start: see run()
@@ -59,6 +59,7 @@ class System:
         self.extra = list(extra)        # more arguments (mpirun's for kind "mpirun")
         self.allreduce = allreduce      # ends with the mean (N + 1) / 2 on every rank
         self.worker_extra = list(worker_extra)  # kind "ps": the workers' alone (--wire)
+        self.phubd_extra = list(phubd_extra)    # kinds "ps*": phubd's alone (--nics)
 
 
 SYSTEMS = [
@@ -119,6 +120,9 @@ class Settings:
         self.chunk_bytes = chunk_bytes
         self.tcp_nagle = tcp_nagle
         self.socket_buffer_bytes = socket_buffer_bytes
+        # phubd's cores pinned to their physical cores (the default placement) instead of
+        # --no-pin: for measurements of where the kernel handles each core's packets.
+        self.pin = False
 
     def tcp_flags(self, colocated=False):
         """phubd's and the worker's TCP flags; colocated runs cap the socket buffers unless
@@ -187,12 +191,16 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
         # it runs until killed, not waited for.
         one_job = [] if extra else ["--one-job"]
         argv = [s.bins["phubd"], "--port", str(port), "--port-file", port_file, "--listen",
-                net.ip(host), "--world-size", str(n), "--cores", str(cores), "--no-pin",
-                "--log-level", "info", "--optimizer", "sgd", "--lr", str(s.lr)] + one_job
+                net.ip(host), "--world-size", str(n), "--cores", str(cores)]
+        argv += [] if s.pin else ["--no-pin"]
+        # Pinned runs log at debug: each data connection's "handled on CPU" line.
+        argv += ["--log-level", "debug" if s.pin else "info", "--optimizer", "sgd", "--lr",
+                 str(s.lr)] + one_job
         if chunk_bytes or s.chunk_bytes:
             argv += ["--chunk-bytes", str(chunk_bytes or s.chunk_bytes)]
         log_path = os.path.join(run_dir, f"{tag}.log")
-        proc = start(net.wrap(host, argv + s.tcp_flags(colocated) + system.extra + list(extra)),
+        proc = start(net.wrap(host, argv + s.tcp_flags(colocated) + system.extra
+                              + system.phubd_extra + list(extra)),
                      log_path)
         if not extra:
             procs.append((tag, proc, log_path))

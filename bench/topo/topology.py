@@ -134,6 +134,18 @@ class Topology:
         self.check_host(host)
         return self.link_bits.get(host)
 
+    def ps_nics(self):
+        """The PS host's NICs (rack.sh --ps-nics K): their addresses, NIC 0 first ([ip.ps]
+        without --ps-nics; [] without a PS host)."""
+        if "ps" not in self.hosts:
+            return []
+        k = int(self.raw.get("ps_nics", "1"))
+        return [self.raw.get("ip.ps.nic%d" % i, self.ips["ps"]) for i in range(k)]
+
+    def ps_nic_bits(self):
+        """Each PS NIC's link in bits/s (the whole PS link with one NIC)."""
+        return int(self.raw.get("nic_bits.ps", self.link_bits.get("ps") or 0)) or None
+
     def ps_limit_s(self, size_bytes):
         """Link-bound time of one PS iteration on this rack (None on loopback)."""
         if self.rate_bits is None:
@@ -381,6 +393,10 @@ def ps_limit_s(size_bytes):
     """The current rack's PS limit: pbox, cloud, colocated or multips formula (None on
     loopback)."""
     return current().ps_limit_s(size_bytes)
+
+
+def ps_nics():
+    return current().ps_nics()
 
 
 def up(topology, n, rate="1gbit", delay=None, qdisc=None, extra=None, ps_hosts=None,

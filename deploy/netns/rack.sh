@@ -25,6 +25,7 @@ rack.sh: an emulated rack of hosts on one machine (network namespaces + rate-lim
 USAGE
   rack.sh up --topology pbox|cloud|colocated --workers N [--rate 1gbit] [--delay 0ms]
              [--qdisc htb|tbf|tbf-nogso|none] [--burst BYTES] [--queue BYTES]
+  rack.sh up --topology pbox --workers N --ps-nics K [--ps-nic-rate R] [same options]
   rack.sh up --topology multips --workers N --ps-hosts K [same options]
   rack.sh up --topology racks --racks R --workers N --uplink U [same options]
   rack.sh down
@@ -69,6 +70,13 @@ OPTIONS
   --topology T   pbox, cloud, colocated or multips (required)
   --workers N    number of worker hosts, 1..90 (required)
   --ps-hosts K   multips only (and required there): number of PS hosts, 1..90
+  --ps-nics K    pbox and cloud: the PS host has K NICs (eth0 .. eth{K-1}, 1..8), each its own
+                 link to the switch of P/K (--ps-nic-rate sets another), NIC k on subnet
+                 10.77.k.0/24 as 10.77.k.100; every worker gets 10.77.k.(10+i) on its eth0 too,
+                 so it reaches each PS NIC directly. The PS answers ARP only on the NIC that
+                 holds the address asked for (arp_ignore=1), so each NIC carries its own
+                 traffic. A balanced PBox with a NIC per socket (docs/operations.md).
+  --ps-nic-rate R  with --ps-nics: each PS NIC's link (default P/K)
   --racks R      racks only (and required there): number of racks, 2..16; N a multiple of R
   --uplink U     racks only (and required there): each rack's uplink to the core, tc units
   --pbox-rate P  racks only: each PBox's link (default N/R*B + U)
@@ -108,6 +116,8 @@ STATE FILE
     topology=pbox  workers=N  rate=1gbit  rate_bits=1000000000  delay=0ms  qdisc=htb
     burst_bytes=...  queue_bytes=...  hosts=ps w0 w1 ...
     ip.<host>=10.77.0.x   link_bits.<host>=<bits/s of that host's link>   ns.<host>=phub-<host>
+  --ps-nics K adds ps_nics=K, nic_bits.ps=<bits/s of each PS NIC> and ip.ps.nic<k>=10.77.k.100
+  for k = 0..K-1 (link_bits.ps stays the PS's total).
   multips adds ps_hosts=K after workers=N, and its hosts are ps0 .. ps{K-1} w0 .. w{N-1}.
   racks adds ps_hosts=R racks=R uplink=U uplink_bits=... and rack.<host>=<r> for every host.
 
@@ -255,13 +265,15 @@ shape() {
 
 cmd_up() {
   local topology="" workers="" rate=1gbit delay=0ms ps_hosts="" racks="" uplink="" pbox_rate=""
-  local pbox_bits=""
+  local pbox_bits="" ps_nics=1 ps_nic_rate=""
   QDISC=htb BURST="" QUEUE=""
   while (( $# )); do
     case $1 in
       --topology) topology=${2:?--topology needs a value}; shift 2 ;;
       --workers) workers=${2:?--workers needs a value}; shift 2 ;;
       --ps-hosts) ps_hosts=${2:?--ps-hosts needs a value}; shift 2 ;;
+      --ps-nics) ps_nics=${2:?--ps-nics needs a value}; shift 2 ;;
+      --ps-nic-rate) ps_nic_rate=${2:?--ps-nic-rate needs a value}; shift 2 ;;
       --racks) racks=${2:?--racks needs a value}; shift 2 ;;
       --uplink) uplink=${2:?--uplink needs a value}; shift 2 ;;
       --pbox-rate) pbox_rate=${2:?--pbox-rate needs a value}; shift 2 ;;
@@ -287,6 +299,13 @@ cmd_up() {
   elif [[ -n $ps_hosts ]]; then
     die "up: --ps-hosts is for --topology multips only"
   fi
+  if ! [[ $ps_nics =~ ^[0-9]+$ ]] || (( ps_nics < 1 || ps_nics > 8 )); then
+    die "up: --ps-nics must be 1..8"
+  fi
+  if (( ps_nics > 1 )) && [[ $topology != pbox && $topology != cloud ]]; then
+    die "up: --ps-nics is for --topology pbox and cloud (one PS host)"
+  fi
+  [[ -z $ps_nic_rate ]] || (( ps_nics > 1 )) || die "up: --ps-nic-rate goes with --ps-nics K > 1"
   local uplink_bits="" per_rack=""
   if [[ $topology == racks ]]; then
     [[ -n $racks && -n $uplink ]] || die "up: --topology racks needs --racks R and --uplink U"
@@ -410,11 +429,46 @@ hosts=${hosts[*]}
       ip netns exec "$ns" ethtool -K eth0 gso off tso off gro off >/dev/null 2>&1 || true
       ip netns exec "$SW" ethtool -K "$h" gso off tso off gro off >/dev/null 2>&1 || true
     fi
+    local nic_bits=$bits
+    if [[ $h == ps ]] && (( ps_nics > 1 )); then
+      nic_bits=$(( bits / ps_nics ))
+      [[ -z $ps_nic_rate ]] || nic_bits=$(rate_to_bits "$ps_nic_rate")
+      # Answer ARP only on the NIC holding the address asked for, announce from it alone: else
+      # every NIC on the bridge answers for all and one of them takes every NIC's traffic.
+      ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
+    fi
     ip -n "$ns" addr add "$ip/24" dev eth0
-    shape "$ns" eth0 "$bits" 1        # host egress (+ netem delay)
-    shape "$SW" "$h" "$bits" 0        # host ingress = switch port egress
+    shape "$ns" eth0 "$nic_bits" 1        # host egress (+ netem delay)
+    shape "$SW" "$h" "$nic_bits" 0        # host ingress = switch port egress
     ip -n "$SW" link set "$h" up
     ip -n "$ns" link set eth0 up
+    if [[ $h == ps ]] && (( ps_nics > 1 )); then
+      local k
+      for (( k = 1; k < ps_nics; k++ )); do
+        ip link add "eth$k" netns "$ns" type veth peer name "psn$k" netns "$SW"
+        ip -n "$SW" link set "psn$k" master "$BRIDGE"
+        if [[ $QDISC == tbf-nogso ]]; then
+          ip netns exec "$ns" ethtool -K "eth$k" gso off tso off gro off >/dev/null 2>&1 || true
+          ip netns exec "$SW" ethtool -K "psn$k" gso off tso off gro off >/dev/null 2>&1 || true
+        fi
+        ip -n "$ns" addr add "${SUBNET%.*}.$k.100/24" dev "eth$k"
+        shape "$ns" "eth$k" "$nic_bits" 1
+        shape "$SW" "psn$k" "$nic_bits" 0
+        ip -n "$SW" link set "psn$k" up
+        ip -n "$ns" link set "eth$k" up
+      done
+      state+="ps_nics=$ps_nics
+nic_bits.ps=$nic_bits
+"
+      for (( k = 0; k < ps_nics; k++ )); do state+="ip.ps.nic$k=${SUBNET%.*}.$k.100
+"; done
+    elif [[ $h == w* ]] && (( ps_nics > 1 )); then
+      # The worker reaches PS NIC k on its subnet, through its one link.
+      local k
+      for (( k = 1; k < ps_nics; k++ )); do
+        ip -n "$ns" addr add "${SUBNET%.*}.$k.${ip##*.}/24" dev eth0
+      done
+    fi
     ip link add mgmt0 netns "$ns" type veth peer name "${PREFIX}m$h"
     ip link set "${PREFIX}m$h" master "$MGMT_BRIDGE" up
     ip -n "$ns" addr add "${MGMT_SUBNET}.${ip##*.}/24" dev mgmt0
@@ -445,6 +499,7 @@ ${rack_of:+rack.$h=$rack_of
   local pslink=none
   [[ $topology == pbox ]] && pslink="N*B"
   [[ $topology == cloud ]] && pslink="B"
+  if (( ps_nics > 1 )); then pslink+=" over $ps_nics NICs of ${ps_nic_rate:-$pslink/$ps_nics} each"; fi
   [[ $topology == multips ]] && pslink="B on each of $ps_hosts PS hosts"
   [[ $topology == racks ]] && pslink="${pbox_rate:-$per_rack*B+U} on each of $racks racks' PBoxes, uplinks $uplink"
   log "up: $topology, $workers workers, B=$rate, PS link $pslink, qdisc $QDISC, delay $delay;" \

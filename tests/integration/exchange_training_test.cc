@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -231,6 +232,18 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     servers_csv += (s ? "," : "") + std::string("127.0.0.1:") + std::to_string(servers.back().port);
   }
 
+  // Per RDMA device, the packets it sent so far (soft-RoCE's hw_counters): a PBox whose cores
+  // spread over two NICs moves the job's bytes over both.
+  auto sent_packets = [](const std::string& device) -> long long {
+    std::ifstream in("/sys/class/infiniband/" + device + "/ports/1/hw_counters/sent_pkts");
+    long long n = -1;
+    in >> n;
+    return n;
+  };
+  const bool count_devices = c.transport == "verbs" && !c.phubd_nics.empty();
+  const long long sent_before[2] = {count_devices ? sent_packets("rxe0") : 0,
+                                    count_devices ? sent_packets("rxe1") : 0};
+
   const std::string rendezvous_address =
       "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort()) + "/" + c.name;
   std::vector<Process> workers;
@@ -273,6 +286,14 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
     EXPECT_EQ(*phubd_code, 0) << ReadFile(server.log_path);
   }
 
+  if (count_devices) {
+    for (int d = 0; d < 2; ++d) {
+      const std::string device = "rxe" + std::to_string(d);
+      const long long sent = sent_packets(device) - sent_before[d];
+      std::printf("%s sent %lld packets in the job\n", device.c_str(), sent);
+      EXPECT_GT(sent, 100) << device << " carried (almost) none of the job";
+    }
+  }
   if (!c.phubd_nics.empty()) {
     // Each core listened on its own NIC and each worker reached it from its matching NIC.
     const std::string log = ReadFile(servers[0].log_path);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs one command in a throwaway QEMU guest that has a soft-RoCE device (rdma_rxe, "rxe0" on
-# dummy0 192.0.2.1, RoCE MTU 4096), so the verbs code runs on real verbs on a box without RDMA.
+# Runs one command in a throwaway QEMU guest that has two soft-RoCE devices (rdma_rxe: "rxe0" on
+# dummy0 192.0.2.1 and "rxe1" on dummy1 198.51.100.1, RoCE MTU 4096: a PBox's two NICs), so the
+# verbs code runs on real verbs on a box without RDMA.
 # The guest runs Debian's kernel (guest_image.sh) and chroots into this host's root, read-only,
 # so host-built binaries and libraries run unchanged; the current directory is the job's
 # working directory, and the job directory (under it) is the only thing the guest writes.
@@ -38,16 +39,19 @@ trap 'exit 130' INT TERM
   echo 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
   echo 'fail() { echo "run_in_guest: guest: $*" >&2; exit 125; }'
   echo 'ip link set lo up && ip link set dummy0 mtu 9000 up && ip addr add 192.0.2.1/24 dev dummy0 || fail "dummy0 setup"'
+  echo 'ip link add dummy1 type dummy && ip link set dummy1 mtu 9000 up && ip addr add 198.51.100.1/24 dev dummy1 || fail "dummy1 setup"'
   echo 'rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0"'
+  echo 'rdma link add rxe1 type rxe netdev dummy1 || fail "rdma link add rxe1"'
   # Builtins only while waiting: each process start costs ~0.1 s under emulation.
-  echo 'port=/sys/class/infiniband/rxe0/ports/1'
-  echo 'for i in {1..500}; do read -r state < $port/state; read -r gid1 < $port/gids/1'
-  echo '  [[ $state == *ACTIVE* && $gid1 != 0000:0000:0000:0000:0000:0000:0000:0000 ]] && break'
-  echo '  read -rt 0.02 <> <(:) || :; done'
-  echo '[[ $state == *ACTIVE* ]] || fail "rxe0 port is $state, not ACTIVE"'
+  echo 'for dev in rxe0 rxe1; do port=/sys/class/infiniband/$dev/ports/1'
+  echo '  for i in {1..500}; do read -r state < $port/state; read -r gid1 < $port/gids/1'
+  echo '    [[ $state == *ACTIVE* && $gid1 != 0000:0000:0000:0000:0000:0000:0000:0000 ]] && break'
+  echo '    read -rt 0.02 <> <(:) || :; done'
+  echo '  [[ $state == *ACTIVE* ]] || fail "$dev port is $state, not ACTIVE"'
+  echo 'done'
   echo 'ulimit -l unlimited'
   echo 'mkdir -p /run/tmp'
-  printf 'export PHUB_GUEST=1 PHUB_GUEST_IP=192.0.2.1 HOME=/run/tmp TMPDIR=/run/tmp'
+  printf 'export PHUB_GUEST=1 PHUB_GUEST_IP=192.0.2.1 PHUB_GUEST_IP2=198.51.100.1 HOME=/run/tmp TMPDIR=/run/tmp'
   for name in GTEST_FILTER GTEST_COLOR SPDLOG_LEVEL ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS \
               OMP_NUM_THREADS; do
     [[ -n ${!name:-} ]] && printf ' %s=%q' "$name" "${!name}"

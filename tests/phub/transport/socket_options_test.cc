@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <string>
@@ -43,6 +45,40 @@ TEST(ConnectWithRetryTest, ConnectedSocketHasNoDelay) {
   tcp::no_delay no_delay;
   socket->get_option(no_delay);
   EXPECT_TRUE(no_delay.value());
+}
+
+TEST(ConnectWithRetryTest, DialsFromTheLocalAddressGiven) {
+  asio::io_context context;
+  tcp::acceptor acceptor(context, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  StatusOr<tcp::socket> socket = ConnectWithRetry(
+      context, "127.0.0.1", acceptor.local_endpoint().port(), 10000, {}, "127.0.0.7");
+  ASSERT_TRUE(socket.ok()) << socket.status();
+  EXPECT_EQ(socket->local_endpoint().address().to_string(), "127.0.0.7");
+  tcp::socket accepted = acceptor.accept();
+  EXPECT_EQ(accepted.remote_endpoint().address().to_string(), "127.0.0.7");
+
+  StatusOr<tcp::socket> refused = ConnectWithRetry(
+      context, "127.0.0.1", acceptor.local_endpoint().port(), 100, {}, "192.0.2.254");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(MessageHas(refused.status(), "cannot send from 192.0.2.254"));
+  EXPECT_FALSE(ConnectWithRetry(context, "127.0.0.1", 1, 100, {}, "not-an-ip").ok());
+}
+
+TEST(TuneSocketTest, BusyPollIsSetOrRefusedSayingWhatItNeeds) {
+  asio::io_context context;
+  tcp::socket socket(context);
+  socket.open(tcp::v4());
+  const Status status = TuneSocket(socket, SocketTuning{.busy_poll_us = 50});
+  if (!status.ok()) {
+    // Unprivileged, above net.core.busy_read.
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_TRUE(MessageHas(status, "CAP_NET_ADMIN"));
+    return;
+  }
+  int us = 0;
+  socklen_t length = sizeof(us);
+  ASSERT_EQ(::getsockopt(socket.native_handle(), SOL_SOCKET, SO_BUSY_POLL, &us, &length), 0);
+  EXPECT_EQ(us, 50);
 }
 
 TEST(TuneSocketTest, LeavesNagleOnWhenAskedTo) {
