@@ -94,9 +94,17 @@ def busy_seconds():
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
 
 
+def set_flow_entries(value):
+    with open(RPS_FLOW_ENTRIES, "w") as f:
+        f.write(f"{value}\n")
+
+
 def set_tuning(a, net, raw, tag, on):
     """tune-nics.sh --apply with phubd's map in the PS namespace (on), or every queue's
-    RPS/RFS/XPS back to off."""
+    RPS/RFS/XPS back to off. RFS's global table lives in the root namespace only, where the
+    script cannot reach it from the PS's: set here (32768, the script's default), and put back
+    to the machine's own value for the untuned runs."""
+    set_flow_entries(32768 if on else a.flow_entries)
     if on:
         map_path = os.path.join(raw, f"{tag}-map.tsv")
         with open(map_path, "w") as f:
@@ -119,7 +127,10 @@ def run_steering(a, net, raw):
     rows = []
     system = systems.System("2-nics-half", "phub_exchange_worker", "ps", needs_ps_host=True,
                             phubd_extra=["--nics", "eth0,eth1"])
-    pushed = a.n * a.mib * MIB * (a.iters + a.warmup)
+    # Long enough that every connection lives past phubd's sample (2 s after it is ready).
+    iters = a.settings.iters
+    a.settings.iters = max(iters, a.steer_iters)
+    pushed = a.n * a.mib * MIB * (a.settings.iters + a.warmup)
     a.settings.pin = True
     try:
         for rep in range(a.steer_reps):
@@ -144,6 +155,7 @@ def run_steering(a, net, raw):
                     f"{off} elsewhere; machine {row['machine_ns_per_byte']:.2f} ns/byte")
     finally:
         a.settings.pin = False
+        a.settings.iters = iters
         set_tuning(a, net, raw, "reset", False)
     return rows
 
@@ -270,7 +282,8 @@ def plot(path, s):
     ax.set_xticks(list(xs))
     ax.set_xticklabels(keys)
     ax.set_ylabel("ms per iteration")
-    ax.set_title("PS time per iteration: one NIC of N.B, two of N.B/2, one of N.B/2")
+    ax.set_title("PS time per iteration: one NIC of N.B, two of N.B/2, one of N.B/2",
+                 fontsize=10)
     ax.legend()
     plots.save(plt, fig, path, 120)
 
@@ -285,6 +298,8 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--steer-reps", type=int, default=2,
                    help="steering runs, untuned and tuned each (0: none)")
+    p.add_argument("--steer-iters", type=int, default=10,
+                   help="timed iterations of a steering run (at least --iters)")
     p.add_argument("--cores", type=int, default=2, help="phubd --cores (alternating over NICs)")
     p.add_argument("--chunk-bytes", type=int, default=256 << 10)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -309,7 +324,7 @@ def main():
     start_load = machine.load_average()
     rows, steering = [], []
     with open(RPS_FLOW_ENTRIES) as f:
-        flow_entries = f.read().strip()  # global, not per namespace: put back at the end
+        a.flow_entries = f.read().strip()  # global, not per namespace: put back at the end
     try:
         for rack in ("one", "two"):
             got, steer = run_rack(a, rack, raw)
@@ -321,8 +336,7 @@ def main():
     finally:
         kill_children()
         nets.cleanup()
-        with open(RPS_FLOW_ENTRIES, "w") as f:
-            f.write(flow_entries + "\n")
+        set_flow_entries(a.flow_entries)
     for key, _, _, _ in CASES:
         if len({r["checksum"] for r in rows if r["system"] == key}) > 1:
             log(f"FAILED: {key}: results differ between repetitions")

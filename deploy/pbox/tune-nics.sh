@@ -17,8 +17,11 @@
 #                 queues/tx-j/xps_cpus
 #   RFS           each flow's receive processing runs on the CPU its reading thread last ran on
 #                 (the pinned core): net.core.rps_sock_flow_entries and queues/rx-j/rps_flow_cnt
-#   RPS           only where the interface has fewer RX queues than cores (veth, virtio with one
-#                 queue): the receive work spread over C0..Ck-1, queues/rx-j/rps_cpus
+#                 (rps_sock_flow_entries is global: in a network namespace it is not there; set
+#                 it in the root namespace)
+#   RPS           where no interrupt steers (a virtual interface: veth, dummy) or the interface
+#                 has fewer RX queues than cores: the receive work spread over C0..Ck-1,
+#                 queues/rx-j/rps_cpus (RFS then picks the flow's own core among them)
 #   busy polling  --busy-poll US: net.core.busy_poll and busy_read (with phubd --busy-poll-us)
 # irqbalance moves IRQs back: stop it (the script says so when it runs). Nothing here outlives a
 # reboot: run it from phubd's unit (ExecStartPre) or a boot script.
@@ -52,7 +55,13 @@ changes=0
 # set FILE VALUE: write VALUE to FILE (apply) or say what would change; unchanged: quiet.
 set_value() {
   local file=$1 value=$2 now=""
-  [[ -e $file ]] || { echo "  skip $file: not there"; return 0; }
+  if [[ ! -e $file ]]; then
+    case $file in
+      */rps_sock_flow_entries) echo "  skip $file: not there (inside a network namespace? it is global: set it in the root namespace)" ;;
+      *) echo "  skip $file: not there" ;;
+    esac
+    return 0
+  fi
   now=$(head -n 1 "$file" 2>/dev/null || true)
   # Masks compare without their commas and leading zeros (sysfs pads them to its CPU count).
   if [[ $now == "$value" || $(norm "$now") == "$(norm "$value")" ]]; then return 0; fi
@@ -134,7 +143,7 @@ for iface in $(printf '%s\n' "${!cpus_of[@]}" | sort); do
   done
   for (( j = 0; j < ${#rxq[@]}; j++ )); do
     set_value "${rxq[j]}/rps_flow_cnt" $(( RFS_ENTRIES / ${#rxq[@]} ))
-    if (( ${#rxq[@]} < ${#cpus[@]} )); then
+    if (( ${#irqs[@]} == 0 || ${#rxq[@]} < ${#cpus[@]} )); then
       set_value "${rxq[j]}/rps_cpus" "$(mask "${cpus[@]}")"
     else
       set_value "${rxq[j]}/rps_cpus" "$(mask)"
