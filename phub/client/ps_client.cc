@@ -105,38 +105,36 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
 
 Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
   // This worker's NICs: the kernel's choice, or --nics (each with its RDMA device).
-  const std::vector<std::string> rdma_devices = placement::SplitList(options_.rdma.device);
+  const std::vector<std::string> named = placement::SplitList(options_.rdma.device);
   std::vector<placement::Nic> nics{{"", "", options_.rdma.device}};
-  if (!options_.nics.empty() || rdma_devices.size() > 1) {
-    PHUB_ASSIGN_OR_RETURN(nics, placement::ResolveNics(options_.nics, rdma_devices, ""));
+  if (!options_.nics.empty() || named.size() > 1) {
+    PHUB_ASSIGN_OR_RETURN(nics, placement::ResolveNics(options_.nics, named, ""));
   }
-  const bool verbs = kind == transport::TransportKind::kVerbs;
-  std::vector<std::shared_ptr<transport::Device>> devices;
-  std::vector<std::string> device_names;
+  std::vector<std::string> rdma_devices;
   for (const placement::Nic& nic : nics) {
     nic_address_.push_back(nic.address);
-    const std::string name = verbs ? nic.rdma_device : std::string();
-    auto known = std::find(device_names.begin(), device_names.end(), name);
-    if (known != device_names.end()) {
-      transport_of_nic_.push_back(known - device_names.begin());
-      continue;
+    rdma_devices.push_back(nic.rdma_device);
+  }
+  auto per_nic = transport::OpenDevicePerNic(
+      {kind,
+       transport::ForScheduling({options_.tcp_no_delay, options_.socket_buffer_bytes},
+                                options_.send_window_bytes),
+       options_.rdma},
+      rdma_devices);
+  if (!per_nic.ok()) {
+    return Status(per_nic.status().code(),
+                  absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
+                               ", which this worker cannot open: ", per_nic.status().message()));
+  }
+  // A transport per distinct device, all on loop_; each NIC uses its device's.
+  std::vector<std::shared_ptr<transport::Device>> devices;
+  for (const auto& device : *per_nic) {
+    auto known = std::find(devices.begin(), devices.end(), device);
+    transport_of_nic_.push_back(known - devices.begin());
+    if (known == devices.end()) {
+      spdlog::debug("rank {}: data plane: {}", options_.rank, device->Describe());
+      devices.push_back(device);
     }
-    transport::verbs::DeviceOptions rdma = options_.rdma;
-    rdma.device = nic.rdma_device;
-    auto device = transport::OpenDevice(
-        {kind,
-         transport::ForScheduling({options_.tcp_no_delay, options_.socket_buffer_bytes},
-                                  options_.send_window_bytes),
-         rdma});
-    if (!device.ok()) {
-      return Status(device.status().code(),
-                    absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
-                                 ", which this worker cannot open: ", device.status().message()));
-    }
-    spdlog::debug("rank {}: data plane: {}", options_.rank, (*device)->Describe());
-    transport_of_nic_.push_back(devices.size());
-    device_names.push_back(name);
-    devices.push_back(*std::move(device));
   }
   Status status;
   loop_.Run([&] {

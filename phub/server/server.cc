@@ -4,8 +4,6 @@
 
 #include "phub/server/job_limits.h"
 
-#include <map>
-
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fstream>
@@ -88,24 +86,17 @@ Status Server::Start() {
   }
   PHUB_ASSIGN_OR_RETURN(NicPlan plan, PlanNics(options_));
   LogPlan(plan);
-  // One data plane per NIC (verbs: its RDMA device; TCP: one for all, the address decides).
-  std::map<std::string, std::shared_ptr<transport::Device>> devices;
-  std::vector<std::shared_ptr<transport::Device>> device_of_nic;
-  for (const placement::Nic& nic : plan.nics) {
-    const bool verbs = options_.transport == transport::TransportKind::kVerbs;
-    const std::string key = verbs ? nic.rdma_device : std::string();
-    auto& device = devices[key];
-    if (device == nullptr) {
-      transport::verbs::DeviceOptions rdma = options_.rdma;
-      rdma.device = nic.rdma_device;
-      PHUB_ASSIGN_OR_RETURN(device, transport::OpenDevice(
-                                        {options_.transport,
-                                         transport::ForScheduling(options_.tcp,
-                                                                  options_.send_window_bytes),
-                                         rdma}));
-      spdlog::info("data plane: {}", device->Describe());
-    }
-    device_of_nic.push_back(device);
+  std::vector<std::string> rdma_devices;
+  for (const placement::Nic& nic : plan.nics) rdma_devices.push_back(nic.rdma_device);
+  PHUB_ASSIGN_OR_RETURN(
+      std::vector<std::shared_ptr<transport::Device>> device_of_nic,
+      transport::OpenDevicePerNic({options_.transport,
+                                   transport::ForScheduling(options_.tcp,
+                                                            options_.send_window_bytes),
+                                   options_.rdma},
+                                  rdma_devices));
+  for (std::size_t k = 0; k < device_of_nic.size(); ++k) {
+    spdlog::info("data plane of NIC {}: {}", k, device_of_nic[k]->Describe());
   }
   for (std::uint32_t i = 0; i < options_.cores; ++i) {
     const placement::CoreSite& site = plan.placement.cores[i];
