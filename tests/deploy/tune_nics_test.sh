@@ -41,6 +41,9 @@ grep -q "would set $P/irq/34/smp_affinity_list: 0-7 -> 4" <<<"$dry" &&
   fail "eth0's IRQ went to a CPU of eth1's socket"
 grep -q "would set $P/irq/34/smp_affinity_list: 0-7 -> 1" <<<"$dry" || fail "no IRQ line in the dry run"
 grep -q "settings would change" <<<"$dry" || fail "no summary"
+# The map on stdin (phubd ... --print-core-map | tune-nics.sh -, as the systemd example does).
+[[ $(bash "$SCRIPT" --sysfs "$S" --procfs "$P" - <"$TMP/map.tsv") == "$dry" ]] ||
+  fail "the map on stdin gave another plan"
 
 bash "$SCRIPT" --apply --sysfs "$S" --procfs "$P" "$TMP/map.tsv"
 check() { [[ $(cat "$1") == "$2" ]] || fail "$1 is '$(cat "$1")', expected '$2'"; }
