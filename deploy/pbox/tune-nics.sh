@@ -42,6 +42,7 @@ while (( $# )); do
     --sysfs) SYSFS=${2:?}; shift 2 ;;
     --procfs) PROCFS=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
+    -) [[ -z $MAP ]] || die "one map file, please"; MAP=-; shift ;;
     -*) die "unknown option '$1' (see --help)" ;;
     *) [[ -z $MAP ]] || die "one map file, please"; MAP=$1; shift ;;
   esac
