@@ -24,8 +24,8 @@ struct PhysicalCore {
 
 class Machine {
  public:
-  // The running system, I/O devices included (reads /sys: milliseconds).
-  static StatusOr<std::unique_ptr<Machine>> FromSystem();
+  // The running system; with `io`, its PCI and OS devices too (read from sysfs: milliseconds).
+  static StatusOr<std::unique_ptr<Machine>> FromSystem(bool io = true);
   // An hwloc XML export (lstopo FILE.xml, or hwloc-gather-topology's).
   static StatusOr<std::unique_ptr<Machine>> FromXmlFile(const std::string& path);
   static StatusOr<std::unique_ptr<Machine>> FromXmlText(const std::string& xml);
@@ -44,7 +44,7 @@ class Machine {
  private:
   Machine() = default;
   static StatusOr<std::unique_ptr<Machine>> Load(
-      const std::string& what, const std::function<int(hwloc_topology*)>& source);
+      const std::string& what, const std::function<int(hwloc_topology*)>& source, bool io);
 
   hwloc_topology* topology_ = nullptr;
   std::vector<PhysicalCore> cores_;

@@ -49,9 +49,14 @@ StatusOr<NicPlan> PlanNics(const ServerOptions& options) {
                                         placement::SplitList(options.rdma.device),
                                         options.listen_address, "/sys",
                                         /*elsewhere=*/!options.nics.machine_xml.empty()));
+  // Devices are looked up only for NICs named by interface or RDMA device.
+  bool named = false;
+  for (const placement::Nic& nic : plan.nics) {
+    named = named || !nic.interface.empty() || !nic.rdma_device.empty();
+  }
   PHUB_ASSIGN_OR_RETURN(std::unique_ptr<placement::Machine> machine,
                         options.nics.machine_xml.empty()
-                            ? placement::Machine::FromSystem()
+                            ? placement::Machine::FromSystem(/*io=*/named)
                             : placement::Machine::FromXmlFile(options.nics.machine_xml));
   for (const placement::Nic& nic : plan.nics) {
     int node = machine->NumaNodeOfDevice(nic.interface);
