@@ -19,9 +19,9 @@
 #include "phub/transport/control_channel.h"
 #include "phub/transport/event_loop.h"
 #include "phub/transport/socket_options.h"
-#include "spdlog/spdlog.h"
 #include "phub/transport/socket_listener.h"
 #include "phub/transport/verbs/verbs_connection.h"
+#include "spdlog/spdlog.h"
 
 namespace phub::transport::verbs {
 namespace {
