@@ -294,7 +294,7 @@ CPU_LINE = re.compile(r"cores' CPU ([0-9.]+) s \(([0-9.]+) ns per byte in\)")
 
 def phubd_cpu(run_dir):
     """(CPU seconds, bytes in) summed over the phubd logs of a finished run, from each job's
-    end line (phub/server/control_plane_job.cc); None when no phubd ran or none logged it."""
+    end line (phub/server/job/job.cc); None when no phubd ran or none logged it."""
     cpu = nbytes = 0.0
     found = False
     for path in glob.glob(os.path.join(run_dir, "phubd*.log")):

@@ -53,7 +53,7 @@ struct PsClientOptions {
   // Racks of racks (docs/design.md "Racks of racks"): a job over `racks` > 1 racks, this
   // client in rack `rack` (its index in the topology file); rank and world_size are then the
   // rack's, and host/port its PBox. rack_workers > 0: the client is a PBox relaying its rack's
-  // sums of that many workers' copies (phub/server/uplink.h), not a worker.
+  // sums of that many workers' copies (phub/server/racks/uplink.h), not a worker.
   std::uint32_t racks = 0;
   std::uint32_t rack = 0;
   std::uint32_t rack_workers = 0;

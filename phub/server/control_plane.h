@@ -25,9 +25,9 @@
 
 #include "phub/common/log_limiter.h"
 #include "phub/metrics/registry.h"
-#include "phub/server/control_session.h"
-#include "phub/server/job.h"
-#include "phub/server/server_core.h"
+#include "phub/server/job/control_session.h"
+#include "phub/server/job/job.h"
+#include "phub/server/core/server_core.h"
 #include "phub/server/server_options.h"
 #include "phub/transport/control_frame.h"
 #include "phub/transport/socket_listener.h"

@@ -6,8 +6,8 @@
 #include "phub/common/logging.h"
 #include "phub/kernels/optimizer_flags.h"
 #include "phub/placement/nics.h"
-#include "phub/server/job_limits.h"
-#include "phub/server/nic_plan.h"
+#include "phub/server/admission/job_limits.h"
+#include "phub/server/core/nic_plan.h"
 #include "phub/server/server.h"
 #include "phub/transport/transport_flags.h"
 

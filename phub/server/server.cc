@@ -2,14 +2,14 @@
 
 #include <algorithm>
 
-#include "phub/server/job_limits.h"
+#include "phub/server/admission/job_limits.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "phub/server/nic_plan.h"
+#include "phub/server/core/nic_plan.h"
 #include "phub/transport/event_loop.h"
 #include "phub/transport/open_device.h"
 #include "phub/transport/wire_header.h"

@@ -10,7 +10,7 @@
 #include "phub/metrics/http_exporter.h"
 #include "phub/metrics/registry.h"
 #include "phub/server/control_plane.h"
-#include "phub/server/server_core.h"
+#include "phub/server/core/server_core.h"
 #include "phub/server/server_options.h"
 
 namespace phub::server {

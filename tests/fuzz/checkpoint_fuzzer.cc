@@ -1,4 +1,4 @@
-// libFuzzer target: DecodeCheckpoint (phub/server/checkpoint_file.h), the reader phubd runs on a
+// libFuzzer target: DecodeCheckpoint (phub/server/checkpoint/checkpoint_file.h), the reader phubd runs on a
 // checkpoint file, on the input as it is and on the input "resealed": every checksum the input
 // has room for recomputed over what it holds, so that mutations get past the crc32s into the
 // size, layout and optimizer checks behind them. Whatever it accepts must be a snapshot
@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "phub/server/checkpoint_file.h"
+#include "phub/server/checkpoint/checkpoint_file.h"
 
 namespace {
 

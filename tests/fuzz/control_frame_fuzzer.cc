@@ -1,5 +1,5 @@
 // libFuzzer target: the control channel's decoder (phub/transport/control_frame.h) and the
-// admission check that reads what it decodes (phub/server/hello_check.h).
+// admission check that reads what it decodes (phub/server/admission/hello_check.h).
 //
 // Input format: control_frame_fuzz_input.h. The stream is fed in those pieces to one decoder
 // and in one piece to another: both must decode the same messages and end in the same status
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "phub/kernels/aggregate_and_step.h"
-#include "phub/server/hello_check.h"
-#include "phub/server/job_limits.h"
-#include "phub/server/job_tokens.h"
+#include "phub/server/admission/hello_check.h"
+#include "phub/server/admission/job_limits.h"
+#include "phub/server/admission/job_tokens.h"
 #include "phub/transport/control_frame.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "phub/rendezvous/frame.h"
-#include "phub/server/checkpoint_file.h"
+#include "phub/server/checkpoint/checkpoint_file.h"
 #include "phub/transport/control_channel.h"
 #include "phub/transport/wire_header.h"
 #include "tests/fuzz/control_frame_fuzz_input.h"

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "phub/kernels/wire_format.h"
-#include "phub/server/job_spec.h"
+#include "phub/server/shard/job_spec.h"
 #include "phub/transport/wire_header.h"
 
 namespace phub::fuzz {

@@ -1,4 +1,4 @@
-// libFuzzer target: one Shard (phub/server/shard.h), core 0 of a 2-core job of 2 workers,
+// libFuzzer target: one Shard (phub/server/shard/shard.h), core 0 of a 2-core job of 2 workers,
 // driven through three in-memory connections (fake_connection.h) by arbitrary sequences of
 // messages, send completions, disconnects, reconnects and the verbs set-up's LandingZones
 // question. The harness is the transport: it
@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "phub/server/job_spec.h"
-#include "phub/server/shard.h"
+#include "phub/server/shard/job_spec.h"
+#include "phub/server/shard/shard.h"
 #include "phub/transport/wire_header.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fake_connection.h"

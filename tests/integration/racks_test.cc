@@ -12,7 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "phub/server/checkpoint_file.h"
+#include "phub/server/checkpoint/checkpoint_file.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/test_data.h"
 #include "tests/support/free_port.h"

@@ -1,0 +1,271 @@
+#include "phub/server/admission/hello_check.h"
+
+#include "phub/server/admission/job_tokens.h"
+
+#include "phub/server/checkpoint/checkpoint_file.h"
+
+#include "absl/strings/str_cat.h"
+#include "phub/common/bounded_text.h"
+#include "phub/common/version.h"
+
+namespace phub::server {
+proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix) {
+  proto::Error error;
+  error.set_code(code);
+  // Messages may quote what a peer sent: never more than a bounded amount of it.
+  error.set_message(Bounded(message, kMaxErrorTextBytes));
+  error.set_fix(Bounded(fix, kMaxErrorTextBytes));
+  return error;
+}
+
+namespace {
+
+std::string Describe(const proto::TensorSpec& t) {
+  return absl::StrCat("'", Bounded(t.name()), "' of ", t.elements(), " elements");
+}
+
+}  // namespace
+
+StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello) {
+  if (hello.wire().empty()) return kernels::WireFormat::kFp32;
+  // A peer's string: bounded before it is quoted back.
+  if (hello.wire().size() > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("wire format of ", hello.wire().size(),
+                                                   " bytes: use fp32, bf16 or fp16"));
+  }
+  return kernels::ParseWireFormat(hello.wire());
+}
+
+StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
+                                                const ServerOptions& options) {
+  if (!hello.has_optimizer()) return options.optimizer;
+  const proto::OptimizerSpec& spec = hello.optimizer();
+  StatusOr<kernels::OptimizerKind> kind = kernels::ParseOptimizerKind(Bounded(spec.kind(), 64));
+  if (!kind.ok()) return kind.status();
+  const kernels::OptimizerConfig config{.kind = *kind,
+                                        .lr = spec.lr(),
+                                        .momentum = spec.momentum(),
+                                        .weight_decay = spec.weight_decay(),
+                                        .beta1 = spec.beta1(),
+                                        .beta2 = spec.beta2(),
+                                        .eps = spec.eps()};
+  PHUB_RETURN_IF_ERROR(kernels::Validate(config));
+  return config;
+}
+
+std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOptions& options) {
+  if (hello.racks() <= 1) {
+    if (hello.rack() == 0 && hello.rack_workers() == 0) return std::nullopt;
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " names rack ", hello.rack(),
+                                  " (rack_workers ", hello.rack_workers(), ") of a job of ",
+                                  hello.racks(), " racks"),
+                     "give racks > 1 with a rack, or neither");
+  }
+  const topology::Topology* topology = options.topology.get();
+  if (topology == nullptr) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), "'s job spans ", hello.racks(),
+                                  " racks; this phubd was started without --topology"),
+                     "start every rack's phubd with --topology FILE --rack NAME, the file the "
+                     "workers have");
+  }
+  const auto racks = static_cast<std::uint32_t>(topology->racks().size());
+  const auto rack_name = [&](std::uint32_t r) {
+    return r < racks ? absl::StrCat("'", topology->racks()[r].name, "'")
+                     : absl::StrCat("number ", r);
+  };
+  if (hello.racks() != racks || hello.rack() >= racks) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " says the job spans ", hello.racks(),
+                                  " racks (it is in rack ", hello.rack(), "); phubd's topology ",
+                                  topology->origin(), " has ", racks),
+                     "give the workers and every rack's phubd the same topology file");
+  }
+  const auto hosts = static_cast<std::uint32_t>(topology->racks()[hello.rack()].hosts.size());
+  if (hello.rack_workers() == 0) {  // a worker: of this PBox's rack
+    if (hello.rack() != options.rack) {
+      return MakeError(proto::Error::BAD_REQUEST,
+                       absl::StrCat("rank ", hello.rank(), " is in rack ", rack_name(hello.rack()),
+                                    "; this phubd serves rack ", rack_name(options.rack),
+                                    " (--rack)"),
+                       "a worker joins its own rack's phubd: check its --hostname and the topology "
+                       "file");
+    }
+    if (hello.world_size() != hosts) {
+      return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                       absl::StrCat("rank ", hello.rank(), " says its rack has ",
+                                    hello.world_size(), " workers; rack ",
+                                    rack_name(hello.rack()), " lists ", hosts, " hosts in ",
+                                    topology->origin()),
+                       "give the workers and every rack's phubd the same topology file");
+    }
+    return std::nullopt;
+  }
+  // A PBox passing its rack's sums on: rank = its rack, one per rack, its rack's workers each.
+  if (hello.rank() != hello.rack() || hello.world_size() != racks ||
+      hello.rack_workers() != hosts) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("a PBox of rack ", rack_name(hello.rack()), " joins as rank ",
+                                  hello.rank(), " of ", hello.world_size(), " with ",
+                                  hello.rack_workers(), " workers; topology ", topology->origin(),
+                                  " says rank ", hello.rack(), " of ", racks, " with ", hosts),
+                     "give every rack's phubd the same topology file");
+  }
+  return std::nullopt;
+}
+
+std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
+                                       const std::string& expected_token,
+                                       const proto::Hello* first,
+                                       const std::vector<bool>& rank_taken) {
+  if (hello.protocol_version() != kProtocolVersion) {
+    return MakeError(proto::Error::VERSION_MISMATCH,
+                     absl::StrCat("worker speaks protocol version ", hello.protocol_version(),
+                                  ", phubd speaks ", kProtocolVersion),
+                     "run phubd and phub-worker from the same PHub release");
+  }
+  if (!TokensEqual(hello.job_token(), expected_token)) {
+    return MakeError(proto::Error::BAD_TOKEN, "the job token does not match phubd's",
+                     "give the worker the same --token-file as phubd");
+  }
+  // rank_taken has the job's world size (its first Hello's, bounded by the control plane).
+  if (hello.world_size() != rank_taken.size()) {
+    return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                     absl::StrCat("worker says world size ", hello.world_size(),
+                                  ", the job has ", rank_taken.size()),
+                     "start every worker of the job with the same world size");
+  }
+  if (hello.rank() >= rank_taken.size()) {
+    return MakeError(proto::Error::BAD_RANK,
+                     absl::StrCat("rank ", hello.rank(), " is out of range for world size ",
+                                  rank_taken.size()),
+                     absl::StrCat("use ranks 0..", rank_taken.size() - 1));
+  }
+  if (rank_taken[hello.rank()]) {
+    return MakeError(proto::Error::DUPLICATE_RANK,
+                     absl::StrCat("rank ", hello.rank(), " has already joined this job"),
+                     "give every worker a distinct --rank");
+  }
+  if (hello.tensors_size() == 0) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH, "the worker's tensor table is empty",
+                     "register the model's parameters before connecting");
+  }
+  bool any_elements = false;
+  for (const auto& t : hello.tensors()) any_elements = any_elements || t.elements() > 0;
+  if (!any_elements) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                     "every tensor of the worker's table has 0 elements: nothing to train",
+                     "register the model's parameters, with their sizes, before connecting");
+  }
+  StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options);
+  if (!optimizer.ok()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the optimizer rank ", hello.rank(),
+                                  " asks for is invalid: ", optimizer.status().message()),
+                     "fix the optimizer the workers give PHub (or give none: phubd's "
+                     "--optimizer flags apply)");
+  }
+  StatusOr<kernels::WireFormat> wire = JobWireFormat(hello);
+  if (!wire.ok()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), ": ", wire.status().message()),
+                     "give every worker --wire fp32, bf16 or fp16");
+  }
+  if (std::optional<proto::Error> error = CheckRacks(hello, options)) return error;
+  if (first == nullptr) return std::nullopt;
+  // (The homes' part has a PBox of each rack as members: their racks differ, CheckRacks checked
+  // each. The workers of one rack's part are all of that rack.)
+  const bool pbox = hello.rack_workers() > 0;
+  if (hello.racks() != first->racks() || pbox != (first->rack_workers() > 0) ||
+      (!pbox && hello.rack() != first->rack())) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " says the job spans ", hello.racks(),
+                                  " racks (rack ", hello.rack(), "), rank ", first->rank(), " ",
+                                  first->racks(), " (rack ", first->rack(), ")"),
+                     "give every worker of the job the same --topology (or none)");
+  }
+  if (*wire != *JobWireFormat(*first) || hello.wire_weights() != first->wire_weights()) {
+    const auto describe = [](const proto::Hello& h) {
+      return absl::StrCat(kernels::WireFormatName(*JobWireFormat(h)),
+                          h.wire_weights() ? " (weights too)" : " (weights fp32)");
+    };
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " sends ", describe(hello), ", rank ",
+                                  first->rank(), " ", describe(*first)),
+                     "give every worker the same --wire and --wire-weights");
+  }
+  // The first Hello was checked when it came: its optimizer is valid.
+  const std::string mine_optimizer = kernels::Describe(*optimizer);
+  const std::string theirs_optimizer = kernels::Describe(*JobOptimizer(*first, options));
+  if (mine_optimizer != theirs_optimizer) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " asks for optimizer ", mine_optimizer,
+                                  ", rank ", first->rank(), " for ", theirs_optimizer),
+                     "give every worker the same optimizer");
+  }
+  const auto& mine = hello.tensors();
+  const auto& theirs = first->tensors();
+  if (mine.size() != theirs.size()) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                     absl::StrCat("rank ", hello.rank(), " has ", mine.size(),
+                                  " tensors, rank ", first->rank(), " has ", theirs.size()),
+                     "run the same model on every worker");
+  }
+  for (int i = 0; i < mine.size(); ++i) {
+    if (mine[i].name() != theirs[i].name() || mine[i].elements() != theirs[i].elements()) {
+      return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                       absl::StrCat("tensor ", i, ": rank ", hello.rank(), " has ",
+                                    Describe(mine[i]), ", rank ", first->rank(), " has ",
+                                    Describe(theirs[i])),
+                       "run the same model, with parameters in the same order, on every worker");
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
+                                              const ServerOptions& options,
+                                              const JobSnapshot& snapshot,
+                                              const std::string& path) {
+  const auto& mine = hello.tensors();
+  const char* fix = "start the workers with the model the checkpoint was written for, or start "
+                    "phubd without --resume";
+  if (hello.world_size() != snapshot.world_size) {
+    return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                     absl::StrCat("phubd resumes checkpoint ", path, ", of a job of ",
+                                  snapshot.world_size, " workers; rank ", hello.rank(),
+                                  " says world size ", hello.world_size()),
+                     "start the job with the checkpoint's world size, or phubd without --resume");
+  }
+  if (StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options);
+      optimizer.ok() && kernels::Describe(*optimizer) != kernels::Describe(snapshot.optimizer)) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("phubd resumes checkpoint ", path, ", of a job that ran ",
+                                  kernels::Describe(snapshot.optimizer), "; rank ", hello.rank(),
+                                  "'s job runs ", kernels::Describe(*optimizer)),
+                     "run the job with the checkpoint's optimizer (the workers' or phubd's "
+                     "--optimizer flags), or start phubd without --resume");
+  }
+  if (static_cast<std::size_t>(mine.size()) != snapshot.tensors.size()) {
+    return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                     absl::StrCat("phubd resumes checkpoint ", path, ", of a model of ",
+                                  snapshot.tensors.size(), " tensors; rank ", hello.rank(),
+                                  " has ", mine.size()),
+                     fix);
+  }
+  for (int i = 0; i < mine.size(); ++i) {
+    const keys::TensorSpec& theirs = snapshot.tensors[i];
+    if (mine[i].name() != theirs.name || mine[i].elements() != theirs.elements) {
+      return MakeError(proto::Error::TENSOR_TABLE_MISMATCH,
+                       absl::StrCat("tensor ", i, ": rank ", hello.rank(), " has ",
+                                    Describe(mine[i]), ", the checkpoint phubd resumes (",
+                                    path, ") has '", theirs.name, "' (", theirs.elements,
+                                    " floats)"),
+                       fix);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace phub::server

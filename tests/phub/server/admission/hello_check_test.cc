@@ -1,0 +1,311 @@
+#include "phub/server/admission/hello_check.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phub/common/version.h"
+
+namespace phub::server {
+namespace {
+
+// A refusal's message and fix together; every check looks for the values it must name here.
+std::string Text(const proto::Error& error) { return error.message() + " | " + error.fix(); }
+
+::testing::AssertionResult Names(const proto::Error& error, const std::string& part) {
+  if (Text(error).find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << Text(error) << "\" lacks \"" << part << "\"";
+}
+
+ServerOptions Options(std::uint32_t world_size = 4, std::string token = "tok-123") {
+  ServerOptions options;
+  options.world_size = world_size;
+  options.job_token = std::move(token);
+  return options;
+}
+
+proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world_size = 4,
+                       std::string token = "tok-123") {
+  proto::Hello hello;
+  hello.set_protocol_version(kProtocolVersion);
+  hello.set_job_token(std::move(token));
+  hello.set_rank(rank);
+  hello.set_world_size(world_size);
+  auto add = [&](const std::string& name, std::uint64_t elements) {
+    proto::TensorSpec* t = hello.add_tensors();
+    t->set_name(name);
+    t->set_elements(elements);
+  };
+  add("conv1.weight", 9408);
+  add("fc.weight", 2048000);
+  add("fc.bias", 1000);
+  return hello;
+}
+
+const std::vector<bool> kNoneTaken(4, false);
+
+// phubd's single token (--token-file) is the one expected: the control plane picks it (or the
+// job's from --job-tokens) before the job checks the rest.
+std::optional<proto::Error> Check(const proto::Hello& hello, const ServerOptions& options,
+                                  const proto::Hello* first, const std::vector<bool>& taken) {
+  return CheckHello(hello, options, options.job_token, first, taken);
+}
+
+TEST(HelloCheckTest, AcceptsTheFirstValidHello) {
+  std::optional<proto::Error> error = Check(MakeHello(0), Options(), nullptr, kNoneTaken);
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, AcceptsAHelloIdenticalToTheFirstButForRank) {
+  const proto::Hello first = MakeHello(0);
+  std::optional<proto::Error> error =
+      Check(MakeHello(3), Options(), &first, {true, false, false, false});
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, AcceptsAnEmptyTokenWhenPhubdHasNone) {
+  std::optional<proto::Error> error =
+      Check(MakeHello(1, 4, ""), Options(4, ""), nullptr, kNoneTaken);
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, RefusesOtherProtocolVersionNamingBoth) {
+  proto::Hello hello = MakeHello(0);
+  hello.set_protocol_version(kProtocolVersion + 6);
+  std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::VERSION_MISMATCH);
+  EXPECT_TRUE(Names(*error, "version " + std::to_string(kProtocolVersion + 6)));
+  EXPECT_TRUE(Names(*error, "phubd speaks " + std::to_string(kProtocolVersion)));
+}
+
+TEST(HelloCheckTest, RefusesAWrongTokenWithoutRevealingEither) {
+  // The token is a secret: the refusal says it differs and how to fix it, but must not echo
+  // phubd's token to whoever connected (nor the worker's, which would end up in logs).
+  std::optional<proto::Error> error =
+      Check(MakeHello(0, 4, "guess-456"), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
+  EXPECT_TRUE(Names(*error, "token"));
+  EXPECT_TRUE(Names(*error, "--token-file"));
+  EXPECT_FALSE(Names(*error, "tok-123"));
+  EXPECT_FALSE(Names(*error, "guess-456"));
+}
+
+TEST(HelloCheckTest, RefusesAMissingTokenWhenPhubdHasOne) {
+  std::optional<proto::Error> error =
+      Check(MakeHello(0, 4, ""), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
+}
+
+TEST(HelloCheckTest, RefusesOtherWorldSizeNamingBoth) {
+  std::optional<proto::Error> error = Check(MakeHello(0, 8), Options(4), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::WORLD_SIZE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "world size 8"));
+  EXPECT_TRUE(Names(*error, "the job has 4"));
+}
+
+TEST(HelloCheckTest, RefusesRankEqualToWorldSizeNamingRankAndRange) {
+  std::optional<proto::Error> error = Check(MakeHello(4), Options(4), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_RANK);
+  EXPECT_TRUE(Names(*error, "rank 4"));
+  EXPECT_TRUE(Names(*error, "world size 4"));
+  EXPECT_TRUE(Names(*error, "0..3"));
+}
+
+TEST(HelloCheckTest, RefusesAFarOutOfRangeRank) {
+  std::optional<proto::Error> error =
+      Check(MakeHello(4000000000u), Options(4), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_RANK);
+  EXPECT_TRUE(Names(*error, "rank 4000000000"));
+}
+
+TEST(HelloCheckTest, AcceptsTheLastRank) {
+  std::optional<proto::Error> error = Check(MakeHello(3), Options(4), nullptr, kNoneTaken);
+  EXPECT_FALSE(error.has_value()) << Text(*error);
+}
+
+TEST(HelloCheckTest, RefusesADuplicateRankNamingIt) {
+  const proto::Hello first = MakeHello(2);
+  std::optional<proto::Error> error =
+      Check(MakeHello(2), Options(), &first, {false, false, true, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::DUPLICATE_RANK);
+  EXPECT_TRUE(Names(*error, "rank 2"));
+  EXPECT_TRUE(Names(*error, "--rank"));
+}
+
+TEST(HelloCheckTest, RefusesAnEmptyTensorTable) {
+  proto::Hello hello = MakeHello(0);
+  hello.clear_tensors();
+  std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "empty"));
+}
+
+TEST(HelloCheckTest, RefusesATableOfOtherLengthNamingBothCountsAndRanks) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.add_tensors()->set_name("extra");
+  hello.mutable_tensors(3)->set_elements(5);
+  std::optional<proto::Error> error =
+      Check(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "rank 1 has 4 tensors"));
+  EXPECT_TRUE(Names(*error, "rank 0 has 3"));
+}
+
+TEST(HelloCheckTest, RefusesATensorOfOtherNameNamingBoth) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.mutable_tensors(1)->set_name("classifier.weight");
+  std::optional<proto::Error> error =
+      Check(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "tensor 1"));
+  EXPECT_TRUE(Names(*error, "'classifier.weight'"));
+  EXPECT_TRUE(Names(*error, "'fc.weight'"));
+}
+
+TEST(HelloCheckTest, RefusesATensorOfOtherSizeNamingBoth) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.mutable_tensors(2)->set_elements(1001);
+  std::optional<proto::Error> error =
+      Check(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "tensor 2"));
+  EXPECT_TRUE(Names(*error, "1001 elements"));
+  EXPECT_TRUE(Names(*error, "1000 elements"));
+}
+
+TEST(HelloCheckTest, RefusesTheSameTensorsInAnotherOrder) {
+  const proto::Hello first = MakeHello(0);
+  proto::Hello hello = MakeHello(1);
+  hello.mutable_tensors()->SwapElements(0, 2);
+  std::optional<proto::Error> error =
+      Check(hello, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::TENSOR_TABLE_MISMATCH);
+  EXPECT_TRUE(Names(*error, "tensor 0"));
+}
+
+// ---- The job's optimizer: the Hello's, or phubd's flags ----
+
+proto::Hello WithOptimizer(proto::Hello hello, const std::string& kind, float lr = 0.1f,
+                           float weight_decay = 0.0f) {
+  proto::OptimizerSpec& spec = *hello.mutable_optimizer();
+  spec.set_kind(kind);
+  spec.set_lr(lr);
+  spec.set_momentum(0.9f);
+  spec.set_weight_decay(weight_decay);
+  spec.set_beta1(0.9f);
+  spec.set_beta2(0.999f);
+  spec.set_eps(1e-8f);
+  return hello;
+}
+
+TEST(HelloCheckTest, JobOptimizerIsTheHellosOrElsePhubdsFlags) {
+  ServerOptions options = Options();
+  options.optimizer = {.kind = kernels::OptimizerKind::kAdam, .lr = 0.003f};
+  auto flags = JobOptimizer(MakeHello(0), options);
+  ASSERT_TRUE(flags.ok());
+  EXPECT_EQ(kernels::Describe(*flags), kernels::Describe(options.optimizer));
+  auto asked = JobOptimizer(WithOptimizer(MakeHello(0), "momentum", 0.25f, 1e-4f), options);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->kind, kernels::OptimizerKind::kMomentum);
+  EXPECT_EQ(asked->lr, 0.25f);
+  EXPECT_EQ(asked->weight_decay, 1e-4f);
+  auto average = JobOptimizer(WithOptimizer(MakeHello(0), "average"), options);
+  ASSERT_TRUE(average.ok());
+  EXPECT_EQ(average->kind, kernels::OptimizerKind::kAverage);
+}
+
+TEST(HelloCheckTest, RefusesAnInvalidOptimizerNamingTheField) {
+  for (const auto& [hello, part] :
+       std::vector<std::pair<proto::Hello, std::string>>{
+           {WithOptimizer(MakeHello(0), "adamw"), "unknown optimizer 'adamw'"},
+           {WithOptimizer(MakeHello(0), "sgd", -1.0f), "lr=-1"},
+           {WithOptimizer(MakeHello(0), "average", 0.1f, 0.5f), "weight_decay=0.5"},
+           {WithOptimizer(MakeHello(0), std::string(5000, 'x')), "unknown optimizer"}}) {
+    std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
+    ASSERT_TRUE(error.has_value()) << part;
+    EXPECT_EQ(error->code(), proto::Error::BAD_REQUEST);
+    EXPECT_TRUE(Names(*error, part));
+    EXPECT_LE(error->message().size(), kMaxErrorTextBytes);  // a peer's string, bounded
+  }
+}
+
+TEST(HelloCheckTest, RefusesAnOptimizerOtherThanTheFirstWorkers) {
+  const proto::Hello first = WithOptimizer(MakeHello(0), "average");
+  std::optional<proto::Error> error = Check(WithOptimizer(MakeHello(1), "sgd"), Options(),
+                                                 &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "rank 1 asks for optimizer sgd(lr=0.1"));
+  EXPECT_TRUE(Names(*error, "rank 0 for average"));
+  EXPECT_TRUE(Names(*error, "same optimizer"));
+  // Asking for exactly phubd's flags is the same job as asking for nothing.
+  ServerOptions options = Options();
+  options.optimizer = {.kind = kernels::OptimizerKind::kSgd, .lr = 0.1f};
+  const proto::Hello plain = MakeHello(0);
+  EXPECT_FALSE(Check(WithOptimizer(MakeHello(1), "sgd"), options, &plain,
+                          {true, false, false, false})
+                   .has_value());
+}
+
+// The compact wire (--wire): a name phubd does not know is refused listing the known ones (a
+// long one is not quoted back); every rank must choose the same format and weights.
+TEST(HelloCheckTest, RefusesAnUnknownWireFormatListingTheKnownOnes) {
+  proto::Hello hello = MakeHello(0);
+  hello.set_wire("int4");
+  std::optional<proto::Error> error = Check(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), proto::Error::BAD_REQUEST);
+  EXPECT_TRUE(Names(*error, "'int4'"));
+  EXPECT_TRUE(Names(*error, "fp32, bf16 or fp16"));
+  hello.set_wire(std::string(100000, 'x'));
+  error = Check(hello, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_LT(error->message().size(), 1000u);
+  EXPECT_TRUE(Names(*error, "100000 bytes"));
+}
+
+TEST(HelloCheckTest, RefusesAWireFormatOrWeightsOtherThanTheFirstRanksNamingBoth) {
+  proto::Hello first = MakeHello(0);
+  first.set_wire("bf16");
+  first.set_wire_weights(true);
+  proto::Hello same = MakeHello(1);
+  same.set_wire("bf16");
+  same.set_wire_weights(true);
+  EXPECT_FALSE(Check(same, Options(), &first, {true, false, false, false}).has_value());
+  proto::Hello other = MakeHello(1);
+  other.set_wire("fp16");
+  other.set_wire_weights(true);
+  std::optional<proto::Error> error =
+      Check(other, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "fp16 (weights too)"));
+  EXPECT_TRUE(Names(*error, "bf16 (weights too)"));
+  other.set_wire("bf16");
+  other.set_wire_weights(false);
+  error = Check(other, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "bf16 (weights fp32)"));
+  // fp32 spelled out and left empty are the same job.
+  proto::Hello empty = MakeHello(0), spelled = MakeHello(1);
+  spelled.set_wire("fp32");
+  EXPECT_FALSE(Check(spelled, Options(), &empty, {true, false, false, false}).has_value());
+}
+
+}  // namespace
+}  // namespace phub::server
