@@ -67,8 +67,9 @@ MIB = 1 << 20
 TOPOLOGIES = ["loopback", "pbox", "cloud", "colocated", "multips"]
 DEFAULT_TOPOLOGIES = ["loopback", "pbox", "cloud", "colocated"]
 TOPOLOGY_SYSTEMS = {
-    # ps-multi needs K PS hosts: multips only.
-    "loopback": [s.key for s in systems.SYSTEMS if s.key != "ps-multi"],
+    # ps-multi needs K PS hosts (multips only), ps-racks a rack of racks (bench/racks): on
+    # loopback every host is 127.0.0.1 and there is no racks file to give them.
+    "loopback": [s.key for s in systems.SYSTEMS if s.key not in ("ps-multi", "ps-racks")],
     # On a rack the reference is the links' physical limit; raw-tcp (push all, then pull all)
     # would not be one: it does not overlap the two directions as the PS does.
     "pbox": ["ps", "ps-fifo", "ps-bf16"] + systems.RINGS,
