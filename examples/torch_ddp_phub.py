@@ -2,7 +2,7 @@
 """A torchvision model trained on Fashion-MNIST with PyTorch DDP, its gradients exchanged through
 phubd or through DDP's own backends: what a PyTorch user changes to use PHub (docs/torch.md).
 
-  phubd --world-size 2 &                              # any --optimizer: the job asks its own
+  phubd --max-world-size 2 &                           # any --optimizer: the job asks its own
   PHUB_ADDRESS=127.0.0.1:7070 torchrun --nproc_per_node 2 examples/torch_ddp_phub.py \\
       --backend phub --model resnet18 --epochs 1
 

@@ -84,7 +84,7 @@ def ps(build, transport, n, mib, iters, warmup, tmp):
     run_dir = tempfile.mkdtemp(dir=tmp, prefix=f"ps-{transport}-")  # one run's files only
     port_file = os.path.join(run_dir, "port")
     log_path = os.path.join(run_dir, "phubd.log")  # the name systems.phubd_cpu globs
-    phubd = start([os.path.join(build, "phub/server/phubd"), "--world-size", str(n),
+    phubd = start([os.path.join(build, "phub/server/phubd"), "--max-world-size", str(n),
                    "--cores", "2", "--no-pin", "--port", "0", "--port-file", port_file,
                    "--optimizer", "sgd", "--lr", "0.001", "--one-job", "--log-level", "info",
                    "--transport", transport], log_path)

@@ -104,7 +104,7 @@ class Job:
         port_file = os.path.join(self.raw, f"{self.tag}_port{life}")
         a = self.a
         argv = [self.bins["phubd"], "--port", str(self.port), "--port-file", port_file,
-                "--world-size", str(a.n), "--cores", str(a.ps_cores), "--optimizer", "momentum",
+                "--max-world-size", str(a.n), "--cores", str(a.ps_cores), "--optimizer", "momentum",
                 "--lr", "0.01", "--one-job", "--checkpoint-dir", self.ckpt_dir,
                 "--checkpoint-every", str(a.checkpoint_every),
                 "--rejoin-timeout-ms", str(a.rejoin_timeout_ms),

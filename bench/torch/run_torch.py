@@ -55,7 +55,7 @@ def run_one(a, net, backend, model, batch, n, run_dir, repeat):
         port_file = os.path.join(run_dir, f"{tag}_port")
         log_path = os.path.join(run_dir, f"{tag}_phubd.log")
         argv = [a.phubd, "--listen", net.ip(host), "--port", "0", "--port-file", port_file,
-                "--world-size", str(n), "--cores", str(a.ps_cores), "--one-job",
+                "--max-world-size", str(n), "--cores", str(a.ps_cores), "--one-job",
                 "--log-level", "warn"]
         proc = start(net.wrap(host, argv), log_path)
         procs.append((f"phubd on {host}", proc, log_path))

@@ -121,7 +121,7 @@ def run_one(a, net, system, model, batch, n, overlap, run_dir):
             port_file = os.path.join(run_dir, f"{tag}_port{i}")
             log_path = os.path.join(run_dir, f"{tag}_phubd{i}.log")
             argv = [a.phubd, "--listen", net.ip(host), "--port", "0", "--port-file", port_file,
-                    "--world-size", str(n), "--cores", str(cores), "--optimizer", "momentum",
+                    "--max-world-size", str(n), "--cores", str(cores), "--optimizer", "momentum",
                     "--lr", "0.01", "--one-job", "--socket-buffer-bytes", str(buf)] + window
             # K daemons share this machine: unpinned, or each would pin to the same cores.
             if system == "ps-multi":

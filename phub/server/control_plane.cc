@@ -70,8 +70,8 @@ ControlPlane::~ControlPlane() {
 
 Status ControlPlane::Start() {
   PHUB_ASSIGN_OR_RETURN(listener_, transport::SocketListener::Bind(
-                                       context_, options_.listen_address, options_.port,
-                                       options_.tcp));
+                                       context_, options_.cores.listen_address, options_.port,
+                                       options_.data_plane.tcp));
   listener_->Start([this](asio::ip::tcp::socket socket) { OnAccept(std::move(socket)); });
   ArmLiveness();
   return absl::OkStatus();
@@ -93,7 +93,7 @@ void ControlPlane::CheckpointBeforeStop() {
 }
 
 void ControlPlane::ArmLiveness() {
-  const int timeout_ms = options_.limits.liveness_timeout_ms;
+  const int timeout_ms = options_.jobs.deadlines.liveness_timeout_ms;
   if (timeout_ms <= 0 || stopping_) return;
   liveness_timer_.expires_after(std::chrono::milliseconds(std::max(1, timeout_ms / 4)));
   liveness_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
@@ -106,7 +106,7 @@ void ControlPlane::ArmLiveness() {
 }
 
 void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
-  const ServerLimits& limits = options_.limits;
+  const ControlLimits& limits = options_.control;
   if (sessions_.size() >= limits.max_connections) {
     // Closed at once (the socket goes out of scope): a flood of idle connections costs one
     // descriptor for a moment each, and a log line per interval, not one each.
@@ -128,7 +128,7 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
   session->peer = ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
   session->decoder = std::make_shared<transport::ControlFrameDecoder>(
       transport::ControlFrameLimits{.max_frame_bytes = limits.max_control_frame_bytes,
-                                         .max_tensors = limits.max_tensors});
+                                         .max_tensors = options_.admission.limits.max_tensors});
   sessions_[session->id] = session;
   session->deadline.expires_after(std::chrono::milliseconds(limits.hello_timeout_ms));
   session->deadline.async_wait([this, weak = std::weak_ptr<Session>(session),
@@ -137,7 +137,7 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
     auto s = weak.lock();
     if (!s || s->state != SessionState::kAwaitingHello) return;
     Refuse(s, MakeError(proto::Error::TIMEOUT,
-                        absl::StrCat("no Hello within ", options_.limits.hello_timeout_ms,
+                        absl::StrCat("no Hello within ", options_.control.hello_timeout_ms,
                                      " ms of connecting"),
                         "send the Hello right after connecting (PsClient does); on a slow "
                         "network raise phubd's --hello-timeout-ms"));
@@ -213,56 +213,51 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   }
   // The token first, before anything about the job is said or held: a peer without it learns
   // nothing of the job (not even whether it exists) and can change nothing of it.
-  StatusOr<std::string> token = ExpectedToken(options_, *name);
+  const SharingOptions& sharing = options_.admission.sharing;
+  StatusOr<std::string> token = ExpectedToken(sharing, *name);
   if (!token.ok() || !TokensEqual(*token, hello.job_token())) {
     return refuse(MakeError(
         proto::Error::BAD_TOKEN,
         absl::StrCat("the token for job '", *name, "' does not match phubd's",
-                     options_.job_tokens_dir.empty() ? "" : " (--job-tokens)"),
-        options_.job_tokens_dir.empty()
+                     sharing.job_tokens_dir.empty() ? "" : " (--job-tokens)"),
+        sharing.job_tokens_dir.empty()
             ? "give the worker the same --token-file as phubd"
             : "give the worker the token file the operator issued for this job name"));
   }
   proto::Error refusal;
-  // Racks of racks: the homes' part of a job (PBoxes relaying their racks' sums) is a job
-  // apart from the job of the same name formed by this rack's workers ('@' is in no job name).
-  const std::string key = hello.rack_workers() > 0 ? *name + "@racks" : *name;
-  std::shared_ptr<Job> job = FindOrAdmit(key, hello, refusal);
+  const JobRole role = JobRole::Of(hello);
+  std::shared_ptr<Job> job = FindOrAdmit(role.JobKey(*name), role, hello, refusal);
   if (!job) return refuse(refusal);
   job->OnHello(session, hello);
 }
 
-std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, const proto::Hello& hello,
-                                               proto::Error& refusal) {
+std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole role,
+                                               const proto::Hello& hello, proto::Error& refusal) {
   if (auto it = jobs_.find(name); it != jobs_.end() && !it->second->ended()) return it->second;
   jobs_.erase(name);
   // A new job: its first Hello sets its world size and what it is charged. Both are the
   // peer's word: bounded here, before anything is allocated.
   const std::uint32_t world = hello.world_size();
-  const std::uint32_t max_world =
-      options_.world_size > 0 ? options_.world_size : options_.limits.max_connections;
-  if (world == 0 || world > max_world) {
-    refusal = MakeError(
-        proto::Error::WORLD_SIZE_MISMATCH,
-        absl::StrCat("worker says world size ", world, "; phubd takes jobs of 1 to ", max_world,
-                     " workers (", options_.world_size > 0 ? "--world-size " : "--max-connections ",
-                     max_world, ")"),
-        "start the job's workers with a world size phubd accepts, or raise the flag");
-    return nullptr;
-  }
-  if (std::optional<proto::Error> error = CheckJobLimits(hello, options_)) {
+  if (std::optional<proto::Error> error =
+          CheckWorldSize(hello, options_.admission.limits, options_.control.max_connections)) {
     refusal = *error;
     return nullptr;
   }
-  if (jobs_.size() >= options_.limits.max_jobs) {
+  if (std::optional<proto::Error> error = CheckJobLimits(hello, options_.admission)) {
+    refusal = *error;
+    return nullptr;
+  }
+  const SharingOptions& sharing = options_.admission.sharing;
+  if (jobs_.size() >= sharing.max_jobs) {
     refusal = MakeError(proto::Error::LIMIT_EXCEEDED,
                         absl::StrCat("phubd already serves ", jobs_.size(),
-                                     " jobs, its limit (--max-jobs ", options_.limits.max_jobs, ")"),
+                                     " jobs, its limit (--max-jobs ", sharing.max_jobs, ")"),
                         "wait until a job ends, or raise phubd's --max-jobs");
     return nullptr;
   }
-  const std::optional<std::uint64_t> charge = JobChargeBytes(hello, options_.chunk_bytes);
-  const std::uint64_t budget = options_.limits.memory_budget_bytes;
+  const std::optional<std::uint64_t> charge =
+      JobChargeBytes(hello, options_.admission.chunk_bytes);
+  const std::uint64_t budget = sharing.memory_budget_bytes;
   if (!charge || *charge > budget - std::min(budget, charged_bytes_)) {
     ++jobs_refused_for_memory_;
     refusal = MakeError(
@@ -277,19 +272,21 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, const pr
     return nullptr;
   }
   double weight = 1;
-  if (auto it = options_.job_weights.find(name); it != options_.job_weights.end()) {
+  if (auto it = sharing.job_weights.find(name); it != sharing.job_weights.end()) {
     weight = it->second;
   }
   auto job = std::make_shared<Job>(
       Job::Host{.io = context_,
-                .options = options_,
+                .options = options_.jobs,
+                .admission = options_.admission,
+                .data_plane = options_.data_plane,
                 .cores = cores_,
                 .sessions = *this,
                 .counters = counters_,
                 .resume = resume_,
                 .stopping = stopping_,
                 .on_end = [this](Job& ended) { JobEnded(ended); }},
-      name, ++jobs_created_, world, *charge, weight);
+      name, role, ++jobs_created_, world, *charge, weight);
   charged_bytes_ += *charge;
   jobs_[name] = job;
   spdlog::info("job '{}' is forming: {} workers, {} bytes charged ({} of {} held)", name, world,
@@ -313,7 +310,7 @@ void ControlPlane::JobEnded(Job& job) {
 }
 
 Status ControlPlane::LoadResume() {
-  const CheckpointOptions& options = options_.checkpoint;
+  const CheckpointOptions& options = options_.jobs.checkpoint;
   if (options.resume_dir.empty()) return absl::OkStatus();
   StatusOr<LoadedCheckpoint> newest = LoadNewestCheckpoint(options.resume_dir);
   if (absl::IsNotFound(newest.status())) {
@@ -330,14 +327,16 @@ Status ControlPlane::LoadResume() {
                                                    what, ": start phubd with ", flag,
                                                    ", or without --resume"));
   };
-  if (options_.world_size > 0 && s.world_size > options_.world_size) {
+  const std::uint32_t max_world = options_.admission.limits.max_world_size;
+  if (max_world > 0 && s.world_size > max_world) {
     return mismatch(absl::StrCat("is of a job of ", s.world_size, " workers, phubd takes at most ",
-                                 options_.world_size),
-                    absl::StrCat("--world-size ", s.world_size));
+                                 max_world),
+                    absl::StrCat("--max-world-size ", s.world_size));
   }
-  if (s.chunk_bytes != options_.chunk_bytes) {
+  const std::uint64_t chunk_bytes = options_.admission.chunk_bytes;
+  if (s.chunk_bytes != chunk_bytes) {
     return mismatch(absl::StrCat("cut the model in chunks of ", s.chunk_bytes, " bytes, phubd ",
-                                 options_.chunk_bytes),
+                                 chunk_bytes),
                     absl::StrCat("--chunk-bytes ", s.chunk_bytes));
   }
   // The job's optimizer (the workers' or phubd's flags) is checked against the checkpoint's

@@ -65,10 +65,10 @@ class ControlPlane : public SessionEnder {
   void OnAccept(boost::asio::ip::tcp::socket socket);
   void OnMessage(const SessionPtr& session, proto::ControlMessage message);
   void OnHello(const SessionPtr& session, const proto::Hello& hello);
-  // The job `name` (its token checked by the caller), created if phubd admits it; null with
-  // `refusal` set if not.
-  std::shared_ptr<Job> FindOrAdmit(const std::string& name, const proto::Hello& hello,
-                                   proto::Error& refusal);
+  // The job `name` (its token checked by the caller), created for `role` if phubd admits it;
+  // null with `refusal` set if not.
+  std::shared_ptr<Job> FindOrAdmit(const std::string& name, JobRole role,
+                                   const proto::Hello& hello, proto::Error& refusal);
   void JobEnded(Job& job);
   void ArmLiveness();
 

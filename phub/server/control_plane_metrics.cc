@@ -47,7 +47,7 @@ void ControlPlane::AddMetrics(metrics::Registry& registry) {
     return n;
   });
   gauge("phub_memory_budget_bytes", "phubd's memory budget for all jobs (--memory-budget-bytes).",
-        [this] { return static_cast<double>(options_.limits.memory_budget_bytes); });
+        [this] { return static_cast<double>(options_.admission.sharing.memory_budget_bytes); });
   gauge("phub_memory_charged_bytes", "The budget held by jobs forming or running.",
         [this] { return static_cast<double>(charged_bytes_); });
   counter("phub_jobs_formed_total", "Jobs formed: every worker joined, the job started.",

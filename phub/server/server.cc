@@ -37,7 +37,7 @@ void Server::LogPlan(const NicPlan& plan) const {
     const placement::CoreSite& site = plan.placement.cores[i];
     const placement::Nic& nic = plan.nics[site.nic];
     spdlog::info("core {}: {} (CPU {}, NUMA node {}), NIC {}: {}{}{} queue {}", i,
-                 options_.pin ? absl::StrCat("physical core ", site.physical_core)
+                 options_.cores.pin ? absl::StrCat("physical core ", site.physical_core)
                               : std::string("not pinned, placed as physical core ") +
                                     std::to_string(site.physical_core),
                  site.cpu, site.numa_node, site.nic,
@@ -59,59 +59,62 @@ Server::~Server() {
 }
 
 Status Server::Start() {
-  PHUB_RETURN_IF_ERROR(kernels::Validate(options_.optimizer));
-  if (options_.limits.memory_budget_bytes == 0) {
-    options_.limits.memory_budget_bytes = DefaultMemoryBudgetBytes();
+  AdmissionOptions& admission = options_.admission;
+  PHUB_RETURN_IF_ERROR(kernels::Validate(admission.optimizer));
+  if (admission.sharing.memory_budget_bytes == 0) {
+    admission.sharing.memory_budget_bytes = DefaultMemoryBudgetBytes();
   }
-  if (options_.limits.max_model_bytes == 0) {
-    options_.limits.max_model_bytes = DefaultMaxModelBytes(std::max(options_.world_size, 1u));
+  if (admission.limits.max_model_bytes == 0) {
+    admission.limits.max_model_bytes =
+        DefaultMaxModelBytes(std::max(admission.limits.max_world_size, 1u));
   }
-  if (!options_.job_weights.empty() && options_.nic_bytes_per_s <= 0) {
+  if (!admission.sharing.job_weights.empty() && options_.nics.bytes_per_s <= 0) {
     spdlog::warn("--job-weight without --nic-gbps: jobs are served in weighted order but not "
                  "paced, so where phubd's NIC is the bottleneck TCP shares it per connection "
                  "and the weights have little effect (docs/operations.md \"Sharing a PBox\")");
   }
-  for (const auto& [name, weight] : options_.job_weights) {
+  for (const auto& [name, weight] : admission.sharing.job_weights) {
     if (!(weight > 0) || weight > 1e6) {
       return absl::InvalidArgumentError(absl::StrCat("--job-weight ", name, "=", weight,
                                                      ": a weight is a number in (0, 1e6]"));
     }
   }
-  if (options_.cores == 0) return absl::InvalidArgumentError("--cores must be at least 1");
-  if (options_.chunk_bytes == 0 || options_.chunk_bytes % sizeof(float) != 0 ||
-      options_.chunk_bytes > transport::kMaxPayloadBytes) {
+  const CoreOptions& cores = options_.cores;
+  if (cores.count == 0) return absl::InvalidArgumentError("--cores must be at least 1");
+  if (admission.chunk_bytes == 0 || admission.chunk_bytes % sizeof(float) != 0 ||
+      admission.chunk_bytes > transport::kMaxPayloadBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--chunk-bytes ", options_.chunk_bytes, " must be a positive multiple of 4 up to ",
+        "--chunk-bytes ", admission.chunk_bytes, " must be a positive multiple of 4 up to ",
         transport::kMaxPayloadBytes, " (e.g. 1048576)"));
   }
-  PHUB_ASSIGN_OR_RETURN(NicPlan plan, PlanNics(options_));
+  const DataPlaneOptions& data_plane = options_.data_plane;
+  PHUB_ASSIGN_OR_RETURN(NicPlan plan, PlanNics(cores, options_.nics, data_plane));
   LogPlan(plan);
   std::vector<std::string> rdma_devices;
   for (const placement::Nic& nic : plan.nics) rdma_devices.push_back(nic.rdma_device);
   PHUB_ASSIGN_OR_RETURN(
       std::vector<std::shared_ptr<transport::Device>> device_of_nic,
-      transport::OpenDevicePerNic({options_.transport,
-                                   transport::ForScheduling(options_.tcp,
-                                                            options_.send_window_bytes),
-                                   options_.rdma},
+      transport::OpenDevicePerNic({data_plane.transport,
+                                   transport::ForScheduling(data_plane.tcp,
+                                                            data_plane.send_window_bytes),
+                                   data_plane.rdma},
                                   rdma_devices));
   for (std::size_t k = 0; k < device_of_nic.size(); ++k) {
     spdlog::info("data plane of NIC {}: {}", k, device_of_nic[k]->Describe());
   }
-  for (std::uint32_t i = 0; i < options_.cores; ++i) {
+  for (std::uint32_t i = 0; i < cores.count; ++i) {
     const placement::CoreSite& site = plan.placement.cores[i];
     CorePlace place{
         .address = plan.nics[site.nic].address,
-        .port = options_.data_port_base == 0
-                    ? std::uint16_t{0}
-                    : static_cast<std::uint16_t>(options_.data_port_base + i),
-        .pin_core = options_.pin ? site.physical_core : -1,
+        .port = cores.data_port_base == 0 ? std::uint16_t{0}
+                                          : static_cast<std::uint16_t>(cores.data_port_base + i),
+        .pin_core = cores.pin ? site.physical_core : -1,
         .nic = site.nic,
         .queue = plan.queue_of_core[i]};
     PHUB_ASSIGN_OR_RETURN(auto core,
-                          ServerCore::Create(i, place, *device_of_nic[site.nic], options_.limits,
-                                             AddCoreMetrics(metrics_, i),
-                                             options_.nic_bytes_per_s / options_.cores));
+                          ServerCore::Create(i, place, *device_of_nic[site.nic],
+                                             options_.core_limits(), AddCoreMetrics(metrics_, i),
+                                             options_.nics.bytes_per_s / cores.count));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {
@@ -127,9 +130,9 @@ Status Server::Start() {
         exporter_,
         metrics::HttpExporter::Start(
             context_, metrics_,
-            {.address = m.address.empty() ? options_.listen_address : m.address,
+            {.address = m.address.empty() ? cores.listen_address : m.address,
              .port = static_cast<std::uint16_t>(m.port)}));
-    spdlog::info("metrics at http://{}:{}/metrics", m.address.empty() ? options_.listen_address
+    spdlog::info("metrics at http://{}:{}/metrics", m.address.empty() ? cores.listen_address
                                                                          : m.address,
                  exporter_->port());
     PHUB_RETURN_IF_ERROR(WritePortFile(m.port_file, exporter_->port(), "--metrics-port-file"));
@@ -139,14 +142,15 @@ Status Server::Start() {
   for (auto& core : cores_) absl::StrAppend(&data_ports, data_ports.empty() ? "" : ",", core->port());
   spdlog::info("phubd listening on {}:{} (data ports {}), {} cores{}; jobs of {} workers, at "
                "most {} at once, memory budget {} bytes{}",
-               options_.listen_address, control_->port(), data_ports, options_.cores,
-               options_.pin ? ", pinned" : "",
-               options_.world_size > 0 ? absl::StrCat("up to ", options_.world_size)
-                                       : std::string("any number of"),
-               options_.limits.max_jobs, options_.limits.memory_budget_bytes,
-               options_.job_tokens_dir.empty()
+               cores.listen_address, control_->port(), data_ports, cores.count,
+               cores.pin ? ", pinned" : "",
+               admission.limits.max_world_size > 0
+                   ? absl::StrCat("up to ", admission.limits.max_world_size)
+                   : std::string("any number of"),
+               admission.sharing.max_jobs, admission.sharing.memory_budget_bytes,
+               admission.sharing.job_tokens_dir.empty()
                    ? std::string()
-                   : absl::StrCat(", per-job tokens in ", options_.job_tokens_dir));
+                   : absl::StrCat(", per-job tokens in ", admission.sharing.job_tokens_dir));
   return absl::OkStatus();
 }
 

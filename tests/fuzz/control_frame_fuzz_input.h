@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "phub/common/version.h"
-#include "phub/server/server_options.h"
+#include "phub/server/admission/admission_options.h"
 #include "phub/transport/control_frame.h"
 #include "proto/phub.pb.h"
 
@@ -27,10 +27,10 @@ inline transport::ControlFrameLimits FuzzFrameLimits() {
 
 // phubd's side: a job of 4 ranks with a token; rank 0 has joined. Small job limits (16
 // tensors, 1 MiB of model in chunks of 4 KiB) so that both sides of each are reached.
-inline server::ServerOptions FuzzServerOptions() {
-  server::ServerOptions options;
-  options.world_size = 4;
-  options.job_token = "fuzz-token";
+inline server::AdmissionOptions FuzzAdmissionOptions() {
+  server::AdmissionOptions options;
+  options.limits.max_world_size = 4;
+  options.sharing.job_token = "fuzz-token";
   options.chunk_bytes = 4096;
   options.limits.max_tensors = 16;
   options.limits.max_model_bytes = 1 << 20;

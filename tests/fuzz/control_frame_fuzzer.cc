@@ -36,8 +36,8 @@ using transport::ControlFrameDecoder;
   std::abort();
 }
 
-const server::ServerOptions& Options() {
-  static const auto* options = new server::ServerOptions(FuzzServerOptions());
+const server::AdmissionOptions& Options() {
+  static const auto* options = new server::AdmissionOptions(FuzzAdmissionOptions());
   return *options;
 }
 
@@ -46,14 +46,15 @@ const proto::Hello& First() {
   return *first;
 }
 
-void CheckLimitsAgainstReference(const proto::Hello& hello, const server::ServerOptions& options);
+void CheckLimitsAgainstReference(const proto::Hello& hello,
+                                 const server::AdmissionOptions& options);
 
 void CheckAdmission(const proto::Hello& hello) {
   const std::vector<bool>& rank_taken = kFuzzRanksTaken;
   const auto& options = Options();
   // The job's token is the control plane's to pick (job_tokens.h): here phubd's --token-file.
-  auto alone = server::CheckHello(hello, options, options.job_token, nullptr, rank_taken);
-  auto joined = server::CheckHello(hello, options, options.job_token, &First(), rank_taken);
+  auto alone = server::CheckHello(hello, options, options.sharing.job_token, nullptr, rank_taken);
+  auto joined = server::CheckHello(hello, options, options.sharing.job_token, &First(), rank_taken);
   // The job name a Hello carries becomes a file name under --job-tokens: whatever JobName
   // accepts must be a plain name.
   if (auto name = server::JobName(hello.job()); name.ok()) {
@@ -78,9 +79,11 @@ void CheckAdmission(const proto::Hello& hello) {
       Fail("CheckHello admitted a world size other than the job's");
     }
     if (hello.tensors_size() == 0) Fail("CheckHello admitted an empty tensor table");
-    if (hello.job_token() != options.job_token) Fail("CheckHello admitted a wrong token");
+    if (hello.job_token() != options.sharing.job_token) Fail("CheckHello admitted a wrong token");
     // StartJob reads the job's optimizer without checking again: it must be valid.
-    if (!server::JobOptimizer(hello, options).ok()) Fail("CheckHello admitted a bad optimizer");
+    if (!server::JobOptimizer(hello, options.optimizer).ok()) {
+      Fail("CheckHello admitted a bad optimizer");
+    }
   }
   if (!joined.has_value()) {
     bool same = hello.tensors_size() == First().tensors_size();
@@ -89,8 +92,8 @@ void CheckAdmission(const proto::Hello& hello) {
              hello.tensors(i).elements() == First().tensors(i).elements();
     }
     if (!same) Fail("CheckHello admitted a tensor table unlike the first worker's");
-    const auto mine = server::JobOptimizer(hello, options);
-    const auto theirs = server::JobOptimizer(First(), options);
+    const auto mine = server::JobOptimizer(hello, options.optimizer);
+    const auto theirs = server::JobOptimizer(First(), options.optimizer);
     if (!mine.ok() || !theirs.ok() ||
         kernels::Describe(*mine) != kernels::Describe(*theirs)) {
       Fail("CheckHello admitted an optimizer unlike the first worker's");
@@ -111,7 +114,8 @@ unsigned __int128 ReferenceModelBytes(const proto::Hello& hello, std::uint64_t c
   return total;
 }
 
-void CheckLimitsAgainstReference(const proto::Hello& hello, const server::ServerOptions& options) {
+void CheckLimitsAgainstReference(const proto::Hello& hello,
+                                 const server::AdmissionOptions& options) {
   const unsigned __int128 reference = ReferenceModelBytes(hello, options.chunk_bytes);
   const std::optional<std::uint64_t> bytes = server::JobModelBytes(hello, options.chunk_bytes);
   if (reference > UINT64_MAX) {

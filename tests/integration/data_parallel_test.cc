@@ -131,7 +131,7 @@ std::vector<Run> TrainTogether(const worker::data::ImageDataset& data, std::uint
 TEST(DataParallelTest, TwoWorkersThroughPhubdEqualOneWorkerWithTheirCombinedBatch) {
   const auto data = RandomImages(64);
   TempDir dir;
-  RunningPhubd phubd = StartPhubd(dir, {"--world-size", "2", "--cores", "2", "--one-job",
+  RunningPhubd phubd = StartPhubd(dir, {"--max-world-size", "2", "--cores", "2", "--one-job",
                                         "--optimizer", "momentum", "--lr", "0.05", "--momentum",
                                         "0.9"});
   exchange::ExchangeOptions comm;

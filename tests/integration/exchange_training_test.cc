@@ -189,7 +189,7 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
   }
   const std::uint64_t seed = 42 + c.workers;
   TempDir dir;
-  std::vector<std::string> args = {"--world-size", std::to_string(c.workers), "--cores",
+  std::vector<std::string> args = {"--max-world-size", std::to_string(c.workers), "--cores",
                                    std::to_string(c.cores), "--chunk-bytes",
                                    std::to_string(c.chunk_bytes), "--one-job",
                                    "--transport", c.transport};

@@ -42,7 +42,7 @@ RunningPhubd StartHostilePhubd(const TempDir& dir, const std::vector<std::string
                                PhubdRlimits limits) {
   // A member the attacks drop stalls the job at once, as they assert; waiting for it to rejoin
   // is recovery_test.cc's subject.
-  std::vector<std::string> args = {"--world-size", "2", "--optimizer", "sgd", "--lr", "0.5",
+  std::vector<std::string> args = {"--max-world-size", "2", "--optimizer", "sgd", "--lr", "0.5",
                                    "--rejoin-timeout-ms", "0"};
   if (std::find(extra.begin(), extra.end(), "--chunk-bytes") == extra.end()) {
     args.insert(args.end(), {"--chunk-bytes", "64"});

@@ -36,7 +36,7 @@ inline constexpr float kHostileLr = 0.5f;
 inline constexpr std::uint64_t kMaxRssBytes = 200u << 20;
 inline constexpr int kMaxOpenFds = 64;
 
-// phubd with --world-size 2 --optimizer sgd --lr 0.5 --chunk-bytes 64 (unless `extra` gives
+// phubd with --max-world-size 2 --optimizer sgd --lr 0.5 --chunk-bytes 64 (unless `extra` gives
 // its own --chunk-bytes), then `extra`. Unless
 // built with a sanitizer (whose shadow memory needs terabytes of address space), phubd runs
 // with a 4 GiB address-space limit, so a phubd that does allocate what a peer claims fails

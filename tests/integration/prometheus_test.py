@@ -73,7 +73,7 @@ def main() -> int:
     try:
         log = open(os.path.join(tmp, "phubd.log"), "w")
         phubd = subprocess.Popen(
-            [PHUBD, "--world-size", str(WORLD), "--cores", "2", "--no-pin", "--listen",
+            [PHUBD, "--max-world-size", str(WORLD), "--cores", "2", "--no-pin", "--listen",
              "127.0.0.1", "--port", "0", "--port-file", f"{tmp}/port", "--metrics-port", "0",
              "--metrics-port-file", f"{tmp}/metrics-port", "--chunk-bytes", str(CHUNK_BYTES)],
             stdout=log, stderr=subprocess.STDOUT)

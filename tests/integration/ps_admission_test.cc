@@ -78,7 +78,7 @@ void ExpectAJobRuns(const RunningPhubd& phubd, std::uint32_t world, const std::s
 TEST(PsAdmission, WrongTokenIsRefusedAndNamed) {
   TempDir dir;
   std::ofstream(dir.File("token")) << "s3cret\n";
-  auto phubd = StartPhubd(dir, {"--world-size", "1", "--token-file", dir.File("token")});
+  auto phubd = StartPhubd(dir, {"--max-world-size", "1", "--token-file", dir.File("token")});
   auto options = Options(phubd, 1);
   options.job_token = "wrong";
   auto workers = ConnectWorkers(options, {0}, kTensors);
@@ -91,18 +91,28 @@ TEST(PsAdmission, WrongTokenIsRefusedAndNamed) {
 
 TEST(PsAdmission, WrongWorldSizeIsRefusedWithBothSizes) {
   TempDir dir;
-  auto phubd = StartPhubd(dir, {"--world-size", "2"});
+  auto phubd = StartPhubd(dir, {"--max-world-size", "2"});
   auto workers = ConnectWorkers(Options(phubd, 3), {0}, kTensors);
   std::string message(workers[0].status.message());
   EXPECT_THAT(message, HasSubstr("world size 3"));
-  EXPECT_THAT(message, HasSubstr("--world-size 2"));
+  EXPECT_THAT(message, HasSubstr("--max-world-size 2"));
   EXPECT_TRUE(phubd.process.Running());
+  ExpectAJobRuns(phubd, 2);
+}
+
+// --world-size, --max-world-size's old name, still caps the jobs, with a warning naming the new.
+TEST(PsAdmission, DeprecatedWorldSizeFlagStillCapsJobs) {
+  TempDir dir;
+  auto phubd = StartPhubd(dir, {"--world-size", "2"});
+  EXPECT_THAT(ReadFile(phubd.log_path), HasSubstr("--world-size is deprecated"));
+  auto workers = ConnectWorkers(Options(phubd, 3), {0}, kTensors);
+  EXPECT_THAT(std::string(workers[0].status.message()), HasSubstr("--max-world-size 2"));
   ExpectAJobRuns(phubd, 2);
 }
 
 TEST(PsAdmission, WrongProtocolVersionIsRefused) {
   TempDir dir;
-  auto phubd = StartPhubd(dir, {"--world-size", "1"});
+  auto phubd = StartPhubd(dir, {"--max-world-size", "1"});
   proto::Hello hello = ValidHello(0, 1);
   hello.set_protocol_version(99);
   auto reply = RawHello(phubd, hello);
@@ -115,7 +125,7 @@ TEST(PsAdmission, WrongProtocolVersionIsRefused) {
 
 TEST(PsAdmission, RankOutOfRangeIsRefused) {
   TempDir dir;
-  auto phubd = StartPhubd(dir, {"--world-size", "2"});
+  auto phubd = StartPhubd(dir, {"--max-world-size", "2"});
   auto reply = RawHello(phubd, ValidHello(5, 2));
   ASSERT_TRUE(reply.has_error());
   EXPECT_EQ(reply.error().code(), proto::Error::BAD_RANK);
@@ -125,7 +135,7 @@ TEST(PsAdmission, RankOutOfRangeIsRefused) {
 
 TEST(PsAdmission, DuplicateRankAndMismatchedTensorTableAreRefused) {
   TempDir dir;
-  auto phubd = StartPhubd(dir, {"--world-size", "2"});
+  auto phubd = StartPhubd(dir, {"--max-world-size", "2"});
   // Rank 0 joins for real (it waits for the job to form).
   InProcessWorker first;
   std::thread rank0([&] { first = std::move(ConnectWorkers(Options(phubd, 2), {0}, kTensors)[0]); });
@@ -166,11 +176,12 @@ TEST(PhubdFlags, BadValuesExitNonZeroNamingTheFlag) {
     std::string mentions;
   };
   const std::vector<Case> cases = {
-      {{"--world-size", "2", "--chunk-bytes", "3"}, 1, "--chunk-bytes 3"},
-      {{"--world-size", "2", "--optimizer", "rmsprop"}, 105, "rmsprop"},
-      {{"--world-size", "2", "--optimizer", "sgd", "--lr", "-1"}, 1, "lr"},
+      {{"--max-world-size", "2", "--chunk-bytes", "3"}, 1, "--chunk-bytes 3"},
+      {{"--max-world-size", "2", "--optimizer", "rmsprop"}, 105, "rmsprop"},
+      {{"--max-world-size", "2", "--optimizer", "sgd", "--lr", "-1"}, 1, "lr"},
+      {{"--max-world-size", "0"}, 105, "--max-world-size"},
       {{"--world-size", "0"}, 105, "--world-size"},
-      {{"--world-size", "2", "--token-file", "/nonexistent/token"}, 2, "/nonexistent/token"},
+      {{"--max-world-size", "2", "--token-file", "/nonexistent/token"}, 2, "/nonexistent/token"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {PhubdPath(), "--port", "0", "--log-level", "warn"};
@@ -188,7 +199,7 @@ TEST(PhubdFlags, BadValuesExitNonZeroNamingTheFlag) {
 TEST(PsAdmission, InitialWeightsFileOfTheWrongSizeIsReportedToEveryWorker) {
   TempDir dir;
   std::ofstream(dir.File("init.f32"), std::ios::binary) << "12345678";  // 2 floats; model has 13
-  auto phubd = StartPhubd(dir, {"--world-size", "2", "--init-weights", dir.File("init.f32")});
+  auto phubd = StartPhubd(dir, {"--max-world-size", "2", "--init-weights", dir.File("init.f32")});
   auto workers = ConnectWorkers(Options(phubd, 2), {0, 1}, kTensors);
   for (auto& w : workers) {
     EXPECT_EQ(w.status.code(), absl::StatusCode::kInvalidArgument) << w.status;

@@ -35,7 +35,7 @@ bool PeerClosesAfter(std::uint16_t port, const std::vector<std::byte>& bytes) {
 TEST(PsFailure, MalformedOrForgedHeaderClosesOnlyThatConnection) {
   TempDir dir;
   const std::uint16_t data_port = phub::testing::FreeLoopbackPort();
-  auto phubd = StartPhubd(dir, {"--world-size", "2", "--data-port-base", std::to_string(data_port),
+  auto phubd = StartPhubd(dir, {"--max-world-size", "2", "--data-port-base", std::to_string(data_port),
                                 "--optimizer", "sgd", "--lr", "0.5"});
   client::PsClientOptions options;
   options.port = phubd.port;
@@ -85,7 +85,7 @@ TEST_P(DyingWorkerTest, StallsTheJobButNotTheDaemon) {
   }
   TempDir dir;
   // --rejoin-timeout-ms 0: the job stalls at once (waiting for a rejoin: recovery_test.cc).
-  auto phubd = StartPhubd(dir, {"--world-size", "3", "--cores", "2", "--chunk-bytes", "4096",
+  auto phubd = StartPhubd(dir, {"--max-world-size", "3", "--cores", "2", "--chunk-bytes", "4096",
                                 "--transport", GetParam(), "--rejoin-timeout-ms", "0"});
   const std::string sizes = "5000,300,20000";
   // Rank 2 is a real process that SIGKILLs itself half-way through iteration 2.

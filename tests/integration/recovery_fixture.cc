@@ -44,7 +44,7 @@ std::uint32_t Seed() {
 }
 
 std::vector<std::string> Flags(std::uint32_t world, std::vector<std::string> more) {
-  std::vector<std::string> args = {"--world-size", std::to_string(world)};
+  std::vector<std::string> args = {"--max-world-size", std::to_string(world)};
   args.insert(args.end(), kJobFlags.begin(), kJobFlags.end());
   args.insert(args.end(), more.begin(), more.end());
   return args;

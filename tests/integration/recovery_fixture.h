@@ -35,7 +35,7 @@ void Record(const char* key, double ms);
 // The kill schedules' seed: fixed, or PHUB_RECOVERY_SEED to rerun a logged one.
 std::uint32_t Seed();
 
-// phubd flags of every job here (--world-size `world`, 2 cores, 4 KiB chunks, momentum), then
+// phubd flags of every job here (--max-world-size `world`, 2 cores, 4 KiB chunks, momentum), then
 // `more`.
 std::vector<std::string> Flags(std::uint32_t world, std::vector<std::string> more = {});
 

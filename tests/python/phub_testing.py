@@ -29,7 +29,7 @@ def _read(path: str) -> str:
 
 
 class Phubd:
-    """phubd --world-size N on a free port; stopped (SIGTERM) on exit. `log` holds its output."""
+    """phubd --max-world-size N on a free port; stopped (SIGTERM) on exit; `log`: its output."""
 
     def __init__(self, world_size: int, *flags: str):
         self.dir = tempfile.TemporaryDirectory(prefix="phub-pytest-")
@@ -37,7 +37,7 @@ class Phubd:
         self.log_path = os.path.join(self.dir.name, "phubd.log")
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            [PHUBD, "--world-size", str(world_size), "--cores", "2", "--no-pin", "--port", "0",
+            [PHUBD, "--max-world-size", str(world_size), "--cores", "2", "--no-pin", "--port", "0",
              "--port-file", port_file, "--listen", "127.0.0.1", *flags],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30

@@ -218,7 +218,7 @@ class ErrorTest(unittest.TestCase):
                 phub.connect(SIZES, [np.zeros(e, np.float32) for _, e in SIZES],
                              address=phubd.address, rank=0, world_size=3)
             self.assertIn("world size", str(raised.exception))
-            self.assertIn("--world-size 2", str(raised.exception))
+            self.assertIn("--max-world-size 2", str(raised.exception))
 
     def test_different_optimizers_are_refused(self):
         # The second to say Hello is refused; the first then waits for a partner that never

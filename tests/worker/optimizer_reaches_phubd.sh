@@ -9,7 +9,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 run() {  # run NAME [phub-worker optimizer flags...]: the optimizer phubd ran
   local name=$1; shift
-  "$phubd" --world-size 1 --cores 1 --no-pin --listen 127.0.0.1 --port 0 \
+  "$phubd" --max-world-size 1 --cores 1 --no-pin --listen 127.0.0.1 --port 0 \
     --port-file "$dir/$name.port" --one-job --optimizer sgd --lr 0.01 >"$dir/$name.log" 2>&1 &
   local pid=$! deadline=$((SECONDS + 20))
   until [[ -s $dir/$name.port ]]; do

@@ -37,8 +37,8 @@ StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello) {
 }
 
 StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
-                                                const ServerOptions& options) {
-  if (!hello.has_optimizer()) return options.optimizer;
+                                                const kernels::OptimizerConfig& default_optimizer) {
+  if (!hello.has_optimizer()) return default_optimizer;
   const proto::OptimizerSpec& spec = hello.optimizer();
   StatusOr<kernels::OptimizerKind> kind = kernels::ParseOptimizerKind(Bounded(spec.kind(), 64));
   if (!kind.ok()) return kind.status();
@@ -53,7 +53,7 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
   return config;
 }
 
-std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOptions& options) {
+std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOptions& options) {
   if (hello.racks() <= 1) {
     if (hello.rack() == 0 && hello.rack_workers() == 0) return std::nullopt;
     return MakeError(proto::Error::BAD_REQUEST,
@@ -83,7 +83,7 @@ std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOp
                      "give the workers and every rack's phubd the same topology file");
   }
   const auto hosts = static_cast<std::uint32_t>(topology->racks()[hello.rack()].hosts.size());
-  if (hello.rack_workers() == 0) {  // a worker: of this PBox's rack
+  if (JobRole::Of(hello).relays_upstream()) {  // a worker: of this PBox's rack
     if (hello.rack() != options.rack) {
       return MakeError(proto::Error::BAD_REQUEST,
                        absl::StrCat("rank ", hello.rank(), " is in rack ", rack_name(hello.rack()),
@@ -115,7 +115,7 @@ std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOp
   return std::nullopt;
 }
 
-std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
+std::optional<proto::Error> CheckHello(const proto::Hello& hello, const AdmissionOptions& options,
                                        const std::string& expected_token,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken) {
@@ -158,7 +158,7 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                      "every tensor of the worker's table has 0 elements: nothing to train",
                      "register the model's parameters, with their sizes, before connecting");
   }
-  StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options);
+  StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options.optimizer);
   if (!optimizer.ok()) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("the optimizer rank ", hello.rank(),
@@ -172,13 +172,11 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
                      absl::StrCat("rank ", hello.rank(), ": ", wire.status().message()),
                      "give every worker --wire fp32, bf16 or fp16");
   }
-  if (std::optional<proto::Error> error = CheckRacks(hello, options)) return error;
+  if (std::optional<proto::Error> error = CheckRacks(hello, options.racks)) return error;
   if (first == nullptr) return std::nullopt;
   // (The homes' part has a PBox of each rack as members: their racks differ, CheckRacks checked
   // each. The workers of one rack's part are all of that rack.)
-  const bool pbox = hello.rack_workers() > 0;
-  if (hello.racks() != first->racks() || pbox != (first->rack_workers() > 0) ||
-      (!pbox && hello.rack() != first->rack())) {
+  if (!JobRole::Of(hello).SamePartAs(JobRole::Of(*first))) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("rank ", hello.rank(), " says the job spans ", hello.racks(),
                                   " racks (rack ", hello.rack(), "), rank ", first->rank(), " ",
@@ -197,7 +195,7 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
   }
   // The first Hello was checked when it came: its optimizer is valid.
   const std::string mine_optimizer = kernels::Describe(*optimizer);
-  const std::string theirs_optimizer = kernels::Describe(*JobOptimizer(*first, options));
+  const std::string theirs_optimizer = kernels::Describe(*JobOptimizer(*first, options.optimizer));
   if (mine_optimizer != theirs_optimizer) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("rank ", hello.rank(), " asks for optimizer ", mine_optimizer,
@@ -225,7 +223,7 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOp
 }
 
 std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
-                                              const ServerOptions& options,
+                                              const kernels::OptimizerConfig& default_optimizer,
                                               const JobSnapshot& snapshot,
                                               const std::string& path) {
   const auto& mine = hello.tensors();
@@ -238,7 +236,7 @@ std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
                                   " says world size ", hello.world_size()),
                      "start the job with the checkpoint's world size, or phubd without --resume");
   }
-  if (StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, options);
+  if (StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, default_optimizer);
       optimizer.ok() && kernels::Describe(*optimizer) != kernels::Describe(snapshot.optimizer)) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("phubd resumes checkpoint ", path, ", of a job that ran ",

@@ -1,6 +1,6 @@
-// Admission of a worker's Hello: pure checks against phubd's options and the Hellos already
-// accepted for the forming job. Each refusal is a proto::Error that names the mismatch (both
-// values) and how to fix it.
+// Admission of a worker's Hello: pure checks against admission's options (admission_options.h)
+// and the Hellos already accepted for the forming job. Each refusal is a proto::Error that
+// names the mismatch (both values) and how to fix it.
 #pragma once
 
 #include <optional>
@@ -9,7 +9,8 @@
 
 #include "phub/common/status.h"
 #include "phub/kernels/wire_format.h"
-#include "phub/server/server_options.h"
+#include "phub/server/admission/admission_options.h"
+#include "phub/server/admission/job_role.h"
 #include "proto/phub.pb.h"
 
 namespace phub::server {
@@ -20,10 +21,11 @@ inline constexpr std::size_t kMaxErrorTextBytes = 400;
 // An Error for a worker: `message` says what is wrong, `fix` how to fix it.
 proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix);
 
-// The optimizer the Hello asks for (its OptimizerSpec), or phubd's flags when it asks none.
-// InvalidArgument naming the bad field (an unknown kind, a hyper-parameter out of range).
+// The optimizer the Hello asks for (its OptimizerSpec), or `default_optimizer` (phubd's flags)
+// when it asks none. InvalidArgument naming the bad field (an unknown kind, a hyper-parameter
+// out of range).
 StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
-                                                const ServerOptions& options);
+                                                const kernels::OptimizerConfig& default_optimizer);
 
 // `first` is any Hello already accepted for this job (nullptr if none); `rank_taken[r]` says
 // whether rank r already joined. Returns the Error to send, or nullopt to accept.
@@ -33,10 +35,11 @@ StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello);
 // `expected_token`: the job's (job_tokens.h); rank_taken.size() is the job's world size.
 // Racks of racks: a Hello's racks, rack and rack_workers against phubd's --topology and
 // --rack (a worker must be of this phubd's rack, with its rack's size; a PBox relaying its rack
-// must join as rank = its rack of world = the racks, with its rack's workers). Part of CheckHello.
-std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const ServerOptions& options);
+// must join as rank = its rack of world = the racks, with its rack's workers): what makes its
+// JobRole one to trust. Part of CheckHello.
+std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOptions& options);
 
-std::optional<proto::Error> CheckHello(const proto::Hello& hello, const ServerOptions& options,
+std::optional<proto::Error> CheckHello(const proto::Hello& hello, const AdmissionOptions& options,
                                        const std::string& expected_token,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken);
@@ -46,7 +49,7 @@ struct JobSnapshot;  // checkpoint_file.h
 // optimizer (JobOptimizer, already checked by CheckHello) must be the checkpoint's; the error
 // names the file.
 std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
-                                              const ServerOptions& options,
+                                              const kernels::OptimizerConfig& default_optimizer,
                                               const JobSnapshot& snapshot,
                                               const std::string& path);
 

@@ -48,9 +48,23 @@ std::optional<std::uint64_t> JobModelBytes(const proto::Hello& hello, std::uint6
   return total;
 }
 
+std::optional<proto::Error> CheckWorldSize(const proto::Hello& hello, const JobSizeLimits& limits,
+                                           std::uint32_t max_connections) {
+  const std::uint32_t world = hello.world_size();
+  const bool capped = limits.max_world_size > 0;
+  const std::uint32_t max_world = capped ? limits.max_world_size : max_connections;
+  if (world > 0 && world <= max_world) return std::nullopt;
+  return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                   absl::StrCat("worker says world size ", world, "; phubd takes jobs of 1 to ",
+                                max_world, " workers (",
+                                capped ? "--max-world-size " : "--max-connections ", max_world,
+                                ")"),
+                   "start the job's workers with a world size phubd accepts, or raise the flag");
+}
+
 std::optional<proto::Error> CheckJobLimits(const proto::Hello& hello,
-                                           const ServerOptions& options) {
-  const ServerLimits& limits = options.limits;
+                                           const AdmissionOptions& options) {
+  const JobSizeLimits& limits = options.limits;
   if (static_cast<std::uint64_t>(hello.tensors_size()) > limits.max_tensors) {
     return MakeError(proto::Error::LIMIT_EXCEEDED,
                      absl::StrCat("the model has ", hello.tensors_size(),

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "phub/server/server_options.h"
+#include "phub/server/admission/admission_options.h"
 #include "proto/phub.pb.h"
 
 namespace phub::server {
@@ -31,7 +31,15 @@ std::optional<std::uint64_t> JobChargeBytes(const proto::Hello& hello, std::uint
 // 80 % of the machine's physical memory: --memory-budget-bytes' default.
 std::uint64_t DefaultMemoryBudgetBytes();
 
-// An Error (LIMIT_EXCEEDED, naming the flag) if `hello` asks for more than `limits` allow.
-std::optional<proto::Error> CheckJobLimits(const proto::Hello& hello, const ServerOptions& options);
+// An Error (WORLD_SIZE_MISMATCH, naming the flag) unless the world size `hello` names for its
+// new job is 1 to --max-world-size (without it, to `max_connections`: one control connection
+// per worker).
+std::optional<proto::Error> CheckWorldSize(const proto::Hello& hello, const JobSizeLimits& limits,
+                                           std::uint32_t max_connections);
+
+// An Error (LIMIT_EXCEEDED, naming the flag) if `hello` asks for more than options.limits allow
+// (its model cut in options.chunk_bytes).
+std::optional<proto::Error> CheckJobLimits(const proto::Hello& hello,
+                                           const AdmissionOptions& options);
 
 }  // namespace phub::server

@@ -24,7 +24,7 @@ StatusOr<std::string> JobName(const std::string& requested) {
                                                  ": a job name is ", kPlainNameRule));
 }
 
-StatusOr<std::string> ExpectedToken(const ServerOptions& options, const std::string& job) {
+StatusOr<std::string> ExpectedToken(const SharingOptions& options, const std::string& job) {
   if (options.job_tokens_dir.empty()) return options.job_token;
   // JobName already refused '/', '..' and the like: the path stays inside the directory.
   const std::filesystem::path path = std::filesystem::path(options.job_tokens_dir) / job;

@@ -8,7 +8,7 @@
 
 #include "phub/common/plain_name.h"
 #include "phub/common/status.h"
-#include "phub/server/server_options.h"
+#include "phub/server/admission/admission_options.h"
 
 namespace phub::server {
 
@@ -19,7 +19,7 @@ inline constexpr std::size_t kMaxJobNameBytes = kMaxPlainNameBytes;
 StatusOr<std::string> JobName(const std::string& requested);
 
 // The token `job` must present. NotFound naming the file when --job-tokens has none for it.
-StatusOr<std::string> ExpectedToken(const ServerOptions& options, const std::string& job);
+StatusOr<std::string> ExpectedToken(const SharingOptions& options, const std::string& job);
 
 // Constant-time comparison: a peer timing the refusal learns nothing of the token.
 bool TokensEqual(const std::string& a, const std::string& b);

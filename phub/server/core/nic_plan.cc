@@ -13,16 +13,15 @@ namespace {
 
 // A NIC short of cores for its link rate (design.md "Sizing a PBox"): the cores, not the
 // NIC, will limit what phubd moves.
-void WarnIfUnderfed(const NicPlan& plan, const ServerOptions& options,
+void WarnIfUnderfed(const NicPlan& plan, double nic_bytes_per_s, bool verbs,
                     std::vector<std::string>& warnings) {
-  const bool verbs = options.transport == transport::TransportKind::kVerbs;
   std::vector<std::uint32_t> served(plan.nics.size(), 0);
   for (const placement::CoreSite& site : plan.placement.cores) ++served[site.nic];
   for (std::size_t k = 0; k < plan.nics.size(); ++k) {
     // --nic-gbps, where given, is what the NICs carry together; else the link's speed.
     const double bytes_per_s =
-        options.nic_bytes_per_s > 0
-            ? options.nic_bytes_per_s / static_cast<double>(plan.nics.size())
+        nic_bytes_per_s > 0
+            ? nic_bytes_per_s / static_cast<double>(plan.nics.size())
             : placement::InterfaceBytesPerSecond(plan.nics[k].interface);
     if (bytes_per_s <= 0 || served[k] == 0) continue;
     const double needed = placement::CoresToFeed(bytes_per_s, verbs);
@@ -42,41 +41,41 @@ void WarnIfUnderfed(const NicPlan& plan, const ServerOptions& options,
 
 }  // namespace
 
-StatusOr<NicPlan> PlanNics(const ServerOptions& options) {
+StatusOr<NicPlan> PlanNics(const CoreOptions& cores, const NicOptions& nics,
+                           const DataPlaneOptions& data_plane) {
   NicPlan plan;
   PHUB_ASSIGN_OR_RETURN(
-      plan.nics, placement::ResolveNics(options.nics.names,
-                                        placement::SplitList(options.rdma.device),
-                                        options.listen_address, "/sys",
-                                        /*elsewhere=*/!options.nics.machine_xml.empty()));
+      plan.nics, placement::ResolveNics(nics.names, placement::SplitList(data_plane.rdma.device),
+                                        cores.listen_address, "/sys",
+                                        /*elsewhere=*/!nics.machine_xml.empty()));
   // Devices are looked up only for NICs named by interface or RDMA device.
   bool named = false;
   for (const placement::Nic& nic : plan.nics) {
     named = named || !nic.interface.empty() || !nic.rdma_device.empty();
   }
   PHUB_ASSIGN_OR_RETURN(std::unique_ptr<placement::Machine> machine,
-                        options.nics.machine_xml.empty()
+                        nics.machine_xml.empty()
                             ? placement::Machine::FromSystem(/*io=*/named)
-                            : placement::Machine::FromXmlFile(options.nics.machine_xml));
+                            : placement::Machine::FromXmlFile(nics.machine_xml));
   for (const placement::Nic& nic : plan.nics) {
     int node = machine->NumaNodeOfDevice(nic.interface);
     if (node < 0 && !nic.rdma_device.empty()) node = machine->NumaNodeOfDevice(nic.rdma_device);
     plan.nic_numa_nodes.push_back(node);
   }
-  if (!options.nics.core_map.empty()) {
-    PHUB_ASSIGN_OR_RETURN(plan.placement,
-                          placement::ParseCoreMap(*machine, plan.nic_numa_nodes, options.cores,
-                                                  options.nics.core_map));
+  if (!nics.core_map.empty()) {
+    PHUB_ASSIGN_OR_RETURN(plan.placement, placement::ParseCoreMap(*machine, plan.nic_numa_nodes,
+                                                                  cores.count, nics.core_map));
   } else {
-    PHUB_ASSIGN_OR_RETURN(plan.placement,
-                          placement::PlaceCores(*machine, plan.nic_numa_nodes, options.cores,
-                                                options.first_core));
+    PHUB_ASSIGN_OR_RETURN(plan.placement, placement::PlaceCores(*machine, plan.nic_numa_nodes,
+                                                                cores.count, cores.first_core));
   }
   std::map<std::uint32_t, int> next_queue;
   for (const placement::CoreSite& site : plan.placement.cores) {
     plan.queue_of_core.push_back(next_queue[site.nic]++);
   }
-  WarnIfUnderfed(plan, options, plan.placement.warnings);
+  WarnIfUnderfed(plan, nics.bytes_per_s,
+                 data_plane.transport == transport::TransportKind::kVerbs,
+                 plan.placement.warnings);
   return plan;
 }
 

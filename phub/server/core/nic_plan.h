@@ -11,7 +11,7 @@
 #include "phub/common/status.h"
 #include "phub/placement/core_placement.h"
 #include "phub/placement/nics.h"
-#include "phub/server/server_options.h"
+#include "phub/server/core/core_options.h"
 
 namespace phub::server {
 
@@ -22,7 +22,10 @@ struct NicPlan {
   std::vector<int> queue_of_core;      // per server core: its rank among its NIC's cores
 };
 
-StatusOr<NicPlan> PlanNics(const ServerOptions& options);
+// `cores`: how many, and from which physical core on; `nics`: --nics, --core-map, --machine-xml
+// and --nic-gbps; `data_plane`: the transport and --rdma-device (one per NIC).
+StatusOr<NicPlan> PlanNics(const CoreOptions& cores, const NicOptions& nics,
+                           const DataPlaneOptions& data_plane);
 
 // One line per server core, tab-separated, with a header:
 //   core  physical_core  cpu  numa_node  nic  interface  address  rdma_device  queue

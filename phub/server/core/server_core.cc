@@ -48,7 +48,7 @@ ServerCore::ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_pe
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
                                                          const CorePlace& place,
                                                          transport::Device& device,
-                                                         const ServerLimits& limits,
+                                                         const CoreLimits& limits,
                                                          const CoreMetrics& metrics,
                                                          double pace_bytes_per_s) {
   std::unique_ptr<ServerCore> core(new ServerCore(index, place.pin_core, pace_bytes_per_s));

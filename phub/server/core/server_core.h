@@ -12,7 +12,7 @@
 #include <memory>
 #include <optional>
 
-#include "phub/server/server_options.h"
+#include "phub/server/core/core_options.h"
 #include "phub/server/shard/fair_send_queue.h"
 #include "phub/server/shard/shard.h"
 #include "phub/server/core/shard_router.h"
@@ -40,7 +40,7 @@ class ServerCore {
   static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index,
                                                       const CorePlace& place,
                                                       transport::Device& device,
-                                                      const ServerLimits& limits,
+                                                      const CoreLimits& limits,
                                                       const CoreMetrics& metrics = {},
                                                       double pace_bytes_per_s = 0);
   ~ServerCore();
@@ -77,7 +77,7 @@ class ServerCore {
   void SampleSteering(const std::shared_ptr<transport::Connection>& connection);
 
   keys::CoreIndex index_;
-  ServerLimits limits_;
+  CoreLimits limits_;
   CoreMetrics metrics_;
   std::uint64_t job_chunk_bytes_ = 0;  // the largest payload a shard sends (one chunk)
   // Used on loop_'s thread only:

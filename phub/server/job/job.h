@@ -16,9 +16,10 @@
 //
 // Recovery (job_recovery.cc): a member lost mid-job leaves the job waiting up to
 // --rejoin-timeout-ms for a worker of the same rank to say Hello again; the rejoiner is welcomed
-// into the running job at the iteration it must replay (shard.h). Checkpoints: every
-// --checkpoint-every iterations the shards' copies are gathered here and written on the job's
-// writer thread, into --checkpoint-dir (the job named "default") or --checkpoint-dir/NAME.
+// into the running job at the iteration it must replay (shard.h). Checkpoints
+// (job_checkpoints.cc): every --checkpoint-every iterations the shards' copies are gathered here
+// and written on the job's writer thread, into --checkpoint-dir (the job named "default") or
+// --checkpoint-dir/NAME. Its start, from the last Hello to the Welcomes, is job_start.cc.
 //
 // Every log line names the job. Threading: the control plane's thread only.
 #pragma once
@@ -28,13 +29,17 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "phub/server/admission/admission_options.h"
+#include "phub/server/admission/job_role.h"
 #include "phub/server/checkpoint/checkpoint_writer.h"
-#include "phub/server/job/control_session.h"
+#include "phub/server/core/core_options.h"
 #include "phub/server/core/server_core.h"
-#include "phub/server/server_options.h"
+#include "phub/server/job/control_session.h"
+#include "phub/server/job/job_options.h"
 #include "phub/server/racks/uplink.h"
 #include "proto/phub.pb.h"
 
@@ -58,7 +63,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // What a job uses of the daemon; all of it outlives the job.
   struct Host {
     boost::asio::io_context& io;
-    const ServerOptions& options;
+    const JobOptions& options;           // its deadlines, checkpoints, initial weights
+    const AdmissionOptions& admission;   // what its Hellos are checked against; its chunks
+    const DataPlaneOptions& data_plane;  // what its Welcome names; its relay's RDMA device
     std::vector<std::unique_ptr<ServerCore>>& cores;
     SessionEnder& sessions;
     JobCounters& counters;
@@ -68,9 +75,10 @@ class Job : public std::enable_shared_from_this<Job> {
     // control plane frees its name and its memory charge.
     std::function<void(Job&)> on_end;
   };
-  // `charge_bytes`: the memory the control plane admitted it for; `weight`: its share of every
-  // core's sends (fair_send_queue.h).
-  Job(Host host, std::string name, std::uint64_t id, std::uint32_t world_size,
+  // `role`: its first Hello's (every member's, CheckHello sees to it); `charge_bytes`: the
+  // memory the control plane admitted it for; `weight`: its share of every core's sends
+  // (fair_send_queue.h).
+  Job(Host host, std::string name, JobRole role, std::uint64_t id, std::uint32_t world_size,
       std::uint64_t charge_bytes, double weight);
   ~Job();
 
@@ -104,7 +112,9 @@ class Job : public std::enable_shared_from_this<Job> {
 
  private:
   enum class Deadline { kNone, kForming, kAttaching, kLeaving, kStalled, kRejoin };
-  const ServerOptions& options() const { return host_.options; }
+  struct StartPlan;  // job_start.cc
+  const JobOptions& options() const { return host_.options; }
+  const JobDeadlines& deadlines() const { return host_.options.deadlines; }
   void Send(const SessionPtr& session, const proto::ControlMessage& message) {
     SendControl(session, message);
   }
@@ -115,12 +125,17 @@ class Job : public std::enable_shared_from_this<Job> {
   // The job's one deadline, and what it is for: a later phase's deadline replaces an earlier's.
   void ArmDeadline(Deadline kind, int timeout_ms, std::function<void()> fire);
   void CancelDeadline();
-  void Start();
-  // Racks of racks (uplink.h): the relay of a job whose workers span several racks, or null.
-  std::shared_ptr<Uplink> MakeUplink(const proto::Hello& hello, const keys::KeyTable& table,
-                                     const kernels::OptimizerConfig& optimizer,
-                                     std::uint64_t session);
   void FailForming(const proto::Error& error);
+  // The start (job_start.cc), step by step: each that may fail returns the Error that refuses
+  // every member, having left nothing installed.
+  void Start();
+  std::optional<proto::Error> BuildKeyTable(const proto::Hello& hello, StartPlan& plan) const;
+  kernels::OptimizerConfig ShardOptimizer(const kernels::OptimizerConfig& job_optimizer) const;
+  std::optional<proto::Error> MakeRelay(const proto::Hello& hello, StartPlan& plan);
+  std::shared_ptr<JobSpec> MakeSpec(const proto::Hello& hello, StartPlan& plan) const;
+  std::optional<proto::Error> InstallShards(const std::shared_ptr<const JobSpec>& spec);
+  std::optional<proto::Error> OpenCheckpoints(const StartPlan& plan);
+  void Run(StartPlan& plan, const proto::Hello& hello);  // the state, Welcomes, attach deadline
   void ArmLeaveDeadline(std::int64_t first_to_leave);
   void Stall(const std::string& reason);
   void End();
@@ -131,12 +146,14 @@ class Job : public std::enable_shared_from_this<Job> {
   bool IsRejoin(const proto::Hello& hello) const;
   void Rejoin(const SessionPtr& session, const proto::Hello& hello);
   void Notify(const std::string& text);
+  // Checkpoints (job_checkpoints.cc).
   void OnSnapshot(const ShardEvent& event);
   std::shared_ptr<JobSnapshot> SnapshotHeader() const;
   std::unique_ptr<CheckpointWriter> MakeCheckpointWriter();
 
   Host host_;
   const std::string name_;
+  const JobRole role_;
   const std::uint64_t id_;
   const std::uint32_t world_size_;
   const std::uint64_t charge_bytes_;
@@ -144,29 +161,37 @@ class Job : public std::enable_shared_from_this<Job> {
   std::string log_name_;  // "job 'NAME'" for log lines and Errors
 
   std::vector<SessionPtr> members_;  // by rank
+  // What the job knows of each rank beyond its session.
+  struct Rank {
+    bool left_cleanly = false;      // said Goodbye in the running job
+    bool missing = false;           // lost, may rejoin
+    std::uint64_t resume_point = 0; // the iteration it rejoins at
+    std::uint64_t forgets = 0;      // ForgetWorker rounds (ShardEvent::epoch)
+  };
+  std::vector<Rank> ranks_;  // by rank
   std::uint32_t joined_ = 0;
   bool running_ = false;
   bool stalled_ = false;
   bool ended_ = false;
   bool started_ = false;
   std::uint32_t live_members_ = 0;
-  std::vector<bool> left_cleanly_;  // by rank: said Goodbye in the running job
-  std::uint32_t cores_attached_ = 0;  // cores every member has attached to (kAllAttached)
-  boost::asio::steady_timer deadline_;  // the flags of Deadline's phases, in job.cc
-  Deadline deadline_kind_ = Deadline::kNone;
-  std::uint64_t deadline_generation_ = 0;  // a deadline that fired late for another phase
-  // Recovery.
-  proto::Hello job_hello_;                    // the running job's tensors, for rejoins
-  std::vector<std::uint8_t> missing_;         // by rank: lost, may rejoin
-  std::vector<std::uint64_t> resume_point_;   // by rank: the iteration it rejoins at
-  std::vector<std::uint64_t> forgets_;        // by rank: ForgetWorker rounds (ShardEvent::epoch)
   std::uint32_t missing_count_ = 0;
+  std::uint32_t cores_attached_ = 0;  // cores every member has attached to (kAllAttached)
+  // The job's one deadline (the flags of Deadline's phases, in job.cc).
+  struct DeadlineState {
+    boost::asio::steady_timer timer;
+    Deadline kind = Deadline::kNone;
+    std::uint64_t generation = 0;  // a deadline that fired late for another phase
+  } deadline_;
+  proto::Hello job_hello_;  // the running job's tensors and optimizer, for rejoins
   std::unique_ptr<CheckpointWriter> checkpoints_;
   // The checkpoint being gathered from the cores: its iteration and the chunks so far.
-  std::uint64_t gathering_iteration_ = 0;
-  std::uint32_t gathered_cores_ = 0;
-  double gathered_pause_ms_ = 0;
-  std::shared_ptr<JobSnapshot> gathering_;
+  struct Gathering {
+    std::uint64_t iteration = 0;
+    std::uint32_t cores = 0;
+    double pause_ms = 0;
+    std::shared_ptr<JobSnapshot> snapshot;
+  } gathering_;
   std::shared_ptr<const JobSpec> spec_;  // while running
   // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).
   std::shared_ptr<Uplink> uplink_;

@@ -19,10 +19,10 @@ std::string Text(const proto::Error& error) { return error.message() + " | " + e
   return ::testing::AssertionFailure() << "\"" << Text(error) << "\" lacks \"" << part << "\"";
 }
 
-ServerOptions Options(std::uint32_t world_size = 4, std::string token = "tok-123") {
-  ServerOptions options;
-  options.world_size = world_size;
-  options.job_token = std::move(token);
+AdmissionOptions Options(std::uint32_t world_size = 4, std::string token = "tok-123") {
+  AdmissionOptions options;
+  options.limits.max_world_size = world_size;
+  options.sharing.job_token = std::move(token);
   return options;
 }
 
@@ -48,9 +48,9 @@ const std::vector<bool> kNoneTaken(4, false);
 
 // phubd's single token (--token-file) is the one expected: the control plane picks it (or the
 // job's from --job-tokens) before the job checks the rest.
-std::optional<proto::Error> Check(const proto::Hello& hello, const ServerOptions& options,
+std::optional<proto::Error> Check(const proto::Hello& hello, const AdmissionOptions& options,
                                   const proto::Hello* first, const std::vector<bool>& taken) {
-  return CheckHello(hello, options, options.job_token, first, taken);
+  return CheckHello(hello, options, options.sharing.job_token, first, taken);
 }
 
 TEST(HelloCheckTest, AcceptsTheFirstValidHello) {
@@ -216,17 +216,18 @@ proto::Hello WithOptimizer(proto::Hello hello, const std::string& kind, float lr
 }
 
 TEST(HelloCheckTest, JobOptimizerIsTheHellosOrElsePhubdsFlags) {
-  ServerOptions options = Options();
+  AdmissionOptions options = Options();
   options.optimizer = {.kind = kernels::OptimizerKind::kAdam, .lr = 0.003f};
-  auto flags = JobOptimizer(MakeHello(0), options);
+  auto flags = JobOptimizer(MakeHello(0), options.optimizer);
   ASSERT_TRUE(flags.ok());
   EXPECT_EQ(kernels::Describe(*flags), kernels::Describe(options.optimizer));
-  auto asked = JobOptimizer(WithOptimizer(MakeHello(0), "momentum", 0.25f, 1e-4f), options);
+  auto asked =
+      JobOptimizer(WithOptimizer(MakeHello(0), "momentum", 0.25f, 1e-4f), options.optimizer);
   ASSERT_TRUE(asked.ok()) << asked.status();
   EXPECT_EQ(asked->kind, kernels::OptimizerKind::kMomentum);
   EXPECT_EQ(asked->lr, 0.25f);
   EXPECT_EQ(asked->weight_decay, 1e-4f);
-  auto average = JobOptimizer(WithOptimizer(MakeHello(0), "average"), options);
+  auto average = JobOptimizer(WithOptimizer(MakeHello(0), "average"), options.optimizer);
   ASSERT_TRUE(average.ok());
   EXPECT_EQ(average->kind, kernels::OptimizerKind::kAverage);
 }
@@ -255,7 +256,7 @@ TEST(HelloCheckTest, RefusesAnOptimizerOtherThanTheFirstWorkers) {
   EXPECT_TRUE(Names(*error, "rank 0 for average"));
   EXPECT_TRUE(Names(*error, "same optimizer"));
   // Asking for exactly phubd's flags is the same job as asking for nothing.
-  ServerOptions options = Options();
+  AdmissionOptions options = Options();
   options.optimizer = {.kind = kernels::OptimizerKind::kSgd, .lr = 0.1f};
   const proto::Hello plain = MakeHello(0);
   EXPECT_FALSE(Check(WithOptimizer(MakeHello(1), "sgd"), options, &plain,

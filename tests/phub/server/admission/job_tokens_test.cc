@@ -36,7 +36,7 @@ TEST(JobNameTest, RefusesNamesThatCouldLeaveTheTokenDirectory) {
 }
 
 TEST(ExpectedTokenTest, WithoutATokenDirectoryEveryJobPresentsTheTokenFile) {
-  ServerOptions options;
+  SharingOptions options;
   options.job_token = "shared";
   EXPECT_EQ(*ExpectedToken(options, "a"), "shared");
   EXPECT_EQ(*ExpectedToken(options, "default"), "shared");
@@ -46,7 +46,7 @@ TEST(ExpectedTokenTest, ATokenDirectoryGivesEachJobItsOwn) {
   testing::TempDir dir;
   std::ofstream(dir.File("alpha")) << "alpha-secret\n";
   std::ofstream(dir.File("beta")) << "beta-secret";
-  ServerOptions options;
+  SharingOptions options;
   options.job_token = "ignored";
   options.job_tokens_dir = dir.path();
   EXPECT_EQ(*ExpectedToken(options, "alpha"), "alpha-secret");  // trailing newline trimmed
@@ -62,7 +62,7 @@ TEST(ExpectedTokenTest, ATokenDirectoryGivesEachJobItsOwn) {
 TEST(ExpectedTokenTest, AnOversizedFileIsNotAToken) {
   testing::TempDir dir;
   std::ofstream(dir.File("big")) << std::string(100000, 'x');
-  ServerOptions options;
+  SharingOptions options;
   options.job_tokens_dir = dir.path();
   EXPECT_TRUE(absl::IsFailedPrecondition(ExpectedToken(options, "big").status()));
 }

@@ -18,17 +18,19 @@ class NicPlanTest : public ::testing::Test {
     xml_ = ::testing::TempDir() + "/nic_plan_box.xml";
     std::ofstream(xml_) << placement::testing::SyntheticMachineXml(
         2, 4, {{"pbox0", 0, "mlx5_0"}, {"pbox1", 1, "mlx5_1"}});
-    options_.nics.machine_xml = xml_;
+    nics_.machine_xml = xml_;
     // The XML's box's interfaces, which this machine has not.
-    options_.nics.names = {"pbox0", "pbox1"};
-    options_.cores = 4;
+    nics_.names = {"pbox0", "pbox1"};
+    cores_.count = 4;
   }
   std::string xml_;
-  ServerOptions options_;
+  CoreOptions cores_;
+  NicOptions nics_;
+  DataPlaneOptions data_plane_;
 };
 
 TEST_F(NicPlanTest, EachSocketsCoresServeItsNicEachOnItsOwnQueue) {
-  auto plan = PlanNics(options_);
+  auto plan = PlanNics(cores_, nics_, data_plane_);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->nic_numa_nodes, (std::vector<int>{0, 1}));
   EXPECT_EQ(placement::FormatCoreMap(plan->placement), "0@0,4@1,1@0,5@1");
@@ -43,20 +45,20 @@ TEST_F(NicPlanTest, EachSocketsCoresServeItsNicEachOnItsOwnQueue) {
 }
 
 TEST_F(NicPlanTest, TheOperatorsMapWinsAndCrossingSocketsIsSaid) {
-  options_.nics.core_map = "0@0,1@1,4@1,5@0";
-  auto plan = PlanNics(options_);
+  nics_.core_map = "0@0,1@1,4@1,5@0";
+  auto plan = PlanNics(cores_, nics_, data_plane_);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->queue_of_core, (std::vector<int>{0, 0, 1, 1}));
   ASSERT_EQ(plan->placement.warnings.size(), 2u);
   EXPECT_NE(plan->placement.warnings[0].find("server core 1"), std::string::npos);
-  options_.nics.core_map = "0@0,1@7,4@1,5@0";
-  EXPECT_FALSE(PlanNics(options_).ok());
+  nics_.core_map = "0@0,1@7,4@1,5@0";
+  EXPECT_FALSE(PlanNics(cores_, nics_, data_plane_).ok());
 }
 
 TEST_F(NicPlanTest, ANicWithTooFewCoresForItsRateIsSaid) {
   // 100 Gbit/s over two NICs: 6.25 GB/s each, ~3.1 cores' worth on TCP at 0.5 ns per byte.
-  options_.nic_bytes_per_s = 100e9 / 8;
-  auto tcp = PlanNics(options_);
+  nics_.bytes_per_s = 100e9 / 8;
+  auto tcp = PlanNics(cores_, nics_, data_plane_);
   ASSERT_TRUE(tcp.ok());
   ASSERT_EQ(tcp->placement.warnings.size(), 2u);
   EXPECT_NE(tcp->placement.warnings[0].find("NIC 0 (pbox0, 50 Gbit/s) has 2 cores; a balanced "
@@ -64,16 +66,16 @@ TEST_F(NicPlanTest, ANicWithTooFewCoresForItsRateIsSaid) {
             std::string::npos)
       << tcp->placement.warnings[0];
   // On verbs one core feeds 100 Gbit/s: two per NIC are plenty.
-  options_.transport = transport::TransportKind::kVerbs;
-  auto verbs = PlanNics(options_);
+  data_plane_.transport = transport::TransportKind::kVerbs;
+  auto verbs = PlanNics(cores_, nics_, data_plane_);
   ASSERT_TRUE(verbs.ok());
   EXPECT_TRUE(verbs->placement.warnings.empty()) << verbs->placement.warnings[0];
 }
 
 TEST_F(NicPlanTest, ANameNoInterfaceHasIsRefusedOnThisMachine) {
-  options_.nics.machine_xml.clear();
-  options_.nics.names = {"nosuch7"};
-  auto plan = PlanNics(options_);
+  nics_.machine_xml.clear();
+  nics_.names = {"nosuch7"};
+  auto plan = PlanNics(cores_, nics_, data_plane_);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("NIC 'nosuch7'"), std::string::npos);
 }

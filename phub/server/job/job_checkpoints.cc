@@ -1,0 +1,117 @@
+// A job's checkpoints (docs/operations.md "Checkpoints"): its writer thread and directory, the
+// chunks' copies gathered from the cores every --checkpoint-every iterations and handed to the
+// writer, and the checkpoint written on SIGTERM before phubd stops. --resume is loaded by the
+// control plane; the job's start hands the shards what they resume from (job_start.cc).
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <filesystem>
+
+#include "phub/server/checkpoint/snapshot_buffers.h"
+#include "phub/server/job/job.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::server {
+
+namespace asio = boost::asio;
+
+std::unique_ptr<CheckpointWriter> Job::MakeCheckpointWriter() {
+  // The job named "default" (single-tenant phubd) writes where phubd always did.
+  std::filesystem::path dir = options().checkpoint.dir;
+  if (name_ != "default") dir /= name_;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    spdlog::error("{}: cannot create checkpoint directory {}: {}", log_name_, dir.string(),
+                  ec.message());
+    return nullptr;
+  }
+  return std::make_unique<CheckpointWriter>(
+      dir.string(), [io = &host_.io, alive = alive_](std::function<void()> done) {
+        asio::post(*io, [alive, done = std::move(done)] {
+          if (*alive) done();
+        });
+      });
+}
+
+std::shared_ptr<JobSnapshot> Job::SnapshotHeader() const {
+  auto snapshot = std::make_shared<JobSnapshot>();
+  snapshot->tensors = spec_->table.tensors();
+  snapshot->chunk_bytes = spec_->table.chunk_bytes();
+  snapshot->world_size = spec_->world_size;
+  snapshot->optimizer = spec_->optimizer;
+  snapshot->chunks.resize(spec_->table.chunks().size());
+  return snapshot;
+}
+
+void Job::OnSnapshot(const ShardEvent& event) {
+  if (!checkpoints_ || !spec_) return;
+  if (event.iteration != gathering_.iteration) {
+    if (gathering_.iteration != 0) {
+      spdlog::warn("{}: checkpoint of iteration {} abandoned: a core copied iteration {} first",
+                   log_name_, gathering_.iteration, event.iteration);
+    }
+    // The chunks' buffers go back to the job's pool when the writer is done with them.
+    gathering_.snapshot =
+        SnapshotBuffers::Recycling(spec_->snapshot_buffers, std::move(*SnapshotHeader()));
+    gathering_.iteration = event.iteration;
+    gathering_.cores = 0;
+    gathering_.pause_ms = 0;
+  }
+  for (ChunkSnapshot& chunk : *event.chunks) {
+    gathering_.snapshot->chunks[chunk.chunk] = std::move(chunk);
+  }
+  // The cores copy in parallel: the longest any of them paused is the job's pause.
+  gathering_.pause_ms = std::max(gathering_.pause_ms, event.pause_ms);
+  std::uint32_t cores_with_chunks = 0;
+  for (auto& core : host_.cores) {
+    if (!spec_->table.chunks_on_core(core->index()).empty()) ++cores_with_chunks;
+  }
+  if (++gathering_.cores < cores_with_chunks) return;
+  std::shared_ptr<const JobSnapshot> snapshot = std::move(gathering_.snapshot);
+  const std::uint64_t iteration = gathering_.iteration;
+  const double pause_ms = gathering_.pause_ms;
+  gathering_.iteration = 0;
+  const bool started = checkpoints_->Submit(
+      // Posted to this thread only while the control plane lives (the writer's `post`).
+      snapshot, [this, iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
+        if (!path.ok()) {
+          spdlog::error("{}: checkpoint of iteration {} failed: {}; the previous one is kept",
+                        log_name_, iteration, path.status().message());
+          return;
+        }
+        ++host_.counters.checkpoints_written;
+        spdlog::info("{}: checkpoint of iteration {} written to {} in {:.0f} ms; the cores "
+                     "paused {:.2f} ms for it",
+                     log_name_, iteration, *path, write_ms, pause_ms);
+      });
+  if (!started) {
+    spdlog::warn("{}: checkpoint of iteration {} skipped: the previous one is still being "
+                 "written (raise --checkpoint-every)", log_name_, iteration);
+  }
+}
+
+void Job::CheckpointNow() {
+  if (!checkpoints_ || !running_ || !spec_) return;
+  std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader();
+  // The data plane stops first, so that no chunk moves on while the others are copied.
+  for (auto& core : host_.cores) {
+    for (ChunkSnapshot& chunk : core->StopAndSnapshot(spec_->session)) {
+      snapshot->chunks[chunk.chunk] = std::move(chunk);
+    }
+  }
+  std::uint64_t low = UINT64_MAX;
+  for (const ChunkSnapshot& chunk : snapshot->chunks) low = std::min(low, chunk.iteration);
+  if (snapshot->chunks.empty() || low == 0) {
+    spdlog::info("{}: no checkpoint on stop: the job has not completed an iteration", log_name_);
+    return;
+  }
+  StatusOr<std::string> path = checkpoints_->WriteNow(*snapshot);
+  if (!path.ok()) {
+    spdlog::error("{}: checkpoint on stop failed: {}", log_name_, path.status().message());
+    return;
+  }
+  ++host_.counters.checkpoints_written;
+  spdlog::info("{}: checkpoint on stop written to {} (iteration {})", log_name_, *path, low);
+}
+
+}  // namespace phub::server

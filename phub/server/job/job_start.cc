@@ -1,0 +1,284 @@
+// A job's start, once every member has said Hello (Job::Start), as a sequence of steps: the key
+// table (and the --init-weights file), the optimizer its shards run for its racks role, the
+// session secret, the relay of a rack's part, the JobSpec, the shards installed on every core
+// (all or none), the checkpoint writer, then the running state, the Welcomes and the attach
+// deadline. A step that fails refuses every member (FailForming) and leaves nothing installed:
+// everything a job allocates is bounded by CheckJobLimits and its memory charge, and a failed
+// allocation is still the job's refusal (RESOURCE_EXHAUSTED), never the daemon's end.
+#include <boost/asio/post.hpp>
+#include <new>
+#include <optional>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "phub/common/version.h"
+#include "phub/server/admission/hello_check.h"
+#include "phub/server/checkpoint/snapshot_buffers.h"
+#include "phub/server/job/initial_weights.h"
+#include "phub/server/job/job.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::server {
+
+namespace asio = boost::asio;
+
+// What the steps build before anything is installed.
+struct Job::StartPlan {
+  // --resume's checkpoint, when this part resumes it (a rack's part resumes nothing).
+  std::shared_ptr<const JobSnapshot> resume;
+  kernels::OptimizerConfig optimizer;  // the job's (CheckHello: valid, every member's)
+  std::uint64_t session = 0;           // the job's secret on the data plane
+  bool checkpointing = false;          // --checkpoint-dir, and a part that steps
+  std::optional<keys::KeyTable> table{};
+  std::vector<float> initial_weights{};  // --init-weights; empty: rank 0 sends them
+  std::shared_ptr<Uplink> uplink{};    // a rack's part's relay, or null
+  std::shared_ptr<JobSpec> spec{};
+};
+
+namespace {
+
+std::vector<keys::TensorSpec> TensorsOf(const proto::Hello& hello) {
+  std::vector<keys::TensorSpec> tensors;
+  tensors.reserve(hello.tensors_size());
+  for (const auto& t : hello.tensors()) tensors.push_back({t.name(), t.elements()});
+  return tensors;
+}
+
+// Only the job's members learn it (Welcome).
+std::uint64_t NewSessionSecret() {
+  return std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32);
+}
+
+}  // namespace
+
+void Job::Start() {
+  CancelDeadline();
+  const proto::Hello& hello = members_[0]->hello;
+  const bool steps = !role_.relays_upstream();  // a rack's part sums; the homes step
+  StartPlan plan{.resume = steps ? host_.resume.snapshot : nullptr,
+                 .optimizer = *JobOptimizer(hello, host_.admission.optimizer),
+                 .session = NewSessionSecret(),
+                 .checkpointing = steps && !options().checkpoint.dir.empty()};
+  if (auto refusal = BuildKeyTable(hello, plan)) return FailForming(*refusal);
+  if (auto refusal = MakeRelay(hello, plan)) return FailForming(*refusal);
+  plan.spec = MakeSpec(hello, plan);
+  if (auto refusal = InstallShards(plan.spec)) return FailForming(*refusal);
+  if (auto refusal = OpenCheckpoints(plan)) return FailForming(*refusal);
+  Run(plan, hello);
+}
+
+std::optional<proto::Error> Job::BuildKeyTable(const proto::Hello& hello, StartPlan& plan) const {
+  StatusOr<keys::KeyTable> table = absl::UnknownError("not built");
+  try {
+    table = keys::KeyTable::Build(TensorsOf(hello), host_.admission.chunk_bytes,
+                                  static_cast<std::uint32_t>(host_.cores.size()));
+    if (table.ok() && !options().initial_weights_path.empty() && !host_.resume.snapshot) {
+      auto weights = LoadInitialWeights(options().initial_weights_path, *table);
+      if (!weights.ok()) {
+        return MakeError(proto::Error::BAD_INITIAL_WEIGHTS, std::string(weights.status().message()),
+                         "give phubd an --init-weights file made for this model");
+      }
+      plan.initial_weights = std::move(*weights);
+    }
+  } catch (const std::bad_alloc&) {
+    return MakeError(proto::Error::RESOURCE_EXHAUSTED,
+                     "phubd ran out of memory building the job's key table",
+                     "a smaller model or fewer chunks (a larger --chunk-bytes); "
+                     "lower --max-model-bytes so such jobs are refused up front");
+  }
+  if (!table.ok()) {
+    return MakeError(proto::Error::BAD_REQUEST, std::string(table.status().message()),
+                     "fix phubd's --chunk-bytes or the model");
+  }
+  plan.table = std::move(*table);
+  return std::nullopt;
+}
+
+kernels::OptimizerConfig Job::ShardOptimizer(const kernels::OptimizerConfig& job_optimizer) const {
+  // A rack's part sums its rack's copies without stepping: the chunks' homes step.
+  if (role_.relays_upstream()) return {.kind = kernels::OptimizerKind::kAverage, .copies = 1};
+  kernels::OptimizerConfig config = job_optimizer;
+  if (role_.home_part()) {
+    // A home's part divides by every worker of the job: each member's push sums its rack's
+    // (CheckRacks bounded each to its rack's hosts in the topology file).
+    std::uint64_t copies = 0;
+    for (const auto& member : members_) {
+      copies += JobRole::Of(member->hello).copies_per_member();
+    }
+    config.copies = static_cast<unsigned>(copies);
+  }
+  return config;
+}
+
+// Racks of racks (uplink.h): a rack's part passes each chunk's sum to its home PBox.
+std::optional<proto::Error> Job::MakeRelay(const proto::Hello& hello, StartPlan& plan) {
+  if (!role_.relays_upstream()) return std::nullopt;
+  UplinkConfig config{.job = name_,
+                      .token = hello.job_token(),
+                      .topology = host_.admission.racks.topology,
+                      .rack = role_.rack(),
+                      .rack_workers = world_size_,
+                      .optimizer = plan.optimizer,
+                      .wire = *JobWireFormat(hello),
+                      .wire_weights = hello.wire_weights(),
+                      .rdma = host_.data_plane.rdma,
+                      .connect_timeout_ms = deadlines().form_timeout_ms};
+  // Posted only before the Uplink stops, which the job does before its shards go (the cores
+  // are phubd's, they outlive it).
+  auto post = [cores = &host_.cores, session = plan.session](keys::CoreIndex core,
+                                                             std::function<void(Shard&)> fn) {
+    (*cores)[core]->Post(session, std::move(fn));
+  };
+  auto fail = [io = &host_.io, weak = weak_from_this()](std::string why) {
+    asio::post(*io, [weak, why = std::move(why)] {
+      if (auto self = weak.lock(); self && !self->ended_) self->Stall(why);
+    });
+  };
+  try {
+    plan.uplink = std::make_shared<Uplink>(std::move(config), *plan.table, std::move(post),
+                                           std::move(fail));
+  } catch (const std::bad_alloc&) {
+    return MakeError(proto::Error::RESOURCE_EXHAUSTED,
+                     "phubd ran out of memory for the job's relay buffers",
+                     "a smaller model, or lower --memory-budget-bytes so such jobs are refused "
+                     "up front");
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& plan) const {
+  const std::size_t chunk_count = plan.table->chunks().size();  // before the table moves
+  const kernels::WireFormat wire = *JobWireFormat(hello);  // CheckHello: valid, equal on every rank
+  const CheckpointOptions& checkpoint = options().checkpoint;
+  return std::make_shared<JobSpec>(JobSpec{
+      .name = name_,
+      .table = std::move(*plan.table),
+      .world_size = world_size_,
+      .optimizer = ShardOptimizer(plan.optimizer),
+      .session = plan.session,
+      .send_window_bytes = host_.data_plane.send_window_bytes,
+      .wire = wire,
+      .wire_weights = hello.wire_weights() && wire != kernels::WireFormat::kFp32,
+      .initial_weights = std::move(plan.initial_weights),
+      // A resumed checkpoint may hold previous weights, which the resumed workers need.
+      .keep_previous = !role_.relays_upstream() && (deadlines().rejoin_timeout_ms > 0 ||
+                                                    plan.checkpointing || plan.resume != nullptr),
+      .checkpoint_every = plan.checkpointing ? checkpoint.every : 0,
+      .snapshot_buffers = !plan.checkpointing || checkpoint.every == 0
+                              ? nullptr
+                              : std::make_shared<SnapshotBuffers>(chunk_count),
+      .resume = plan.resume,
+      .resume_iteration = plan.resume ? host_.resume.iteration : 0,
+      .relay = plan.uplink,
+      .weights_from_upstream = role_.weights_from_upstream()});
+}
+
+std::optional<proto::Error> Job::InstallShards(const std::shared_ptr<const JobSpec>& spec) {
+  auto sink = [io = &host_.io, weak = weak_from_this()](ShardEvent event) {
+    asio::post(*io, [weak, event = std::move(event)] {
+      if (auto self = weak.lock(); self && !self->ended_) self->OnShardEvent(event);
+    });
+  };
+  for (auto& core : host_.cores) {
+    if (Status s = core->InstallShard(spec, sink, weight_); !s.ok()) {
+      // All or none: the cores that took theirs give them back.
+      for (auto& installed : host_.cores) installed->RemoveShard(spec->session);
+      const bool memory = absl::IsResourceExhausted(s);
+      return MakeError(
+          memory ? proto::Error::RESOURCE_EXHAUSTED : proto::Error::BAD_REQUEST,
+          std::string(s.message()),
+          memory ? "a smaller model, or lower --memory-budget-bytes (or --max-model-bytes) so such "
+                   "jobs are refused up front"
+                 : "see phubd's log; on verbs check the memlock limit (ulimit -l)");
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<proto::Error> Job::OpenCheckpoints(const StartPlan& plan) {
+  if (!plan.checkpointing) return std::nullopt;
+  checkpoints_ = MakeCheckpointWriter();
+  if (checkpoints_) return std::nullopt;
+  for (auto& core : host_.cores) core->RemoveShard(plan.spec->session);
+  return MakeError(proto::Error::BAD_REQUEST,
+                   absl::StrCat("cannot create ", log_name_, "'s checkpoint directory under ",
+                                options().checkpoint.dir),
+                   "give phubd a writable --checkpoint-dir");
+}
+
+void Job::Run(StartPlan& plan, const proto::Hello& hello) {
+  // The shards copied what they resume from; the loaded checkpoint need not outlive that.
+  plan.spec->resume.reset();
+  spec_ = plan.spec;
+  uplink_ = plan.uplink;
+  if (uplink_) uplink_->Start();
+  job_hello_ = hello;
+  running_ = true;
+  started_ = true;
+  stalled_ = false;
+  cores_attached_ = 0;
+  live_members_ = world_size_;
+  ++host_.counters.formed;
+  const bool resumed = plan.resume != nullptr;
+  if (!role_.relays_upstream()) host_.resume = {};  // one job resumes it; the next starts afresh
+  for (auto& member : members_) {
+    member->state = SessionState::kInJob;
+    member->last_heard = std::chrono::steady_clock::now();
+    SendWelcome(member, resumed, spec_->resume_iteration);
+  }
+  // A member that took its Welcome but never attaches would hold the job for good.
+  ArmDeadline(Deadline::kAttaching, deadlines().attach_timeout_ms, [this] {
+    Stall(absl::StrCat("not every worker attached to every core within ",
+                       deadlines().attach_timeout_ms, " ms of the job's start (",
+                       cores_attached_, " of ", host_.cores.size(),
+                       " cores have all their workers; --attach-timeout-ms)"));
+  });
+  spdlog::info(
+      "{} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}, weight "
+      "{}{}{}",
+      log_name_, world_size_, spec_->table.tensors().size(), spec_->table.chunks().size(),
+      spec_->table.chunk_bytes(), host_.cores.size(), kernels::Describe(plan.optimizer), weight_,
+      spec_->wire == kernels::WireFormat::kFp32
+          ? std::string()
+          : absl::StrCat(", pushes in ", kernels::WireFormatName(spec_->wire),
+                         spec_->wire_weights ? ", weights too" : ", weights in fp32"),
+      resumed ? absl::StrCat(", resumed at iteration ", spec_->resume_iteration) : "");
+}
+
+void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resume_iteration) {
+  proto::ControlMessage message;
+  proto::Welcome& welcome = *message.mutable_welcome();
+  welcome.set_protocol_version(kProtocolVersion);
+  welcome.set_chunk_bytes(spec_->table.chunk_bytes());
+  for (auto owner : spec_->table.owners()) welcome.add_chunk_owner(owner);
+  welcome.set_session(spec_->session);
+  welcome.set_weights_from_server(!spec_->initial_weights.empty() ||
+                                  spec_->weights_from_upstream);
+  // A rack's part sums without stepping; its workers are told the job's optimizer, which the
+  // chunks' homes run.
+  welcome.set_optimizer(kernels::Describe(spec_->relay ? *JobOptimizer(job_hello_, host_.admission.optimizer)
+                                                       : spec_->optimizer));
+  welcome.set_wire(kernels::WireFormatName(spec_->wire));
+  welcome.set_wire_weights(spec_->wire_weights);
+  welcome.set_transport(transport::TransportName(host_.data_plane.transport));
+  welcome.set_resumed(resumed);
+  welcome.set_resume_iteration(resume_iteration);
+  welcome.set_liveness_timeout_ms(
+      static_cast<std::uint32_t>(std::max(0, deadlines().liveness_timeout_ms)));
+  // A core listening on its own NIC is reached at that NIC's address; one listening on every
+  // address, at the address the worker reached the control port on.
+  boost::system::error_code ec;
+  const std::string control_host = member->socket.local_endpoint(ec).address().to_string();
+  for (auto& core : host_.cores) {
+    proto::CoreEndpoint& endpoint = *welcome.add_cores();
+    endpoint.set_server(0);
+    endpoint.set_core(core->index());
+    const auto address = boost::asio::ip::make_address(core->address(), ec);
+    endpoint.set_host(ec || address.is_unspecified() ? control_host : core->address());
+    endpoint.set_port(core->port());
+    endpoint.set_nic(core->nic());
+  }
+  Send(member, message);
+}
+
+}  // namespace phub::server
