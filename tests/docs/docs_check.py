@@ -23,11 +23,6 @@ Our programs and where their flags are read from:
   shell scripts (deploy/**/*.sh; demo.sh passes its flags to demo.py): the script's text.
 For each flag missing, prints FILE:LINE, the flag, the program and what to do; exit 1.
 Runs in about a second (one --help per program named).
-
-PENDING_RENAMES: a flag the docs already name by its new name while the program built here may
-still know it by the old one (renames made in parallel branches). Accepted only where the old
-name is in the program's --help; remove the entry once every branch has the new name (the check
-prints a reminder when an entry is no longer needed).
 """
 
 import argparse
@@ -37,11 +32,6 @@ import os
 import re
 import subprocess
 import sys
-
-PENDING_RENAMES = {
-    # phubd's --world-size became --max-world-size (a cap; --world-size stays as an alias).
-    ("phubd", "--max-world-size"): "--world-size",
-}
 
 # Programs that are not ours: flags on their command lines are theirs, not checked.
 FOREIGN = {
@@ -274,7 +264,7 @@ def scan(path, programs, root):
 
 def check_flags(root, programs, files):
     ours = sorted(set(programs.binaries))
-    missing, renames_used, checked, everything = [], set(), 0, None
+    missing, checked, everything = [], 0, None
     for path in files:
         for lineno, flag, prog in scan(path, programs, root):
             checked += 1
@@ -283,18 +273,11 @@ def check_flags(root, programs, files):
                 have = programs.flags(prog)
                 if flag in have:
                     continue
-                old = PENDING_RENAMES.get((prog, flag))
-                if old and old in have:
-                    renames_used.add((prog, flag, old))
-                    continue
                 missing.append(f"{where}: {flag} is not in `{prog} --help`: the doc names "
                                f"it on {prog}'s command line. Fix the doc (the flag renamed "
                                f"or gone?), or give {prog} the flag.")
             else:
                 if any(flag in programs.flags(p) for p in ours):
-                    continue
-                if any(f == flag and old in programs.flags(p)
-                       for (p, f), old in PENDING_RENAMES.items()):
                     continue
                 if everything is None:
                     everything = programs.all_flags()
@@ -306,12 +289,6 @@ def check_flags(root, programs, files):
                                f"scripts): fix the doc, or name the program (`program --flag`), "
                                f"or, for a program that is not ours, add it to FOREIGN in "
                                f"tests/docs/docs_check.py.")
-    for (prog, flag), old in PENDING_RENAMES.items():
-        if flag in programs.flags(prog) if programs.known(prog) else False:
-            print(f"note: `{prog} --help` has {flag} now: PENDING_RENAMES' entry for it "
-                  f"({old}) can go (tests/docs/docs_check.py)")
-    for prog, flag, old in sorted(renames_used):
-        print(f"note: the docs name {flag}; this {prog} knows it as {old} (PENDING_RENAMES)")
     return missing, checked
 
 
