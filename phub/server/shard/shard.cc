@@ -17,6 +17,29 @@ using transport::Connection;
 using transport::Op;
 using transport::WireHeader;
 
+namespace {
+
+// Chunk `chunk`'s buffers for `job`, zeroed (so first touched on the calling thread).
+ChunkState MakeChunkState(const JobSpec& job, const keys::Chunk& chunk) {
+  ChunkState state;
+  state.chunk = &chunk;
+  state.slots = MakeSlots(job.world_size, chunk.elements, job.wire);
+  if (job.wire_weights) {
+    state.view.change = MakeWireBuffer(chunk.elements, job.wire);
+    state.view.current = AlignedBuffer(chunk.elements);
+    if (job.keep_previous) state.view.previous = AlignedBuffer(chunk.elements);
+  }
+  state.weights = AlignedBuffer(chunk.elements);
+  const int state_arrays = kernels::StateArrays(job.optimizer.kind);
+  for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
+  state.pushed.assign(job.world_size, 0);
+  state.replay.assign(job.world_size, ReplayState::kNone);
+  if (job.keep_previous) state.previous = AlignedBuffer(chunk.elements);
+  return state;
+}
+
+}  // namespace
+
 Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink,
              const CoreMetrics* metrics, FairSendQueue* fair)
     : job_(std::move(job)), core_(core), sink_(std::move(sink)), metrics_(metrics), fair_(fair) {
@@ -36,18 +59,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
   for (std::size_t i = 0; i < mine.size(); ++i) {
     const keys::Chunk& chunk = table.chunks()[mine[i]];
     ChunkState& state = chunks_[i];
-    state.chunk = &chunk;
-    state.slots = MakeSlots(world, chunk.elements, job_->wire);
-    if (job_->wire_weights) {
-      state.view.change = MakeWireBuffer(chunk.elements, job_->wire);
-      state.view.current = AlignedBuffer(chunk.elements);
-      if (job_->keep_previous) state.view.previous = AlignedBuffer(chunk.elements);
-    }
-    state.weights = AlignedBuffer(chunk.elements);
-    for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
-    state.pushed.assign(world, 0);
-    state.replay.assign(world, ReplayState::kNone);
-    if (job_->keep_previous) state.previous = AlignedBuffer(chunk.elements);
+    state = MakeChunkState(*job_, chunk);
     // Weights that come from another rack: nobody here may INIT them (ResolveSlot).
     if (job_->weights_from_upstream) state.initialized = true;
     if (job_->resume) {
