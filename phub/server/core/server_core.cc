@@ -38,8 +38,10 @@ ServerCore::ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_pe
       fair_(FairSendQueue::Pacing{.bytes_per_s = pace_bytes_per_s},
             [this](std::chrono::nanoseconds delay) {
               // On the core's thread (the queue runs there); one wake-up armed at a time.
+              AssertOnLoop();
               pace_timer_->expires_after(delay);
               pace_timer_->async_wait([this](const boost::system::error_code& ec) {
+                AssertOnLoop();
                 if (!ec) fair_.Wake();
               });
             }),
@@ -58,6 +60,7 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
   core->metrics_ = metrics;
   Status status;
   core->loop_.Run([&] {
+    core->AssertOnLoop();
     core->pace_timer_ = std::make_unique<boost::asio::steady_timer>(core->loop_.context());
     auto transport = device.Bind(core->loop_, place.queue);
     if (!transport.ok()) {
@@ -80,6 +83,7 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
 transport::AcceptHooks ServerCore::Hooks() {
   transport::AcceptHooks hooks;
   hooks.admit = [this](std::size_t setting_up) -> std::optional<transport::ConnectionSizing> {
+    AssertOnLoop();
     if (router_.empty()) {
       // Between jobs nobody may attach; the worker's handshake would have said so.
       spdlog::warn("core {}: refusing a data connection: no job is running", index_);
@@ -100,8 +104,12 @@ transport::AcceptHooks ServerCore::Hooks() {
   };
   // The router holds a connection until its ATTACH names a job, then hands it to that job's
   // shard; a job that ends meanwhile is simply not found.
-  hooks.handler_now = [this]() -> transport::ConnectionHandler* { return &router_; };
+  hooks.handler_now = [this]() -> transport::ConnectionHandler* {
+    AssertOnLoop();
+    return &router_;
+  };
   hooks.ready = [this](std::shared_ptr<transport::Connection> connection) {
+    AssertOnLoop();
     router_.Adopt(connection);
     WatchAttach(connection);
     SampleSteering(connection);
@@ -111,6 +119,7 @@ transport::AcceptHooks ServerCore::Hooks() {
 }
 
 void ServerCore::WatchAttach(const std::shared_ptr<transport::Connection>& connection) {
+  AssertOnLoop();
   // Where the ATTACH travels in the set-up it came under the same deadline and the tag is set.
   auto timer = std::make_shared<boost::asio::steady_timer>(loop_.context());
   timer->expires_after(std::chrono::milliseconds(limits_.attach_timeout_ms));
@@ -125,12 +134,14 @@ void ServerCore::WatchAttach(const std::shared_ptr<transport::Connection>& conne
 }
 
 void ServerCore::SampleSteering(const std::shared_ptr<transport::Connection>& connection) {
+  AssertOnLoop();
   if (metrics_.rx_on_core == nullptr) return;
   // Once its ATTACH and first pushes are in, so the kernel has handled some of its packets.
   auto timer = std::make_shared<boost::asio::steady_timer>(loop_.context());
   timer->expires_after(std::chrono::seconds(2));
   timer->async_wait([this, timer, weak = std::weak_ptr<transport::Connection>(connection)](
                         const boost::system::error_code& ec) {
+    AssertOnLoop();
     if (ec) return;
     auto c = weak.lock();
     if (!c || c->closed()) return;
@@ -145,6 +156,7 @@ void ServerCore::SampleSteering(const std::shared_ptr<transport::Connection>& co
 
 ServerCore::~ServerCore() {
   loop_.Run([this] {
+    AssertOnLoop();
     if (acceptor_) acceptor_->CloseSettingUp(absl::CancelledError("phubd is stopping"));
     for (Shard* shard : router_.shards()) {
       fair_.RemoveFlow(shard->session());
@@ -162,6 +174,7 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
   Status status;
   const std::uint64_t session = job->session;
   loop_.Run([&] {
+    AssertOnLoop();  // the shard is made here: it is bound to this thread (Shard's REQUIRES)
     const std::uint64_t weight_bytes = job->table.bytes_on_core(index_);
     job_chunk_bytes_ = std::max(job_chunk_bytes_, job->table.chunk_bytes());
     std::unique_ptr<Shard> shard;
@@ -199,6 +212,7 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
 ShardStats ServerCore::RemoveShard(std::uint64_t session) {
   ShardStats stats;
   loop_.Run([&] {
+    AssertOnLoop();
     // Its turns in the queue go first: none may start on a shard being freed.
     fair_.RemoveFlow(session);
     std::unique_ptr<Shard> shard = router_.Remove(session, absl::OkStatus());
@@ -216,6 +230,7 @@ ShardStats ServerCore::RemoveShard(std::uint64_t session) {
 RejoinPoint ServerCore::ForgetWorker(std::uint64_t session, std::uint32_t rank) {
   RejoinPoint point;
   loop_.Run([&] {
+    AssertOnLoop();
     if (Shard* shard = router_.Find(session)) point = shard->ForgetWorker(rank);
   });
   return point;
@@ -224,6 +239,7 @@ RejoinPoint ServerCore::ForgetWorker(std::uint64_t session, std::uint32_t rank) 
 void ServerCore::ExpectRejoin(std::uint64_t session, std::uint32_t rank,
                               std::uint64_t iteration) {
   loop_.Run([&] {
+    AssertOnLoop();
     if (Shard* shard = router_.Find(session)) shard->ExpectRejoin(rank, iteration);
   });
 }
@@ -231,6 +247,7 @@ void ServerCore::ExpectRejoin(std::uint64_t session, std::uint32_t rank,
 std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot(std::uint64_t session) {
   std::vector<ChunkSnapshot> chunks;
   loop_.Run([&] {
+    AssertOnLoop();
     Shard* shard = router_.Find(session);
     if (!shard) return;
     fair_.RemoveFlow(session);  // the shard sends nothing more
@@ -242,6 +259,7 @@ std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot(std::uint64_t session) {
 
 void ServerCore::Post(std::uint64_t session, std::function<void(Shard&)> fn) {
   loop_.Post([this, session, fn = std::move(fn)] {
+    AssertOnLoop();
     if (Shard* shard = router_.Find(session)) fn(*shard);
   });
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <boost/asio/steady_timer.hpp>
+#include <cassert>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,6 +71,11 @@ class ServerCore {
 
  private:
   ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_per_s);
+  // REQUIRES where the members "used on loop_'s thread only" are touched (STYLE.md "One owner
+  // per piece of state"): the caller is on the core's loop thread. Off with NDEBUG.
+  void AssertOnLoop() const {
+    assert(loop_.on_loop_thread() && "ServerCore's state touched off its core's thread");
+  }
   transport::AcceptHooks Hooks();
   // Closes `connection` if it has not attached within limits_.attach_timeout_ms.
   void WatchAttach(const std::shared_ptr<transport::Connection>& connection);

@@ -19,21 +19,32 @@
 // replay the iteration in flight; its replayed pushes of chunks that already counted its copy
 // are taken and dropped. Chunks are copied for checkpoints as they pass a multiple of
 // JobSpec::checkpoint_every (kSnapshot), or all at once by SnapshotNow.
+//
+// Its state: one ChunkState per chunk (chunk_state.h), one ShardMember per rank (member.h).
+// Its code, by job: shard.cc (making it, adopting and attaching connections, their closing),
+// shard_push.cc (what workers send: checks, counting, aggregation, the relay's answers),
+// shard_send.cc (weights out: broadcast, fair turns, one worker's send), shard_view.cc (the
+// compact wire's view), shard_recovery.cc (rejoins, checkpoints), shard_counters.cc (stats and
+// the core's series).
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "phub/common/aligned_buffer.h"
 #include "phub/server/checkpoint/checkpoint_file.h"
 #include "phub/server/shard/chunk_relay.h"
+#include "phub/server/shard/chunk_state.h"
 #include "phub/server/shard/fair_send_queue.h"
 #include "phub/server/shard/job_spec.h"
+#include "phub/server/shard/member.h"
 #include "phub/server/shard/server_metrics.h"
 #include "phub/server/shard/wire_slots.h"
 #include "phub/transport/connection.h"
@@ -88,6 +99,8 @@ class Shard final : public transport::ConnectionHandler {
 
   // Allocates slots, weights and state for the chunks of `core` (on the calling thread: create
   // the shard on its core's thread so first-touch puts the memory on the core's NUMA node).
+  // The shard is bound to the calling thread: every later call, its destruction included, must
+  // come from it (asserted).
   // `metrics`: the core's exported series (server_metrics.h), or null (tests, fuzzers).
   // `fair`: the core's queue its broadcasts take turns in with other jobs' (fair_send_queue.h;
   // the shard's flow is its job's session, added by the caller); null: sent at once.
@@ -143,39 +156,20 @@ class Shard final : public transport::ConnectionHandler {
       const transport::Connection& connection, const transport::WireHeader* attach) override;
 
  private:
-  struct ChunkState {
-    const keys::Chunk* chunk = nullptr;
-    AlignedBuffer slots;                  // world_size × elements, worker-major
-    AlignedBuffer weights;                // elements
-    std::vector<AlignedBuffer> state;     // optimizer state arrays
-    std::vector<std::uint8_t> pushed;     // per worker: copy of this iteration in
-    std::uint32_t arrived = 0;
-    std::uint64_t iteration = 0;          // completed aggregations
-    std::uint32_t pending_sends = 0;      // WEIGHTS of this chunk still queued
-    bool initialized = false;             // weights hold real values
-    bool announced = false;               // iteration-0 weights sent to everyone
-    // JobSpec::relay: the relay holds the initial weights. While the rack's sum is passed on
-    // (Forward) the chunk waits for its weights as for a send (pending_sends).
-    bool relay_ready = false;
-    AlignedBuffer previous;               // keep_previous: weights of iteration - 1
-    // JobSpec::wire_weights (docs/design.md "The compact wire"): what every worker holds of
-    // this chunk, float32 (view; keep_previous: view_previous, of iteration - 1), and the
-    // rounded change that took the view to iteration change_of, which is what workers are sent.
-    // A worker's first weights (of start_at_) are the whole view, float32, as INIT.
-    AlignedBuffer view, view_previous, change;
-    std::uint64_t change_of = UINT64_MAX;
-    bool view_ready = false;  // view holds the weights (set on first use: INIT may come late)
-    // Per worker, while it resumes: kNone, or its replayed push of this chunk is still to come
-    // (kExpected), and the chunk's next broadcast waits for it too (kHeld: the chunk holds
-    // its copy already, so the broadcast could otherwise reach it before it asked).
-    std::vector<std::uint8_t> replay;
-  };
-  enum ReplayState : std::uint8_t { kNone = 0, kExpected = 1, kHeld = 2 };
-  // What ResolveSlot decided about a push, for OnReceived (between them other connections'
-  // messages may complete the chunk, so the decision is kept, not taken again).
-  enum class PushKind : std::uint8_t { kCount, kReplayDone, kReplayCounted };
+  // REQUIRES on every entry point (STYLE.md "One owner per piece of state"): the caller runs on
+  // the shard's thread, the one that made it: its core's loop thread (ServerCore::InstallShard,
+  // the shard tests' ShardOnLoop), or the one thread of a fuzzer that drives it directly. Off
+  // with NDEBUG, like every assert.
+  void AssertOnOwnThread() const {
+    assert(std::this_thread::get_id() == own_thread_ && "Shard used off its core's thread");
+  }
 
   StatusOr<ChunkState*> FindChunk(const transport::WireHeader& header);
+  // ResolveSlot of a PUSH or an INIT from `rank`.
+  StatusOr<std::span<std::byte>> ResolvePush(std::uint32_t rank,
+                                             const transport::WireHeader& header);
+  StatusOr<std::span<std::byte>> ResolveInit(std::uint32_t rank,
+                                             const transport::WireHeader& header);
   Status CheckAttach(const transport::WireHeader& header) const;
   Status Attach(transport::Connection& connection, const transport::WireHeader& header);
   void MaybeAggregate(ChunkState& state);
@@ -203,7 +197,8 @@ class Shard final : public transport::ConnectionHandler {
                                    const ChunkState& state) const;
   void CopyForCheckpoint(ChunkState& state);
   bool all_attached() const { return attached_ == job_->world_size; }
-  // What the shard counts, in stats_ (the job-end log line) and the exported series.
+  // What the shard counts, in stats_ (the job-end log line) and the exported series
+  // (shard_counters.cc).
   void CountReceived(std::uint64_t bytes, bool push);
   void CountSent(std::uint64_t bytes);
   void CountAggregation(std::chrono::steady_clock::time_point began);
@@ -211,28 +206,15 @@ class Shard final : public transport::ConnectionHandler {
   std::shared_ptr<const JobSpec> job_;
   keys::CoreIndex core_;
   EventSink sink_;
-  std::vector<ChunkState> chunks_;
+  const std::thread::id own_thread_ = std::this_thread::get_id();
+  std::vector<ChunkState> chunks_;         // chunk_state.h
   std::vector<std::int32_t> local_index_;  // chunk id -> index in chunks_, -1 if not ours
+  // Adopted data connections that have not attached yet (Attach moves one to its member).
   std::vector<std::shared_ptr<transport::Connection>> unattached_;
-  std::vector<std::shared_ptr<transport::Connection>> workers_;  // by rank
-  // By rank, beside workers_ (set and cleared with it): orders the WEIGHTS each worker gets,
-  // first layers first (JobSpec::send_window_bytes).
-  std::vector<std::shared_ptr<transport::SendScheduler>> senders_;
-  std::vector<std::uint8_t> said_bye_;
-  std::uint32_t attached_ = 0;
+  std::vector<ShardMember> members_;  // by rank (member.h)
+  std::uint32_t attached_ = 0;        // members with a connection
   bool closing_ = false;  // CloseAll in progress: closures are expected, not losses
   bool reported_left_early_ = false;
-  // Recovery, by rank: the iteration a rejoining worker resumes at once it attaches
-  // (kNoResume: none), and the last iteration whose pushes may be replays.
-  static constexpr std::uint64_t kNoResume = UINT64_MAX;
-  std::vector<std::uint64_t> resume_at_;
-  std::vector<std::uint64_t> replay_through_;
-  // The iteration of each worker's first weights (0, or where it resumed): with wire_weights
-  // they go whole (INIT), and every later one as a change of them.
-  std::vector<std::uint64_t> start_at_;
-  std::vector<std::uint8_t> seen_;          // attached once in this job
-  std::vector<std::uint64_t> forgotten_;    // ForgetWorker calls, by rank (ShardEvent::epoch)
-  std::vector<PushKind> push_kind_;         // ResolveSlot's decision for OnReceived
   // The checkpoint being collected: its iteration (0: none) and the chunks copied so far.
   std::uint64_t snapshot_iteration_ = 0;
   std::size_t snapshot_filled_ = 0;

@@ -43,24 +43,27 @@ void Shard::LoadSnapshot(ChunkState& state, const ChunkSnapshot& snapshot) {
   state.iteration = snapshot.iteration;
   state.initialized = true;
   state.announced = true;
-  state.view_ready = false;  // wire_weights: the view starts again from these weights
+  state.view.ready = false;  // wire_weights: the view starts again from these weights
 }
 
 RejoinPoint Shard::ForgetWorker(std::uint32_t rank) {
+  AssertOnOwnThread();
   RejoinPoint point;
   if (rank >= job_->world_size) return point;
-  ++forgotten_[rank];
-  if (std::shared_ptr<transport::Connection> connection = std::move(workers_[rank])) {
-    workers_[rank] = nullptr;  // OnClosed then knows it is not a loss to report
+  ShardMember& member = members_[rank];
+  ++member.forgotten;
+  if (std::shared_ptr<transport::Connection> connection = std::move(member.connection)) {
+    member.connection = nullptr;  // OnClosed then knows it is not a loss to report
     --attached_;
     // Closing fails the sends in flight and, through them, every WEIGHTS the scheduler still
     // holds: each chunk's pending_sends comes back down before the scheduler goes.
-    auto sender = std::move(senders_[rank]);
+    auto sender = std::move(member.sender);
     connection->Close(absl::AbortedError("the worker's control connection was lost"));
   }
-  resume_at_[rank] = kNoResume;
+  member.resume_at = ShardMember::kNoResume;
   for (ChunkState& state : chunks_) {
-    state.replay[rank] = kNone;  // a replay it owed dies with it; the next rejoin owes its own
+    // A replay it owed dies with it; the next rejoin owes its own.
+    state.replay[rank] = ReplayState::kNone;
     point.contributed = std::min(point.contributed, state.iteration + state.pushed[rank]);
     if (!state.initialized) ++point.uninitialized;
   }
@@ -68,32 +71,35 @@ RejoinPoint Shard::ForgetWorker(std::uint32_t rank) {
 }
 
 void Shard::ExpectRejoin(std::uint32_t rank, std::uint64_t iteration) {
+  AssertOnOwnThread();
   if (rank >= job_->world_size) return;
-  resume_at_[rank] = iteration;
-  replay_through_[rank] = iteration + 1;
-  start_at_[rank] = iteration;
+  ShardMember& member = members_[rank];
+  member.resume_at = iteration;
+  member.replay_through = iteration + 1;
+  member.start_at = iteration;
   // A connection that attached before this arrived (it cannot: the Welcome follows) would
   // not get its weights: send them now.
-  if (workers_[rank]) SendResumeWeights(rank);
+  if (member.connection) SendResumeWeights(rank);
 }
 
 void Shard::SendResumeWeights(std::uint32_t rank) {
-  const std::uint64_t at = resume_at_[rank];
-  resume_at_[rank] = kNoResume;
+  ShardMember& member = members_[rank];
+  const std::uint64_t at = member.resume_at;
+  member.resume_at = ShardMember::kNoResume;
   for (ChunkState& state : chunks_) {
-    state.replay[rank] = kExpected;
+    state.replay[rank] = ReplayState::kExpected;
     if (state.iteration == at) {
       SendTo(rank, state, state.weights, at);
       // Its copy of at + 1 is in already: the chunk may complete before the replay arrives,
       // and then its broadcast would reach a worker that has not asked for it yet.
-      if (state.pushed[rank]) state.replay[rank] = kHeld;
+      if (state.pushed[rank]) state.replay[rank] = ReplayState::kHeld;
     } else if (state.iteration == at + 1 && state.previous.size() != 0) {
       SendTo(rank, state, state.previous, at);
     } else if (state.iteration + 1 != at) {  // one behind: its broadcast will carry them
       spdlog::error("job '{}' core {}: rank {} resumes at iteration {} but chunk {} is at {}",
                     job_->name, core_, rank,
                     at, state.chunk->id, state.iteration);
-      workers_[rank]->Close(absl::InternalError(absl::StrCat(
+      member.connection->Close(absl::InternalError(absl::StrCat(
           "cannot give rank ", rank, " the weights of iteration ", at, " for chunk ",
           state.chunk->id, ", which is at iteration ", state.iteration)));
       return;
@@ -101,11 +107,11 @@ void Shard::SendResumeWeights(std::uint32_t rank) {
   }
 }
 
-std::optional<Shard::PushKind> Shard::ReplayOf(std::uint32_t rank,
-                                               const transport::WireHeader& header,
-                                               const ChunkState& state) const {
+std::optional<PushKind> Shard::ReplayOf(std::uint32_t rank, const transport::WireHeader& header,
+                                        const ChunkState& state) const {
   // Only the one replay each chunk is owed, of exactly the iteration after the resume point.
-  if (state.replay[rank] == kNone || header.iteration != replay_through_[rank]) {
+  if (state.replay[rank] == ReplayState::kNone ||
+      header.iteration != members_[rank].replay_through) {
     return std::nullopt;
   }
   if (header.iteration == state.iteration) return PushKind::kReplayDone;
@@ -151,6 +157,7 @@ void Shard::CopyForCheckpoint(ChunkState& state) {
 }
 
 std::vector<ChunkSnapshot> Shard::SnapshotNow() const {
+  AssertOnOwnThread();
   std::vector<ChunkSnapshot> chunks;
   chunks.reserve(chunks_.size());
   for (const ChunkState& state : chunks_) {

@@ -1,6 +1,7 @@
 // Shard's life around the data (shard_harness.h): attaching (unattached(), kAllAttached),
 // leaving (BYE, or a connection lost without it: kWorkerLost, kLeftEarly), CloseAll, weights
-// loaded by phubd, and what the shard offers a transport (Buffers, LandingZones).
+// loaded by phubd, what the shard offers a transport (Buffers, LandingZones), and that it is
+// used on its own thread only.
 #include "phub/server/shard/shard.h"
 
 #include <gmock/gmock.h>
@@ -15,6 +16,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -122,6 +124,19 @@ TEST_F(ShardTest, CloseAllClosesEveryConnectionAndReportsNoLoss) {
   shard_.Drain();
   EXPECT_EQ(shard_.unattached(), 0u);
   EXPECT_EQ(shard_.events().size(), 1u) << "a closure by CloseAll was reported";
+}
+
+// A shard belongs to the thread that made it (its core's loop): a call from another thread is
+// caught where assertions are on (not with NDEBUG: the check is an assert).
+TEST(ShardThread, ACallOffTheThreadThatMadeTheShardIsCaught) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "assertions are off (NDEBUG)";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Shard shard(MakeJob(), /*core=*/0, [](ShardEvent) {});
+  EXPECT_DEATH(std::thread([&] { shard.ForgetWorker(0); }).join(), "off its core's thread");
+  EXPECT_EQ(shard.ForgetWorker(0).uninitialized, 2u);  // its own thread: no complaint
+#endif
 }
 
 // Weights loaded by phubd (JobSpec::initial_weights) go to every worker as WEIGHTS(k, 0) once

@@ -1,0 +1,262 @@
+// Shard (shard.h): what workers send a core, and what it does with it. ResolveSlot is the one
+// check of every message (where its payload lands, or why it is refused); OnReceived counts a
+// push, takes INIT and BYE; MaybeAggregate steps a chunk once every copy is in (or, racks of
+// racks, passes the rack's sum on and takes the weights back in OnRelayed).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "phub/server/shard/shard.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::server {
+
+using transport::Connection;
+using transport::Op;
+using transport::WireHeader;
+
+StatusOr<ChunkState*> Shard::FindChunk(const WireHeader& header) {
+  if (header.chunk >= local_index_.size() || local_index_[header.chunk] < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(header.op), " for chunk ", header.chunk, " which core ", core_,
+        " does not own (the job has ", local_index_.size(),
+        " chunks): the worker's key table disagrees with phubd's"));
+  }
+  ChunkState& state = chunks_[local_index_[header.chunk]];
+  // Pushes travel in the job's wire format; INIT (rank 0's initial weights) in float32.
+  const std::uint64_t expected =
+      header.op == Op::kPush
+          ? std::uint64_t{state.chunk->elements} * kernels::WireBytes(job_->wire)
+          : state.chunk->bytes();
+  if (header.payload_bytes != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(header.op), " of chunk ", header.chunk, " carries ", header.payload_bytes,
+        " bytes; the chunk has ", expected,
+        header.op == Op::kPush && job_->wire != kernels::WireFormat::kFp32
+            ? absl::StrCat(" (", state.chunk->elements, " elements in the job's ",
+                           kernels::WireFormatName(job_->wire), ")")
+            : std::string()));
+  }
+  return &state;
+}
+
+StatusOr<std::span<std::byte>> Shard::ResolveSlot(Connection& connection,
+                                                  const WireHeader& header) {
+  AssertOnOwnThread();
+  // The one validation point of every message a worker sends this core: OnReceived trusts
+  // what passes here.
+  if (connection.tag() < 0) {
+    PHUB_RETURN_IF_ERROR(CheckAttach(header));
+    return std::span<std::byte>{};
+  }
+  const auto rank = static_cast<std::uint32_t>(connection.tag());
+  if (members_[rank].said_bye) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(header.op), " from rank ", rank, " after its BYE: the connection closes next"));
+  }
+  if (header.worker != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(OpName(header.op), " names worker ",
+                                                   header.worker, " on the connection of rank ",
+                                                   rank));
+  }
+  switch (header.op) {
+    case Op::kPush:
+      return ResolvePush(rank, header);
+    case Op::kInit:
+      return ResolveInit(rank, header);
+    case Op::kBye:
+      if (header.payload_bytes != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("BYE from rank ", rank, " carries ", header.payload_bytes, " bytes"));
+      }
+      return std::span<std::byte>{};
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected ", OpName(header.op), " from rank ", rank,
+          header.op == Op::kAttach ? " (already attached)" : ""));
+  }
+}
+
+StatusOr<std::span<std::byte>> Shard::ResolvePush(std::uint32_t rank, const WireHeader& header) {
+  PHUB_ASSIGN_OR_RETURN(ChunkState * state, FindChunk(header));
+  if (!state->initialized) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "PUSH of chunk ", header.chunk, " before its initial weights arrived from rank 0"));
+  }
+  ShardMember& member = members_[rank];
+  member.push_kind = PushKind::kCount;
+  if (header.iteration != state->iteration + 1 || state->pushed[rank]) {
+    // A worker back from a failure replays the iteration in flight: a copy that already
+    // counts is dropped. It lands in the worker's slot all the same (over verbs it is
+    // written there before this runs): either that slot is free until its next push, or
+    // it holds the same bits (the replay computes them again from the same weights and data).
+    if (std::optional<PushKind> replay = ReplayOf(rank, header, *state)) {
+      member.push_kind = *replay;
+      return SlotOf(state->slots, rank, state->chunk->elements, job_->wire);
+    }
+  }
+  if (header.iteration != state->iteration + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PUSH of chunk ", header.chunk, " for iteration ", header.iteration,
+        "; the chunk expects iteration ", state->iteration + 1));
+  }
+  if (state->pushed[rank]) {
+    return absl::InvalidArgumentError(absl::StrCat("second PUSH of chunk ", header.chunk,
+                                                   " in iteration ", header.iteration));
+  }
+  return SlotOf(state->slots, rank, state->chunk->elements, job_->wire);
+}
+
+StatusOr<std::span<std::byte>> Shard::ResolveInit(std::uint32_t rank, const WireHeader& header) {
+  if (rank != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("INIT from rank ", rank, ": only rank 0 sends initial weights"));
+  }
+  PHUB_ASSIGN_OR_RETURN(ChunkState * state, FindChunk(header));
+  if (header.iteration != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("INIT of chunk ", header.chunk,
+                                                   " for iteration ", header.iteration,
+                                                   "; initial weights are iteration 0"));
+  }
+  if (state->initialized) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "INIT of chunk ", header.chunk,
+        " which already has weights (sent before, or loaded by phubd from a file)"));
+  }
+  return std::as_writable_bytes(state->weights.span());
+}
+
+Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
+  AssertOnOwnThread();
+  // ResolveSlot accepted this message just before: no check is repeated here.
+  if (connection.tag() < 0) return Attach(connection, header);
+  const auto rank = static_cast<std::uint32_t>(connection.tag());
+  switch (header.op) {
+    case Op::kPush: {
+      ChunkState& state = chunks_[local_index_[header.chunk]];
+      CountReceived(header.payload_bytes, /*push=*/true);
+      state.replay[rank] = ReplayState::kNone;  // its replay of this chunk, if it owed one, is in
+      const PushKind kind = members_[rank].push_kind;
+      if (kind == PushKind::kReplayDone) {
+        SendTo(rank, state, state.weights, state.iteration);
+        return absl::OkStatus();
+      }
+      if (kind == PushKind::kReplayCounted) {
+        // The chunk may have completed the iteration while this copy was arriving: its
+        // broadcast skipped this worker (held for its replay), so the answer goes now.
+        if (state.iteration == header.iteration) {
+          SendTo(rank, state, state.weights, state.iteration);
+        }
+        return absl::OkStatus();
+      }
+      state.pushed[rank] = 1;
+      ++state.arrived;
+      MaybeAggregate(state);
+      CheckCompletable(state);
+      return absl::OkStatus();
+    }
+    case Op::kInit: {
+      ChunkState& state = chunks_[local_index_[header.chunk]];
+      state.initialized = true;
+      CountReceived(header.payload_bytes, /*push=*/false);
+      if (job_->relay) job_->relay->Initialized(core_, state.chunk->id, state.weights.span());
+      if (Announceable(state)) Broadcast(state);
+      return absl::OkStatus();
+    }
+    case Op::kBye:
+      members_[rank].said_bye = true;
+      for (const ChunkState& state : chunks_) CheckCompletable(state);
+      return absl::OkStatus();
+    default:
+      return absl::InternalError(absl::StrCat(OpName(header.op), " from rank ", rank,
+                                              " passed ResolveSlot"));
+  }
+}
+
+bool Shard::Announceable(const ChunkState& state) const {
+  return state.initialized && !state.announced && all_attached() &&
+         (!job_->relay || state.relay_ready);
+}
+
+void Shard::MaybeAggregate(ChunkState& state) {
+  if (state.arrived < job_->world_size || state.pending_sends > 0) return;
+  const auto began = std::chrono::steady_clock::now();
+  const std::uint32_t elements = state.chunk->elements;
+  for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
+  if (job_->relay) {
+    // The rack's sum (kAverage over one copy) goes on to the chunk's home PBox; the chunk
+    // waits for its weights as it waits for a send (OnRelayed).
+    AggregateSlots(job_->wire, state.slots, job_->world_size, elements,
+                   std::as_const(state.weights).span(), job_->relay->Partial(state.chunk->id),
+                   state_ptrs_, job_->optimizer, state.iteration + 1, inputs_);
+    state.arrived = 0;
+    std::fill(state.pushed.begin(), state.pushed.end(), 0);
+    CountAggregation(began);
+    ++state.pending_sends;
+    job_->relay->Forward(core_, state.chunk->id);
+    return;
+  }
+  if (state.previous.size() != 0) {
+    // Kept for a rejoin: the new weights go to the other buffer and the two trade places, so
+    // keeping the previous weights costs no copy (no send of either is queued: see above).
+    AggregateSlots(job_->wire, state.slots, job_->world_size, elements,
+                   std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
+                   job_->optimizer, state.iteration + 1, inputs_);
+    std::swap(state.weights, state.previous);
+  } else {
+    AggregateSlots(job_->wire, state.slots, job_->world_size, elements, {},
+                   state.weights.span(), state_ptrs_, job_->optimizer, state.iteration + 1,
+                   inputs_);
+  }
+  ++state.iteration;
+  if (job_->wire_weights) UpdateView(state, /*swapped=*/state.previous.size() != 0);
+  state.arrived = 0;
+  std::fill(state.pushed.begin(), state.pushed.end(), 0);
+  CountAggregation(began);
+  if (job_->checkpoint_every > 0 && state.iteration % job_->checkpoint_every == 0) {
+    CopyForCheckpoint(state);
+  }
+  Broadcast(state);
+}
+
+void Shard::OnRelayReady() {
+  AssertOnOwnThread();
+  for (ChunkState& state : chunks_) {
+    // Nothing is sent from the weights before this: the chunk was not announced.
+    const std::span<const float> landed = job_->relay->Landed(state.chunk->id);
+    std::copy(landed.begin(), landed.end(), state.weights.data());
+    state.relay_ready = true;
+    state.initialized = true;
+    if (Announceable(state)) Broadcast(state);
+  }
+}
+
+void Shard::OnRelayed(std::uint32_t chunk) {
+  AssertOnOwnThread();
+  if (chunk >= local_index_.size() || local_index_[chunk] < 0) return;
+  ChunkState& state = chunks_[local_index_[chunk]];
+  // No send of the weights is queued: the chunk aggregated (MaybeAggregate waits for them).
+  const std::span<const float> landed = job_->relay->Landed(chunk);
+  std::copy(landed.begin(), landed.end(), state.weights.data());
+  --state.pending_sends;
+  ++state.iteration;
+  if (job_->wire_weights) UpdateView(state, /*swapped=*/false);
+  Broadcast(state);
+}
+
+void Shard::CheckCompletable(const ChunkState& state) {
+  if (reported_left_early_ || state.arrived == 0) return;
+  for (std::uint32_t w = 0; w < job_->world_size; ++w) {
+    if (!members_[w].said_bye || state.pushed[w]) continue;
+    reported_left_early_ = true;
+    const std::string reason = absl::StrCat(
+        "rank ", w, " left (BYE) but chunk ", state.chunk->id, " of iteration ",
+        state.iteration + 1, " has pushes from other workers and needs rank ", w, "'s too");
+    spdlog::warn("job '{}' core {}: {}", job_->name, core_, reason);
+    sink_(ShardEvent{
+        .kind = ShardEvent::Kind::kLeftEarly, .core = core_, .rank = w, .reason = reason});
+    return;
+  }
+}
+
+}  // namespace phub::server
