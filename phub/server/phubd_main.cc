@@ -4,31 +4,13 @@
 #include <sstream>
 
 #include "phub/common/logging.h"
+#include "phub/common/token_file.h"
 #include "phub/kernels/optimizer_flags.h"
 #include "phub/placement/nics.h"
 #include "phub/server/admission/job_limits.h"
 #include "phub/server/core/nic_plan.h"
 #include "phub/server/server.h"
 #include "phub/transport/transport_flags.h"
-
-namespace {
-
-// The token file's contents, trailing whitespace trimmed (so `echo secret > f` works).
-phub::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError("cannot read --token-file '" + path +
-                               "': create it (e.g. `head -c 16 /dev/urandom | base64 > " + path +
-                               "`) and give the same file to every worker");
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string token = buffer.str();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  return token;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   phub::server::ServerOptions options;
@@ -252,9 +234,9 @@ int main(int argc, char** argv) {
                 limits.form_timeout_ms, limits.stalled_job_timeout_ms, limits.leave_timeout_ms);
   options.tcp.no_delay = !nagle;
   if (!token_file.empty()) {
-    auto token = ReadTokenFile(token_file);
+    auto token = phub::ReadTokenFile(token_file);
     if (!token.ok()) {
-      spdlog::error("{}", token.status().message());
+      spdlog::error("--token-file: {}", token.status().message());
       return 2;
     }
     options.job_token = *token;
