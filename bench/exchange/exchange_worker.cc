@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
                  "Fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning")
       ->capture_default_str();
   phub::transport::AddSendWindowFlag(app, options.send_window_bytes);
-  phub::client::AddWireFlags(app, options);
+  phub::client::AddWireFlags(app, options.wire);
   app.add_option("--out", out_path, "Per-iteration times and the weight checksum (TSV)")
       ->required();
   CLI11_PARSE(app, argc, argv);
@@ -127,8 +127,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "exchange worker: give --rank and --world, or --topology\n");
     return 2;
   }
-  options.rank = rank;
-  options.world_size = world;
+  phub::exchange::PsSeat seat{{rank, world}, {}};
   if (!topology_file.empty()) {
     auto topology = phub::topology::Topology::Load(topology_file);
     auto placement = topology.ok() ? topology->Locate(hostname) : topology.status();
@@ -138,7 +137,7 @@ int main(int argc, char** argv) {
     }
     rank = placement->rank;
     world = placement->world_size;
-    phub::exchange::JoinRackPbox(*placement, exchange_options);
+    seat = phub::exchange::JoinRackPbox(*placement, exchange_options);
   }
   options.tcp_no_delay = !nagle;
   (void)phub::SetUpLogging("warn", "exchange worker " + std::to_string(rank));
@@ -195,7 +194,7 @@ int main(int argc, char** argv) {
     weight_spans.push_back(std::span<float>(data_w).subspan(offset, count));
     grad_spans.push_back(std::span<const float>(data_g).subspan(offset, count));
   }
-  auto client = phub::exchange::PsExchange::Connect(exchange_options, tensors, weight_spans);
+  auto client = phub::exchange::PsExchange::Connect(exchange_options, seat, tensors, weight_spans);
   if (!client.ok()) return fail("Connect", client.status());
   phub::exchange::PsExchange& ps = **client;
   // The gradients go out from these buffers every iteration: on verbs, registered once.
@@ -248,10 +247,10 @@ int main(int argc, char** argv) {
   // follows in the next push (so the sum is the exact one, less one rounding's worth still in
   // the residual), without it every push loses it. Compact weights trail phubd's by one
   // rounding of one step's change. Both: a few ulps of the format of lr * gradient.
-  const bool compact = options.wire != phub::kernels::WireFormat::kFp32;
+  const bool compact = options.wire.compact();
   const auto on_wire = [&](float g) -> double {
-    if (!compact || options.error_feedback) return g;
-    return options.wire == phub::kernels::WireFormat::kBf16
+    if (!compact || options.wire.error_feedback) return g;
+    return options.wire.format == phub::kernels::WireFormat::kBf16
                ? phub::kernels::ToFloat(phub::kernels::ToBf16(g))
                : phub::kernels::ToFloat(phub::kernels::ToFp16(g));
   };

@@ -10,10 +10,11 @@
 
 int main(int argc, char** argv) {
   phub::ring::RingOptions options;
+  phub::Membership membership;
   phub::bench::AllreduceRun run;
   CLI::App app{"PHub exchange benchmark: one ring-allreduce rank"};
-  app.add_option("--rank", options.rank)->required();
-  app.add_option("--world", options.world_size)->required();
+  app.add_option("--rank", membership.rank)->required();
+  app.add_option("--world", membership.world_size)->required();
   app.add_option("--rendezvous", options.rendezvous,
                  "A directory shared by all ranks, or tcp://HOST:PORT of rank 0's node")->required();
   app.add_option("--mib", run.mib, "Buffer size in MiB")->capture_default_str();
@@ -31,12 +32,12 @@ int main(int argc, char** argv) {
          "The format pieces travel in (sums stay float32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   CLI11_PARSE(app, argc, argv);
-  (void)phub::SetUpLogging("warn", "ring " + std::to_string(options.rank));
-  run.rank = static_cast<int>(options.rank);
-  run.world = static_cast<int>(options.world_size);
+  (void)phub::SetUpLogging("warn", "ring " + std::to_string(membership.rank));
+  run.rank = static_cast<int>(membership.rank);
+  run.world = static_cast<int>(membership.world_size);
   run.label = "phub_ring_worker piece_bytes=" + std::to_string(options.piece_bytes);
 
-  auto ring = phub::ring::RingAllreduce::Connect(options);
+  auto ring = phub::ring::RingAllreduce::Connect(options, membership);
   if (!ring.ok()) return phub::bench::Fail(ring.status(), 3);
   std::vector<float> data = phub::bench::InitialData(run);
   float barrier = 0;

@@ -44,7 +44,7 @@ def time_phub(worker, model, batch, a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     out = run_checked([worker, "--model", model, "--batch", str(batch), "--iters",
                        str(a.iters), "--warmup", str(a.warmup), "--log-level", "warn",
-                       "--backend", a.backend] + (["--tf32"] if a.tf32 else []), env)
+                       "--device", a.device] + (["--tf32"] if a.tf32 else []), env)
     m = re.search(r"median ([0-9.]+) ms per mini-batch", out)
     if not m:
         raise BenchError(f"phub-worker printed no median:\n{out}")
@@ -93,7 +93,6 @@ def main():
     p.add_argument("--worker", default=os.path.join(ROOT, "build", "worker", "phub-worker"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "train"))
     a = p.parse_args()
-    a.backend = "onednn" if a.device == "cpu" else "cudnn"
     if a.quick:
         a.rounds = 1
     pairs = parse_models(a.models or (QUICK if a.quick else DEFAULT))

@@ -12,6 +12,7 @@
 namespace phub::client {
 
 StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
+                            Membership membership, const detail::RackRole& role,
                             std::vector<keys::TensorSpec> tensors,
                             boost::asio::ip::tcp::socket& control) {
   PHUB_ASSIGN_OR_RETURN(control, transport::ConnectWithRetry(
@@ -23,12 +24,12 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   hello.set_protocol_version(kProtocolVersion);
   hello.set_job_token(options.job_token);
   hello.set_job(options.job);
-  hello.set_rank(options.rank);
-  hello.set_world_size(options.world_size);
-  if (options.racks > 1) {
-    hello.set_racks(options.racks);
-    hello.set_rack(options.rack);
-    hello.set_rack_workers(options.rack_workers);
+  hello.set_rank(membership.rank);
+  hello.set_world_size(membership.world_size);
+  if (role.racks > 1) {
+    hello.set_racks(role.racks);
+    hello.set_rack(role.rack);
+    hello.set_rack_workers(role.rack_workers);
   }
   if (options.optimizer) {
     const kernels::OptimizerConfig& c = *options.optimizer;
@@ -41,10 +42,10 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
     spec.set_beta2(c.beta2);
     spec.set_eps(c.eps);
   }
-  const bool compact = options.wire != kernels::WireFormat::kFp32;
+  const bool compact = options.wire.compact();
   if (compact) {
-    hello.set_wire(kernels::WireFormatName(options.wire));
-    hello.set_wire_weights(options.wire_weights);
+    hello.set_wire(kernels::WireFormatName(options.wire.format));
+    hello.set_wire_weights(options.wire.weights);
   }
   for (const auto& t : tensors) {
     proto::TensorSpec& spec = *hello.add_tensors();
@@ -52,14 +53,14 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
     spec.set_elements(t.elements);
   }
   PHUB_RETURN_IF_ERROR(transport::WriteControlMessage(control, hello_message));
-  spdlog::debug("rank {}: Hello sent, waiting for the other workers", options.rank);
+  spdlog::debug("rank {}: Hello sent, waiting for the other workers", membership.rank);
   PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, transport::ReadControlMessage(control));
   // A Notice (or a Heartbeat) can only come after the Welcome; tolerate one before it anyway.
   for (int skipped = 0; (reply.has_notice() || reply.has_heartbeat()) && skipped < 16; ++skipped) {
     PHUB_ASSIGN_OR_RETURN(reply, transport::ReadControlMessage(control));
   }
   if (reply.has_error()) {
-    return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", options.rank, ": ",
+    return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", membership.rank, ": ",
                                                    reply.error().message(), "; fix: ",
                                                    reply.error().fix()));
   }
@@ -83,12 +84,12 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   }
   // A phubd that does not know the field answers without it: it would take the pushes for
   // float32 and refuse them one by one; say so once, here.
-  const std::string asked = kernels::WireFormatName(options.wire);
+  const std::string asked = kernels::WireFormatName(options.wire.format);
   const std::string runs = welcome.wire().empty() ? "fp32" : welcome.wire();
-  if (runs != asked || welcome.wire_weights() != (compact && options.wire_weights)) {
+  if (runs != asked || welcome.wire_weights() != (compact && options.wire.weights)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", options.rank, " asked for --wire ", asked,
-        compact ? (options.wire_weights ? " (weights too)" : " (weights fp32)") : "",
+        "rank ", membership.rank, " asked for --wire ", asked,
+        compact ? (options.wire.weights ? " (weights too)" : " (weights fp32)") : "",
         " but phubd runs the job with ", runs, welcome.wire_weights() ? " (weights too)" : "",
         ": a phubd older than the compact wire; update phubd or use --wire fp32"));
   }
@@ -96,7 +97,7 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
                 {}, welcome.resumed(), welcome.resume_iteration(),
                 static_cast<int>(std::min<std::uint32_t>(welcome.liveness_timeout_ms(), 3600000))};
   if (job.resumed) {
-    spdlog::info("rank {}: phubd resumes this worker at iteration {}", options.rank,
+    spdlog::info("rank {}: phubd resumes this worker at iteration {}", membership.rank,
                  job.resume_iteration);
   }
   for (const proto::CoreEndpoint& endpoint : welcome.cores()) {

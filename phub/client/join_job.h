@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/client/detail/rack_role.h"
 #include "phub/client/ps_client.h"
 #include "phub/common/status.h"
 #include "phub/keys/key_table.h"
@@ -39,7 +40,9 @@ struct JoinedJob {
 // every worker has joined). `control` is the open control connection on return, OK or not.
 // InvalidArgument for a refused Hello (phubd's reason and fix) or a malformed Welcome,
 // Unavailable when phubd cannot be reached.
+// `membership` and `role` are who the Hello says this client is.
 StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
+                            Membership membership, const detail::RackRole& role,
                             std::vector<keys::TensorSpec> tensors,
                             boost::asio::ip::tcp::socket& control);
 

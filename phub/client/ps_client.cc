@@ -45,8 +45,8 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
           " floats; the tensor has ", tensors[t].elements));
     }
   }
-  PHUB_ASSIGN_OR_RETURN(JoinedJob job,
-                        JoinJob(loop_.context(), options_, std::move(tensors), control_));
+  PHUB_ASSIGN_OR_RETURN(JoinedJob job, JoinJob(loop_.context(), options_, membership_, role_,
+                                               std::move(tensors), control_));
   table_ = std::move(job.table);
   weights_from_server_ = job.weights_from_server;
   session_ = job.session;
@@ -66,11 +66,11 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   if (compact_pushes()) {
     // Staging for the compact wire, sized once per tensor (WireBytes per element, rounded up
     // to whole floats by AlignedBuffer).
-    const std::size_t eb = kernels::WireBytes(options_.wire);
+    const std::size_t eb = kernels::WireBytes(options_.wire.format);
     for (const keys::TensorSpec& t : table_->tensors()) {
       const std::size_t floats = (t.elements * eb + sizeof(float) - 1) / sizeof(float);
       push_wire_.emplace_back(floats);
-      if (options_.error_feedback) push_residual_.emplace_back(t.elements);
+      if (options_.wire.error_feedback) push_residual_.emplace_back(t.elements);
       if (compact_weights()) weights_wire_.emplace_back(floats);
     }
   }
@@ -79,7 +79,7 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
     const CoreAddress& address = job.cores[core];
     const std::size_t nic = address.nic % nic_address_.size();
     transport::DialRequest request{address.host, address.port, options_.connect_timeout_ms,
-                                   WireHeader{Op::kAttach, options_.rank, core, session_, 0},
+                                   WireHeader{Op::kAttach, membership_.rank, core, session_, 0},
                                    ClientSizing(table_->chunk_bytes()), nic_address_[nic]};
     auto connection = transports_[transport_of_nic_[nic]]->Dial(request, this);
     if (!connection.ok()) {
@@ -98,7 +98,7 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
     ArmHeartbeat();
     started_ = true;
   });
-  spdlog::debug("rank {}: attached to {} server cores, {} chunks", options_.rank,
+  spdlog::debug("rank {}: attached to {} server cores, {} chunks", membership_.rank,
                 connections_.size(), table_->chunks().size());
   return absl::OkStatus();
 }
@@ -132,7 +132,7 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
     auto known = std::find(devices.begin(), devices.end(), device);
     transport_of_nic_.push_back(known - devices.begin());
     if (known == devices.end()) {
-      spdlog::debug("rank {}: data plane: {}", options_.rank, device->Describe());
+      spdlog::debug("rank {}: data plane: {}", membership_.rank, device->Describe());
       devices.push_back(device);
     }
   }
@@ -168,9 +168,10 @@ StatusOr<std::vector<transport::LandingZone>> PsClient::Impl::LandingZones(
   for (const keys::Chunk& chunk : table_->chunks()) {
     // With compact weights: the first whole (INIT), the later ones as changes.
     const Op first = WeightsOp(resume_iteration_);
-    zones.push_back({first, options_.rank, chunk.id, resume_iteration_, WeightsLanding(chunk, first)});
+    zones.push_back(
+        {first, membership_.rank, chunk.id, resume_iteration_, WeightsLanding(chunk, first)});
     if (first != Op::kWeights) {
-      zones.push_back({Op::kWeights, options_.rank, chunk.id, resume_iteration_ + 1,
+      zones.push_back({Op::kWeights, membership_.rank, chunk.id, resume_iteration_ + 1,
                        WeightsLanding(chunk, Op::kWeights)});
     }
   }
@@ -192,7 +193,7 @@ void PsClient::Impl::WatchControl() {
                                                                  : absl::UnavailableError(text));
     }
     if (m->has_notice()) {
-      spdlog::warn("rank {}: phubd: {}", options_.rank, Bounded(m->notice().text(), 400));
+      spdlog::warn("rank {}: phubd: {}", membership_.rank, Bounded(m->notice().text(), 400));
     }
     WatchControl();
   });
@@ -319,7 +320,7 @@ Status PsClient::Impl::Close() {
   loop_.Run([&] {
     for (auto& sender : senders_) {
       const std::shared_ptr<Connection>& c = sender->connection();
-      sender->Send(WireHeader{Op::kBye, options_.rank, 0, 0, 0}, {}, [&, c](const Status&) {
+      sender->Send(WireHeader{Op::kBye, membership_.rank, 0, 0, 0}, {}, [&, c](const Status&) {
         c->Close(absl::OkStatus());
         std::lock_guard lock(done_mu);
         --remaining;
@@ -363,12 +364,20 @@ PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsClient::~PsClient() = default;
 
 StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const PsClientOptions& options,
+                                                      Membership membership,
                                                       std::vector<keys::TensorSpec> tensors,
                                                       std::vector<std::span<float>> weights) {
-  PHUB_RETURN_IF_ERROR(CheckMembership(options.rank, options.world_size));
-  auto impl = std::make_unique<Impl>(options, std::move(weights));
+  return detail::ConnectInRacks(options, membership, {}, std::move(tensors), std::move(weights));
+}
+
+StatusOr<std::unique_ptr<PsClient>> detail::ConnectInRacks(const PsClientOptions& options,
+                                                           Membership membership, RackRole role,
+                                                           std::vector<keys::TensorSpec> tensors,
+                                                           std::vector<std::span<float>> weights) {
+  PHUB_RETURN_IF_ERROR(CheckMembership(membership));
+  auto impl = std::make_unique<PsClient::Impl>(options, membership, role, std::move(weights));
   PHUB_RETURN_IF_ERROR(impl->Handshake(std::move(tensors)));
-  return std::unique_ptr<PsClient>(new PsClient(std::move(impl)));
+  return std::make_unique<PsClient>(std::move(impl));
 }
 
 Status PsClient::DeclareGradients(const std::vector<std::span<const float>>& grads) {

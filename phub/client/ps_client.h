@@ -1,7 +1,7 @@
 // PsClient: a worker's connection to phubd. This header is the whole public API.
 //
-//   auto client = PsClient::Connect(options, tensors, weights);   // handshake, one data
-//                                                                 // connection per server core
+//   auto client = PsClient::Connect(options, {rank, world_size}, tensors, weights);
+//                                          // handshake, one data connection per server core
 //   client->Init();                        // everyone starts from rank 0's (or phubd's) weights
 //   for each iteration:
 //     for each tensor t as backward produces its gradient:  client->Push(t, grads[t]);
@@ -32,15 +32,18 @@
 #include <string>
 #include <vector>
 
+#include "phub/common/membership.h"
 #include "phub/common/status.h"
 #include "phub/kernels/optimizer_config.h"
-#include "phub/kernels/wire_format.h"
+#include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
 #include "phub/transport/send_window.h"
 #include "phub/transport/verbs/device_options.h"
 
 namespace phub::client {
 
+// How to reach phubd and what to ask of it: the same on every worker of a job (who this worker
+// is, its rank and world size, comes apart: Connect's `membership`).
 struct PsClientOptions {
   std::string host = "127.0.0.1";  // phubd's control address
   std::uint16_t port = 7070;
@@ -48,15 +51,6 @@ struct PsClientOptions {
   // The job this worker belongs to (a phubd may serve several: docs/operations.md "Sharing a
   // PBox"); every worker of the job gives the same. Empty: the job named "default".
   std::string job;
-  std::uint32_t rank = 0;
-  std::uint32_t world_size = 1;
-  // Racks of racks (docs/design.md "Racks of racks"): a job over `racks` > 1 racks, this
-  // client in rack `rack` (its index in the topology file); rank and world_size are then the
-  // rack's, and host/port its PBox. rack_workers > 0: the client is a PBox relaying its rack's
-  // sums of that many workers' copies (phub/server/racks/uplink.h), not a worker.
-  std::uint32_t racks = 0;
-  std::uint32_t rack = 0;
-  std::uint32_t rack_workers = 0;
   // What phubd does with the job's gradients, the same on every worker: an optimizer that steps
   // the weights it sends back, or kAverage (summation mode: the "weights" that land are the mean
   // of the workers' gradients). Unset: phubd's --optimizer flags.
@@ -67,17 +61,8 @@ struct PsClientOptions {
   // Priority scheduling of each data connection's pushes (first layers first): payload bytes
   // in flight per connection; 0 = send in the order pushed.
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;
-  // The element format of the pushes (the same on every worker): fp32, or bf16/fp16 to halve
-  // the bytes; phubd still sums into float32 weights. wire_weights: with a compact `wire`,
-  // phubd sends the weights back in it too, as rounded changes of the float32 weights every
-  // worker holds (half the bytes both ways; the default: at parity with float32 in accuracy,
-  // docs/benchmarks.md); false: they come back in float32.
-  kernels::WireFormat wire = kernels::WireFormat::kFp32;
-  bool wire_weights = true;
-  // With a compact `wire`: what rounding drops from a tensor's gradient is added to its next
-  // push (kernels::ConvertToWireWithFeedback), so rounding errors do not accumulate (off only
-  // to measure what it is worth). One float per parameter on the worker.
-  bool error_feedback = true;
+  // The format pushes (and, by default, the weights) travel in: kernels::WireOptions.
+  kernels::WireOptions wire;
   // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice);
   // `rdma.device` may list one per NIC of `nics`, comma-separated.
   transport::verbs::DeviceOptions rdma;
@@ -89,12 +74,14 @@ struct PsClientOptions {
 
 class PsClient {
  public:
-  // Connects, sends the Hello and waits for the Welcome (phubd answers once all world_size
-  // workers have joined), then opens one data connection per server core.
+  // Connects as rank `membership.rank` of `membership.world_size`, sends the Hello and waits
+  // for the Welcome (phubd answers once all world_size workers have joined), then opens one
+  // data connection per server core.
   // `weights[t]` is tensor t's weight buffer (tensors[t].elements floats).
   // Errors: InvalidArgument for bad arguments or a refused Hello (the message carries phubd's
   // reason and fix), Unavailable when phubd cannot be reached.
   static StatusOr<std::unique_ptr<PsClient>> Connect(const PsClientOptions& options,
+                                                     Membership membership,
                                                      std::vector<keys::TensorSpec> tensors,
                                                      std::vector<std::span<float>> weights);
   ~PsClient();  // Close()s if not closed
@@ -132,10 +119,12 @@ class PsClient {
   // Number of completed pushes of tensor t.
   std::uint64_t iteration(std::uint32_t tensor) const;
 
+  // Defined in ps_client_impl.h only: nobody outside phub/client can make one, so this
+  // constructor is for Connect and detail::ConnectInRacks (detail/rack_role.h).
   class Impl;
+  explicit PsClient(std::unique_ptr<Impl> impl);
 
  private:
-  explicit PsClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -8,14 +8,14 @@ namespace phub::client {
 
 void PsClient::Impl::RecordError(const Status& status) {
   error_.Record(status);
-  spdlog::error("rank {}: {}", options_.rank, status.message());
+  spdlog::error("rank {}: {}", membership_.rank, status.message());
 }
 void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
                                 std::size_t element_bytes, std::uint64_t iteration) {
   // Runs on the loop thread.
   for (const keys::Chunk& chunk : table_->chunks_of_tensor(tensor)) {
     auto bytes = data.subspan(chunk.offset * element_bytes, chunk.elements * element_bytes);
-    WireHeader header{op, options_.rank, chunk.id, iteration,
+    WireHeader header{op, membership_.rank, chunk.id, iteration,
                       static_cast<std::uint32_t>(bytes.size())};
     senders_[table_->owner(chunk.id)]->Send(header, bytes, [this](const Status& s) {
       if (!s.ok() && !closing_) RecordError(s);
@@ -23,7 +23,7 @@ void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const std
   }
 }
 Status PsClient::Impl::Init() {
-  if (options_.rank == 0 && !weights_from_server_ && !resumed_) {
+  if (membership_.rank == 0 && !weights_from_server_ && !resumed_) {
     loop_.Post([this] {
       for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
         SendChunks(Op::kInit, t, std::as_bytes(weights_[t]), sizeof(float), 0);  // float32
@@ -63,14 +63,16 @@ Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) 
     // Converted here, on the caller's thread: the staging buffer is free (the previous push of
     // this tensor was waited for, so phubd has all of it) and the loop thread stays free.
     auto* out = reinterpret_cast<std::byte*>(push_wire_[tensor].data());
-    if (options_.error_feedback) {
-      kernels::ConvertToWireWithFeedback(options_.wire, grads, push_residual_[tensor].span(), out);
+    if (options_.wire.error_feedback) {
+      kernels::ConvertToWireWithFeedback(options_.wire.format, grads,
+                                         push_residual_[tensor].span(), out);
     } else {
-      kernels::ConvertToWire(options_.wire, grads, out);
+      kernels::ConvertToWire(options_.wire.format, grads, out);
     }
-    data = {out, grads.size() * kernels::WireBytes(options_.wire)};
+    data = {out, grads.size() * kernels::WireBytes(options_.wire.format)};
   }
-  const std::size_t element_bytes = compact_pushes() ? kernels::WireBytes(options_.wire) : sizeof(float);
+  const std::size_t element_bytes =
+      compact_pushes() ? kernels::WireBytes(options_.wire.format) : sizeof(float);
   loop_.Post([this, tensor, data, element_bytes, iteration] {
     SendChunks(Op::kPush, tensor, data, element_bytes, iteration);
   });
@@ -101,9 +103,9 @@ StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connectio
         compact_weights() ? " and, first, INIT" : ""));
   }
   const std::string what = OpName(header.op);
-  if (header.worker != options_.rank) {
+  if (header.worker != membership_.rank) {
     return absl::InvalidArgumentError(absl::StrCat(what, " addressed to worker ", header.worker,
-                                                   " reached rank ", options_.rank));
+                                                   " reached rank ", membership_.rank));
   }
   if (header.chunk >= table_->chunks().size()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " for chunk ", header.chunk,
@@ -118,8 +120,9 @@ StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connectio
   if (header.op != WeightsOp(header.iteration)) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, " of chunk ", header.chunk, " for iteration ", header.iteration, "; with --wire ",
-        kernels::WireFormatName(options_.wire), " --wire-weights wire the weights of iteration ",
-        resume_iteration_, " come whole (INIT) and later ones as changes (WEIGHTS)"));
+        kernels::WireFormatName(options_.wire.format),
+        " --wire-weights wire the weights of iteration ", resume_iteration_,
+        " come whole (INIT) and later ones as changes (WEIGHTS)"));
   }
   const keys::Chunk& chunk = table_->chunks()[header.chunk];
   std::span<std::byte> landing = WeightsLanding(chunk, header.op);
@@ -127,7 +130,8 @@ StatusOr<std::span<std::byte>> PsClient::Impl::ResolveSlot(Connection& connectio
     return absl::InvalidArgumentError(absl::StrCat(
         what, " of chunk ", header.chunk, " carry ", header.payload_bytes, " bytes, expected ",
         landing.size(), " (", chunk.elements, " elements in ",
-        landing.size() == chunk.bytes() ? "fp32" : kernels::WireFormatName(options_.wire), ")"));
+        landing.size() == chunk.bytes() ? "fp32" : kernels::WireFormatName(options_.wire.format),
+        ")"));
   }
   {
     std::lock_guard lock(mu_);
@@ -150,7 +154,7 @@ std::span<std::byte> PsClient::Impl::WeightsLanding(const keys::Chunk& chunk, Op
   if (!compact_weights() || op == Op::kInit) {
     return std::as_writable_bytes(weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
   }
-  const std::size_t eb = kernels::WireBytes(options_.wire);
+  const std::size_t eb = kernels::WireBytes(options_.wire.format);
   auto* base = reinterpret_cast<std::byte*>(weights_wire_[chunk.tensor].data());
   return {base + chunk.offset * eb, chunk.elements * eb};
 }
@@ -160,7 +164,7 @@ Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& head
   if (compact_weights() && header.op == Op::kWeights) {
     // A change: added to the weights, which equal phubd's view of them (the tensor is in
     // flight: nobody reads it until Wait).
-    kernels::AddFromWire(options_.wire, WeightsLanding(chunk, header.op).data(),
+    kernels::AddFromWire(options_.wire.format, WeightsLanding(chunk, header.op).data(),
                          weights_[chunk.tensor].subspan(chunk.offset, chunk.elements));
   }
   bool done = false;

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "phub/client/detail/rack_role.h"
 #include "phub/client/ps_client.h"
 #include "phub/common/aligned_buffer.h"
 #include "phub/common/first_error.h"
@@ -33,9 +34,12 @@ using transport::WireHeader;
 // wait on `cv_` for tensors to complete.
 class PsClient::Impl final : public transport::ConnectionHandler {
  public:
-  Impl(PsClientOptions options, std::vector<std::span<float>> weights)
+  Impl(PsClientOptions options, Membership membership, detail::RackRole role,
+       std::vector<std::span<float>> weights)
       : options_(std::move(options)),
-        loop_(absl::StrCat("client ", options_.rank), /*pin_core=*/-1),
+        membership_(membership),
+        role_(role),
+        loop_(absl::StrCat("client ", membership_.rank), /*pin_core=*/-1),
         control_(loop_.context()),
         weights_(std::move(weights)),
         error_(mu_, cv_) {}
@@ -61,7 +65,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
 
   const keys::KeyTable& table() const { return *table_; }
   bool weights_from_server() const { return weights_from_server_; }
-  std::uint32_t rank() const { return options_.rank; }
+  std::uint32_t rank() const { return membership_.rank; }
   std::uint64_t resume_iteration() const { return resume_iteration_; }
   std::uint64_t iteration(std::uint32_t t) const {
     std::lock_guard lock(mu_);
@@ -96,8 +100,8 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   void SendChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
                   std::size_t element_bytes, std::uint64_t iteration);
   // The compact wire (PsClientOptions::wire): pushes, and maybe weights, in bf16/fp16.
-  bool compact_pushes() const { return options_.wire != kernels::WireFormat::kFp32; }
-  bool compact_weights() const { return compact_pushes() && options_.wire_weights; }
+  bool compact_pushes() const { return options_.wire.compact(); }
+  bool compact_weights() const { return compact_pushes() && options_.wire.weights; }
   // Where chunk `chunk`'s weights sent as `op` land: the weight buffer itself (WEIGHTS in
   // float32; with compact weights, the whole first weights, INIT), or the compact staging of a
   // change (WEIGHTS with compact weights). docs/design.md "The compact wire".
@@ -108,7 +112,9 @@ class PsClient::Impl final : public transport::ConnectionHandler {
     return compact_weights() && iteration == resume_iteration_ ? Op::kInit : Op::kWeights;
   }
 
-  PsClientOptions options_;
+  const PsClientOptions options_;
+  const Membership membership_;
+  const detail::RackRole role_;  // racks of racks; {} in a flat job
   transport::EventLoop loop_;
   boost::asio::ip::tcp::socket control_;
   std::optional<keys::KeyTable> table_;  // set by Handshake

@@ -25,7 +25,8 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
     case ExchangeKind::kPs:
     case ExchangeKind::kPsColocated: {
       // Racks of racks: its rack's PBox, as its rank in the rack.
-      if (options.rack) JoinRackPbox(*options.rack, options.ps);
+      const PsSeat seat = options.rack ? JoinRackPbox(*options.rack, options.ps)
+                                       : PsSeat{options.membership, {}};
       const std::size_t servers = options.ps.servers.size();
       if (options.kind == ExchangeKind::kPs && servers != 1) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -36,12 +37,8 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
         return absl::InvalidArgumentError(
             "--comm ps-colocated needs the HOST:PORT of every host's phubd, got none");
       }
-      if (!options.rack) {
-        options.ps.client.rank = options.rank;
-        options.ps.client.world_size = options.world_size;
-      }
-      PHUB_ASSIGN_OR_RETURN(auto ps,
-                            PsExchange::Connect(options.ps, std::move(tensors), std::move(weights)));
+      PHUB_ASSIGN_OR_RETURN(
+          auto ps, PsExchange::Connect(options.ps, seat, std::move(tensors), std::move(weights)));
       return std::unique_ptr<GradientExchange>(std::move(ps));
     }
     case ExchangeKind::kRing: {
@@ -49,22 +46,18 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
         return absl::InvalidArgumentError(absl::StrCat("--comm ring needs --rendezvous: ",
                                                        kRendezvousForms));
       }
-      options.ring.ring.rank = options.rank;
-      options.ring.ring.world_size = options.world_size;
-      PHUB_ASSIGN_OR_RETURN(
-          auto ring, ConnectRingExchange(options.ring, std::move(tensors), std::move(weights)));
+      PHUB_ASSIGN_OR_RETURN(auto ring, ConnectRingExchange(options.ring, options.membership,
+                                                           std::move(tensors), std::move(weights)));
       return std::unique_ptr<GradientExchange>(std::move(ring));
     }
     case ExchangeKind::kNccl: {
-      if (options.world_size > 1 && options.nccl.rendezvous.empty()) {
+      if (options.membership.world_size > 1 && options.nccl.rendezvous.empty()) {
         return absl::InvalidArgumentError(absl::StrCat("--comm nccl needs --rendezvous: ",
                                                        kRendezvousForms));
       }
 #ifdef PHUB_HAVE_NCCL
-      options.nccl.rank = options.rank;
-      options.nccl.world_size = options.world_size;
-      PHUB_ASSIGN_OR_RETURN(
-          auto nccl, ConnectNcclExchange(options.nccl, std::move(tensors), std::move(weights)));
+      PHUB_ASSIGN_OR_RETURN(auto nccl, ConnectNcclExchange(options.nccl, options.membership,
+                                                           std::move(tensors), std::move(weights)));
       return std::unique_ptr<GradientExchange>(std::move(nccl));
 #else
       return absl::UnimplementedError(
@@ -83,8 +76,7 @@ Status PlaceInRacks(const topology::Topology& topology, const std::string& host,
         "--topology (racks of racks) goes with --comm ps: each worker joins its rack's PBox");
   }
   PHUB_ASSIGN_OR_RETURN(topology::Placement placement, topology.Locate(host));
-  options.rank = placement.rank;
-  options.world_size = placement.world_size;
+  options.membership = {placement.rank, placement.world_size};
   options.rack = placement;
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/common/membership.h"
 #include "phub/exchange/gradient_exchange.h"
 #include "phub/exchange/nccl_exchange.h"
 #include "phub/exchange/ps_exchange.h"
@@ -22,12 +23,11 @@ StatusOr<ExchangeKind> ParseExchangeKind(const std::string& name);
 
 struct ExchangeOptions {
   ExchangeKind kind = ExchangeKind::kPs;
-  std::uint32_t rank = 0;
-  std::uint32_t world_size = 1;
-  PsExchangeOptions ps;      // kPs (one server) and kPsColocated (one per host); rank/world
-                             // are taken from above
-  RingExchangeOptions ring;  // kRing; rank/world are taken from above
-  NcclExchangeOptions nccl;  // kNccl; rank/world are taken from above
+  // This worker's rank and world size, held here only: MakeExchange passes it to the backend.
+  Membership membership;
+  PsExchangeOptions ps;      // kPs (one server) and kPsColocated (one per host)
+  RingExchangeOptions ring;  // kRing
+  NcclExchangeOptions nccl;  // kNccl
   // Racks of racks (kPs; PlaceInRacks sets it): the worker's place in the topology; the PS
   // client then joins its rack's PBox as its rank in the rack (JoinRackPbox).
   std::optional<topology::Placement> rack;
@@ -35,7 +35,7 @@ struct ExchangeOptions {
 
 // Racks of racks (docs/operations.md "Racks of racks"): `host`, as the topology file names it,
 // fixes the worker's rank and world size (all racks': what it shards its data by; they
-// replace options.rank and world_size) and, with kPs, its server: its rack's PBox. NotFound
+// replace options.membership) and, with kPs, its server: its rack's PBox. NotFound
 // (naming the file and the fix) when no rack lists the host; InvalidArgument for another kind
 // than ps.
 Status PlaceInRacks(const topology::Topology& topology, const std::string& host,

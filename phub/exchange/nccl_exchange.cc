@@ -58,12 +58,12 @@ class NcclAllreducer final : public Allreducer {
 }  // namespace
 
 StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
-    const NcclExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
-    std::vector<std::span<float>> weights) {
+    const NcclExchangeOptions& options, Membership membership,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
   PHUB_RETURN_IF_ERROR(AllreduceExchange::Check(options.optimizer, tensors, weights));
   nccl::NcclOptions nccl_options;
-  nccl_options.rank = options.rank;
-  nccl_options.world_size = options.world_size;
+  nccl_options.rank = membership.rank;
+  nccl_options.world_size = membership.world_size;
   nccl_options.rendezvous = options.rendezvous;
   nccl_options.device = options.device;
   nccl_options.timeout_ms = options.timeout_ms;

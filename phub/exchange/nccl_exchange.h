@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/common/membership.h"
 #include "phub/exchange/allreduce_exchange.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/keys/key_table.h"
@@ -21,8 +22,6 @@
 namespace phub::exchange {
 
 struct NcclExchangeOptions {
-  std::uint32_t rank = 0;
-  std::uint32_t world_size = 1;
   std::string rendezvous;              // a shared directory or tcp://HOST:PORT[/JOB]
   int device = -1;                     // CUDA device ordinal; -1: rank % visible devices
   int timeout_ms = 60000;              // bounds joining and each allreduce
@@ -36,7 +35,7 @@ struct NcclExchangeOptions {
 // Joins the NCCL communicator (blocks until every rank has), then as AllreduceExchange::Create.
 // FailedPrecondition without a usable GPU.
 StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
-    const NcclExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
-    std::vector<std::span<float>> weights);
+    const NcclExchangeOptions& options, Membership membership,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights);
 
 }  // namespace phub::exchange

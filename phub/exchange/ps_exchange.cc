@@ -7,16 +7,16 @@
 
 namespace phub::exchange {
 
-void JoinRackPbox(const topology::Placement& placement, PsExchangeOptions& options) {
+PsSeat JoinRackPbox(const topology::Placement& placement, PsExchangeOptions& options) {
   options.servers = {placement.pbox};
-  options.client.rank = placement.rank_in_rack;
-  options.client.world_size = placement.rack_size;
+  PsSeat seat{{placement.rank_in_rack, placement.rack_size}, {}};
   // A topology of one rack is a flat job.
-  options.client.racks = placement.racks > 1 ? placement.racks : 0;
-  options.client.rack = placement.racks > 1 ? placement.rack : 0;
+  if (placement.racks > 1) seat.role = {placement.racks, placement.rack, /*rack_workers=*/0};
+  return seat;
 }
 
 StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOptions& options,
+                                                          PsSeat seat,
                                                           std::vector<keys::TensorSpec> tensors,
                                                           std::vector<std::span<float>> weights) {
   if (options.servers.empty()) {
@@ -59,8 +59,8 @@ StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOption
     client::PsClientOptions client_options = options.client;
     client_options.host = options.servers[s].host;
     client_options.port = options.servers[s].port;
-    auto client = client::PsClient::Connect(client_options, shares[s].tensors,
-                                            std::move(server_weights));
+    auto client = client::detail::ConnectInRacks(client_options, seat.membership, seat.role,
+                                                 shares[s].tensors, std::move(server_weights));
     if (!client.ok()) {
       return Status(client.status().code(),
                     absl::StrCat("server ", s, " (", client_options.host, ":", client_options.port,

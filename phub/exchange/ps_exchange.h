@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "phub/client/detail/rack_role.h"
 #include "phub/client/ps_client.h"
 #include "phub/exchange/gradient_exchange.h"
 #include "phub/common/endpoint.h"
+#include "phub/common/membership.h"
 #include "phub/keys/server_placement.h"
 #include "phub/topology/topology.h"
 
@@ -23,7 +25,7 @@ using PsEndpoint = phub::Endpoint;
 using phub::ParseEndpoint;
 
 struct PsExchangeOptions {
-  // rank, world_size, job token, timeouts and TCP tuning; its host/port are not used.
+  // Job token, timeouts, wire and TCP tuning; its host/port are not used.
   client::PsClientOptions client;
   // Every server of the job, in the same order on every worker. One = a dedicated PS.
   std::vector<PsEndpoint> servers;
@@ -32,17 +34,27 @@ struct PsExchangeOptions {
   std::uint64_t partition_bytes = 1 << 20;
 };
 
+// Who a PS client is where it connects: its rank among the server's workers, and in racks of
+// racks its rack (a flat job: RackRole{}).
+struct PsSeat {
+  Membership membership;
+  client::detail::RackRole role;
+};
+
 // Racks of racks (docs/operations.md "Racks of racks"): the worker at `placement` joins its
-// rack's PBox (the one server) as its rank in the rack; with several racks its Hello names
-// them. Its rank and world size as a data-parallel worker stay the job's (placement.rank).
-void JoinRackPbox(const topology::Placement& placement, PsExchangeOptions& options);
+// rack's PBox (the one server: options.servers) as its rank in the rack; with several racks
+// its Hello names them. Its rank and world size as a data-parallel worker stay the job's
+// (placement.rank): only the PS connection uses the seat returned.
+PsSeat JoinRackPbox(const topology::Placement& placement, PsExchangeOptions& options);
 
 class PsExchange final : public GradientExchange {
  public:
-  // Connects to every server in order (each answers once all workers have joined it).
+  // Connects to every server in order, as `seat` (each answers once all workers have joined
+  // it).
   // InvalidArgument: no servers, a server that would own nothing (more servers than the
   // model has partitions), or a refused handshake; Unavailable: a server cannot be reached.
   static StatusOr<std::unique_ptr<PsExchange>> Connect(const PsExchangeOptions& options,
+                                                       PsSeat seat,
                                                        std::vector<keys::TensorSpec> tensors,
                                                        std::vector<std::span<float>> weights);
   ~PsExchange() override;

@@ -21,13 +21,13 @@ class RingAllreducer final : public Allreducer {
 }  // namespace
 
 StatusOr<std::unique_ptr<AllreduceExchange>> ConnectRingExchange(
-    const RingExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
-    std::vector<std::span<float>> weights) {
+    const RingExchangeOptions& options, Membership membership,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
   // Checked before connecting, so a bad flag never leaves the neighbours waiting on this rank.
   PHUB_RETURN_IF_ERROR(AllreduceExchange::Check(options.optimizer, tensors, weights));
-  PHUB_ASSIGN_OR_RETURN(auto ring, ring::RingAllreduce::Connect(options.ring));
+  PHUB_ASSIGN_OR_RETURN(auto ring, ring::RingAllreduce::Connect(options.ring, membership));
   return AllreduceExchange::Create(
-      options.optimizer, std::make_unique<RingAllreducer>(std::move(ring), options.ring.rank),
+      options.optimizer, std::make_unique<RingAllreducer>(std::move(ring), membership.rank),
       std::move(tensors), std::move(weights));
 }
 

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "phub/common/membership.h"
 #include "phub/exchange/allreduce_exchange.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/keys/key_table.h"
@@ -13,13 +14,13 @@
 namespace phub::exchange {
 
 struct RingExchangeOptions {
-  ring::RingOptions ring;              // rank, world size, rendezvous, piece size
+  ring::RingOptions ring;              // rendezvous, transport, piece size, wire
   kernels::OptimizerConfig optimizer;  // what phubd's --optimizer flags would say
 };
 
 // Connects the ring (blocks until both neighbours are there), then as AllreduceExchange::Create.
 StatusOr<std::unique_ptr<AllreduceExchange>> ConnectRingExchange(
-    const RingExchangeOptions& options, std::vector<keys::TensorSpec> tensors,
-    std::vector<std::span<float>> weights);
+    const RingExchangeOptions& options, Membership membership,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights);
 
 }  // namespace phub::exchange

@@ -27,7 +27,8 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
       "with a NIC per rail). With --transport verbs each NIC's RDMA device is the one on it, "
       "or --rdma-device lists one per NIC. Default: the kernel's choice");
   transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
-  client::AddWireFlags(app, options.ps.client, {&options.ring.ring.wire, &options.nccl.wire});
+  client::AddWireFlags(app, options.ps.client.wire,
+                       {&options.ring.ring.wire, &options.nccl.wire});
 }
 
 }  // namespace phub::exchange

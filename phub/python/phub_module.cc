@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "phub/client/ps_client.h"
 #include "phub/common/logging.h"
+#include "phub/common/token_file.h"
 #include "phub/kernels/aggregate_and_step.h"
 
 namespace py = pybind11;
@@ -128,8 +129,6 @@ class Client {
     client::PsClientOptions options;
     options.host = host;
     options.port = port;
-    options.rank = rank;
-    options.world_size = world_size;
     options.job_token = token;
     options.job = job;
     options.connect_timeout_ms = connect_timeout_ms;
@@ -153,7 +152,8 @@ class Client {
     StatusOr<std::unique_ptr<client::PsClient>> connected = absl::UnknownError("not connected");
     {
       py::gil_scoped_release release;
-      connected = client::PsClient::Connect(options, std::move(specs), std::move(spans));
+      connected = client::PsClient::Connect(options, {rank, world_size}, std::move(specs),
+                                            std::move(spans));
     }
     ThrowIfError(connected.status(), "connect");
     client_ = *std::move(connected);
@@ -239,6 +239,17 @@ PYBIND11_MODULE(_phub, m) {
       "spdlog's level (trace, debug, info, warn, error, critical, off) and the prefix of each "
       "line; phub.torch sets it from PHUB_LOG_LEVEL (default warn) and the rank.");
   py::register_exception<PhubError>(m, "PhubError", PyExc_RuntimeError);
+  m.def(
+      "read_token_file",
+      [](const std::string& path) {
+        StatusOr<std::string> token = ReadTokenFile(path);
+        ThrowIfError(token.status(), "read_token_file");
+        return *token;
+      },
+      py::arg("path"),
+      "The job token a file holds, read as phubd and phub-worker read theirs "
+      "(phub/common/token_file.h: trailing whitespace trimmed; empty, missing or oversized "
+      "files raise PhubError naming the file and the fix).");
   py::class_<Client>(m, "PsClient", R"doc(
 A worker's connection to phubd (one job, one rank). Connecting blocks until every worker of the
 job has joined. weights[t] is tensor t's receive buffer (float32, contiguous, writable): the

@@ -67,7 +67,7 @@ Status RingAllreduce::Impl::Setup() {
   }
   PHUB_RETURN_IF_ERROR(CheckMembership(rank_, world_));
   if (world_ == 1) return absl::OkStatus();
-  PHUB_RETURN_IF_ERROR(OpenRingLinks(options_, loop_, this,
+  PHUB_RETURN_IF_ERROR(OpenRingLinks(options_, {rank_, world_}, loop_, this,
                                      [this](std::shared_ptr<Connection> c) {
                                        pending_accepts_.push_back(c);
                                        c->Start();
@@ -364,8 +364,9 @@ void RingAllreduce::Impl::OnClosed(Connection& connection, const Status& why) {
 RingAllreduce::RingAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RingAllreduce::~RingAllreduce() = default;
 
-StatusOr<std::unique_ptr<RingAllreduce>> RingAllreduce::Connect(const RingOptions& options) {
-  auto impl = std::make_unique<Impl>(options);
+StatusOr<std::unique_ptr<RingAllreduce>> RingAllreduce::Connect(const RingOptions& options,
+                                                                 Membership membership) {
+  auto impl = std::make_unique<Impl>(options, membership);
   PHUB_RETURN_IF_ERROR(impl->Setup());
   return std::unique_ptr<RingAllreduce>(new RingAllreduce(std::move(impl)));
 }

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 
+#include "phub/common/membership.h"
 #include "phub/common/reduce_op.h"
 #include "phub/common/status.h"
 #include "phub/kernels/wire_format.h"
@@ -28,9 +29,8 @@
 
 namespace phub::ring {
 
+// How the ring connects: the same on every rank (the rank itself is Connect's membership).
 struct RingOptions {
-  std::uint32_t rank = 0;
-  std::uint32_t world_size = 1;
   // Where ranks meet (phub/rendezvous/address.h): a directory all ranks share, or
   // tcp://HOST:PORT[/JOB] served by rank 0. Each rank publishes its address there.
   std::string rendezvous;
@@ -53,9 +53,11 @@ using phub::ReduceOp;  // phub/common/reduce_op.h
 
 class RingAllreduce {
  public:
-  // Listens, publishes its address, connects to rank+1 and accepts rank-1. Blocks until both
+  // Listens, publishes its address, connects to rank+1 and accepts rank-1 (ranks of
+  // `membership`; InvalidArgument unless rank < world_size). Blocks until both
   // neighbours are connected (or the timeout).
-  static StatusOr<std::unique_ptr<RingAllreduce>> Connect(const RingOptions& options);
+  static StatusOr<std::unique_ptr<RingAllreduce>> Connect(const RingOptions& options,
+                                                          Membership membership);
   ~RingAllreduce();
 
   // In place: on return `data` holds the element-wise sum (or mean) over all ranks. Every rank

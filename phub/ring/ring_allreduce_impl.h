@@ -27,11 +27,11 @@ class RingAllreduce::Impl final : public transport::ConnectionHandler {
   using Op = transport::Op;
   using WireHeader = transport::WireHeader;
 
-  explicit Impl(RingOptions options)
+  Impl(RingOptions options, Membership membership)
       : options_(std::move(options)),
-        loop_(absl::StrCat("ring ", options_.rank), /*pin_core=*/-1),
-        world_(options_.world_size),
-        rank_(options_.rank),
+        loop_(absl::StrCat("ring ", membership.rank), /*pin_core=*/-1),
+        world_(membership.world_size),
+        rank_(membership.rank),
         error_(mu_, cv_) {}
   ~Impl() override;  // leaves cleanly: BYE to both neighbours
 

@@ -20,14 +20,15 @@ transport::ConnectionSizing PieceSizing(std::uint64_t piece_bytes) {
 }
 // Publishes this rank's address and looks up rank+1's through the rendezvous. TCP's rank 0
 // serves the store until every rank has looked its neighbour up (Finish).
-StatusOr<PeerAddress> MeetNeighbour(const RingOptions& options, std::uint16_t port) {
-  const std::uint32_t rank = options.rank;
-  const std::uint32_t next = (rank + 1) % options.world_size;
+StatusOr<PeerAddress> MeetNeighbour(const RingOptions& options, Membership membership,
+                                    std::uint16_t port) {
+  const std::uint32_t rank = membership.rank;
+  const std::uint32_t next = (rank + 1) % membership.world_size;
   auto in_ring = [rank](const Status& s) {
     return Status(s.code(), absl::StrCat("ring rank ", rank, ": ", s.message()));
   };
   auto store = rendezvous::OpenStore(
-      {options.rendezvous, rank, options.world_size, options.connect_timeout_ms});
+      {options.rendezvous, rank, membership.world_size, options.connect_timeout_ms});
   if (!store.ok()) return in_ring(store.status());
   if (Status s = PublishPeerAddress(**store, rank, {options.listen_host, port}); !s.ok()) {
     return in_ring(s);
@@ -39,12 +40,13 @@ StatusOr<PeerAddress> MeetNeighbour(const RingOptions& options, std::uint16_t po
 }
 }  // namespace
 
-Status OpenRingLinks(const RingOptions& options, transport::EventLoop& loop,
+Status OpenRingLinks(const RingOptions& options, Membership membership,
+                     transport::EventLoop& loop,
                      transport::ConnectionHandler* handler,
                      std::function<void(std::shared_ptr<transport::Connection>)> adopt,
                      RingLinks& links) {
-  const std::uint32_t rank = options.rank;
-  const std::uint32_t next = (rank + 1) % options.world_size;
+  const std::uint32_t rank = membership.rank;
+  const std::uint32_t next = (rank + 1) % membership.world_size;
   const std::uint64_t piece_bytes = options.piece_bytes;
   auto device = transport::OpenDevice({options.transport, {}, options.rdma});
   if (!device.ok()) {
@@ -73,7 +75,8 @@ Status OpenRingLinks(const RingOptions& options, transport::EventLoop& loop,
   });
   PHUB_RETURN_IF_ERROR(status);
 
-  PHUB_ASSIGN_OR_RETURN(PeerAddress address, MeetNeighbour(options, links.acceptor->port()));
+  PHUB_ASSIGN_OR_RETURN(PeerAddress address,
+                        MeetNeighbour(options, membership, links.acceptor->port()));
   transport::DialRequest request{address.host, address.port, options.connect_timeout_ms,
                                  transport::WireHeader{transport::Op::kAttach, rank, next, 0, 0},
                                  PieceSizing(piece_bytes)};

@@ -26,7 +26,8 @@ struct RingLinks {
 // error). `handler` takes every message of both links; `adopt` runs on the loop for every
 // accepted connection, which it must Start(). Blocks until rank+1 is dialed (or the timeout).
 // REQUIRES: world_size > 1, rank < world_size, piece_bytes a positive multiple of 4.
-Status OpenRingLinks(const RingOptions& options, transport::EventLoop& loop,
+Status OpenRingLinks(const RingOptions& options, Membership membership,
+                     transport::EventLoop& loop,
                      transport::ConnectionHandler* handler,
                      std::function<void(std::shared_ptr<transport::Connection>)> adopt,
                      RingLinks& links);

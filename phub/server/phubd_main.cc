@@ -1,32 +1,12 @@
 // phubd: the PHub parameter-server daemon. Flags are parsed here, once, into ServerOptions
 // (phubd_flags.h binds them); then the files they name are read and the Server runs.
 #include <CLI/CLI.hpp>
-#include <fstream>
-#include <sstream>
 
 #include "phub/common/logging.h"
+#include "phub/common/token_file.h"
 #include "phub/server/core/nic_plan.h"
 #include "phub/server/phubd_flags.h"
 #include "phub/server/server.h"
-
-namespace {
-
-// The token file's contents, trailing whitespace trimmed (so `echo secret > f` works).
-phub::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError("cannot read --token-file '" + path +
-                               "': create it (e.g. `head -c 16 /dev/urandom | base64 > " + path +
-                               "`) and give the same file to every worker");
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string token = buffer.str();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  return token;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   phub::server::ServerOptions options;
@@ -66,9 +46,9 @@ int main(int argc, char** argv) {
                 deadlines.stalled_job_timeout_ms, deadlines.leave_timeout_ms);
   const std::string& token_file = flags.token_file;
   if (!token_file.empty()) {
-    auto token = ReadTokenFile(token_file);
+    auto token = phub::ReadTokenFile(token_file);
     if (!token.ok()) {
-      spdlog::error("{}", token.status().message());
+      spdlog::error("--token-file: {}", token.status().message());
       return 2;
     }
     options.admission.sharing.job_token = *token;

@@ -72,7 +72,7 @@ Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint3
         **model, **backend,
         [&](std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
           auto o = *comm;
-          o.rank = rank;
+          o.membership.rank = rank;
           return exchange::MakeExchange(o, std::move(tensors), std::move(weights));
         },
         /*overlap=*/true);
@@ -136,7 +136,7 @@ TEST(DataParallelTest, TwoWorkersThroughPhubdEqualOneWorkerWithTheirCombinedBatc
                                         "0.9"});
   exchange::ExchangeOptions comm;
   comm.kind = exchange::ExchangeKind::kPs;
-  comm.world_size = 2;
+  comm.membership.world_size = 2;
   comm.ps.servers = {{"127.0.0.1", phubd.port}};
   const auto workers = TrainTogether(data, 2, comm);
   ExpectSameTraining(workers, Train(data, 2 * kBatch, 0, 1, std::nullopt));
@@ -147,7 +147,7 @@ TEST(DataParallelTest, TwoWorkersOnTheRingEqualOneWorkerWithTheirCombinedBatch) 
   TempDir dir;
   exchange::ExchangeOptions comm;
   comm.kind = exchange::ExchangeKind::kRing;
-  comm.world_size = 2;
+  comm.membership.world_size = 2;
   comm.ring.ring.rendezvous = dir.path();
   comm.ring.optimizer = kOptimizer;
   const auto workers = TrainTogether(data, 2, comm);

@@ -95,12 +95,11 @@ bool RunBounded(RunningPhubd& phubd, std::chrono::milliseconds timeout,
       threads.emplace_back([&, r] {
         client::PsClientOptions options;
         options.port = phubd.port;
-        options.world_size = world;
         options.connect_timeout_ms = 2000;
         // phubd may still be ending the job before (a close in flight), or refuse a rank
         // another attempt holds for a moment: retry until the deadline, keeping the reasons.
         while (true) {
-          std::vector<InProcessWorker> one = ConnectWorkers(options, {r}, kHostileModel);
+          std::vector<InProcessWorker> one = ConnectWorkers(options, world, {r}, kHostileModel);
           if (one[0].status.ok()) {
             workers[r] = std::move(one[0]);
             break;
@@ -205,7 +204,6 @@ bool FormForgedJob(RunningPhubd& phubd, std::uint32_t forged_rank, ForgedJob& jo
   }
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 2;
   options.connect_timeout_ms = 2000;
   std::string welcome_error;
   bool in_time = RunBounded(phubd, std::chrono::seconds(10), [&] {
@@ -215,7 +213,7 @@ bool FormForgedJob(RunningPhubd& phubd, std::uint32_t forged_rank, ForgedJob& jo
         welcome_error = "cannot attach";
       }
     });
-    job.honest = std::move(ConnectWorkers(options, {honest_rank}, kHostileModel)[0]);
+    job.honest = std::move(ConnectWorkers(options, 2, {honest_rank}, kHostileModel)[0]);
     forged.join();
   });
   if (!in_time) {

@@ -110,7 +110,8 @@ bool SendCorrectWeights(ForgedPhubd& phubd, std::uint32_t chunk) {
 // this closes every socket of `phubd` first, which ends any call still blocked on it.
 struct HostileClient {
   explicit HostileClient(ForgedPhubd& phubd)
-      : thread(Options(phubd.port()), kModel, ExpectedWeights({}), [&phubd] { phubd.CloseAll(); }),
+      : thread(Options(phubd.port()), {kRank, kWorld}, kModel, ExpectedWeights({}),
+               [&phubd] { phubd.CloseAll(); }),
         connect(thread.Connect()),
         init(thread.Run([](client::PsClient& c) { return c.Init(); })),
         close(thread.Destroy()) {}
@@ -118,8 +119,6 @@ struct HostileClient {
   static client::PsClientOptions Options(std::uint16_t port) {
     client::PsClientOptions options;
     options.port = port;
-    options.rank = kRank;
-    options.world_size = kWorld;
     options.connect_timeout_ms = 2000;
     return options;
   }

@@ -29,8 +29,10 @@ inline std::vector<keys::TensorSpec> TestTensors(const std::vector<std::uint64_t
   return tensors;
 }
 
-// Connects ranks[i] concurrently; worker rank 0 starts from TestValue(seed, kInitRank, ...).
+// Connects ranks[i] of world_size concurrently; worker rank 0 starts from
+// TestValue(seed, kInitRank, ...).
 inline std::vector<InProcessWorker> ConnectWorkers(const client::PsClientOptions& base,
+                                                   std::uint32_t world_size,
                                                    const std::vector<std::uint32_t>& ranks,
                                                    const std::vector<keys::TensorSpec>& tensors,
                                                    std::uint64_t seed = 1) {
@@ -51,9 +53,7 @@ inline std::vector<InProcessWorker> ConnectWorkers(const client::PsClientOptions
         }
         spans.emplace_back(w.weights[t]);
       }
-      client::PsClientOptions options = base;
-      options.rank = ranks[k];
-      auto c = client::PsClient::Connect(options, tensors, spans);
+      auto c = client::PsClient::Connect(base, {ranks[k], world_size}, tensors, spans);
       if (c.ok()) {
         w.client = std::move(*c);
       } else {

@@ -20,10 +20,9 @@ using ::testing::HasSubstr;
 
 const std::vector<keys::TensorSpec> kTensors = {{"a", 10}, {"b", 3}};
 
-client::PsClientOptions Options(const RunningPhubd& phubd, std::uint32_t world) {
+client::PsClientOptions Options(const RunningPhubd& phubd) {
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = world;
   options.connect_timeout_ms = 5000;
   return options;
 }
@@ -56,11 +55,11 @@ proto::Hello ValidHello(std::uint32_t rank, std::uint32_t world) {
 
 // The job still works after the refusals: all ranks join, init and run one iteration.
 void ExpectAJobRuns(const RunningPhubd& phubd, std::uint32_t world, const std::string& token = "") {
-  auto options = Options(phubd, world);
+  auto options = Options(phubd);
   options.job_token = token;
   std::vector<std::uint32_t> ranks(world);
   for (std::uint32_t r = 0; r < world; ++r) ranks[r] = r;
-  auto workers = ConnectWorkers(options, ranks, kTensors);
+  auto workers = ConnectWorkers(options, world, ranks, kTensors);
   std::vector<std::thread> threads;
   std::vector<Status> results(world);
   for (std::uint32_t r = 0; r < world; ++r) {
@@ -79,9 +78,9 @@ TEST(PsAdmission, WrongTokenIsRefusedAndNamed) {
   TempDir dir;
   std::ofstream(dir.File("token")) << "s3cret\n";
   auto phubd = StartPhubd(dir, {"--max-world-size", "1", "--token-file", dir.File("token")});
-  auto options = Options(phubd, 1);
+  auto options = Options(phubd);
   options.job_token = "wrong";
-  auto workers = ConnectWorkers(options, {0}, kTensors);
+  auto workers = ConnectWorkers(options, 1, {0}, kTensors);
   EXPECT_EQ(workers[0].status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(workers[0].status.message()), HasSubstr("token"));
   EXPECT_THAT(std::string(workers[0].status.message()), HasSubstr("--token-file"));
@@ -92,7 +91,7 @@ TEST(PsAdmission, WrongTokenIsRefusedAndNamed) {
 TEST(PsAdmission, WrongWorldSizeIsRefusedWithBothSizes) {
   TempDir dir;
   auto phubd = StartPhubd(dir, {"--max-world-size", "2"});
-  auto workers = ConnectWorkers(Options(phubd, 3), {0}, kTensors);
+  auto workers = ConnectWorkers(Options(phubd), 3, {0}, kTensors);
   std::string message(workers[0].status.message());
   EXPECT_THAT(message, HasSubstr("world size 3"));
   EXPECT_THAT(message, HasSubstr("--max-world-size 2"));
@@ -105,7 +104,7 @@ TEST(PsAdmission, DeprecatedWorldSizeFlagStillCapsJobs) {
   TempDir dir;
   auto phubd = StartPhubd(dir, {"--world-size", "2"});
   EXPECT_THAT(ReadFile(phubd.log_path), HasSubstr("--world-size is deprecated"));
-  auto workers = ConnectWorkers(Options(phubd, 3), {0}, kTensors);
+  auto workers = ConnectWorkers(Options(phubd), 3, {0}, kTensors);
   EXPECT_THAT(std::string(workers[0].status.message()), HasSubstr("--max-world-size 2"));
   ExpectAJobRuns(phubd, 2);
 }
@@ -138,7 +137,8 @@ TEST(PsAdmission, DuplicateRankAndMismatchedTensorTableAreRefused) {
   auto phubd = StartPhubd(dir, {"--max-world-size", "2"});
   // Rank 0 joins for real (it waits for the job to form).
   InProcessWorker first;
-  std::thread rank0([&] { first = std::move(ConnectWorkers(Options(phubd, 2), {0}, kTensors)[0]); });
+  std::thread rank0(
+      [&] { first = std::move(ConnectWorkers(Options(phubd), 2, {0}, kTensors)[0]); });
   // Wait until phubd has rank 0, then make two bad attempts.
   for (int i = 0; i < 500 && ReadFile(phubd.log_path).find("rank 0 joined") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -156,7 +156,7 @@ TEST(PsAdmission, DuplicateRankAndMismatchedTensorTableAreRefused) {
   EXPECT_THAT(table.error().message(), HasSubstr("4 elements"));
 
   // The right rank 1 completes the job with the waiting rank 0.
-  auto second = ConnectWorkers(Options(phubd, 2), {1}, kTensors);
+  auto second = ConnectWorkers(Options(phubd), 2, {1}, kTensors);
   rank0.join();
   ASSERT_TRUE(first.status.ok()) << first.status;
   ASSERT_TRUE(second[0].status.ok()) << second[0].status;
@@ -200,7 +200,7 @@ TEST(PsAdmission, InitialWeightsFileOfTheWrongSizeIsReportedToEveryWorker) {
   TempDir dir;
   std::ofstream(dir.File("init.f32"), std::ios::binary) << "12345678";  // 2 floats; model has 13
   auto phubd = StartPhubd(dir, {"--max-world-size", "2", "--init-weights", dir.File("init.f32")});
-  auto workers = ConnectWorkers(Options(phubd, 2), {0, 1}, kTensors);
+  auto workers = ConnectWorkers(Options(phubd), 2, {0, 1}, kTensors);
   for (auto& w : workers) {
     EXPECT_EQ(w.status.code(), absl::StatusCode::kInvalidArgument) << w.status;
     EXPECT_THAT(std::string(w.status.message()), HasSubstr("8 bytes"));

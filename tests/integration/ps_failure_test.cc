@@ -39,9 +39,8 @@ TEST(PsFailure, MalformedOrForgedHeaderClosesOnlyThatConnection) {
                                 "--optimizer", "sgd", "--lr", "0.5"});
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 2;
   auto tensors = TestTensors({3000, 7});
-  auto workers = ConnectWorkers(options, {0, 1}, tensors);
+  auto workers = ConnectWorkers(options, 2, {0, 1}, tensors);
   for (auto& w : workers) ASSERT_TRUE(w.status.ok()) << w.status;
   std::thread init0([&] { EXPECT_TRUE(workers[0].client->Init().ok()); });
   ASSERT_TRUE(workers[1].client->Init().ok());
@@ -95,8 +94,7 @@ TEST_P(DyingWorkerTest, StallsTheJobButNotTheDaemon) {
                                  dir.File("dying.log"));
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 3;
-  auto workers = ConnectWorkers(options, {0, 1}, TestTensors(ParseSizes(sizes)));
+  auto workers = ConnectWorkers(options, 3, {0, 1}, TestTensors(ParseSizes(sizes)));
   for (auto& w : workers) ASSERT_TRUE(w.status.ok()) << w.status;
 
   std::vector<Status> outcome(2);

@@ -199,10 +199,9 @@ TEST(SharedPbox, ATenantWithoutTheTokenCanNeitherJoinNorReachAnotherJob) {
   const auto tensors = TestTensors({3000, 7});
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 2;
   options.job = "beta";
   options.job_token = "beta-secret";
-  auto beta = ConnectWorkers(options, {0, 1}, tensors);
+  auto beta = ConnectWorkers(options, 2, {0, 1}, tensors);
   for (auto& w : beta) ASSERT_TRUE(w.status.ok()) << w.status;
   std::thread init0([&] { EXPECT_TRUE(beta[0].client->Init().ok()); });
   ASSERT_TRUE(beta[1].client->Init().ok());
@@ -253,8 +252,7 @@ TEST(SharedPbox, ATenantWithoutTheTokenCanNeitherJoinNorReachAnotherJob) {
   // Alpha, with its own token, trains beside it.
   options.job = "alpha";
   options.job_token = "alpha-secret";
-  options.world_size = 1;
-  auto alpha = ConnectWorkers(options, {0}, tensors, /*seed=*/9);
+  auto alpha = ConnectWorkers(options, 1, {0}, tensors, /*seed=*/9);
   ASSERT_TRUE(alpha[0].status.ok()) << alpha[0].status;
   ASSERT_TRUE(alpha[0].client->Init().ok());
   RunIterations(alpha, 1, 2);
@@ -323,10 +321,9 @@ TEST(SharedPbox, AJobOverTheMemoryBudgetIsRefusedNamingItAndTheRunningJobGoesOn)
   const auto tensors = TestTensors({10000});
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 2;
   options.connect_timeout_ms = 5000;
   options.job = "first";
-  auto first = ConnectWorkers(options, {0, 1}, tensors);
+  auto first = ConnectWorkers(options, 2, {0, 1}, tensors);
   for (auto& w : first) ASSERT_TRUE(w.status.ok()) << w.status;
   std::thread init0([&] { EXPECT_TRUE(first[0].client->Init().ok()); });
   ASSERT_TRUE(first[1].client->Init().ok());
@@ -340,8 +337,7 @@ TEST(SharedPbox, AJobOverTheMemoryBudgetIsRefusedNamingItAndTheRunningJobGoesOn)
   EXPECT_THAT(reply.error().message(), HasSubstr("300000"));
   // A small job still fits beside it: 1000 floats, 1 worker: (4000 + 256) * 4 = 17024.
   options.job = "small";
-  options.world_size = 1;
-  auto small = ConnectWorkers(options, {0}, TestTensors({1000}));
+  auto small = ConnectWorkers(options, 1, {0}, TestTensors({1000}));
   ASSERT_TRUE(small[0].status.ok()) << small[0].status;
   ASSERT_TRUE(small[0].client->Init().ok());
   RunIterations(small, 1, 2);
@@ -351,10 +347,9 @@ TEST(SharedPbox, AJobOverTheMemoryBudgetIsRefusedNamingItAndTheRunningJobGoesOn)
   for (auto& w : first) EXPECT_TRUE(w.client->Close().ok());
   // Once it has ended its memory is free: the refused job now forms.
   options.job = "second";
-  options.world_size = 2;
   std::vector<InProcessWorker> second;
   for (int attempt = 0; attempt < 50; ++attempt) {
-    second = ConnectWorkers(options, {0, 1}, tensors);
+    second = ConnectWorkers(options, 2, {0, 1}, tensors);
     if (second[0].status.ok() && second[1].status.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the end is asynchronous
   }
@@ -388,11 +383,10 @@ TEST(SharedPbox, MaxJobsAndBadJobNamesAreRefusedNamingTheRule) {
   member.Close();
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 1;
   options.job = "two";
   std::vector<InProcessWorker> two;
   for (int attempt = 0; attempt < 50; ++attempt) {
-    two = ConnectWorkers(options, {0}, tensors);
+    two = ConnectWorkers(options, 1, {0}, tensors);
     if (two[0].status.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the leave is asynchronous
   }
@@ -420,12 +414,11 @@ TEST(SharedPbox, ARefusedFirstHelloHoldsNoJobPlaceNorMemory) {
   }
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 1;
   options.job = "real";
   options.connect_timeout_ms = 5000;
   std::vector<InProcessWorker> real;
   for (int attempt = 0; attempt < 50; ++attempt) {  // an ended job's name goes a moment later
-    real = ConnectWorkers(options, {0}, tensors);
+    real = ConnectWorkers(options, 1, {0}, tensors);
     if (real[0].status.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -447,8 +440,7 @@ TEST(SharedPbox, AJobWaitingForARejoinWhoseLastMemberLeavesStillEnds) {
                                  dir.File("dying.log"));
   client::PsClientOptions options;
   options.port = phubd.port;
-  options.world_size = 2;
-  auto workers = ConnectWorkers(options, {1}, TestTensors(ParseSizes(sizes)));
+  auto workers = ConnectWorkers(options, 2, {1}, TestTensors(ParseSizes(sizes)));
   ASSERT_TRUE(workers[0].status.ok()) << workers[0].status;
   ASSERT_TRUE(workers[0].client->Init().ok());
   ASSERT_TRUE(RunIteration(workers[0], 1).ok());
@@ -470,11 +462,10 @@ TEST(SharedPbox, AJobWaitingForARejoinWhoseLastMemberLeavesStillEnds) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the pushes are in
   EXPECT_TRUE(w.client->Close().ok());
   options.job = "next";
-  options.world_size = 1;
   options.connect_timeout_ms = 2000;
   std::vector<InProcessWorker> next;
   for (int attempt = 0; attempt < 30; ++attempt) {  // the rejoin deadline is 1 s
-    next = ConnectWorkers(options, {0}, TestTensors({100}));
+    next = ConnectWorkers(options, 1, {0}, TestTensors({100}));
     if (next[0].status.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--topology", topology_file,
                  "racks of racks: the racks file; rank, world and phubd come from it");
   app.add_option("--hostname", hostname, "this worker's host as --topology names it");
-  auto* rank_flag = app.add_option("--rank", options.rank);
-  auto* world_flag = app.add_option("--world", options.world_size);
+  auto* rank_flag = app.add_option("--rank", options.membership.rank);
+  auto* world_flag = app.add_option("--world", options.membership.world_size);
   app.add_option("--tensors", sizes_csv, "comma-separated tensor sizes (floats)")->required();
   app.add_option("--iters", iterations);
   app.add_option("--seed", seed);
@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto fail = [&](const phub::Status& s) {
-    std::fprintf(stderr, "worker %u: %s (%s)\n", options.rank, std::string(s.message()).c_str(),
+    std::fprintf(stderr, "worker %u: %s (%s)\n", options.membership.rank,
+                 std::string(s.message()).c_str(),
                  absl::StatusCodeToString(s.code()).c_str());
     return 3;
   };
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
       return fail(s);
     }
   }
-  (void)phub::SetUpLogging("warn", "worker " + std::to_string(options.rank));
+  (void)phub::SetUpLogging("warn", "worker " + std::to_string(options.membership.rank));
   options.ps.client.job_token = token;
   if (reconnect_ms > 0) options.ps.client.connect_timeout_ms = reconnect_ms;
   if (servers_csv.empty() && port != 0 && topology_file.empty()) {
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
   auto set_initial_weights = [&] {
     for (std::uint32_t t = 0; t < sizes.size(); ++t) {
       std::fill(weights[t].begin(), weights[t].end(), std::numeric_limits<float>::quiet_NaN());
-      for (std::uint64_t i = 0; options.rank == 0 && i < sizes[t]; ++i) {
+      for (std::uint64_t i = 0; options.membership.rank == 0 && i < sizes[t]; ++i) {
         weights[t][i] = TestValue(seed, phub::testing::kInitRank, 0, t, i);
       }
     }
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
     PHUB_ASSIGN_OR_RETURN(auto exchange, phub::exchange::MakeExchange(options, tensors, spans));
     // Declared on even ranks only: on verbs odd ranks push by copy, even ranks zero-copy, and
     // the float64 check covers both paths.
-    if (options.rank % 2 == 0) {
+    if (options.membership.rank % 2 == 0) {
       std::vector<std::span<const float>> grad_spans(grads.begin(), grads.end());
       PHUB_RETURN_IF_ERROR(exchange->DeclareGradients(grad_spans));
     }
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
   // and go on from where the PS resumes this worker. Anything else is returned as it is.
   auto reconnect = [&](const phub::Status& lost) -> phub::Status {
     if (reconnect_ms <= 0 || !absl::IsUnavailable(lost)) return lost;
-    std::fprintf(stderr, "worker %u: lost after iteration %llu: %s; reconnecting\n", options.rank,
+    std::fprintf(stderr, "worker %u: lost after iteration %llu: %s; reconnecting\n",
+                 options.membership.rank,
                  static_cast<unsigned long long>(done), std::string(lost.message()).c_str());
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(reconnect_ms);
@@ -179,7 +181,7 @@ int main(int argc, char** argv) {
       if (exchange.ok()) {
         done = (*exchange)->start_iteration();
         std::fprintf(stderr, "worker %u: reconnected; going on after iteration %llu\n",
-                     options.rank, static_cast<unsigned long long>(done));
+                     options.membership.rank, static_cast<unsigned long long>(done));
         return absl::OkStatus();
       }
       last = exchange.status();
@@ -200,7 +202,7 @@ int main(int argc, char** argv) {
         std::raise(SIGKILL);
       }
       for (std::uint64_t i = 0; i < sizes[t]; ++i) {
-        grads[t][i] = TestValue(seed, options.rank, it, t, i);
+        grads[t][i] = TestValue(seed, options.membership.rank, it, t, i);
         if (grad_from_weights) grads[t][i] += 0.25f * weights[t][i];
       }
       status = (*exchange)->Push(t, grads[t]);

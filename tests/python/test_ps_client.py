@@ -5,6 +5,7 @@ and errors raised as phub.PhubError (refusals with phubd's fix, a dead phubd), n
 import contextlib
 import os
 import signal
+import tempfile
 import threading
 import time
 import unittest
@@ -280,6 +281,36 @@ class LaunchTest(unittest.TestCase):
             with self.assertRaises(ValueError) as raised:
                 phub.resolve()
             self.assertIn("torchrun", str(raised.exception))
+
+
+class TokenFileTest(unittest.TestCase):
+    """PHUB_TOKEN_FILE is read by phubd's reader (tests/phub/common/token_file_test.cc has the
+    same cases): trailing whitespace trimmed, spaces and tabs included."""
+
+    def read(self, contents):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "token")
+            with open(path, "wb") as f:
+                f.write(contents)
+            with environment(PHUB_TOKEN_FILE=path, PHUB_TOKEN=None):
+                return phub.resolve("h:1", rank=0, world_size=1).token
+
+    def test_trailing_whitespace_is_trimmed_as_phubd_does(self):
+        for contents in (b"s3cret\n", b"s3cret\r\n", b"s3cret \t\n", b"s3cret\t", b"s3cret"):
+            self.assertEqual(self.read(contents), "s3cret", contents)
+        self.assertEqual(self.read(b" a b\tc\n"), " a b\tc")
+
+    def test_empty_missing_and_oversized_files_name_the_file(self):
+        for contents, words in ((b"", "no token"), (b" \n", "no token"),
+                                (b"x" * 4097, "over 4096 bytes")):
+            with self.assertRaises(phub.PhubError, msg=contents) as raised:
+                self.read(contents)
+            self.assertIn(words, str(raised.exception))
+            self.assertIn("token", str(raised.exception))
+        with environment(PHUB_TOKEN_FILE="/nonexistent/token", PHUB_TOKEN=None):
+            with self.assertRaises(phub.PhubError) as raised:
+                phub.resolve("h:1", rank=0, world_size=1)
+        self.assertIn("/nonexistent/token", str(raised.exception))
 
 
 def rank_body_at(phubd, rank):

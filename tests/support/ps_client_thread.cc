@@ -14,6 +14,7 @@ namespace phub::testing {
 
 struct PsClientThread::State {
   client::PsClientOptions options;
+  Membership membership;
   std::vector<keys::TensorSpec> model;
   std::vector<std::vector<float>> weights;
   std::list<std::vector<float>> held;  // a list: what Hold returned never moves
@@ -27,11 +28,13 @@ struct PsClientThread::State {
   std::unique_ptr<client::PsClient> client;  // the client's thread only
 };
 
-PsClientThread::PsClientThread(client::PsClientOptions options, std::vector<keys::TensorSpec> model,
+PsClientThread::PsClientThread(client::PsClientOptions options, Membership membership,
+                               std::vector<keys::TensorSpec> model,
                                std::vector<std::vector<float>> weights,
                                std::function<void()> unblock)
     : state_(std::make_shared<State>()), unblock_(std::move(unblock)) {
   state_->options = std::move(options);
+  state_->membership = membership;
   state_->model = std::move(model);
   state_->weights = std::move(weights);
   finished_ = state_->finished.get_future().share();
@@ -85,7 +88,8 @@ PsClientThread::Call PsClientThread::Connect() {
   return Queue([](State& state) {
     std::vector<std::span<float>> spans;
     for (std::vector<float>& w : state.weights) spans.emplace_back(w);
-    auto client = client::PsClient::Connect(state.options, state.model, std::move(spans));
+    auto client = client::PsClient::Connect(state.options, state.membership, state.model,
+                                            std::move(spans));
     if (!client.ok()) return client.status();
     state.client = *std::move(client);
     return Status();

@@ -30,7 +30,8 @@ class PsClientThread {
   // `weights[t]` is the initial content of tensor t's weight buffer (the client owns the
   // buffers from here on). `unblock` (the forged phubd's CloseAll) runs first on destruction,
   // so that a call still blocked on the peer returns.
-  PsClientThread(client::PsClientOptions options, std::vector<keys::TensorSpec> model,
+  PsClientThread(client::PsClientOptions options, Membership membership,
+                 std::vector<keys::TensorSpec> model,
                  std::vector<std::vector<float>> weights, std::function<void()> unblock);
   ~PsClientThread();
   PsClientThread(const PsClientThread&) = delete;

@@ -76,8 +76,9 @@ def resolve(address: Optional[str] = None, rank: Optional[int] = None,
     if token is None:
         token = os.environ.get("PHUB_TOKEN")
     if token is None and os.environ.get("PHUB_TOKEN_FILE"):
-        with open(os.environ["PHUB_TOKEN_FILE"], encoding="utf-8") as f:
-            token = f.read().rstrip()  # as phubd reads its --token-file
+        # phubd's own reader (phub/common/token_file.h), so the file means the same token here.
+        from phub._phub import read_token_file
+        token = read_token_file(os.environ["PHUB_TOKEN_FILE"])
     if job is None:
         job = default_job_name()
     return Launch(host, port, rank, world_size, local_rank, token or "", job)

@@ -1,20 +1,13 @@
 #include "phub/server/admission/job_tokens.h"
 
-#include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
 #include "phub/common/plain_name.h"
+#include "phub/common/token_file.h"
 
 namespace phub::server {
-
-namespace {
-// A token file larger than this is not a token (and is not read whole).
-constexpr std::size_t kMaxTokenBytes = 4096;
-}  // namespace
 
 StatusOr<std::string> JobName(const std::string& requested) {
   if (requested.empty()) return std::string("default");
@@ -28,21 +21,10 @@ StatusOr<std::string> ExpectedToken(const SharingOptions& options, const std::st
   if (options.job_tokens_dir.empty()) return options.job_token;
   // JobName already refused '/', '..' and the like: the path stays inside the directory.
   const std::filesystem::path path = std::filesystem::path(options.job_tokens_dir) / job;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  StatusOr<std::string> token = ReadTokenFile(path.string());
+  if (absl::IsNotFound(token.status())) {
     return absl::NotFoundError(absl::StrCat("phubd holds no token for job '", job, "' (no file ",
                                             path.string(), " in --job-tokens)"));
-  }
-  std::string token(kMaxTokenBytes + 1, '\0');
-  in.read(token.data(), static_cast<std::streamsize>(token.size()));
-  token.resize(static_cast<std::size_t>(in.gcount()));
-  if (token.size() > kMaxTokenBytes) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path.string(), " is over ", kMaxTokenBytes, " bytes: not a token file"));
-  }
-  // As --token-file: trailing whitespace is not part of the token (`echo secret > f` works).
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-    token.pop_back();
   }
   return token;
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "phub/client/detail/rack_role.h"
 #include "phub/client/ps_client.h"
 #include "phub/common/aligned_buffer.h"
 #include "spdlog/spdlog.h"
@@ -118,14 +119,9 @@ void Uplink::State::Connect() {
     options.port = topology.racks()[h].pbox.port;
     options.job_token = config.token;
     options.job = config.job;
-    options.rank = config.rack;
-    options.world_size = racks;
-    options.racks = racks;
-    options.rack = config.rack;
-    options.rack_workers = config.rack_workers;
     options.optimizer = config.optimizer;
-    options.wire = config.wire;
-    options.wire_weights = config.wire_weights;
+    options.wire.format = config.wire;
+    options.wire.weights = config.wire_weights;
     options.rdma = config.rdma;
     options.connect_timeout_ms = config.connect_timeout_ms;
     std::vector<std::span<float>> weights;
@@ -134,7 +130,10 @@ void Uplink::State::Connect() {
       weights.push_back(landed[chunk].span());
       sums.push_back(std::as_const(partial[chunk]).span());
     }
-    auto connected = client::PsClient::Connect(options, tensors[h], weights);
+    auto connected = client::detail::ConnectInRacks(
+        options, {.rank = config.rack, .world_size = racks},
+        {.racks = racks, .rack = config.rack, .rack_workers = config.rack_workers}, tensors[h],
+        weights);
     if (!connected.ok()) {
       return Failed(absl::StrCat("cannot join the job's chunks on ", HomeName(h), ": ",
                                  connected.status().message()));

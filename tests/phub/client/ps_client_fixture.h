@@ -55,12 +55,10 @@ inline ForgedJob Job(std::uint32_t rank, bool weights_from_server = false) {
   return job;
 }
 
-// The options of a client of `rank` of the job, connecting to the forged phubd at `port`.
-inline client::PsClientOptions Options(std::uint16_t port, std::uint32_t rank) {
+// The options of a client of the job, connecting to the forged phubd at `port`.
+inline client::PsClientOptions Options(std::uint16_t port) {
   client::PsClientOptions options;
   options.port = port;
-  options.rank = rank;
-  options.world_size = 2;
   options.connect_timeout_ms = 2000;
   return options;
 }
@@ -86,7 +84,8 @@ class PsClientTest : public ::testing::Test {
     phubd_ = std::make_unique<ForgedPhubd>(Job(rank, weights_from_server));
     ASSERT_TRUE(phubd_->listening());
     client_ =
-        std::make_unique<PsClientThread>(Options(phubd_->port(), rank), kModel, std::move(weights),
+        std::make_unique<PsClientThread>(Options(phubd_->port()), Membership{rank, 2}, kModel,
+                                         std::move(weights),
                                          [phubd = phubd_.get()] { phubd->CloseAll(); });
     const Call connect = client_->Connect();
     ASSERT_TRUE(phubd_->Handshake());

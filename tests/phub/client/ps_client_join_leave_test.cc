@@ -181,7 +181,7 @@ TEST_P(PsClientRefusesTheAnswer, ConnectFailsNamingItAndDialsNoCore) {
   const RefusedAnswer& refused = GetParam();
   ForgedPhubd phubd(Job(0));
   ASSERT_TRUE(phubd.listening());
-  PsClientThread client(Options(phubd.port(), 0), kModel, RandomTensors(1),
+  PsClientThread client(Options(phubd.port()), {0, 2}, kModel, RandomTensors(1),
                         [&phubd] { phubd.CloseAll(); });
   const Call connect = client.Connect();
   ASSERT_TRUE(phubd.AcceptHello());

@@ -32,7 +32,8 @@ class PsClientRecoveryTest : public PsClientTest {
     phubd_ = std::make_unique<ForgedPhubd>(Job(rank));
     ASSERT_TRUE(phubd_->listening());
     client_ =
-        std::make_unique<PsClientThread>(Options(phubd_->port(), rank), kModel, std::move(weights),
+        std::make_unique<PsClientThread>(Options(phubd_->port()), Membership{rank, 2}, kModel,
+                                         std::move(weights),
                                          [phubd = phubd_.get()] { phubd->CloseAll(); });
     const Call connect = client_->Connect();
     proto::Welcome welcome = phubd_->MakeWelcome();

@@ -58,7 +58,7 @@ TEST(MakeExchangeTest, OptionsThatDoNotFitTheKindAreRefused) {
               HasSubstr("rendezvous"));
 
   options.kind = ExchangeKind::kNccl;
-  options.world_size = 2;
+  options.membership.world_size = 2;
   EXPECT_THAT(Message(MakeExchange(options, {{"w", 10}}, {std::span<float>(w)}).status()),
               HasSubstr("rendezvous"));
 }
@@ -117,7 +117,7 @@ TEST(PsExchangeTest, MoreServersThanPartitionsIsRefusedBeforeConnecting) {
   PsExchangeOptions options;
   options.servers = {{"127.0.0.1", 1}, {"127.0.0.1", 2}};  // nothing listens: never reached
   options.partition_bytes = 1 << 20;
-  auto exchange = PsExchange::Connect(options, {{"w", 10}}, {std::span<float>(w)});
+  auto exchange = PsExchange::Connect(options, {}, {{"w", 10}}, {std::span<float>(w)});
   EXPECT_EQ(exchange.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(exchange.status()), HasSubstr("would own nothing"));
 }
@@ -141,7 +141,7 @@ class RingExchangeTest : public ::testing::Test {
 
 TEST_F(RingExchangeTest, OneRankStepsItsOwnWeightsAndChecksItsCalls) {
   std::vector<float> w = {1, 2, 3}, g = {2, 2, 2};
-  auto exchange = ConnectRingExchange(Options(), {{"w", 3}}, {std::span<float>(w)});
+  auto exchange = ConnectRingExchange(Options(), {}, {{"w", 3}}, {std::span<float>(w)});
   ASSERT_TRUE(exchange.ok()) << exchange.status();
   ASSERT_TRUE((*exchange)->Init().ok());
   EXPECT_EQ(w, (std::vector<float>{1, 2, 3}));  // rank 0 keeps its weights
@@ -159,10 +159,11 @@ TEST_F(RingExchangeTest, BadOptimizerAndMismatchedBuffersAreRefused) {
   std::vector<float> w(3);
   RingExchangeOptions options = Options();
   options.optimizer.lr = -1;
-  EXPECT_THAT(Message(ConnectRingExchange(options, {{"w", 3}}, {std::span<float>(w)}).status()),
+  EXPECT_THAT(Message(ConnectRingExchange(options, {}, {{"w", 3}}, {std::span<float>(w)}).status()),
               HasSubstr("lr"));
-  EXPECT_THAT(Message(ConnectRingExchange(Options(), {{"w", 4}}, {std::span<float>(w)}).status()),
-              HasSubstr("holds 3 floats"));
+  EXPECT_THAT(
+      Message(ConnectRingExchange(Options(), {}, {{"w", 4}}, {std::span<float>(w)}).status()),
+      HasSubstr("holds 3 floats"));
 }
 
 }  // namespace

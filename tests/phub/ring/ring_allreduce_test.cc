@@ -62,13 +62,11 @@ TEST_P(RingAllreduceTest, MatchesTheFloat64SumOnEveryRank) {
   for (std::uint32_t r = 0; r < c.world; ++r) {
     threads.emplace_back([&, r] {
       RingOptions options;
-      options.rank = r;
-      options.world_size = c.world;
       options.rendezvous = rendezvous;
       options.piece_bytes = c.piece_bytes;
       options.wire = c.wire;
       options.connect_timeout_ms = 20000;
-      auto ring = RingAllreduce::Connect(options);
+      auto ring = RingAllreduce::Connect(options, {r, c.world});
       if (!ring.ok()) {
         status[r] = ring.status();
         return;
@@ -138,20 +136,16 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(RingAllreduce, RankOutsideTheWorldIsRefused) {
   RingOptions options;
-  options.rank = 3;
-  options.world_size = 3;
-  auto ring = RingAllreduce::Connect(options);
+  auto ring = RingAllreduce::Connect(options, {3, 3});
   EXPECT_EQ(ring.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RingAllreduce, MissingNeighbourTimesOutNamingTheFile) {
   const std::string dir = MakeTempDir();
   RingOptions options;
-  options.rank = 0;
-  options.world_size = 2;
   options.rendezvous = dir;
   options.connect_timeout_ms = 200;
-  auto ring = RingAllreduce::Connect(options);
+  auto ring = RingAllreduce::Connect(options, {0, 2});
   EXPECT_EQ(ring.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(ring.status().message().find("rank1.addr"), absl::string_view::npos) << ring.status();
   std::filesystem::remove_all(dir);
@@ -159,11 +153,9 @@ TEST(RingAllreduce, MissingNeighbourTimesOutNamingTheFile) {
 
 TEST(RingAllreduce, MissingNeighbourOverTcpTimesOutNamingTheKeyAndTheAddress) {
   RingOptions options;
-  options.rank = 0;
-  options.world_size = 2;
   options.rendezvous = absl::StrCat("tcp://127.0.0.1:", testing::FreeLoopbackPort());
   options.connect_timeout_ms = 300;
-  auto ring = RingAllreduce::Connect(options);
+  auto ring = RingAllreduce::Connect(options, {0, 2});
   EXPECT_EQ(ring.status().code(), absl::StatusCode::kDeadlineExceeded) << ring.status();
   const std::string message(ring.status().message());
   EXPECT_NE(message.find("rank1.addr"), std::string::npos) << message;
@@ -173,10 +165,8 @@ TEST(RingAllreduce, MissingNeighbourOverTcpTimesOutNamingTheKeyAndTheAddress) {
 
 TEST(RingAllreduce, AMistypedRendezvousIsRefused) {
   RingOptions options;
-  options.rank = 0;
-  options.world_size = 2;
   options.rendezvous = "tpc://127.0.0.1:1234";
-  auto ring = RingAllreduce::Connect(options);
+  auto ring = RingAllreduce::Connect(options, {0, 2});
   EXPECT_EQ(ring.status().code(), absl::StatusCode::kInvalidArgument) << ring.status();
 }
 

@@ -86,7 +86,7 @@ Status CudnnError(cudnnStatus_t status, const char* call, const char* file, int 
       return absl::UnimplementedError(
           absl::StrCat(what,
                        ": this cuDNN does not support that configuration on this GPU; try other "
-                       "sizes, or --backend onednn"));
+                       "sizes, or --device cpu"));
     default:
       return absl::InternalError(absl::StrCat(what, kGpuFailed));
   }
@@ -107,7 +107,7 @@ Status CublasError(cublasStatus_t status, const char* call, const char* file, in
     case CUBLAS_STATUS_ARCH_MISMATCH:
     case CUBLAS_STATUS_NOT_SUPPORTED:
       return absl::UnimplementedError(
-          absl::StrCat(what, ": not supported on this GPU; try --backend onednn"));
+          absl::StrCat(what, ": not supported on this GPU; try --device cpu"));
     default:
       return absl::InternalError(absl::StrCat(what, kGpuFailed));
   }
