@@ -19,14 +19,14 @@ std::shared_ptr<const server::JobSpec> MakeShardFuzzJob(std::uint8_t flags) {
   // Bits 3-4: the wire (fp32, bf16 pushes, fp16 pushes, bf16 both ways: changes of a view).
   switch ((flags >> 3) & 3) {
     case 1:
-      job->wire = kernels::WireFormat::kBf16;
+      job->wire.format = kernels::WireFormat::kBf16;
       break;
     case 2:
-      job->wire = kernels::WireFormat::kFp16;
+      job->wire.format = kernels::WireFormat::kFp16;
       break;
     case 3:
-      job->wire = kernels::WireFormat::kBf16;
-      job->wire_weights = true;
+      job->wire.format = kernels::WireFormat::kBf16;
+      job->wire.weights = true;
       break;
   }
   job->keep_previous = (flags & 32) != 0;

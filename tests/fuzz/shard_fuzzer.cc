@@ -189,7 +189,7 @@ class Harness {
         Fail(absl::StrCat("a zone for chunk ", zone.chunk, ", not one of core ", kCore));
       }
       const std::size_t size = zone.op == Op::kPush ? table.chunks()[zone.chunk].elements *
-                                                          kernels::WireBytes(job_->wire)
+                                                          kernels::WireBytes(job_->wire.format)
                                                     : table.chunks()[zone.chunk].bytes();
       if (zone.bytes.size() != size) Fail("a zone of the wrong size");
       bool inside = false;
@@ -229,7 +229,7 @@ class Harness {
         h.chunk < chunks ? static_cast<std::uint32_t>(job_->table.chunks()[h.chunk].bytes()) : 16;
     // A push in the job's wire format (fp32: the chunk's size; bf16/fp16: half of it).
     const std::uint32_t push_size = static_cast<std::uint32_t>(
-        chunk_size / sizeof(float) * kernels::WireBytes(job_->wire));
+        chunk_size / sizeof(float) * kernels::WireBytes(job_->wire.format));
     switch (size % 4) {
       case 0:
         h.payload_bytes = 0;

@@ -119,8 +119,8 @@ std::optional<proto::Error> Job::MakeRelay(const proto::Hello& hello, StartPlan&
                       .rack = role_.rack(),
                       .rack_workers = world_size_,
                       .optimizer = plan.optimizer,
-                      .wire = *JobWireFormat(hello),
-                      .wire_weights = hello.wire_weights(),
+                      .wire = {.format = *JobWireFormat(hello),
+                               .weights = hello.wire_weights()},
                       .rdma = host_.data_plane.rdma,
                       .connect_timeout_ms = deadlines().form_timeout_ms};
   // Posted only before the Uplink stops, which the job does before its shards go (the cores
@@ -157,8 +157,7 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .optimizer = ShardOptimizer(plan.optimizer),
       .session = plan.session,
       .send_window_bytes = host_.data_plane.send_window_bytes,
-      .wire = wire,
-      .wire_weights = hello.wire_weights() && wire != kernels::WireFormat::kFp32,
+      .wire = {.format = wire, .weights = hello.wire_weights() && wire != kernels::WireFormat::kFp32},
       .initial_weights = std::move(plan.initial_weights),
       // A resumed checkpoint may hold previous weights, which the resumed workers need.
       .keep_previous = !role_.relays_upstream() && (deadlines().rejoin_timeout_ms > 0 ||
@@ -238,10 +237,10 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
       "{}{}{}",
       log_name_, world_size_, spec_->table.tensors().size(), spec_->table.chunks().size(),
       spec_->table.chunk_bytes(), host_.cores.size(), kernels::Describe(plan.optimizer), weight_,
-      spec_->wire == kernels::WireFormat::kFp32
+      spec_->wire.format == kernels::WireFormat::kFp32
           ? std::string()
-          : absl::StrCat(", pushes in ", kernels::WireFormatName(spec_->wire),
-                         spec_->wire_weights ? ", weights too" : ", weights in fp32"),
+          : absl::StrCat(", pushes in ", kernels::WireFormatName(spec_->wire.format),
+                         spec_->wire.weights ? ", weights too" : ", weights in fp32"),
       resumed ? absl::StrCat(", resumed at iteration ", spec_->resume_iteration) : "");
 }
 
@@ -258,8 +257,8 @@ void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resu
   // chunks' homes run.
   welcome.set_optimizer(kernels::Describe(spec_->relay ? *JobOptimizer(job_hello_, host_.admission.optimizer)
                                                        : spec_->optimizer));
-  welcome.set_wire(kernels::WireFormatName(spec_->wire));
-  welcome.set_wire_weights(spec_->wire_weights);
+  welcome.set_wire(kernels::WireFormatName(spec_->wire.format));
+  welcome.set_wire_weights(spec_->wire.weights);
   welcome.set_transport(transport::TransportName(host_.data_plane.transport));
   welcome.set_resumed(resumed);
   welcome.set_resume_iteration(resume_iteration);

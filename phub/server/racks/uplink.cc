@@ -120,8 +120,7 @@ void Uplink::State::Connect() {
     options.job_token = config.token;
     options.job = config.job;
     options.optimizer = config.optimizer;
-    options.wire.format = config.wire;
-    options.wire.weights = config.wire_weights;
+    options.wire = config.wire;
     options.rdma = config.rdma;
     options.connect_timeout_ms = config.connect_timeout_ms;
     std::vector<std::span<float>> weights;

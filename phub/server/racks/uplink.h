@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "phub/kernels/optimizer_config.h"
-#include "phub/kernels/wire_format.h"
+#include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
 #include "phub/server/shard/chunk_relay.h"
 #include "phub/server/shard/shard.h"
@@ -44,8 +44,7 @@ struct UplinkConfig {
   std::uint32_t rack = 0;          // this PBox's rack
   std::uint32_t rack_workers = 0;  // the rack job's world size
   kernels::OptimizerConfig optimizer;  // the job's (the homes run it)
-  kernels::WireFormat wire = kernels::WireFormat::kFp32;
-  bool wire_weights = false;
+  kernels::WireOptions wire{.weights = false};  // the job's workers': the relayed sums go so too
   transport::verbs::DeviceOptions rdma;
   int connect_timeout_ms = 30000;
 };

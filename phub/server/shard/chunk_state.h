@@ -18,7 +18,7 @@ namespace phub::server {
 // before it asked).
 enum class ReplayState : std::uint8_t { kNone, kExpected, kHeld };
 
-// JobSpec::wire_weights (docs/design.md "The compact wire"): the weights go back to workers as
+// JobSpec::wire.weights (docs/design.md "The compact wire"): the weights go back to workers as
 // rounded changes in the job's wire format, so the shard keeps what every worker holds of the
 // chunk. Empty buffers without wire_weights.
 struct CompactView {
@@ -55,7 +55,7 @@ struct ChunkState {
   bool announced = false;              // iteration-0 weights sent to everyone
   bool relay_ready = false;            // JobSpec::relay: the relay holds the initial weights
 
-  CompactView view;                    // JobSpec::wire_weights
+  CompactView view;                    // JobSpec::wire.weights
 };
 
 }  // namespace phub::server

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
 
 namespace phub::server {
@@ -26,8 +27,8 @@ struct JobSpec {
   // Priority scheduling of each data connection's WEIGHTS (SendScheduler); 0 = in order.
   std::size_t send_window_bytes = 0;
   // The format pushes arrive in, and whether the weights go back in it too (else float32).
-  kernels::WireFormat wire = kernels::WireFormat::kFp32;
-  bool wire_weights = false;
+  // (wire.error_feedback is the workers' business: unused here.)
+  kernels::WireOptions wire{.weights = false};
   // The whole model's initial weights, tensors concatenated in table order, when phubd loaded
   // them from a file; empty when rank 0 sends them (INIT).
   std::vector<float> initial_weights;

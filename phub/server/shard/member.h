@@ -42,7 +42,7 @@ struct ShardMember {
   std::uint64_t resume_at = kNoResume;
   // The one iteration whose pushes may be replays (resume_at + 1); set with resume_at.
   std::uint64_t replay_through = 0;
-  // The iteration of its first weights (0, or where it resumed): with JobSpec::wire_weights
+  // The iteration of its first weights (0, or where it resumed): with JobSpec::wire.weights
   // they go whole (as INIT), every later one as a change of them. Set with resume_at.
   std::uint64_t start_at = 0;
   // ResolveSlot's decision about its push in flight, for OnReceived; set on every PUSH.

@@ -23,9 +23,9 @@ namespace {
 ChunkState MakeChunkState(const JobSpec& job, const keys::Chunk& chunk) {
   ChunkState state;
   state.chunk = &chunk;
-  state.slots = MakeSlots(job.world_size, chunk.elements, job.wire);
-  if (job.wire_weights) {
-    state.view.change = MakeWireBuffer(chunk.elements, job.wire);
+  state.slots = MakeSlots(job.world_size, chunk.elements, job.wire.format);
+  if (job.wire.weights) {
+    state.view.change = MakeWireBuffer(chunk.elements, job.wire.format);
     state.view.current = AlignedBuffer(chunk.elements);
     if (job.keep_previous) state.view.previous = AlignedBuffer(chunk.elements);
   }
@@ -124,7 +124,7 @@ StatusOr<std::vector<transport::LandingZone>> Shard::LandingZones(const Connecti
     const std::uint64_t next_push =
         resume_at != ShardMember::kNoResume ? resume_at + 1 : state.iteration + 1;
     zones.push_back({Op::kPush, rank, state.chunk->id, next_push,
-                     SlotOf(state.slots, rank, elements, job_->wire)});
+                     SlotOf(state.slots, rank, elements, job_->wire.format)});
     if (rank == 0 && !state.initialized) {
       zones.push_back({Op::kInit, 0, state.chunk->id, 0, std::as_writable_bytes(state.weights.span())});
     }

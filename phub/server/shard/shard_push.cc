@@ -26,15 +26,15 @@ StatusOr<ChunkState*> Shard::FindChunk(const WireHeader& header) {
   // Pushes travel in the job's wire format; INIT (rank 0's initial weights) in float32.
   const std::uint64_t expected =
       header.op == Op::kPush
-          ? std::uint64_t{state.chunk->elements} * kernels::WireBytes(job_->wire)
+          ? std::uint64_t{state.chunk->elements} * kernels::WireBytes(job_->wire.format)
           : state.chunk->bytes();
   if (header.payload_bytes != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         OpName(header.op), " of chunk ", header.chunk, " carries ", header.payload_bytes,
         " bytes; the chunk has ", expected,
-        header.op == Op::kPush && job_->wire != kernels::WireFormat::kFp32
+        header.op == Op::kPush && job_->wire.format != kernels::WireFormat::kFp32
             ? absl::StrCat(" (", state.chunk->elements, " elements in the job's ",
-                           kernels::WireFormatName(job_->wire), ")")
+                           kernels::WireFormatName(job_->wire.format), ")")
             : std::string()));
   }
   return &state;
@@ -92,7 +92,7 @@ StatusOr<std::span<std::byte>> Shard::ResolvePush(std::uint32_t rank, const Wire
     // it holds the same bits (the replay computes them again from the same weights and data).
     if (std::optional<PushKind> replay = ReplayOf(rank, header, *state)) {
       member.push_kind = *replay;
-      return SlotOf(state->slots, rank, state->chunk->elements, job_->wire);
+      return SlotOf(state->slots, rank, state->chunk->elements, job_->wire.format);
     }
   }
   if (header.iteration != state->iteration + 1) {
@@ -104,7 +104,7 @@ StatusOr<std::span<std::byte>> Shard::ResolvePush(std::uint32_t rank, const Wire
     return absl::InvalidArgumentError(absl::StrCat("second PUSH of chunk ", header.chunk,
                                                    " in iteration ", header.iteration));
   }
-  return SlotOf(state->slots, rank, state->chunk->elements, job_->wire);
+  return SlotOf(state->slots, rank, state->chunk->elements, job_->wire.format);
 }
 
 StatusOr<std::span<std::byte>> Shard::ResolveInit(std::uint32_t rank, const WireHeader& header) {
@@ -186,7 +186,7 @@ void Shard::MaybeAggregate(ChunkState& state) {
   if (job_->relay) {
     // The rack's sum (kAverage over one copy) goes on to the chunk's home PBox; the chunk
     // waits for its weights as it waits for a send (OnRelayed).
-    AggregateSlots(job_->wire, state.slots, job_->world_size, elements,
+    AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
                    std::as_const(state.weights).span(), job_->relay->Partial(state.chunk->id),
                    state_ptrs_, job_->optimizer, state.iteration + 1, inputs_);
     state.arrived = 0;
@@ -199,17 +199,17 @@ void Shard::MaybeAggregate(ChunkState& state) {
   if (state.previous.size() != 0) {
     // Kept for a rejoin: the new weights go to the other buffer and the two trade places, so
     // keeping the previous weights costs no copy (no send of either is queued: see above).
-    AggregateSlots(job_->wire, state.slots, job_->world_size, elements,
+    AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
                    std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
                    job_->optimizer, state.iteration + 1, inputs_);
     std::swap(state.weights, state.previous);
   } else {
-    AggregateSlots(job_->wire, state.slots, job_->world_size, elements, {},
+    AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements, {},
                    state.weights.span(), state_ptrs_, job_->optimizer, state.iteration + 1,
                    inputs_);
   }
   ++state.iteration;
-  if (job_->wire_weights) UpdateView(state, /*swapped=*/state.previous.size() != 0);
+  if (job_->wire.weights) UpdateView(state, /*swapped=*/state.previous.size() != 0);
   state.arrived = 0;
   std::fill(state.pushed.begin(), state.pushed.end(), 0);
   CountAggregation(began);
@@ -240,7 +240,7 @@ void Shard::OnRelayed(std::uint32_t chunk) {
   std::copy(landed.begin(), landed.end(), state.weights.data());
   --state.pending_sends;
   ++state.iteration;
-  if (job_->wire_weights) UpdateView(state, /*swapped=*/false);
+  if (job_->wire.weights) UpdateView(state, /*swapped=*/false);
   Broadcast(state);
 }
 

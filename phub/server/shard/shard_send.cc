@@ -1,6 +1,6 @@
 // Shard (shard.h): weights going back to workers. Broadcast sends a chunk's new weights to
 // every worker, at once or in its turn on the core (fair_send_queue.h); SendTo sends one
-// worker one chunk (whole, or with JobSpec::wire_weights as a change of its view, shard_view.cc)
+// worker one chunk (whole, or with JobSpec::wire.weights as a change of its view, shard_view.cc)
 // through the worker's SendScheduler. While any send of a chunk is queued the chunk does not
 // aggregate (pending_sends): its weights are what is being sent.
 #include <memory>
@@ -64,7 +64,7 @@ bool Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
   Op op = Op::kWeights;
   const AlignedBuffer* from = &source;
   std::size_t bytes = state.chunk->bytes();
-  if (job_->wire_weights) {
+  if (job_->wire.weights) {
     // What the workers hold instead of the master weights: whole for a worker's first weights,
     // else the rounded change that took its view to `iteration` (computed once, when the chunk
     // aggregated: no send of it is queued when it is rewritten, MaybeAggregate waits).
@@ -74,7 +74,7 @@ bool Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
       from = &source == &state.weights ? &state.view.current : &state.view.previous;
     } else if (&source == &state.weights && iteration == state.view.change_of) {
       from = &state.view.change;
-      bytes = std::size_t{state.chunk->elements} * kernels::WireBytes(job_->wire);
+      bytes = std::size_t{state.chunk->elements} * kernels::WireBytes(job_->wire.format);
     } else {
       spdlog::error("job '{}' core {}: rank {} started at iteration {}; chunk {}'s change is of "
                     "{}, not {}",

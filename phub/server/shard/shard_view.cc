@@ -1,4 +1,4 @@
-// Shard (shard.h), JobSpec::wire_weights (docs/design.md "The compact wire"): each chunk's
+// Shard (shard.h), JobSpec::wire.weights (docs/design.md "The compact wire"): each chunk's
 // CompactView (chunk_state.h), what every worker holds of it, and the rounded change that
 // takes it to the chunk's new weights, which is what SendTo sends (shard_send.cc).
 #include <algorithm>
@@ -17,7 +17,7 @@ void Shard::EnsureView(ChunkState& state) {
     // Loaded from a checkpoint with the previous weights: a worker may resume from those, so
     // the view of now is previous plus one rounded change, the one it will be sent.
     std::copy_n(state.previous.data(), elements, view.previous.data());
-    kernels::ConvertChangeToWire(job_->wire, state.weights.span(), view.previous.span(),
+    kernels::ConvertChangeToWire(job_->wire.format, state.weights.span(), view.previous.span(),
                                  view.current.span(),
                                  reinterpret_cast<std::byte*>(view.change.data()));
     view.change_of = state.iteration;
@@ -33,10 +33,10 @@ void Shard::UpdateView(ChunkState& state, bool swapped) {
   if (swapped) {
     // The view of the iteration before becomes the previous view, as the weights did.
     std::swap(view.current, view.previous);
-    kernels::ConvertChangeToWire(job_->wire, state.weights.span(), view.previous.span(),
+    kernels::ConvertChangeToWire(job_->wire.format, state.weights.span(), view.previous.span(),
                                  view.current.span(), change);
   } else {
-    kernels::ConvertChangeToWire(job_->wire, state.weights.span(), view.current.span(),
+    kernels::ConvertChangeToWire(job_->wire.format, state.weights.span(), view.current.span(),
                                  view.current.span(), change);
   }
   view.change_of = state.iteration;

@@ -261,7 +261,7 @@ TEST_F(ShardTest, LandingZonesAreTheAttachingRanksSlotsAndRankZerosInit) {
   EXPECT_THAT(std::string(wrong_core.status().message()), HasSubstr("ATTACH for core 1"));
 }
 
-// A job with compact weights (JobSpec::wire_weights): each worker's first weights come whole,
+// A job with compact weights (JobSpec::wire.weights): each worker's first weights come whole,
 // float32, as INIT; every later iteration's as a bf16 change. Added up in float32 the way a
 // worker adds them, the changes keep every worker bit-identical and within one bf16 rounding
 // of one step's change of the float64 reference (the weights themselves rounded to bf16 would
@@ -273,8 +273,8 @@ TEST(ShardWire, CompactWeightsGoWholeFirstThenAsChangesThatAddUpToTheWeights) {
     kernels::OptimizerConfig sgd;
     sgd.lr = 0.01f;  // changes far under the weights' bf16 spacing
     auto job = MakeJob(sgd);
-    job->wire = kernels::WireFormat::kBf16;
-    job->wire_weights = true;
+    job->wire.format = kernels::WireFormat::kBf16;
+    job->wire.weights = true;
     job->keep_previous = keep_previous;
     std::mt19937 rng(5);
     const Tensors initial = RandomTensors(rng, -1.0f, 1.0f);
@@ -371,8 +371,8 @@ namespace {
 // reported lost; the chunk's slots stay untouched.
 TEST(ShardWire, APushOfTheWrongSizeForTheJobsFormatIsRefusedNamingIt) {
   auto job = MakeJob();
-  job->wire = kernels::WireFormat::kBf16;
-  job->wire_weights = true;
+  job->wire.format = kernels::WireFormat::kBf16;
+  job->wire.weights = true;
   ShardOnLoop shard(job, 0);
   const auto& mine = job->table.chunks_on_core(0);
   std::vector<RawSocket> workers;
