@@ -51,7 +51,7 @@ std::shared_ptr<const server::JobSpec> MakeShardFuzzJob(std::uint8_t flags);
 class ShardInputWriter {
  public:
   explicit ShardInputWriter(std::uint8_t flags)
-      : bytes_(1, static_cast<char>(flags)), wire_(MakeShardFuzzJob(flags)->wire) {}
+      : bytes_(1, static_cast<char>(flags)), wire_(MakeShardFuzzJob(flags)->wire.format) {}
 
   // A whole message on `connection`: header, then its payload (if any) at once; a PUSH's
   // rounded to the job's wire format.
