@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 namespace phub::placement {
 namespace {
 
@@ -54,7 +56,9 @@ TEST(NicsTest, RefusesAnUnknownInterfaceAndMismatchedDevices) {
 }
 
 TEST(NicsTest, FindsTheRdmaDeviceWhoseGidsSitOnAnInterface) {
-  const fs::path root = fs::path(::testing::TempDir()) / "fake-sysfs";
+  // Its own tree: the Release and sanitizer runs of this case may overlap on one machine.
+  const fs::path root =
+      fs::path(::testing::TempDir()) / ("fake-sysfs-" + std::to_string(::getpid()));
   fs::remove_all(root);
   auto gid = [&](const std::string& dev, int port, int index, const std::string& netdev) {
     const fs::path dir = root / "class" / "infiniband" / dev / "ports" / std::to_string(port) /
@@ -74,6 +78,7 @@ TEST(NicsTest, FindsTheRdmaDeviceWhoseGidsSitOnAnInterface) {
   auto nics = ResolveNics({"lo"}, {}, "0.0.0.0", root.string());
   ASSERT_TRUE(nics.ok());
   EXPECT_EQ((*nics)[0].rdma_device, "rxelo");
+  fs::remove_all(root);
 }
 
 TEST(NicsTest, SplitsCommaLists) {

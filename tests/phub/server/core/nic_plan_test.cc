@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "tests/integration/process.h"
 #include "tests/phub/placement/synthetic_machine.h"
 
 namespace phub::server {
@@ -15,7 +16,8 @@ namespace {
 class NicPlanTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    xml_ = ::testing::TempDir() + "/nic_plan_box.xml";
+    // ctest runs each case as its own process, side by side: each writes its own box.
+    xml_ = dir_.File("nic_plan_box.xml");
     std::ofstream(xml_) << placement::testing::SyntheticMachineXml(
         2, 4, {{"pbox0", 0, "mlx5_0"}, {"pbox1", 1, "mlx5_1"}});
     nics_.machine_xml = xml_;
@@ -23,6 +25,7 @@ class NicPlanTest : public ::testing::Test {
     nics_.names = {"pbox0", "pbox1"};
     cores_.count = 4;
   }
+  phub::testing::TempDir dir_;
   std::string xml_;
   CoreOptions cores_;
   NicOptions nics_;
