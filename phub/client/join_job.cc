@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/transport/control_channel.h"
@@ -10,6 +11,33 @@
 #include "spdlog/spdlog.h"
 
 namespace phub::client {
+namespace {
+
+// The nonce of phubd's Challenge, or phubd's refusal (its Error: over a quota, or a phubd that
+// serves only its own machine) as an error that says so.
+StatusOr<std::string> ReadChallenge(boost::asio::ip::tcp::socket& control, std::uint32_t rank) {
+  StatusOr<proto::ControlMessage> first = transport::ReadControlMessage(control);
+  if (!first.ok()) {
+    return absl::Status(first.status().code(),
+                        absl::StrCat("rank ", rank, ": phubd sent no Challenge (",
+                                     first.status().message(),
+                                     "); a phubd older than protocol ", kProtocolVersion,
+                                     " sends none: run phubd and the workers from one release"));
+  }
+  if (first->has_error()) {
+    return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", rank, ": ",
+                                                   first->error().message(), "; fix: ",
+                                                   first->error().fix()));
+  }
+  if (!first->has_challenge() || first->challenge().nonce().size() != kChallengeNonceBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, ": phubd opened with something other than a Challenge of ",
+        kChallengeNonceBytes, " bytes: is this a phubd of protocol ", kProtocolVersion, "?"));
+  }
+  return first->challenge().nonce();
+}
+
+}  // namespace
 
 StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
                             Membership membership, const detail::RackRole& role,
@@ -19,10 +47,12 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
                                      context, options.host, options.port,
                                      options.connect_timeout_ms,
                                      {options.tcp_no_delay, options.socket_buffer_bytes}));
+  // phubd speaks first: the Challenge the Hello's token proof answers (token_proof.h).
+  PHUB_ASSIGN_OR_RETURN(std::string nonce, ReadChallenge(control, membership.rank));
   proto::ControlMessage hello_message;
   proto::Hello& hello = *hello_message.mutable_hello();
   hello.set_protocol_version(kProtocolVersion);
-  hello.set_job_token(options.job_token);
+  hello.set_token_proof(TokenProof(options.job_token, nonce, options.job));
   hello.set_job(options.job);
   hello.set_rank(membership.rank);
   hello.set_world_size(membership.world_size);

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
+#include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/job/initial_weights.h"
@@ -59,6 +60,7 @@ ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& optio
       options_(options),
       cores_(cores),
       on_job_end_(std::move(on_job_end)),
+      pending_(options.control.pending),
       liveness_timer_(context) {}
 
 ControlPlane::~ControlPlane() {
@@ -125,11 +127,12 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
   session->id = next_session_id_++;
   boost::system::error_code ec;
   auto endpoint = session->socket.remote_endpoint(ec);
-  session->peer = ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+  session->source = ec ? "unknown" : endpoint.address().to_string();
+  session->peer = ec ? "unknown peer" : absl::StrCat(session->source, ":", endpoint.port());
   session->decoder = std::make_shared<transport::ControlFrameDecoder>(
       transport::ControlFrameLimits{.max_frame_bytes = limits.max_control_frame_bytes,
                                          .max_tensors = options_.admission.limits.max_tensors});
-  sessions_[session->id] = session;
+  if (!AdmitPending(session, !ec && endpoint.address().is_loopback())) return;
   session->deadline.expires_after(std::chrono::milliseconds(limits.hello_timeout_ms));
   session->deadline.async_wait([this, weak = std::weak_ptr<Session>(session),
                                 alive = alive_](const boost::system::error_code& ec) {
@@ -143,6 +146,79 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
                         "network raise phubd's --hello-timeout-ms"));
   });
   ReadNext(session);
+}
+
+bool ControlPlane::AdmitPending(const SessionPtr& session, bool loopback) {
+  const SharingOptions& sharing = options_.admission.sharing;
+  const bool no_token = sharing.job_token.empty() && sharing.job_tokens_dir.empty();
+  if (no_token && !loopback && !sharing.allow_remote_without_token) {
+    ++refused_remote_;
+    if (auto suppressed = pending_log_.Allow()) {
+      spdlog::warn("refused a control connection from {}: phubd has no token and serves only "
+                   "this machine (give --token-file or --job-tokens){}",
+                   session->peer, LogLimiter::Note(*suppressed));
+    }
+    Refuse(session, MakeError(proto::Error::BAD_TOKEN,
+                              "phubd runs without a job token and serves only workers on its own "
+                              "machine",
+                              "start phubd with --token-file (or --job-tokens) and give the "
+                              "workers the token; --allow-remote-without-token lets anyone in"));
+    return false;
+  }
+  const PendingConnections::Admission admission = pending_.Admit(session->source, session->id);
+  if (!admission.admitted) {
+    // Closed at once, without a word: the source already waits on its whole quota.
+    ++refused_pending_;
+    if (auto suppressed = pending_log_.Allow()) {
+      spdlog::warn("closed a control connection from {}: it has {} connections without an "
+                   "accepted Hello, the limit per address (--max-pending-per-source){}",
+                   session->peer, pending_.of_source(session->source),
+                   LogLimiter::Note(*suppressed));
+    }
+    CloseSessionSocket(*session);
+    return false;
+  }
+  sessions_[session->id] = session;
+  if (admission.evict) {
+    ++evicted_pending_;
+    if (auto it = sessions_.find(*admission.evict); it != sessions_.end()) {
+      if (auto suppressed = pending_log_.Allow()) {
+        spdlog::warn("{} control connections without an accepted Hello "
+                     "(--max-pending-connections): closing the oldest, from {}{}",
+                     pending_.limits().total, it->second->peer, LogLimiter::Note(*suppressed));
+      }
+      Refuse(it->second,
+             MakeError(proto::Error::LIMIT_EXCEEDED,
+                       "phubd closed this connection, the oldest of its connections without an "
+                       "accepted Hello, for a newer one (--max-pending-connections)",
+                       "send the Hello right after the Challenge (PsClient does) and connect "
+                       "again; the operator may raise --max-pending-connections"));
+    }
+  }
+  StatusOr<std::string> nonce = NewChallengeNonce();
+  if (!nonce.ok()) {
+    spdlog::error("control connection from {}: {}", session->peer, nonce.status().message());
+    Drop(session, nonce.status());
+    return false;
+  }
+  session->nonce = *std::move(nonce);
+  proto::ControlMessage challenge;
+  challenge.mutable_challenge()->set_nonce(session->nonce);
+  SendControl(session, challenge);
+  return true;
+}
+
+void ControlPlane::RefuseToken(const SessionPtr& session, const proto::Error& error) {
+  // Counted from the Hello's arrival (last_heard), whatever the checks cost: the answer's
+  // timing is the source's record, not what the job is.
+  const auto delay = pacer_.Fail(session->source, session->last_heard);
+  session->deadline.cancel();
+  session->deadline.expires_at(session->last_heard + delay);
+  session->deadline.async_wait([this, session, error, alive = alive_](
+                                   const boost::system::error_code& ec) {
+    if (!*alive || ec || session->state != SessionState::kAwaitingHello) return;
+    Refuse(session, error);
+  });
 }
 
 void ControlPlane::ReadNext(const SessionPtr& session) {
@@ -215,8 +291,20 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   // nothing of the job (not even whether it exists) and can change nothing of it.
   const SharingOptions& sharing = options_.admission.sharing;
   StatusOr<std::string> token = ExpectedToken(sharing, *name);
-  if (!token.ok() || !TokensEqual(*token, hello.job_token())) {
-    return refuse(MakeError(
+  if (!token.ok() && !absl::IsNotFound(token.status())) {
+    // The operator's file is wrong (empty, a directory, too big): say so to the operator, and
+    // to the worker only what any refused worker hears.
+    if (auto suppressed = token_file_log_.Allow()) {
+      spdlog::error("job '{}': {}; its workers are refused until the file holds a token{}",
+                    *name, token.status().message(), LogLimiter::Note(*suppressed));
+    }
+  }
+  if (!token.ok() || !ProofMatches(hello.token_proof(), *token, session->nonce, hello.job())) {
+    if (auto suppressed = refusal_log_.Allow()) {
+      spdlog::warn("refusing a worker from {}: no valid token for job '{}'{}", session->peer,
+                   *name, LogLimiter::Note(*suppressed));
+    }
+    return RefuseToken(session, MakeError(
         proto::Error::BAD_TOKEN,
         absl::StrCat("the token for job '", *name, "' does not match phubd's",
                      sharing.job_tokens_dir.empty() ? "" : " (--job-tokens)"),
@@ -224,6 +312,7 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
             ? "give the worker the same --token-file as phubd"
             : "give the worker the token file the operator issued for this job name"));
   }
+  pending_.Done(session->id);  // it proved itself: no longer a stranger's connection
   proto::Error refusal;
   const JobRole role = JobRole::Of(hello);
   std::shared_ptr<Job> job = FindOrAdmit(role.JobKey(*name), role, hello, refusal);
@@ -369,6 +458,7 @@ void ControlPlane::Drop(const SessionPtr& session, const Status& why,
   const SessionState was = session->state;
   session->state = SessionState::kClosed;
   sessions_.erase(session->id);
+  pending_.Done(session->id);
   session->deadline.cancel();
   if (was == SessionState::kAwaitingHello && !stopping_) ++hellos_refused_;
   if (farewell != nullptr) {

@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "phub/common/log_limiter.h"
+#include "phub/common/pending_connections.h"
 #include "phub/metrics/registry.h"
+#include "phub/server/admission/refusal_pacer.h"
 #include "phub/server/job/control_session.h"
 #include "phub/server/job/job.h"
 #include "phub/server/core/server_core.h"
@@ -63,6 +65,11 @@ class ControlPlane : public SessionEnder {
 
  private:
   void OnAccept(boost::asio::ip::tcp::socket socket);
+  // Whether a new session may stay: the source's quota of pending connections, phubd's
+  // protected mode; sends the Challenge. False: the session was refused or closed.
+  bool AdmitPending(const SessionPtr& session, bool loopback);
+  // A Hello whose token proof fails: refused at arrival + the source's delay (refusal_pacer.h).
+  void RefuseToken(const SessionPtr& session, const proto::Error& error);
   void OnMessage(const SessionPtr& session, proto::ControlMessage message);
   void OnHello(const SessionPtr& session, const proto::Hello& hello);
   // The job `name` (its token checked by the caller), created for `role` if phubd admits it;
@@ -70,6 +77,7 @@ class ControlPlane : public SessionEnder {
   std::shared_ptr<Job> FindOrAdmit(const std::string& name, JobRole role,
                                    const proto::Hello& hello, proto::Error& refusal);
   void JobEnded(Job& job);
+  void AddAdmissionMetrics(metrics::Registry& registry);
   void ArmLiveness();
 
   boost::asio::io_context& context_;
@@ -91,7 +99,12 @@ class ControlPlane : public SessionEnder {
   std::uint64_t hellos_refused_ = 0, jobs_refused_for_memory_ = 0;
   // Peers flooding the control port must not flood the log: bad frames and refused Hellos are
   // logged a few per interval, the rest counted (phubd_hellos_refused_total has them all).
-  LogLimiter bad_frame_log_, refusal_log_;
+  LogLimiter bad_frame_log_, refusal_log_, pending_log_, token_file_log_;
+  // Control connections not yet in a job (pending_connections.h), and how fast each source may
+  // fail its token (refusal_pacer.h).
+  PendingConnections pending_;
+  RefusalPacer pacer_;
+  std::uint64_t refused_pending_ = 0, evicted_pending_ = 0, refused_remote_ = 0;
   boost::asio::steady_timer liveness_timer_;
   ResumeState resume_;  // --resume: the first job to start resumes it
   // Handlers may run after the control plane is gone during shutdown: guard them.

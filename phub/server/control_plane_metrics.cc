@@ -3,6 +3,7 @@
 // carry its name (job_name="NAME": Prometheus keeps `job` for its own scrape jobs) and exist
 // while it forms or runs.
 #include "phub/server/control_plane.h"
+#include "phub/server/admission/job_tokens.h"
 
 namespace phub::server {
 
@@ -70,6 +71,34 @@ void ControlPlane::AddMetrics(metrics::Registry& registry) {
           hellos_refused_);
   gauge("phub_control_connections", "Open control connections.",
         [this] { return static_cast<double>(sessions_.size()); });
+  AddAdmissionMetrics(registry);
+}
+
+void ControlPlane::AddAdmissionMetrics(metrics::Registry& registry) {
+  registry.AddCallbackGauge(
+      "phub_authentication",
+      "1, labelled with how workers are authenticated: job_tokens (--job-tokens), token "
+      "(--token-file), loopback_only (no token: this machine's workers only) or none (no token, "
+      "--allow-remote-without-token).",
+      {{"mode", AuthenticationMode(options_.admission.sharing).label}}, [] { return 1.0; });
+  const auto counter = [&](const char* name, const char* help, const std::uint64_t& value) {
+    registry.AddCallbackCounter(name, help, {},
+                                [&value] { return static_cast<double>(value); });
+  };
+  counter("phub_control_connections_refused_per_source_total",
+          "Control connections closed at accept: their address already held "
+          "--max-pending-per-source connections without an accepted Hello.",
+          refused_pending_);
+  counter("phub_control_connections_evicted_total",
+          "Control connections without an accepted Hello closed for a newer one "
+          "(--max-pending-connections).",
+          evicted_pending_);
+  counter("phub_control_connections_refused_remote_total",
+          "Control connections from other machines refused because phubd has no token.",
+          refused_remote_);
+  registry.AddCallbackGauge("phub_control_connections_pending",
+                            "Control connections without an accepted Hello.", {},
+                            [this] { return static_cast<double>(pending_.size()); });
 }
 
 }  // namespace phub::server

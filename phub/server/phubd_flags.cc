@@ -65,6 +65,16 @@ void AddLimitFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flags) {
                    "attached. More are closed at once")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
+  group.add_option("--max-pending-per-source", control.pending.per_source,
+                   "Most control connections one address may hold before its Hello is accepted; "
+                   "more from it are closed at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  group.add_option("--max-pending-connections", control.pending.total,
+                   "Most control connections, all addresses together, before their Hello is "
+                   "accepted; past it the oldest is closed for the newest")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
   group.add_option("--hello-timeout-ms", control.hello_timeout_ms,
                    "A control connection must send its Hello within this time or is closed")
       ->capture_default_str()
@@ -121,7 +131,8 @@ void AddMetricsFlags(CLI::App& group, MetricsOptions& metrics) {
                    "--metrics-port-file). Without it, no endpoint")
       ->check(CLI::Range(0, 65535));
   group.add_option("--metrics-address", metrics.address,
-                   "Address the metrics endpoint listens on (default: --listen's)");
+                   "Address the metrics endpoint listens on (default: 127.0.0.1, this machine "
+                   "only: the series name every job; give an address to scrape from elsewhere)");
   group.add_option("--metrics-port-file", metrics.port_file,
                    "Write the metrics port here once listening (useful with --metrics-port 0)");
 }
@@ -180,6 +191,10 @@ void AddSharingFlags(CLI::App& group, SharingOptions& sharing, PhubdFlags& flags
                    "of DIR/NAME (read at the job's first Hello); a job without a file is "
                    "refused. Overrides --token-file")
       ->check(CLI::ExistingDirectory);
+  group.add_flag("--allow-remote-without-token", sharing.allow_remote_without_token,
+                 "Without --token-file or --job-tokens phubd serves only workers on this machine "
+                 "(loopback); this lets ANYONE who reaches its port join and read any job's "
+                 "weights. Use a token instead");
   group.add_option("--job-weight", flags.job_weights,
                    "NAME=W: job NAME's share of every core's sends against other jobs' (weighted "
                    "fair queueing; default 1). Repeatable");

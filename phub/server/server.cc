@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "phub/server/admission/job_limits.h"
+#include "phub/server/admission/job_tokens.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -18,6 +19,11 @@
 namespace phub::server {
 
 namespace {
+
+// Where /metrics listens without --metrics-address: this machine only. The series name every
+// job, its size and state, so they are not for whoever reaches the box (a node exporter's
+// habit of binding everything is not ours to copy).
+constexpr char kMetricsDefaultAddress[] = "127.0.0.1";
 
 // Write then rename, so a reader never sees a half-written port. Nothing for an empty path.
 Status WritePortFile(const std::string& path, std::uint16_t port, const char* flag) {
@@ -130,9 +136,9 @@ Status Server::Start() {
         exporter_,
         metrics::HttpExporter::Start(
             context_, metrics_,
-            {.address = m.address.empty() ? cores.listen_address : m.address,
+            {.address = m.address.empty() ? std::string(kMetricsDefaultAddress) : m.address,
              .port = static_cast<std::uint16_t>(m.port)}));
-    spdlog::info("metrics at http://{}:{}/metrics", m.address.empty() ? cores.listen_address
+    spdlog::info("metrics at http://{}:{}/metrics", m.address.empty() ? kMetricsDefaultAddress
                                                                          : m.address,
                  exporter_->port());
     PHUB_RETURN_IF_ERROR(WritePortFile(m.port_file, exporter_->port(), "--metrics-port-file"));
@@ -151,6 +157,12 @@ Status Server::Start() {
                admission.sharing.job_tokens_dir.empty()
                    ? std::string()
                    : absl::StrCat(", per-job tokens in ", admission.sharing.job_tokens_dir));
+  const Authentication auth = AuthenticationMode(admission.sharing);
+  if (auth.warn) {
+    spdlog::warn("{}", auth.sentence);
+  } else {
+    spdlog::info("{}", auth.sentence);
+  }
   return absl::OkStatus();
 }
 

@@ -42,6 +42,9 @@ struct SharingOptions {
   // --job-tokens DIR: job NAME's token is the contents of DIR/NAME, read at each first Hello
   // (job_tokens.h); a job without a file there is refused. Overrides job_token when set.
   std::string job_tokens_dir;
+  // Without any token phubd serves only workers on this machine (loopback), as Redis's
+  // protected mode; --allow-remote-without-token lets anyone who reaches the port join.
+  bool allow_remote_without_token = false;
   // --job-weight NAME=W: the job's share of every core's sends (weighted fair queueing,
   // fair_send_queue.h); jobs not named weigh 1.
   std::map<std::string, double> job_weights;

@@ -67,7 +67,7 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   }
   // The token was the control plane's to check (it chose this job by it).
   std::optional<proto::Error> error =
-      CheckHello(hello, host_.admission, hello.job_token(), first, taken);
+      CheckHello(hello, host_.admission, first, taken);
   // A rack's part of a job over several racks resumes nothing (its homes' part does). An
   // accepted Hello's role is the job's (CheckHello).
   if (!error && host_.resume.snapshot && !role_.relays_upstream()) {

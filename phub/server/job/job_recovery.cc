@@ -82,7 +82,7 @@ void Job::Rejoin(const SessionPtr& session, const proto::Hello& hello) {
   std::vector<bool> taken(world_size_, true);
   taken[hello.rank()] = false;
   std::optional<proto::Error> error =
-      CheckHello(hello, host_.admission, hello.job_token(), &job_hello_, taken);
+      CheckHello(hello, host_.admission, &job_hello_, taken);
   if (error) {
     spdlog::warn("{}: refusing rank {}'s rejoin from {}: {}", log_name_, hello.rank(),
                  session->peer, error->message());

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/version.h"
+#include "phub/server/admission/job_tokens.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/checkpoint/snapshot_buffers.h"
 #include "phub/server/job/initial_weights.h"
@@ -113,8 +114,16 @@ kernels::OptimizerConfig Job::ShardOptimizer(const kernels::OptimizerConfig& job
 // Racks of racks (uplink.h): a rack's part passes each chunk's sum to its home PBox.
 std::optional<proto::Error> Job::MakeRelay(const proto::Hello& hello, StartPlan& plan) {
   if (!role_.relays_upstream()) return std::nullopt;
+  // The workers proved they hold the job's token; the homes ask this PBox for the same proof.
+  StatusOr<std::string> token = ExpectedToken(host_.admission.sharing, name_);
+  if (!token.ok()) {
+    return MakeError(proto::Error::BAD_TOKEN,
+                     absl::StrCat(log_name_, ": its token is gone from this PBox (",
+                                  token.status().message(), ")"),
+                     "the operator restores the job's token file; then start the job again");
+  }
   UplinkConfig config{.job = name_,
-                      .token = hello.job_token(),
+                      .token = *std::move(token),
                       .topology = host_.admission.racks.topology,
                       .rack = role_.rack(),
                       .rack_workers = world_size_,
