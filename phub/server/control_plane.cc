@@ -315,13 +315,15 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   pending_.Done(session->id);  // it proved itself: no longer a stranger's connection
   proto::Error refusal;
   const JobRole role = JobRole::Of(hello);
-  std::shared_ptr<Job> job = FindOrAdmit(role.JobKey(*name), role, hello, refusal);
+  std::shared_ptr<Job> job =
+      FindOrAdmit(role.JobKey(*name), role, hello, session->source, refusal);
   if (!job) return refuse(refusal);
   job->OnHello(session, hello);
 }
 
 std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole role,
-                                               const proto::Hello& hello, proto::Error& refusal) {
+                                               const proto::Hello& hello,
+                                               const std::string& source, proto::Error& refusal) {
   if (auto it = jobs_.find(name); it != jobs_.end() && !it->second->ended()) return it->second;
   jobs_.erase(name);
   // A new job: its first Hello sets its world size and what it is charged. Both are the
@@ -344,20 +346,27 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole 
                         "wait until a job ends, or raise phubd's --max-jobs");
     return nullptr;
   }
+  // A forming job holds a --max-jobs place; one address may hold only a few of them.
+  const std::uint32_t forming_limit = sharing.max_forming_jobs_per_source;
+  if (auto it = forming_by_source_.find(source);
+      it != forming_by_source_.end() && it->second >= forming_limit) {
+    refusal = MakeError(proto::Error::LIMIT_EXCEEDED,
+                        absl::StrCat(source, " already has ", it->second,
+                                     " jobs forming on this phubd, its limit "
+                                     "(--max-forming-jobs-per-source ",
+                                     forming_limit, ")"),
+                        "start the job's other workers so that those jobs form, or wait until "
+                        "they time out (--form-timeout-ms)");
+    return nullptr;
+  }
+  // The charge is taken when the job forms (ReserveMemory), not now: a job that never forms
+  // must not hold the budget. Here only what could never fit is refused.
   const std::optional<std::uint64_t> charge =
       JobChargeBytes(hello, options_.admission.chunk_bytes);
   const std::uint64_t budget = sharing.memory_budget_bytes;
-  if (!charge || *charge > budget - std::min(budget, charged_bytes_)) {
+  if (!charge || *charge > budget) {
     ++jobs_refused_for_memory_;
-    refusal = MakeError(
-        proto::Error::RESOURCE_EXHAUSTED,
-        absl::StrCat("job '", name, "' needs ",
-                     charge ? absl::StrCat(*charge) : std::string("more than 2^64"),
-                     " bytes on phubd (its model times world size + 3); ", charged_bytes_,
-                     " of phubd's memory budget of ", budget,
-                     " bytes (--memory-budget-bytes) are held by ", jobs_.size(), " job(s)"),
-        "wait until a job ends, run the job on another PBox, or raise --memory-budget-bytes "
-        "if the machine has the memory");
+    refusal = MemoryRefusal(name, charge, /*ever=*/true);
     return nullptr;
   }
   double weight = 1;
@@ -374,17 +383,64 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole 
                 .counters = counters_,
                 .resume = resume_,
                 .stopping = stopping_,
+                .reserve = [this](Job& forming) { return ReserveMemory(forming); },
                 .on_end = [this](Job& ended) { JobEnded(ended); }},
       name, role, ++jobs_created_, world, *charge, weight);
-  charged_bytes_ += *charge;
   jobs_[name] = job;
-  spdlog::info("job '{}' is forming: {} workers, {} bytes charged ({} of {} held)", name, world,
-               *charge, charged_bytes_, budget);
+  forming_source_[job->id()] = source;
+  ++forming_by_source_[source];
+  spdlog::info("job '{}' is forming: {} workers from {}, {} bytes to charge when it forms ({} of "
+               "{} held)",
+               name, world, source, *charge, charged_bytes_, budget);
   return job;
 }
 
+proto::Error ControlPlane::MemoryRefusal(const std::string& name,
+                                         std::optional<std::uint64_t> charge, bool ever) const {
+  // The job's own need and the operator's budget: nothing of what other tenants hold.
+  const std::uint64_t budget = options_.admission.sharing.memory_budget_bytes;
+  return MakeError(
+      proto::Error::RESOURCE_EXHAUSTED,
+      absl::StrCat("job '", name, "' needs ",
+                   charge ? absl::StrCat(*charge) : std::string("more than 2^64"),
+                   " bytes on phubd (its model times world size + 3); ",
+                   ever ? "phubd's whole memory budget is "
+                        : "what is left of phubd's memory budget now is less, of ",
+                   budget, " bytes (--memory-budget-bytes)"),
+      ever ? "run the job on a PBox with more memory, or raise --memory-budget-bytes if the "
+             "machine has it"
+           : "start the job again when another ends, or run it on another PBox");
+}
+
+void ControlPlane::NoLongerForming(const Job& job) {
+  auto it = forming_source_.find(job.id());
+  if (it == forming_source_.end()) return;
+  if (auto count = forming_by_source_.find(it->second);
+      count != forming_by_source_.end() && --count->second == 0) {
+    forming_by_source_.erase(count);
+  }
+  forming_source_.erase(it);
+}
+
+std::optional<proto::Error> ControlPlane::ReserveMemory(Job& job) {
+  NoLongerForming(job);
+  const std::uint64_t budget = options_.admission.sharing.memory_budget_bytes;
+  if (job.charge_bytes() > budget - std::min(budget, charged_bytes_)) {
+    ++jobs_refused_for_memory_;
+    return MemoryRefusal(job.name(), job.charge_bytes(), /*ever=*/false);
+  }
+  charged_bytes_ += job.charge_bytes();
+  charged_jobs_.insert(job.id());
+  spdlog::info("job '{}' formed: {} bytes charged ({} of {} held)", job.name(), job.charge_bytes(),
+               charged_bytes_, budget);
+  return std::nullopt;
+}
+
 void ControlPlane::JobEnded(Job& job) {
-  charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
+  NoLongerForming(job);
+  if (charged_jobs_.erase(job.id()) > 0) {
+    charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
+  }
   // The name is free at once (FindOrAdmit replaces an ended job); the object goes once no
   // caller on the stack holds it. By id, not address: a new job of the same name may sit at
   // the ended one's address by then.

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <vector>
 
@@ -74,8 +75,16 @@ class ControlPlane : public SessionEnder {
   void OnHello(const SessionPtr& session, const proto::Hello& hello);
   // The job `name` (its token checked by the caller), created for `role` if phubd admits it;
   // null with `refusal` set if not.
+  // `source`: the first Hello's address (--max-forming-jobs-per-source).
   std::shared_ptr<Job> FindOrAdmit(const std::string& name, JobRole role,
-                                   const proto::Hello& hello, proto::Error& refusal);
+                                   const proto::Hello& hello, const std::string& source,
+                                   proto::Error& refusal);
+  // The job formed (all its Hellos in and checked): its memory charge is taken now, or the
+  // Error that refuses every member says the budget cannot hold it.
+  std::optional<proto::Error> ReserveMemory(Job& job);
+  proto::Error MemoryRefusal(const std::string& name, std::optional<std::uint64_t> charge,
+                             bool ever) const;
+  void NoLongerForming(const Job& job);
   void JobEnded(Job& job);
   void AddAdmissionMetrics(metrics::Registry& registry);
   void ArmLiveness();
@@ -93,7 +102,11 @@ class ControlPlane : public SessionEnder {
 
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // forming or running, by name
   std::uint64_t jobs_created_ = 0;
-  std::uint64_t charged_bytes_ = 0;  // the jobs' memory charges (--memory-budget-bytes)
+  std::uint64_t charged_bytes_ = 0;  // formed jobs' memory charges (--memory-budget-bytes)
+  std::set<std::uint64_t> charged_jobs_;  // by id: the jobs charged_bytes_ counts
+  // Forming jobs by their first Hello's address (--max-forming-jobs-per-source).
+  std::map<std::uint64_t, std::string> forming_source_;
+  std::map<std::string, std::uint32_t> forming_by_source_;
   JobCounters counters_;
   // Exported only (AddMetrics): lifetime counts.
   std::uint64_t hellos_refused_ = 0, jobs_refused_for_memory_ = 0;

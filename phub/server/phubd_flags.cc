@@ -180,10 +180,15 @@ void AddSharingFlags(CLI::App& group, SharingOptions& sharing, PhubdFlags& flags
   group.add_option("--max-jobs", sharing.max_jobs, "Most jobs forming or running at once")
       ->capture_default_str()
       ->check(CLI::Range(1u, 4096u));
+  group.add_option("--max-forming-jobs-per-source", sharing.max_forming_jobs_per_source,
+                   "Most jobs forming at once whose first worker came from one address")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
   group.add_option("--memory-budget-bytes", sharing.memory_budget_bytes,
                    "Memory all jobs together may hold; each is charged its model x (world size "
-                   "+ 3) from its first Hello to its end, and one that would pass the budget is "
-                   "refused (RESOURCE_EXHAUSTED). Default: 80% of physical memory");
+                   "+ 3) from the moment it forms (all its workers in) to its end, and one that "
+                   "would pass the budget then is refused (RESOURCE_EXHAUSTED). Default: 80% of "
+                   "physical memory");
   group.add_option("--token-file", flags.token_file,
                    "File holding the job token; workers must present the same token");
   group.add_option("--job-tokens", sharing.job_tokens_dir,

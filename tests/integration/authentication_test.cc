@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -216,6 +217,87 @@ TEST(Authentication, AtThePendingTotalTheOldestGivesWay) {
   ASSERT_TRUE(farewell.has_error());
   EXPECT_EQ(farewell.error().code(), proto::Error::LIMIT_EXCEEDED);
   EXPECT_THAT(farewell.error().message(), HasSubstr("--max-pending-connections"));
+}
+
+}  // namespace
+}  // namespace phub::testing
+
+namespace phub::testing {
+namespace {
+
+// A tenant with a valid token that forms a job and never completes it (one of its two workers)
+// holds none of the memory budget: another tenant's job runs. When the squatter's job does
+// form, it is refused for memory without a word about what the other holds.
+TEST(Admission, AJobThatNeverFormsHoldsNoMemory) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--memory-budget-bytes", "1000000"});
+  // 49,500 floats: (198,000 B + 256 B of bookkeeping) x (2 + 3) = 991,280 B of the budget.
+  const std::vector<keys::TensorSpec> big = {{"big", 49500}};
+  ForgedMember squatter;
+  proto::Hello squat = MakeHello(0, 2, big);
+  squat.set_job("squat");
+  ASSERT_TRUE(squatter.SendHello(phubd.port, squat));
+  // 4,256 B x (1 + 3) = 17,024 B: with the squatter charged it would not fit.
+  ForgedMember victim;
+  ASSERT_TRUE(victim.SendHello(phubd.port, HelloFor("victim", "")));
+  EXPECT_EQ(victim.AwaitWelcome(kModel, Millis(5000)), "");
+  // The squatter's second worker: the job forms, and the budget cannot hold it now.
+  ForgedMember second;
+  squat.set_rank(1);
+  ASSERT_TRUE(second.SendHello(phubd.port, squat));
+  const std::string refused = second.AwaitWelcome(big, Millis(5000));
+  EXPECT_THAT(refused, HasSubstr("needs 991280 bytes"));
+  EXPECT_THAT(refused, HasSubstr("--memory-budget-bytes"));
+  EXPECT_THAT(refused, ::testing::Not(HasSubstr("17024")));
+  EXPECT_THAT(refused, ::testing::Not(HasSubstr("victim")));
+}
+
+// One address may have only so many jobs forming at once; other addresses are not affected.
+TEST(Admission, OneAddressFormsOnlySoManyJobsAtOnce) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--max-forming-jobs-per-source", "2"});
+  std::vector<RawSocket> forming;
+  for (const std::string job : {"f1", "f2"}) {
+    forming.push_back(RawSocket::Connect(phubd.port, Millis(5000), "127.0.0.7"));
+    ASSERT_TRUE(forming.back().SendMessage(Wrap(HelloFor(job, "", 0, 2))));
+  }
+  const proto::ControlMessage third = Answer(phubd.port, HelloFor("f3", "", 0, 2), "127.0.0.7");
+  ASSERT_TRUE(third.has_error());
+  EXPECT_EQ(third.error().code(), proto::Error::LIMIT_EXCEEDED);
+  EXPECT_THAT(third.error().message(), HasSubstr("--max-forming-jobs-per-source 2"));
+  ForgedMember other;
+  ASSERT_TRUE(other.SendHello(phubd.port, HelloFor("g", "")));
+  EXPECT_EQ(other.AwaitWelcome(kModel, Millis(5000)), "");
+}
+
+// A job whose worker died holds its name while it waits for the rejoin; a new job under that
+// name is told so, not that its tensors differ from a job it never heard of.
+TEST(Admission, ANewJobUnderTheNameOfOneAwaitingARejoinIsToldSo) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--rejoin-timeout-ms", "60000"});
+  Process worker = Process::Start({TestWorkerPath(), "--comm", "ps", "--port",
+                                   std::to_string(phubd.port), "--rank", "0", "--world", "1",
+                                   "--tensors", "1000", "--iters", "100000", "--step-delay-ms",
+                                   "5", "--progress", dir.File("progress")},
+                                  dir.File("worker.log"));
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (ReadFile(dir.File("progress")).empty() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_FALSE(ReadFile(dir.File("progress")).empty()) << ReadFile(dir.File("worker.log"));
+  worker.Kill(SIGKILL);
+  worker.Wait(milliseconds(5000));
+  // Until phubd has noticed the loss, the Hello would be a rejoin of a member still connected.
+  const auto noticed = Clock::now() + std::chrono::seconds(20);
+  while (ReadFile(phubd.log_path).find("was lost") == std::string::npos && Clock::now() < noticed) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const std::vector<keys::TensorSpec> other = {{"t0", 7}};
+  const proto::ControlMessage reply = Answer(phubd.port, MakeHello(0, 1, other));
+  ASSERT_TRUE(reply.has_error());
+  EXPECT_THAT(reply.error().message(), HasSubstr("waits for rank 0 to rejoin for"));
+  EXPECT_THAT(reply.error().message(), HasSubstr("--rejoin-timeout-ms"));
+  EXPECT_THAT(reply.error().fix(), HasSubstr("another name"));
 }
 
 }  // namespace

@@ -71,6 +71,9 @@ class Job : public std::enable_shared_from_this<Job> {
     JobCounters& counters;
     ResumeState& resume;
     const bool& stopping;  // phubd is stopping: members end without stalling the job
+    // Runs when the job has formed, before anything is allocated for it: the control plane
+    // takes its memory charge, or returns the Error that refuses every member.
+    std::function<std::optional<proto::Error>(Job&)> reserve;
     // Runs once, on the control thread, when the job has ended (or failed to form): the
     // control plane frees its name and its memory charge.
     std::function<void(Job&)> on_end;

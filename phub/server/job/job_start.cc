@@ -54,6 +54,7 @@ std::uint64_t NewSessionSecret() {
 
 void Job::Start() {
   CancelDeadline();
+  if (auto refusal = host_.reserve(*this)) return FailForming(*refusal);
   const proto::Hello& hello = members_[0]->hello;
   const bool steps = !role_.relays_upstream();  // a rack's part sums; the homes step
   StartPlan plan{.resume = steps ? host_.resume.snapshot : nullptr,
