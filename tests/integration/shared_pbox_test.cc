@@ -329,12 +329,18 @@ TEST(SharedPbox, AJobOverTheMemoryBudgetIsRefusedNamingItAndTheRunningJobGoesOn)
   ASSERT_TRUE(first[1].client->Init().ok());
   init0.join();
 
-  proto::ControlMessage reply = RawHello(phubd.port, HelloOf("second", "", 0, 2, tensors));
+  // The job is charged when it forms (its last worker's Hello): refused then, every member.
+  RawSocket rank0 = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(rank0.SendMessage(Wrap(HelloOf("second", "", 0, 2, tensors))));
+  proto::ControlMessage reply = RawHello(phubd.port, HelloOf("second", "", 1, 2, tensors));
   ASSERT_TRUE(reply.has_error());
   EXPECT_EQ(reply.error().code(), proto::Error::RESOURCE_EXHAUSTED);
   EXPECT_THAT(reply.error().message(), HasSubstr("212800"));
   EXPECT_THAT(reply.error().message(), HasSubstr("--memory-budget-bytes"));
   EXPECT_THAT(reply.error().message(), HasSubstr("300000"));
+  proto::ControlMessage reply0;
+  ASSERT_EQ(rank0.ReadMessage(reply0, Millis(5000)), RawSocket::Read::kOk);
+  EXPECT_EQ(reply0.error().code(), proto::Error::RESOURCE_EXHAUSTED);
   // A small job still fits beside it: 1000 floats, 1 worker: (4000 + 256) * 4 = 17024.
   options.job = "small";
   auto small = ConnectWorkers(options, 1, {0}, TestTensors({1000}));
