@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "phub/common/bounded_text.h"
 #include "phub/ctl/json_text.h"
 
 namespace phub::ctl {
@@ -107,7 +108,8 @@ std::string JobsText(const StatusReport& r) {
   std::vector<std::vector<std::string>> rows = {
       {"job", "state", "world", "connected", "missing", "model", "charge", "weight"}};
   for (const JobStatus& j : r.jobs) {
-    rows.push_back({j.name, j.state, Count(j.world_size), Count(j.workers_connected),
+    // Names and states are the endpoint's label values: anything, escaped for the terminal.
+    rows.push_back({Escaped(j.name), Escaped(j.state), Count(j.world_size), Count(j.workers_connected),
                     Count(j.workers_missing), Bytes(j.model_bytes), Bytes(j.memory_charge_bytes),
                     Count(j.weight)});
   }
@@ -151,8 +153,8 @@ std::string JsonCore(const CoreStatus& c) {
 std::string RenderStatusText(const StatusReport& r, std::string_view target) {
   const ProcessStatus& p = r.process;
   const LifetimeCounters& l = r.lifetime;
-  std::string out = "phubd " + (p.version.empty() ? "?" : p.version) + " (protocol " +
-                    (p.protocol.empty() ? "?" : p.protocol) + ") at " + std::string(target) +
+  std::string out = "phubd " + (p.version.empty() ? "?" : Escaped(p.version)) + " (protocol " +
+                    (p.protocol.empty() ? "?" : Escaped(p.protocol)) + ") at " + Escaped(target) +
                     ": up " + Uptime(p.uptime_s) + ", RSS " + Bytes(p.resident_bytes) + ", CPU " +
                     Format("%.2f", p.cpu_cores) + " cores, " + Count(p.open_fds) + " of " +
                     Count(p.max_fds) + " fds\n";

@@ -78,6 +78,8 @@ class Registry {
 };
 
 // Label values and help text escaped as the text format requires (\\, \" in label values, \n).
+// Longest label value rendered (a peer's string is cut there, saying its length).
+inline constexpr std::size_t kMaxLabelValueBytes = 256;
 std::string EscapeLabelValue(const std::string& value);
 std::string EscapeHelp(const std::string& help);
 // A sample value as the text format writes it: integers exactly, +Inf, -Inf, NaN.

@@ -201,7 +201,7 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
 void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   const auto refuse = [&](const proto::Error& error) {
     if (auto suppressed = refusal_log_.Allow()) {
-      spdlog::warn("refusing a worker from {}: {}{}", session->peer, error.message(),
+      spdlog::warn("refusing a worker from {}: {}{}", session->peer, Bounded(error.message(), 1024),
                    LogLimiter::Note(*suppressed));
     }
     Refuse(session, error);

@@ -18,6 +18,7 @@ using fixture::FakeJob;
 using fixture::MetricsBody;
 using fixture::PhubdState;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Scrape Parse(const std::string& body) {
   auto samples = ParseMetricsText(body);
@@ -336,6 +337,23 @@ TEST(StatusReport, AJobMissingASeriesShowsItAsUnknownNotAnothersValue) {
   EXPECT_EQ(r->jobs[1].workers_connected, 3);
   EXPECT_TRUE(r->jobs_known);  // no phub_jobs, but labelled job series
   EXPECT_TRUE(std::isnan(r->memory_budget_bytes));
+}
+
+// An endpoint's label values reach the terminal escaped (issue 38, item 9): a job name with a
+// newline and a forged row, ANSI escapes in the name and the version.
+TEST(StatusRender, LabelValuesAreEscapedForTheTerminal) {
+  const Scrape a = Parse(
+      "phub_build_info{version=\"1\x1b[2J\",protocol=\"3\"} 1\n"
+      "phub_job_world_size{job_name=\"x\\nforged  running 9\x1b[31m\"} 2\n");
+  const auto r = BuildStatusReport(a, a, 1.0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string text = RenderStatusText(*r, "h:1");
+  for (char c : text) {
+    ASSERT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << "a raw byte " << int(c) << ":\n" << text;
+  }
+  EXPECT_THAT(text, HasSubstr("x\\nforged  running 9\\x1b[31m"));
+  EXPECT_THAT(text, HasSubstr("phubd 1\\x1b[2J (protocol 3)"));
+  EXPECT_THAT(text, Not(HasSubstr("\nforged")));
 }
 
 TEST(StatusReport, ACounterThatWentDownCountsFromZero) {
