@@ -88,8 +88,10 @@ void ControlPlane::Stop() {
   for (auto& [name, job] : jobs) job->EndIfRunning();
 }
 
-void ControlPlane::CheckpointBeforeStop() {
-  for (auto& [name, job] : jobs_) job->CheckpointNow();
+bool ControlPlane::CheckpointBeforeStop() {
+  bool all_written = true;
+  for (auto& [name, job] : jobs_) all_written &= job->CheckpointNow().ok();
+  return all_written;
 }
 
 void ControlPlane::ArmLiveness() {

@@ -64,6 +64,10 @@ void ControlPlane::AddMetrics(metrics::Registry& registry) {
           counters_.rejoins);
   counter("phub_checkpoints_written_total", "Checkpoints written to --checkpoint-dir.",
           counters_.checkpoints_written);
+  counter("phub_checkpoint_failures_total",
+          "Checkpoints not written: a write that failed (periodic or on SIGTERM; the log names "
+          "the folder and the error), or a job's folder that could not be created at its start.",
+          counters_.checkpoint_failures);
   counter("phub_hellos_refused_total",
           "Control connections refused before joining a job: a Hello refused (token, version, "
           "limits, job full), another message first, or no Hello in time.",

@@ -56,6 +56,9 @@ struct ResumeState {
 struct JobCounters {
   std::uint64_t formed = 0, stalls = 0, ended = 0, losses = 0, rejoins = 0;
   std::uint64_t checkpoints_written = 0;
+  // Checkpoints not written: a write that failed (periodic or on stop), or a job's directory
+  // that could not be created at its start.
+  std::uint64_t checkpoint_failures = 0;
 };
 
 class Job : public std::enable_shared_from_this<Job> {
@@ -106,8 +109,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // Heartbeat.
   void CheckLiveness(std::chrono::steady_clock::time_point now);
   // phubd stops: SIGTERM with --checkpoint-dir writes the running job's checkpoint first; then
-  // the job ends once its sessions are dropped.
-  void CheckpointNow();
+  // the job ends once its sessions are dropped. An error (logged, counted) when a checkpoint
+  // was due and could not be written: phubd then exits non-zero.
+  Status CheckpointNow();
   void EndIfRunning();
 
  private:
