@@ -106,12 +106,17 @@ std::string JobsText(const StatusReport& r) {
                     Bytes(r.memory_charged_bytes) + " of " + Bytes(r.memory_budget_bytes) +
                     " budget)\n";
   std::vector<std::vector<std::string>> rows = {
-      {"job", "state", "world", "connected", "missing", "model", "charge", "weight"}};
+      {"job", "state", "world", "connected", "missing", "iteration", "it/s", "MB/s in",
+       "MB/s out", "model", "charge", "weight", "rejoin"}};
   for (const JobStatus& j : r.jobs) {
     // Names and states are the endpoint's label values: anything, escaped for the terminal.
-    rows.push_back({Escaped(j.name), Escaped(j.state), Count(j.world_size), Count(j.workers_connected),
-                    Count(j.workers_missing), Bytes(j.model_bytes), Bytes(j.memory_charge_bytes),
-                    Count(j.weight)});
+    rows.push_back({Escaped(j.name), Escaped(j.state), Count(j.world_size),
+                    Count(j.workers_connected), Count(j.workers_missing), Count(j.iteration),
+                    Format("%.2f", j.iterations_per_second),
+                    Format("%.1f", j.received_bytes_per_s / 1e6),
+                    Format("%.1f", j.sent_bytes_per_s / 1e6), Bytes(j.model_bytes),
+                    Bytes(j.memory_charge_bytes), Count(j.weight),
+                    j.rejoin_left_s >= 0 ? Format("%.0fs", j.rejoin_left_s) : "-"});
   }
   return out + Table(rows, 2) + "\n";
 }
@@ -123,7 +128,12 @@ std::string JsonJob(const JobStatus& j) {
          ",\"workers_missing\":" + JsonNumber(j.workers_missing) +
          ",\"model_bytes\":" + JsonNumber(j.model_bytes) +
          ",\"memory_charge_bytes\":" + JsonNumber(j.memory_charge_bytes) +
-         ",\"weight\":" + JsonNumber(j.weight) + "}";
+         ",\"weight\":" + JsonNumber(j.weight) + ",\"members\":" + JsonNumber(j.members) +
+         ",\"iteration\":" + JsonNumber(j.iteration) +
+         ",\"iterations_per_second\":" + JsonNumber(j.iterations_per_second) +
+         ",\"received_bytes_per_s\":" + JsonNumber(j.received_bytes_per_s) +
+         ",\"sent_bytes_per_s\":" + JsonNumber(j.sent_bytes_per_s) +
+         ",\"rejoin_deadline_unix_s\":" + JsonNumber(j.rejoin_deadline_unix_s) + "}";
 }
 
 bool AnySinceStart(const CoreStatus& c) {
@@ -162,7 +172,7 @@ std::string RenderStatusText(const StatusReport& r, std::string_view target) {
   out += "lifetime: jobs " + Count(l.jobs_formed) + " formed / " + Count(l.jobs_stalled) +
          " stalled / " + Count(l.jobs_ended) + " ended, workers " + Count(l.workers_lost) +
          " lost / " + Count(l.workers_rejoined) + " rejoined, " + Count(l.checkpoints_written) +
-         " checkpoints, " + Count(l.hellos_refused) + " Hellos refused, " +
+         " checkpoints (" + Count(l.checkpoint_failures) + " failed), " + Count(l.hellos_refused) + " Hellos refused, " +
          Count(l.jobs_refused_for_memory) + " refused for memory\n\n";
   if (r.cores.empty()) {
     out += "no per-core series (phub_core_*) in the response\n";
@@ -210,6 +220,7 @@ std::string RenderStatusJson(const StatusReport& r, std::string_view target) {
          ",\"workers_lost\":" + JsonNumber(l.workers_lost) +
          ",\"workers_rejoined\":" + JsonNumber(l.workers_rejoined) +
          ",\"checkpoints_written\":" + JsonNumber(l.checkpoints_written) +
+         ",\"checkpoint_failures\":" + JsonNumber(l.checkpoint_failures) +
          ",\"hellos_refused\":" + JsonNumber(l.hellos_refused) +
          ",\"jobs_refused_for_memory\":" + JsonNumber(l.jobs_refused_for_memory) + "}";
   out += ",\"cores\":[";

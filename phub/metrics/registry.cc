@@ -140,6 +140,13 @@ void Registry::AddCallbackGaugeFamily(const std::string& name, const std::string
   family.series.push_back(Series{.read_many = std::move(read)});
 }
 
+void Registry::AddCallbackCounterFamily(const std::string& name, const std::string& help,
+                                        std::function<Samples()> read) {
+  std::lock_guard lock(mutex_);
+  Family& family = FamilyFor(name, help, Type::kCounter, {});
+  family.series.push_back(Series{.read_many = std::move(read)});
+}
+
 std::string Registry::Render() const {
   std::lock_guard lock(mutex_);
   std::string out;

@@ -47,6 +47,9 @@ class Registry {
   using Samples = std::vector<std::pair<Labels, double>>;
   void AddCallbackGaugeFamily(const std::string& name, const std::string& help,
                               std::function<Samples()> read);
+  // The same for counters (a job's bytes: each series counts up while its job lives).
+  void AddCallbackCounterFamily(const std::string& name, const std::string& help,
+                                std::function<Samples()> read);
 
   // Every family in name order, each with one # HELP and one # TYPE line.
   std::string Render() const;
