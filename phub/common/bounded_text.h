@@ -28,8 +28,7 @@ enum class EscapeQuotes { kNo, kYes };
 
 // `text` escaped (above), cut where its escaped form would pass `max_bytes` (an escape is never
 // cut in half), then "... (N bytes)" naming the length of the whole text.
-inline std::string EscapeText(std::string_view text, std::size_t max_bytes,
-                              EscapeQuotes quotes) {
+inline std::string EscapeText(std::string_view text, std::size_t max_bytes, EscapeQuotes quotes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(text.size() < max_bytes ? text.size() : max_bytes);
@@ -86,17 +85,28 @@ inline bool UnescapeText(std::string_view text, std::string& out) {
     }
     if (++i == text.size()) return false;
     switch (text[i]) {
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case '\\': case '"': case '\'': out += text[i]; break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case '\\':
+      case '"':
+      case '\'':
+        out += text[i];
+        break;
       case 'x': {
         if (text.size() - i < 3 || hex(text[i + 1]) < 0 || hex(text[i + 2]) < 0) return false;
         out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
         i += 2;
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   return true;

@@ -105,18 +105,17 @@ std::string JobsText(const StatusReport& r) {
   std::string out = "jobs:     " + Count(static_cast<double>(r.jobs.size())) + " (memory charged " +
                     Bytes(r.memory_charged_bytes) + " of " + Bytes(r.memory_budget_bytes) +
                     " budget)\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"job", "state", "world", "connected", "missing", "iteration", "it/s", "MB/s in",
-       "MB/s out", "model", "charge", "weight", "rejoin"}};
+  std::vector<std::vector<std::string>> rows = {{"job", "state", "world", "connected", "missing",
+                                                 "iteration", "it/s", "MB/s in", "MB/s out",
+                                                 "model", "charge", "weight", "rejoin"}};
   for (const JobStatus& j : r.jobs) {
     // Names and states are the endpoint's label values: anything, escaped for the terminal.
-    rows.push_back({Escaped(j.name), Escaped(j.state), Count(j.world_size),
-                    Count(j.workers_connected), Count(j.workers_missing), Count(j.iteration),
-                    Format("%.2f", j.iterations_per_second),
-                    Format("%.1f", j.received_bytes_per_s / 1e6),
-                    Format("%.1f", j.sent_bytes_per_s / 1e6), Bytes(j.model_bytes),
-                    Bytes(j.memory_charge_bytes), Count(j.weight),
-                    j.rejoin_left_s >= 0 ? Format("%.0fs", j.rejoin_left_s) : "-"});
+    rows.push_back(
+        {Escaped(j.name), Escaped(j.state), Count(j.world_size), Count(j.workers_connected),
+         Count(j.workers_missing), Count(j.iteration), Format("%.2f", j.iterations_per_second),
+         Format("%.1f", j.received_bytes_per_s / 1e6), Format("%.1f", j.sent_bytes_per_s / 1e6),
+         Bytes(j.model_bytes), Bytes(j.memory_charge_bytes), Count(j.weight),
+         j.rejoin_left_s >= 0 ? Format("%.0fs", j.rejoin_left_s) : "-"});
   }
   return out + Table(rows, 2) + "\n";
 }
@@ -172,8 +171,8 @@ std::string RenderStatusText(const StatusReport& r, std::string_view target) {
   out += "lifetime: jobs " + Count(l.jobs_formed) + " formed / " + Count(l.jobs_stalled) +
          " stalled / " + Count(l.jobs_ended) + " ended, workers " + Count(l.workers_lost) +
          " lost / " + Count(l.workers_rejoined) + " rejoined, " + Count(l.checkpoints_written) +
-         " checkpoints (" + Count(l.checkpoint_failures) + " failed), " + Count(l.hellos_refused) + " Hellos refused, " +
-         Count(l.jobs_refused_for_memory) + " refused for memory\n\n";
+         " checkpoints (" + Count(l.checkpoint_failures) + " failed), " + Count(l.hellos_refused) +
+         " Hellos refused, " + Count(l.jobs_refused_for_memory) + " refused for memory\n\n";
   if (r.cores.empty()) {
     out += "no per-core series (phub_core_*) in the response\n";
     return out;

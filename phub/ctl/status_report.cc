@@ -98,8 +98,8 @@ JobStatus JobOf(const Scrape& first, const Scrape& s, const std::string& name, d
   job.received_bytes_per_s = Rate(first, s, "phub_job_received_bytes_total", labels, interval_s);
   job.sent_bytes_per_s = Rate(first, s, "phub_job_sent_bytes_total", labels, interval_s);
   job.rejoin_deadline_unix_s = Or(s.Value("phub_job_rejoin_deadline_seconds", labels));
-  job.rejoin_left_s = job.rejoin_deadline_unix_s > 0 ? job.rejoin_deadline_unix_s - now_unix_s
-                                                     : kNaN;
+  job.rejoin_left_s =
+      job.rejoin_deadline_unix_s > 0 ? job.rejoin_deadline_unix_s - now_unix_s : kNaN;
   for (const char* state : {"forming", "running", "waiting_for_rejoin", "stalled"}) {
     if (s.Value("phub_job_state", {{"job_name", name}, {"state", state}}).value_or(0) > 0) {
       job.state = state;

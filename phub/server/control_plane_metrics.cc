@@ -65,7 +65,8 @@ void ControlPlane::AddMetrics(metrics::Registry& registry) {
   per_job_counter("phub_job_received_bytes_total",
                   "Payload bytes in for the job (pushes and initial weights), all cores.",
                   [](Job& job) { return static_cast<double>(job.progress().ReceivedBytes()); });
-  per_job_counter("phub_job_sent_bytes_total", "Payload bytes of weights out for the job, all cores.",
+  per_job_counter("phub_job_sent_bytes_total",
+                  "Payload bytes of weights out for the job, all cores.",
                   [](Job& job) { return static_cast<double>(job.progress().SentBytes()); });
   per_job("phub_job_members", "Ranks held by a worker (joined, not lost).",
           [](Job& job) { return static_cast<double>(job.members()); });
@@ -90,13 +91,13 @@ void ControlPlane::AddMetrics(metrics::Registry& registry) {
         metrics::Registry::Samples samples;
         for (const auto& [job_name, job] : jobs_) {
           if (job->ended()) continue;
-          const char* state = !job->running()               ? "forming"
-                              : job->stalled()              ? "stalled"
-                              : job->rejoin_deadline()      ? "waiting_for_rejoin"
-                                                            : "running";
+          const char* state = !job->running()          ? "forming"
+                              : job->stalled()         ? "stalled"
+                              : job->rejoin_deadline() ? "waiting_for_rejoin"
+                                                       : "running";
           for (const char* s : {"forming", "running", "waiting_for_rejoin", "stalled"}) {
-            samples.push_back({{{"job_name", job_name}, {"state", s}},
-                               std::string_view(state) == s ? 1.0 : 0.0});
+            samples.push_back(
+                {{{"job_name", job_name}, {"state", s}}, std::string_view(state) == s ? 1.0 : 0.0});
           }
         }
         return samples;

@@ -329,7 +329,6 @@ TEST(HostileControlPlane, LongTensorNameIsNotEchoed) {
       << "phubd's log grew by the peer's megabyte";
 }
 
-
 // What a peer names reaches phubd's log only escaped (issue 38, item 9): a job name with a
 // newline and a fake log prefix cannot forge a line, and ANSI escapes (in a job name, a wire
 // format, a tensor name) cannot reach the operator's terminal. Bounds: each Hello refused within
@@ -376,7 +375,8 @@ TEST(HostileControlPlane, PeerStringsReachTheLogOnlyEscaped) {
   const std::string log = ReadFile(phubd.log_path);
   for (char c : log) {
     ASSERT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f))
-        << "a raw byte " << int(static_cast<unsigned char>(c)) << " in phubd's log:\n" << log;
+        << "a raw byte " << int(static_cast<unsigned char>(c)) << " in phubd's log:\n"
+        << log;
   }
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {

@@ -383,7 +383,6 @@ TEST(HostileResources, AcceptBacksOffWhenOutOfDescriptors) {
   ExpectServesAJobAndStaysSmall(phubd);
 }
 
-
 // Issue 38, item 6: 2,000 connections to a data port with no job running, then 1,000 to a
 // running job's core that send garbage or nothing, each closed at once. Every one of them used
 // to log a warning (~13,000 lines/s). Bound: phubd logs at most 10 lines per kind per 10 s
@@ -409,7 +408,10 @@ TEST(HostileResources, DataPortFloodsDoNotFloodTheLog) {
   for (int i = 0; i < 1000; ++i) {
     RawSocket socket = RawSocket::Connect(data_port);
     ASSERT_TRUE(socket.connected()) << "connection " << i;
-    if (i % 2 == 0) socket.Send(std::string_view("GET / HTTP/1.1\r\n\r\n" "garbage garbage garbage"));
+    if (i % 2 == 0)
+      socket.Send(
+          std::string_view("GET / HTTP/1.1\r\n\r\n"
+                           "garbage garbage garbage"));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the last closes are logged
   const std::string log = ReadFile(phubd.log_path).substr(log_before);

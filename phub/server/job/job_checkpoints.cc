@@ -7,7 +7,6 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-
 #include "phub/server/checkpoint/snapshot_buffers.h"
 #include "phub/server/job/job.h"
 #include "spdlog/spdlog.h"

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "phub/server/shard/job_traffic.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
+#include "phub/server/shard/job_traffic.h"
 
 namespace phub::server {
 

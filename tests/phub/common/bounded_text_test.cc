@@ -71,7 +71,8 @@ TEST(EscapedTest, InjectiveOnPrintableInput) {
     for (std::size_t k = 0; k < len; ++k) total *= alphabet.size();
     for (std::size_t n = 0; n < total; ++n) {
       std::string s;
-      for (std::size_t k = 0, m = n; k < len; ++k, m /= alphabet.size()) s += alphabet[m % alphabet.size()];
+      for (std::size_t k = 0, m = n; k < len; ++k, m /= alphabet.size())
+        s += alphabet[m % alphabet.size()];
       outputs.insert(Escaped(s));
       ++inputs;
     }
@@ -89,7 +90,10 @@ TEST(EscapedTest, BoundedIsIdempotentOnEscapedText) {
 
 TEST(EscapedTest, CutNamesTheLengthAndNeverSplitsAnEscape) {
   EXPECT_EQ(Escaped(std::string(300, 'z'), 4), "zzzz... (300 bytes)");
-  EXPECT_EQ(Escaped("ab\x1b" "cd", 4), "ab... (5 bytes)");
+  EXPECT_EQ(Escaped("ab\x1b"
+                    "cd",
+                    4),
+            "ab... (5 bytes)");
   EXPECT_EQ(Bounded(std::string(10, 'q'), 10), std::string(10, 'q'));
 }
 

@@ -472,10 +472,21 @@ TEST(StatusRender, TextHasARowPerJobAndTheMemoryLine) {
 // over the interval (from its counters), its members, and a rejoin deadline as seconds left.
 struct JobsWithProgress : TwoScrapes {
   JobsWithProgress() {
-    FakeJob run{.name = "run", .running = 1, .world_size = 4, .model_bytes = 1 << 20,
-                .connected = 4, .missing = 0, .charge = 7 << 20, .weight = 1, .members = 4,
-                .iteration = 120, .iterations_per_second = 12.5, .received_bytes = 1e9,
-                .sent_bytes = 2e9, .rejoin_deadline = 0, .state = "running"};
+    FakeJob run{.name = "run",
+                .running = 1,
+                .world_size = 4,
+                .model_bytes = 1 << 20,
+                .connected = 4,
+                .missing = 0,
+                .charge = 7 << 20,
+                .weight = 1,
+                .members = 4,
+                .iteration = 120,
+                .iterations_per_second = 12.5,
+                .received_bytes = 1e9,
+                .sent_bytes = 2e9,
+                .rejoin_deadline = 0,
+                .state = "running"};
     FakeJob wait = run;
     wait.name = "wait";
     wait.members = 3;
@@ -511,13 +522,15 @@ TEST(StatusReport, AJobsProgressBytesAndRejoinDeadline) {
   EXPECT_EQ(wait.received_bytes_per_s, 0);
   EXPECT_EQ(wait.rejoin_left_s, 42);
   const std::string text = RenderStatusText(*r, "h:1");
-  EXPECT_THAT(text, HasSubstr(
-      "job   state               world  connected  missing  iteration   it/s  MB/s in  MB/s out"
-      "    model   charge  weight  rejoin\n"
-      "run   running                 4          4        0        145  12.50      4.0       8.0"
-      "  1.0 MiB  7.0 MiB       1       -\n"
-      "wait  waiting_for_rejoin      4          4        1        120   0.00      0.0       0.0"
-      "  1.0 MiB  7.0 MiB       1     42s\n"))
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "job   state               world  connected  missing  iteration   it/s  MB/s in  MB/s out"
+          "    model   charge  weight  rejoin\n"
+          "run   running                 4          4        0        145  12.50      4.0       8.0"
+          "  1.0 MiB  7.0 MiB       1       -\n"
+          "wait  waiting_for_rejoin      4          4        1        120   0.00      0.0       0.0"
+          "  1.0 MiB  7.0 MiB       1     42s\n"))
       << text;
   const std::string json = RenderStatusJson(*r, "h:1");
   EXPECT_TRUE(IsJson(json)) << json;
