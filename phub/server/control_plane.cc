@@ -90,8 +90,10 @@ void ControlPlane::Stop() {
   for (auto& [name, job] : jobs) job->EndIfRunning();
 }
 
-void ControlPlane::CheckpointBeforeStop() {
-  for (auto& [name, job] : jobs_) job->CheckpointNow();
+bool ControlPlane::CheckpointBeforeStop() {
+  bool all_written = true;
+  for (auto& [name, job] : jobs_) all_written &= job->CheckpointNow().ok();
+  return all_written;
 }
 
 void ControlPlane::ArmLiveness() {
@@ -277,7 +279,7 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
 void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   const auto refuse = [&](const proto::Error& error) {
     if (auto suppressed = refusal_log_.Allow()) {
-      spdlog::warn("refusing a worker from {}: {}{}", session->peer, error.message(),
+      spdlog::warn("refusing a worker from {}: {}{}", session->peer, Bounded(error.message(), 1024),
                    LogLimiter::Note(*suppressed));
     }
     Refuse(session, error);

@@ -49,8 +49,9 @@ class ControlPlane : public SessionEnder {
   Status Start();  // binds the control port
   std::uint16_t port() const { return listener_->port(); }
   void Stop();     // closes every control connection and ends every job
-  // SIGTERM with --checkpoint-dir: every running job's checkpoint, written before Stop.
-  void CheckpointBeforeStop();
+  // SIGTERM with --checkpoint-dir: every running job's checkpoint, written before Stop. False
+  // if one failed (each failure is logged, naming the folder): phubd then exits 1.
+  bool CheckpointBeforeStop();
   // --resume: loads the newest good checkpoint; the first job to start must match it. Before
   // Start.
   Status LoadResume();

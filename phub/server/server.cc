@@ -7,6 +7,8 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <functional>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -166,17 +168,34 @@ Status Server::Start() {
   return absl::OkStatus();
 }
 
-void Server::Run() {
-  boost::asio::signal_set signals(context_, SIGINT, SIGTERM);
-  signals.async_wait([this](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    spdlog::info("signal {}: shutting down", signal);
-    // The jobs' state goes to disk before their connections close (--checkpoint-dir).
-    if (signal == SIGTERM) control_->CheckpointBeforeStop();
-    Stop();
-  });
+int Server::Run() {
+  int exit_status = 0;
+  boost::asio::signal_set signals(context_, SIGINT, SIGTERM, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int signal) {
+        if (ec) return;
+        if (signal == SIGHUP) {
+          // Not a stop: systemd sends SIGHUP only when asked to (systemctl kill -s HUP, a
+          // reload), and a terminal that hangs up must not end the jobs phubd serves.
+          spdlog::warn("signal {} (SIGHUP): ignored; phubd has no configuration to reload "
+                       "(--job-tokens files are read at each Hello); stop it with SIGTERM",
+                       signal);
+          signals.async_wait(on_signal);
+          return;
+        }
+        spdlog::info("signal {} ({}): shutting down", signal,
+                     signal == SIGTERM ? "SIGTERM" : "SIGINT");
+        // The jobs' state goes to disk before their connections close (--checkpoint-dir).
+        if (signal == SIGTERM && !control_->CheckpointBeforeStop()) {
+          spdlog::error("a checkpoint on stop was not written (above): exiting with status 1");
+          exit_status = 1;
+        }
+        Stop();
+      };
+  signals.async_wait(on_signal);
   transport::RunSurvivingExceptions(context_, "control plane");
   spdlog::info("phubd stopped");
+  return exit_status;
 }
 
 void Server::Stop() {

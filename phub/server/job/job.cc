@@ -5,6 +5,7 @@
 #include "phub/server/job/job.h"
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/bounded_text.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/admission/job_limits.h"
 #include "spdlog/spdlog.h"
@@ -38,6 +39,17 @@ std::uint32_t Job::connected() const {
   std::uint32_t n = 0;
   for (const SessionPtr& member : members_) n += member ? 1 : 0;
   return n;
+}
+
+std::uint32_t Job::members() const {
+  std::uint32_t n = 0;
+  for (const SessionPtr& member : members_) n += member ? 1 : 0;
+  return n;
+}
+
+std::optional<std::chrono::steady_clock::time_point> Job::rejoin_deadline() const {
+  if (!running_ || stalled_ || deadline_.kind != Deadline::kRejoin) return std::nullopt;
+  return deadline_.timer.expiry();
 }
 
 std::uint64_t Job::model_bytes() const {
@@ -94,7 +106,9 @@ void Job::Join(const SessionPtr& session, const proto::Hello& hello) {
   session->job = shared_from_this();
   members_[hello.rank()] = session;
   ++joined_;
-  spdlog::info("{}: rank {} joined ({}/{})", log_name_, hello.rank(), joined_, world_size_);
+  // Which host is which rank: the line an operator greps for when a rank misbehaves.
+  spdlog::info("{}: rank {} joined from {} ({}/{})", log_name_, hello.rank(),
+               Escaped(session->peer), joined_, world_size_);
   if (joined_ == 1) {
     ArmDeadline(Deadline::kForming, deadlines().form_timeout_ms, [this] {
       std::string missing;

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "phub/server/checkpoint/snapshot_buffers.h"
 #include "phub/server/job/job.h"
 #include "spdlog/spdlog.h"
@@ -21,8 +22,10 @@ std::unique_ptr<CheckpointWriter> Job::MakeCheckpointWriter() {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    spdlog::error("{}: cannot create checkpoint directory {}: {}", log_name_, dir.string(),
-                  ec.message());
+    ++host_.counters.checkpoint_failures;
+    spdlog::error("{}: cannot create checkpoint directory {}: {}; the job is refused (give "
+                  "phubd a writable --checkpoint-dir)",
+                  log_name_, dir.string(), ec.message());
     return nullptr;
   }
   return std::make_unique<CheckpointWriter>(
@@ -75,8 +78,11 @@ void Job::OnSnapshot(const ShardEvent& event) {
       // Posted to this thread only while the control plane lives (the writer's `post`).
       snapshot, [this, iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
         if (!path.ok()) {
-          spdlog::error("{}: checkpoint of iteration {} failed: {}; the previous one is kept",
-                        log_name_, iteration, path.status().message());
+          ++host_.counters.checkpoint_failures;
+          spdlog::error("{}: checkpoint of iteration {} in {} failed: {}; the previous one is "
+                        "kept (phub_checkpoint_failures_total counts these)",
+                        log_name_, iteration, checkpoints_ ? checkpoints_->dir() : "?",
+                        path.status().message());
           return;
         }
         ++host_.counters.checkpoints_written;
@@ -90,8 +96,8 @@ void Job::OnSnapshot(const ShardEvent& event) {
   }
 }
 
-void Job::CheckpointNow() {
-  if (!checkpoints_ || !running_ || !spec_) return;
+Status Job::CheckpointNow() {
+  if (!checkpoints_ || !running_ || !spec_) return absl::OkStatus();
   std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader();
   // The data plane stops first, so that no chunk moves on while the others are copied.
   for (auto& core : host_.cores) {
@@ -103,15 +109,22 @@ void Job::CheckpointNow() {
   for (const ChunkSnapshot& chunk : snapshot->chunks) low = std::min(low, chunk.iteration);
   if (snapshot->chunks.empty() || low == 0) {
     spdlog::info("{}: no checkpoint on stop: the job has not completed an iteration", log_name_);
-    return;
+    return absl::OkStatus();
   }
   StatusOr<std::string> path = checkpoints_->WriteNow(*snapshot);
   if (!path.ok()) {
-    spdlog::error("{}: checkpoint on stop failed: {}", log_name_, path.status().message());
-    return;
+    ++host_.counters.checkpoint_failures;
+    const std::string what =
+        absl::StrCat(log_name_, ": checkpoint on stop (iteration ", low, ") in ",
+                     checkpoints_->dir(), " failed: ", path.status().message());
+    spdlog::error("{}; phubd will exit 1: restart it with --resume on an older checkpoint, or "
+                  "the job starts afresh",
+                  what);
+    return absl::DataLossError(what);
   }
   ++host_.counters.checkpoints_written;
   spdlog::info("{}: checkpoint on stop written to {} (iteration {})", log_name_, *path, low);
+  return absl::OkStatus();
 }
 
 }  // namespace phub::server

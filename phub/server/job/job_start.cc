@@ -179,7 +179,8 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .resume = plan.resume,
       .resume_iteration = plan.resume ? host_.resume.iteration : 0,
       .relay = plan.uplink,
-      .weights_from_upstream = role_.weights_from_upstream()});
+      .weights_from_upstream = role_.weights_from_upstream(),
+      .traffic = std::make_shared<JobTraffic>(host_.cores.size())});
 }
 
 std::optional<proto::Error> Job::InstallShards(const std::shared_ptr<const JobSpec>& spec) {
@@ -219,6 +220,8 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
   // The shards copied what they resume from; the loaded checkpoint need not outlive that.
   plan.spec->resume.reset();
   spec_ = plan.spec;
+  progress_.Start(spec_->traffic, spec_->table.chunks().size(), spec_->resume_iteration,
+                  std::chrono::steady_clock::now());
   uplink_ = plan.uplink;
   if (uplink_) uplink_->Start();
   job_hello_ = hello;
