@@ -19,7 +19,7 @@ proto::Error MakeError(proto::Error::Code code, std::string message, std::string
 namespace {
 
 std::string Describe(const proto::TensorSpec& t) {
-  return absl::StrCat("'", Bounded(t.name()), "' of ", t.elements(), " elements");
+  return absl::StrCat("'", Escaped(t.name()), "' of ", t.elements(), " elements");
 }
 
 }  // namespace

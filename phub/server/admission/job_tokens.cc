@@ -13,7 +13,7 @@ StatusOr<std::string> JobName(const std::string& requested) {
   if (requested.empty()) return std::string("default");
   const std::string fault = PlainNameFault(requested);
   if (fault.empty()) return requested;
-  return absl::InvalidArgumentError(absl::StrCat("job name '", Bounded(requested, 80), "' ", fault,
+  return absl::InvalidArgumentError(absl::StrCat("job name '", Escaped(requested, 80), "' ", fault,
                                                  ": a job name is ", kPlainNameRule));
 }
 
