@@ -75,6 +75,11 @@ void AddLimitFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flags) {
                    "accepted; past it the oldest is closed for the newest")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
+  group.add_option("--max-data-pending-per-source", control.data_pending_per_source,
+                   "Per core, most data connections one address may hold before their ATTACH; "
+                   "past --max-connections the oldest is closed for the newest")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
   group.add_option("--hello-timeout-ms", control.hello_timeout_ms,
                    "A control connection must send its Hello within this time or is closed")
       ->capture_default_str()

@@ -24,6 +24,8 @@ struct ControlLimits {
   // Control connections whose Hello is not yet accepted (--max-pending-per-source,
   // --max-pending-connections): at the total, the oldest gives way (pending_connections.h).
   PendingLimits pending{.per_source = 16, .total = 256};
+  // Per core, data connections from one address not yet attached (--max-data-pending-per-source).
+  std::uint32_t data_pending_per_source = 64;
   // A control connection must send its Hello by then. Short: a worker sends it one round trip
   // after connecting, and a peer that waits holds a pending connection meanwhile.
   int hello_timeout_ms = 3000;
@@ -55,6 +57,7 @@ struct ServerOptions {
   // What each core holds its data connections to: --max-connections, --attach-timeout-ms.
   CoreLimits core_limits() const {
     return {.max_connections = control.max_connections,
+            .max_per_source = control.data_pending_per_source,
             .attach_timeout_ms = jobs.deadlines.attach_timeout_ms};
   }
 };

@@ -350,6 +350,43 @@ TEST(HostileResources, UnattachedDataConnectionsAreCappedPerCore) {
   ExpectServesAJobAndStaysSmall(phubd);
 }
 
+// Attack 5c'': silent data connections from one address hold only that address's quota
+// (--max-data-pending-per-source), and silent ones from many addresses past --max-connections
+// give way, oldest first: another job's worker still attaches (issue 38: 40 idle connections
+// per data port kept another tenant's workers out 110 times of 110).
+TEST(HostileResources, SilentDataConnectionsKeepNoOtherWorkerOut) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(
+      dir, {"--max-connections", "8", "--max-data-pending-per-source", "3", "--cores", "1"});
+  ForgedMember first;  // a running job, so the core takes data connections at all
+  proto::Hello hello = MakeHello(0, 1, kHostileModel);
+  hello.set_job("first");
+  ASSERT_TRUE(first.SendHello(phubd.port, hello));
+  ASSERT_EQ(first.AwaitWelcome(kHostileModel, Millis(5000)), "");
+  ASSERT_TRUE(first.AttachAll());
+  const std::uint16_t data_port = first.DataPort(0);
+  std::vector<RawSocket> silent;
+  for (int i = 0; i < 3; ++i) silent.push_back(RawSocket::Connect(data_port, Millis(5000), "127.0.0.8"));
+  RawSocket over = RawSocket::Connect(data_port, Millis(5000), "127.0.0.8");
+  EXPECT_TRUE(over.WaitClosed(Millis(2000))) << "a fourth from one address was kept";
+  // 2 each from 8 more addresses: 19 silent in all against 8 places.
+  for (int host = 1; host <= 8; ++host) {
+    for (int i = 0; i < 2; ++i) {
+      silent.push_back(
+          RawSocket::Connect(data_port, Millis(5000), "127.0.3." + std::to_string(host)));
+    }
+  }
+  ForgedMember second;
+  hello.set_job("second");
+  ASSERT_TRUE(second.SendHello(phubd.port, hello));
+  ASSERT_EQ(second.AwaitWelcome(kHostileModel, Millis(5000)), "");
+  ASSERT_TRUE(second.AttachAll());
+  // Attached, its connection stays: only the silent ones are closed.
+  EXPECT_FALSE(second.data[0].WaitClosed(Millis(1000))) << ReadFile(phubd.log_path);
+  EXPECT_TRUE(silent.front().WaitClosed(Millis(2000))) << "the oldest silent one was kept";
+  EXPECT_THAT(ReadFile(phubd.log_path), HasSubstr("--max-data-pending-per-source"));
+}
+
 // Attack 5d: phubd runs with 64 descriptors (ulimit -n) and 100 connections arrive and stay.
 // Accept must back off, not spin: over 2 s of the storm phubd uses < 0.5 s of CPU and logs at
 // most 10 lines mentioning "accept"; once the connections go, a real job completes.

@@ -51,6 +51,10 @@ struct DataPlaneOptions {
 // (--max-connections, --attach-timeout-ms).
 struct CoreLimits {
   std::uint32_t max_connections = 1024;  // data connections that have not attached yet
+  // Of those, from one address (--max-data-pending-per-source): a worker host opens one per
+  // worker to each core at once. Past max_connections the oldest gives way to the newest
+  // (pending_connections.h's rule: a real worker attaches a round trip after connecting).
+  std::uint32_t max_per_source = 64;
   int attach_timeout_ms = 10000;         // a data connection must ATTACH by then
 };
 

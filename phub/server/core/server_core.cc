@@ -93,8 +93,9 @@ transport::AcceptHooks ServerCore::Hooks() {
       }
       return std::nullopt;
     }
-    // Connections still in their set-up have not attached either: they count too.
-    const std::size_t unattached = router_.unattached() + setting_up;
+    // Set-ups in progress (verbs) hold resources before anyone can tell who they are: they are
+    // bounded here; connections set up wait for their ATTACH under the quotas of `ready`.
+    const std::size_t unattached = setting_up;
     if (unattached >= limits_.max_connections) {
       // Counted, not logged one by one.
       if (refused_++ % 1000 == 0) {
@@ -114,6 +115,28 @@ transport::AcceptHooks ServerCore::Hooks() {
   };
   hooks.ready = [this](std::shared_ptr<transport::Connection> connection) {
     AssertOnLoop();
+    // Before its ATTACH a connection is anyone's: a few per address, and at the total the
+    // oldest gives way (PendingConnections' rule, over the router's own list).
+    const std::string address = AddressOf(connection->peer());
+    if (router_.unattached_from(address) >= limits_.max_per_source) {
+      if (auto suppressed = pending_log_.Allow()) {
+        spdlog::warn("core {}: closed a data connection from {}: {} from that address have not "
+                     "attached yet (--max-data-pending-per-source){}",
+                     index_, connection->peer(), limits_.max_per_source,
+                     LogLimiter::Note(*suppressed));
+      }
+      connection->Close(absl::ResourceExhaustedError("over its address's quota"));
+      return;
+    }
+    if (router_.unattached() >= limits_.max_connections) {
+      if (auto suppressed = pending_log_.Allow()) {
+        spdlog::warn("core {}: {} data connections have not attached (--max-connections): "
+                     "closing the oldest for a new one{}",
+                     index_, router_.unattached(), LogLimiter::Note(*suppressed));
+      }
+      router_.CloseOldestUnattached(absl::ResourceExhaustedError(
+          "the oldest connection without an ATTACH, closed for a newer one (--max-connections)"));
+    }
     router_.Adopt(connection);
     WatchAttach(connection);
     SampleSteering(connection);

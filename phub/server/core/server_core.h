@@ -100,6 +100,7 @@ class ServerCore {
   std::uint64_t refused_ = 0;  // data connections refused for --max-connections
   // Data connections refused between jobs: a flood of them must not flood the log.
   LogLimiter no_job_log_;
+  LogLimiter pending_log_;  // data connections closed for the quotas before their ATTACH
   // Last, so it is destroyed (its thread joined) first: handlers still queued on it may touch
   // the members above.
   transport::EventLoop loop_;

@@ -44,6 +44,22 @@ void ShardRouter::Adopt(std::shared_ptr<Connection> connection) {
   connection->Start();
 }
 
+std::string AddressOf(const std::string& peer) {
+  const auto colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+std::size_t ShardRouter::unattached_from(const std::string& address) const {
+  return static_cast<std::size_t>(std::count_if(
+      unattached_.begin(), unattached_.end(),
+      [&](const auto& c) { return AddressOf(c->peer()) == address; }));
+}
+
+void ShardRouter::CloseOldestUnattached(const Status& why) {
+  // Adopt appends: the front came first. Close() erases it (OnClosed).
+  if (!unattached_.empty()) unattached_.front()->Close(why);
+}
+
 void ShardRouter::CloseAll(const Status& why) {
   auto unattached = unattached_;  // Close() calls back into OnClosed
   for (auto& c : unattached) c->Close(why);

@@ -21,6 +21,10 @@
 
 namespace phub::server {
 
+// "10.0.0.5" of a Connection::peer() "10.0.0.5:41234" (the last colon: IPv6 peers are
+// printed without brackets, so the part before it is still the address).
+std::string AddressOf(const std::string& peer);
+
 class ShardRouter final : public transport::ConnectionHandler {
  public:
   explicit ShardRouter(keys::CoreIndex core) : core_(core) {}
@@ -37,6 +41,10 @@ class ShardRouter final : public transport::ConnectionHandler {
   // A freshly accepted connection: started, held until its ATTACH.
   void Adopt(std::shared_ptr<transport::Connection> connection);
   std::size_t unattached() const { return unattached_.size(); }
+  // Connections not yet attached whose peer is at `address` (a peer() without its port).
+  std::size_t unattached_from(const std::string& address) const;
+  // Closes the connection not yet attached that came first (nothing if none).
+  void CloseOldestUnattached(const Status& why);
   // Closes every connection, attached or not (phubd stops).
   void CloseAll(const Status& why);
 
