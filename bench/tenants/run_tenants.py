@@ -35,6 +35,7 @@ import os
 import statistics
 import sys
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -87,24 +88,25 @@ class Phubd:
             raise BenchError(f"phubd exited with {self.proc.returncode}; its log: {self.log}")
 
 
-def run_exchange_jobs(a, net, phubd, jobs, run_dir):
+def run_exchange_jobs(a, net, phubd, jobs, run_dir, mib=None):
     """jobs: [(name, hosts, iterations)]. Starts them together; returns {name: [(t0, t1)]}
-    (seconds, timed iterations only)."""
+    (seconds, timed iterations only). `mib`: each worker's MiB per iteration (default --mib)."""
     fresh_dir(run_dir)
     procs, outs = [], {}
+    mib = a.mib if mib is None else mib
     for name, hosts, iters in jobs:
         outs[name] = []
         for r, host in enumerate(hosts):
             out = os.path.join(run_dir, f"{name}_w{r}.tsv")
             path = os.path.join(run_dir, f"{name}_w{r}.log")
             argv = [a.exchange_worker, "--servers", phubd.address, "--job", name,
-                    "--rank", str(r), "--world", str(len(hosts)), "--mib", f"{a.mib:g}",
+                    "--rank", str(r), "--world", str(len(hosts)), "--mib", f"{mib:g}",
                     "--iters", str(iters), "--warmup", str(a.warmup), "--lr", str(a.lr),
                     "--out", out, "--streams", str(a.streams)] + (["--wire", a.wire, "--wire-weights", "fp32"] if a.wire != "fp32" else [])
             procs.append((f"job {name} rank {r}", start(net.wrap(host, argv), path), path))
             outs[name].append(out)
     try:
-        wait_all(procs, 120 + 4 * a.mib * max(i for _, _, i in jobs))
+        wait_all(procs, 120 + 4 * mib * max(i for _, _, i in jobs))
     finally:
         for name, proc, _ in procs:
             if proc.poll() is None:
@@ -250,6 +252,67 @@ def misbehave_rack(a, run_dir):
                          "slowdown": ms / alone_ms})
             log(f"misbehave rep {rep + 1}: B {alone_ms:.1f} ms alone, {ms:.1f} ms while A "
                 f"floods and dies ({ms / alone_ms:.2f}x)")
+    finally:
+        kill_children()
+        net.close()
+    return rows
+
+
+def start_flooder(a, net, phubd, name, hosts, mib, run_dir):
+    """A job whose workers push `mib` MiB per iteration as fast as phubd answers, with no
+    compute, for far more iterations than anyone waits: the caller kills them."""
+    procs = []
+    for r, host in enumerate(hosts):
+        argv = [a.exchange_worker, "--servers", phubd.address, "--job", name, "--rank", str(r),
+                "--world", str(len(hosts)), "--mib", f"{mib:g}", "--iters", "1000000",
+                "--warmup", "0", "--lr", str(a.lr), "--streams", str(a.streams), "--out",
+                os.path.join(run_dir, f"{name}_w{r}.tsv")]
+        procs.append(start(net.wrap(host, argv), os.path.join(run_dir, f"{name}_w{r}.log")))
+    return procs
+
+
+def flood_rack(a, run_dir):
+    """Issue 38's fairness bar. Job B (w0, w1, --flood-b-mib per worker) alone; then beside job
+    A (w2, w3, --flood-a-mib, no compute, as fast as phubd answers) on the same phubd; then with
+    A on a phubd of its own on the same PS host. B's slowdown beside A on one phubd against its
+    slowdown with A apart: what sharing phubd costs B beyond sharing the machine. Bar: <= 1.25."""
+    n = a.n
+    net = nets.make(a.flood_net, n, a.rate)
+    rows = []
+    nic_gbps = a.nic_share * nets.topology.parse_rate(a.rate) * n / 1e9 if a.flood_paced else 0
+    try:
+        shared = Phubd(a, net, run_dir, {}, "phubd-flood", nic_gbps=nic_gbps)
+        apart = Phubd(a, net, run_dir, {}, "phubd-flood-a", nic_gbps=nic_gbps)
+        for rep in range(a.reps):
+            def b_ms(tag, a_phubd):
+                rep_dir = os.path.join(run_dir, f"{tag}_r{rep}")
+                fresh_dir(rep_dir)
+                flooders = []
+                if a_phubd is not None:
+                    flooders = start_flooder(a, net, a_phubd, f"a-{tag}{rep}", ["w2", "w3"],
+                                             a.flood_a_mib, rep_dir)
+                    time.sleep(1.0)  # A is flooding before B starts
+                try:
+                    spans = run_exchange_jobs(a, net, shared,
+                                              [(f"b-{tag}{rep}", ["w0", "w1"], a.iters)],
+                                              os.path.join(rep_dir, "b"), mib=a.flood_b_mib)
+                finally:
+                    for p in flooders:
+                        if p.poll() is None:
+                            p.kill()
+                    for p in flooders:
+                        p.wait()
+                return 1e3 * statistics.median(e - s for s, e in next(iter(spans.values())))
+            alone = b_ms("alone", None)
+            beside = b_ms("beside", shared)
+            away = b_ms("apart", apart)
+            row = {"rep": rep + 1, "b_alone_ms": alone, "b_beside_ms": beside,
+                   "b_apart_ms": away, "slowdown_beside": beside / alone,
+                   "slowdown_apart": away / alone, "ratio": beside / away}
+            rows.append(row)
+            log(f"flood rep {rep + 1}: B {alone:.1f} ms alone, {beside:.1f} ms beside A on its "
+                f"phubd ({beside / alone:.2f}x), {away:.1f} ms with A on its own phubd "
+                f"({away / alone:.2f}x): ratio {beside / away:.2f} (bar <= 1.25)")
     finally:
         kill_children()
         net.close()
@@ -454,6 +517,15 @@ def main():
     p.add_argument("--no-training", action="store_true", help="exchange runs only")
     p.add_argument("--misbehave", action="store_true",
                    help="also: job B's time while job A floods phubd and loses a worker")
+    p.add_argument("--flood", action="store_true",
+                   help="also (or only, with --racks none --no-training): job B's slowdown "
+                        "beside a job A that pushes as fast as it can, on one phubd and apart")
+    p.add_argument("--flood-net", default="loopback",
+                   help="loopback (issue 38's measurement: A as fast as the CPUs allow) or pbox")
+    p.add_argument("--flood-a-mib", type=float, default=8)
+    p.add_argument("--flood-b-mib", type=float, default=1)
+    p.add_argument("--flood-paced", action="store_true",
+                   help="the flood runs with --nic-gbps (--nic-share of the PS host's links)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per training run")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "tenants"))
@@ -476,9 +548,9 @@ def main():
     fresh_dir(a.out)
     os.makedirs(raw)
     start_load = machine.load_average()
-    rows, training, misbehaving = [], [], []
+    rows, training, misbehaving, flooding = [], [], [], []
     try:
-        for rack in parse_list(a.racks, str):
+        for rack in [r for r in parse_list(a.racks, str) if r != "none"]:
             rack_dir = os.path.join(raw, rack)
             os.makedirs(rack_dir)
             rows += exchange_rack(a, rack, rack_dir)
@@ -490,6 +562,10 @@ def main():
             bad_dir = os.path.join(raw, "misbehave")
             os.makedirs(bad_dir)
             misbehaving = misbehave_rack(a, bad_dir)
+        if a.flood:
+            flood_dir = os.path.join(raw, "flood")
+            os.makedirs(flood_dir)
+            flooding = flood_rack(a, flood_dir)
     except BenchError as e:
         log(f"FAILED: {e}")
         return 1
@@ -521,6 +597,25 @@ def main():
                                for r in misbehaving])
         tables.write_tsv(os.path.join(a.out, "misbehave.tsv"), misbehaving,
                          list(misbehaving[0].keys()), cell=tables.short_float)
+    if flooding:
+        ratios = [r["ratio"] for r in flooding]
+        md += ["", "## A flooding job beside another (issue 38's fairness bar)", "",
+               f"Job B (2 workers, {a.flood_b_mib:g} MiB each) alone, then beside job A (2 "
+               f"workers, {a.flood_a_mib:g} MiB each, no compute, as fast as phubd answers) "
+               "on the same phubd, then with A on a phubd of its own on the same PS host, "
+               f"network {a.flood_net}"
+               f"{' (both with --nic-gbps)' if a.flood_paced else ''}. Ratio: B's slowdown "
+               "beside A over its slowdown with A apart; bar <= 1.25: "
+               f"median {statistics.median(ratios):.2f}, "
+               f"{'met' if statistics.median(ratios) <= 1.25 else 'NOT met'}.", ""]
+        md += tables.md_table(["rep", "B alone ms/iter", "B beside A, one phubd",
+                               "B, A apart", "slowdown beside", "slowdown apart", "ratio"],
+                              [[str(r["rep"]), f"{r['b_alone_ms']:.1f}",
+                                f"{r['b_beside_ms']:.1f}", f"{r['b_apart_ms']:.1f}",
+                                f"{r['slowdown_beside']:.2f}", f"{r['slowdown_apart']:.2f}",
+                                f"{r['ratio']:.2f}"] for r in flooding])
+        tables.write_tsv(os.path.join(a.out, "flood.tsv"), flooding, list(flooding[0].keys()),
+                         cell=tables.short_float)
     tables.write_markdown(os.path.join(a.out, "tenants.md"), md)
     if summary:
         plot(os.path.join(a.out, "tenants.png"), summary)
