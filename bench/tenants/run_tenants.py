@@ -271,6 +271,26 @@ def start_flooder(a, net, phubd, name, hosts, mib, run_dir):
     return procs
 
 
+class PinnedNet:
+    """A PBox's cores are its own: phubd (the "ps" host) runs on CPU 0 and every worker on the
+    other CPUs (taskset), so what B waits for is phubd's order of work, not the kernel's
+    scheduling of phubd's threads among the workers' (on a 2-CPU machine the two differ)."""
+
+    def __init__(self, net):
+        self.net = net
+        self.name = net.name
+        cpus = os.sched_getaffinity(0)
+        self.ps_cpu = str(min(cpus))
+        self.worker_cpus = ",".join(str(c) for c in sorted(cpus) if c != min(cpus)) or self.ps_cpu
+
+    def __getattr__(self, attr):
+        return getattr(self.net, attr)
+
+    def wrap(self, host, argv):
+        cpus = self.ps_cpu if host == "ps" else self.worker_cpus
+        return self.net.wrap(host, ["taskset", "-c", cpus] + list(argv))
+
+
 def flood_rack(a, run_dir):
     """Issue 38's fairness bar. Job B (w0, w1, --flood-b-mib per worker) alone; then beside job
     A (w2, w3, --flood-a-mib, no compute, as fast as phubd answers) on the same phubd; then with
@@ -278,6 +298,8 @@ def flood_rack(a, run_dir):
     slowdown with A apart: what sharing phubd costs B beyond sharing the machine. Bar: <= 1.25."""
     n = a.n
     net = nets.make(a.flood_net, n, a.rate)
+    if a.flood_pin:
+        net = PinnedNet(net)
     rows = []
     nic_gbps = a.nic_share * nets.topology.parse_rate(a.rate) * n / 1e9 if a.flood_paced else 0
     try:
@@ -522,6 +544,8 @@ def main():
                         "beside a job A that pushes as fast as it can, on one phubd and apart")
     p.add_argument("--flood-net", default="loopback",
                    help="loopback (issue 38's measurement: A as fast as the CPUs allow) or pbox")
+    p.add_argument("--flood-pin", action="store_true",
+                   help="phubd on CPU 0, the workers on the others, as on a PBox")
     p.add_argument("--flood-a-mib", type=float, default=8)
     p.add_argument("--flood-b-mib", type=float, default=1)
     p.add_argument("--flood-paced", action="store_true",
