@@ -1,6 +1,8 @@
 #include "phub/client/join_job.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/version.h"
@@ -11,13 +13,60 @@
 
 namespace phub::client {
 
+int WithinDeadline(const PsClientOptions& options, int timeout_ms) {
+  if (!options.deadline) return timeout_ms;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      *options.deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, timeout_ms));
+}
+
+namespace {
+
+// The answer to the Hello: the Welcome or an Error. Heartbeats (phubd is there, the job still
+// forms) and Notices before it are skipped; each message must come within
+// options.hello_answer_timeout_ms of the one before, and the last by options.deadline.
+StatusOr<proto::ControlMessage> AwaitAnswer(boost::asio::ip::tcp::socket& control,
+                                            const PsClientOptions& options,
+                                            const Membership& membership) {
+  const auto hello_sent = std::chrono::steady_clock::now();
+  while (true) {
+    const int silence_ms = std::max(1, options.hello_answer_timeout_ms);
+    const int wait_ms = WithinDeadline(options, silence_ms);
+    StatusOr<proto::ControlMessage> reply =
+        transport::ReadControlMessage(control, std::chrono::milliseconds(wait_ms));
+    if (reply.ok() && (reply->has_heartbeat() || reply->has_notice())) continue;
+    if (!absl::IsDeadlineExceeded(reply.status())) return reply;
+    const auto since_hello = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - hello_sent);
+    const std::string where = absl::StrCat("phubd at ", options.host, ":", options.port);
+    const std::string who = absl::StrCat("rank ", membership.rank, " of job '",
+                                         options.job.empty() ? "default" : options.job, "'");
+    if (wait_ms < silence_ms) {
+      // The caller's overall limit came first.
+      return absl::UnavailableError(absl::StrCat(
+          "no Welcome from ", where, " for ", who, " before this connect's deadline (",
+          since_hello.count(), " ms after the Hello, nothing heard for the last ", wait_ms,
+          " ms): is phubd stopped (SIGSTOP), hung or overloaded? Check its process and its "
+          "log; the deadline is the caller's (phub-worker: --reconnect-timeout-ms)"));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "nothing heard from ", where, " for ", wait_ms, " ms (--hello-answer-timeout-ms) after ",
+        who, " said Hello (", since_hello.count(), " ms ago): is phubd stopped (SIGSTOP), hung "
+        "or overloaded? Check its process and its log. (A phubd answers at once and, while the "
+        "job forms, every quarter of that bound; one older than this worker is silent until "
+        "the job forms: update it, or raise --hello-answer-timeout-ms past the forming time.)"));
+  }
+}
+
+}  // namespace
+
 StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
                             Membership membership, const detail::RackRole& role,
                             std::vector<keys::TensorSpec> tensors,
                             boost::asio::ip::tcp::socket& control) {
+  const int connect_ms = WithinDeadline(options, options.connect_timeout_ms);
   PHUB_ASSIGN_OR_RETURN(control, transport::ConnectWithRetry(
-                                     context, options.host, options.port,
-                                     options.connect_timeout_ms,
+                                     context, options.host, options.port, connect_ms,
                                      {options.tcp_no_delay, options.socket_buffer_bytes}));
   proto::ControlMessage hello_message;
   proto::Hello& hello = *hello_message.mutable_hello();
@@ -26,6 +75,8 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   hello.set_job(options.job);
   hello.set_rank(membership.rank);
   hello.set_world_size(membership.world_size);
+  hello.set_forming_heartbeat_ms(
+      static_cast<std::uint32_t>(std::max(1, options.hello_answer_timeout_ms / 4)));
   if (role.racks > 1) {
     hello.set_racks(role.racks);
     hello.set_rack(role.rack);
@@ -54,11 +105,7 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   }
   PHUB_RETURN_IF_ERROR(transport::WriteControlMessage(control, hello_message));
   spdlog::debug("rank {}: Hello sent, waiting for the other workers", membership.rank);
-  PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, transport::ReadControlMessage(control));
-  // A Notice (or a Heartbeat) can only come after the Welcome; tolerate one before it anyway.
-  for (int skipped = 0; (reply.has_notice() || reply.has_heartbeat()) && skipped < 16; ++skipped) {
-    PHUB_ASSIGN_OR_RETURN(reply, transport::ReadControlMessage(control));
-  }
+  PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, AwaitAnswer(control, options, membership));
   if (reply.has_error()) {
     return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", membership.rank, ": ",
                                                    reply.error().message(), "; fix: ",

@@ -122,6 +122,9 @@ class Job : public std::enable_shared_from_this<Job> {
     host_.sessions.Refuse(session, error);
   }
   void Join(const SessionPtr& session, const proto::Hello& hello);
+  // A Heartbeat to a member of the forming job whose Hello asked for them, now and every
+  // forming_heartbeat_ms until the job starts (or the member goes).
+  void BeatWhileForming(const SessionPtr& session);
   // The job's one deadline, and what it is for: a later phase's deadline replaces an earlier's.
   void ArmDeadline(Deadline kind, int timeout_ms, std::function<void()> fire);
   void CancelDeadline();
