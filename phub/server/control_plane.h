@@ -48,8 +48,9 @@ class ControlPlane : public SessionEnder {
   void Stop();     // closes every control connection and ends every job
   // SIGTERM with --checkpoint-dir: every running job's checkpoint, written before Stop.
   void CheckpointBeforeStop();
-  // --resume: loads the newest good checkpoint; the first job to start must match it. Before
-  // Start.
+  // --resume D: loads the newest good checkpoint of every job there (D itself: the job
+  // "default"'s; D/NAME: job NAME's); each job resumes its own when it forms, and must match
+  // it. Before Start.
   Status LoadResume();
   // phubd's series (docs/operations.md "Metrics"), per job where they are a job's: callbacks
   // over this object's state, so `registry` must be rendered on the control thread only, and
@@ -70,6 +71,10 @@ class ControlPlane : public SessionEnder {
   std::shared_ptr<Job> FindOrAdmit(const std::string& name, JobRole role,
                                    const proto::Hello& hello, proto::Error& refusal);
   void JobEnded(Job& job);
+  // One job's folder under --resume (nothing when it holds no checkpoint).
+  Status LoadResumeFolder(const std::string& job, const std::string& folder);
+  // What job `job` (its key) resumes from: its own folder's checkpoint, else an empty state.
+  ResumeState& ResumeFor(const std::string& job);
   void ArmLiveness();
 
   boost::asio::io_context& context_;
@@ -93,7 +98,9 @@ class ControlPlane : public SessionEnder {
   // logged a few per interval, the rest counted (phubd_hellos_refused_total has them all).
   LogLimiter bad_frame_log_, refusal_log_;
   boost::asio::steady_timer liveness_timer_;
-  ResumeState resume_;  // --resume: the first job to start resumes it
+  // --resume: by job key, what each resumes from when it forms (emptied once it has); entries
+  // are never erased, so a Job may hold a reference to its own.
+  std::map<std::string, ResumeState> resumes_;
   // Handlers may run after the control plane is gone during shutdown: guard them.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

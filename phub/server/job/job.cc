@@ -76,6 +76,9 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
     error = CheckResumedModel(hello, host_.admission.optimizer, *host_.resume.snapshot,
                               host_.resume.path);
   }
+  if (!error && !host_.resume.snapshot && !role_.relays_upstream() && !started_) {
+    error = CheckNotResumedElsewhere(hello);
+  }
   if (!error) error = CheckJobLimits(hello, host_.admission);
   if (error) {
     spdlog::warn("{}: refusing a worker from {}: {}", log_name_, session->peer, error->message());

@@ -28,6 +28,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,7 +46,8 @@
 
 namespace phub::server {
 
-// The job that resumes a checkpoint (--resume): the first to start takes it.
+// What a job resumes from (--resume D: D for the job "default", D/NAME for job NAME); emptied
+// once the job has started from it, so that a later job of the name starts afresh.
 struct ResumeState {
   std::shared_ptr<const JobSnapshot> snapshot;
   std::string path;  // its file, for the errors that name it
@@ -69,7 +71,10 @@ class Job : public std::enable_shared_from_this<Job> {
     std::vector<std::unique_ptr<ServerCore>>& cores;
     SessionEnder& sessions;
     JobCounters& counters;
-    ResumeState& resume;
+    ResumeState& resume;  // this job's
+    // Every job's, by key: a job with none of its own is refused if one of these is of its
+    // model (its checkpoints are elsewhere under --resume: CheckNotResumedElsewhere).
+    const std::map<std::string, ResumeState>& resumes;
     const bool& stopping;  // phubd is stopping: members end without stalling the job
     // Runs once, on the control thread, when the job has ended (or failed to form): the
     // control plane frees its name and its memory charge.
@@ -153,6 +158,7 @@ class Job : public std::enable_shared_from_this<Job> {
   void OnSnapshot(const ShardEvent& event);
   std::shared_ptr<JobSnapshot> SnapshotHeader() const;
   std::unique_ptr<CheckpointWriter> MakeCheckpointWriter();
+  std::optional<proto::Error> CheckNotResumedElsewhere(const proto::Hello& hello) const;
 
   Host host_;
   const std::string name_;

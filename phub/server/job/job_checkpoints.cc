@@ -6,6 +6,8 @@
 #include <boost/asio/post.hpp>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
+#include "phub/server/admission/hello_check.h"
 #include "phub/server/checkpoint/snapshot_buffers.h"
 #include "phub/server/job/job.h"
 #include "spdlog/spdlog.h"
@@ -31,6 +33,37 @@ std::unique_ptr<CheckpointWriter> Job::MakeCheckpointWriter() {
           if (*alive) done();
         });
       });
+}
+
+// A job that would start afresh under --resume although a checkpoint of its model waits in
+// another job's folder (the workers' job name changed: a new Slurm or torchrun id, --job given
+// or dropped) must not silently lose the progress: it is refused, naming the folder.
+std::optional<proto::Error> Job::CheckNotResumedElsewhere(const proto::Hello& hello) const {
+  const std::string& dir = options().checkpoint.resume_dir;
+  if (dir.empty()) return std::nullopt;
+  for (const auto& [job, state] : host_.resumes) {
+    if (!state.snapshot || job == name_) continue;
+    const JobSnapshot& s = *state.snapshot;
+    if (s.world_size != hello.world_size() ||
+        s.tensors.size() != static_cast<std::size_t>(hello.tensors_size())) {
+      continue;
+    }
+    bool same = true;
+    for (int t = 0; t < hello.tensors_size() && same; ++t) {
+      same = s.tensors[t].name == hello.tensors(t).name() &&
+             s.tensors[t].elements == hello.tensors(t).elements();
+    }
+    if (!same) continue;
+    const std::string own = name_ == "default" ? dir : (std::filesystem::path(dir) / name_).string();
+    return MakeError(
+        proto::Error::BAD_REQUEST,
+        absl::StrCat(log_name_, " has no checkpoint in ", own, " and would start afresh, but ",
+                     state.path, " (job '", job, "', iteration ", state.iteration,
+                     ") is of its model"),
+        absl::StrCat("run the workers as job '", job, "' (phub-worker --job), or move that "
+                     "folder to ", own, "; to start afresh, remove it or drop --resume"));
+  }
+  return std::nullopt;
 }
 
 std::shared_ptr<JobSnapshot> Job::SnapshotHeader() const {
