@@ -393,7 +393,7 @@ Status ControlPlane::LoadResumeFolder(const std::string& job, const std::string&
   resume.iteration = s.chunks.empty() ? 0 : low;
   resume.snapshot = std::make_shared<const JobSnapshot>(std::move(loaded.snapshot));
   resume.path = loaded.path;
-  spdlog::info("job '{}' resumes from {} when it forms: iteration {}, {} tensors, {} chunks{}",
+  spdlog::info("job '{}': resuming from {}: iteration {}, {} tensors, {} chunks{} (when it forms)",
                job, loaded.path, resume.iteration, resume.snapshot->tensors.size(),
                resume.snapshot->chunks.size(),
                loaded.refused.empty() ? ""
@@ -411,7 +411,7 @@ ResumeState& ControlPlane::ResumeFor(const std::string& job) {
   auto in_dir = resumes_.find("default");
   if (job != "default" && in_dir != resumes_.end() && in_dir->second.snapshot &&
       std::filesystem::path(dir).lexically_normal().filename() == job) {
-    spdlog::info("job '{}' resumes from {}: --resume {} is named for it", job,
+    spdlog::info("job '{}': resuming from {}: --resume {} is named for it", job,
                  in_dir->second.path, dir);
     resumes_[job] = std::move(in_dir->second);
     in_dir->second = {};

@@ -194,7 +194,7 @@ void KillPhubdAndResume(std::uint64_t kIterations, int kKills,
   }
   const std::string log = phubd.Log();
   // Each restart resumed a checkpoint, or (only the first can) started afresh.
-  EXPECT_EQ(CountOf(log, "resuming from ") + CountOf(log, "the first job starts afresh"),
+  EXPECT_EQ(CountOf(log, "resuming from ") + CountOf(log, "every job starts afresh"),
             static_cast<std::size_t>(kKills))
       << log;
   EXPECT_GE(CountOf(log, "resuming from "), static_cast<std::size_t>(kKills - 1)) << log;
@@ -279,8 +279,8 @@ TEST(Recovery, NamedJobsResumeEachFromItsOwnFolder) {
   ExpectWeightsEqual(one, reference1);
   ExpectWeightsEqual(two, reference2);
   const std::string log = phubd.Log().substr(log_before);
-  EXPECT_THAT(log, HasSubstr("job 'tenant1' resumes from " + checkpoints + "/tenant1/"));
-  EXPECT_THAT(log, HasSubstr("job 'tenant2' resumes from " + checkpoints + "/tenant2/"));
+  EXPECT_THAT(log, HasSubstr("job 'tenant1': resuming from " + checkpoints + "/tenant1/"));
+  EXPECT_THAT(log, HasSubstr("job 'tenant2': resuming from " + checkpoints + "/tenant2/"));
   EXPECT_THAT(log, HasSubstr("resumed at iteration " + std::to_string(newest1)));
   EXPECT_THAT(log, HasSubstr("resumed at iteration " + std::to_string(newest2)));
   // Each worker went on from its job's checkpoint, not from step 0.
