@@ -288,6 +288,8 @@ void Job::End() {
   if (ended_) return;
   ended_ = true;
   CancelDeadline();
+  // Its checkpoints are on disk before its end is logged.
+  FlushPendingCheckpoint();
   // The relay first: after Stop it posts nothing to the shards about to go.
   if (uplink_) uplink_->Stop();
   if (running_) {

@@ -159,6 +159,12 @@ class Job : public std::enable_shared_from_this<Job> {
   std::shared_ptr<JobSnapshot> SnapshotHeader() const;
   std::unique_ptr<CheckpointWriter> MakeCheckpointWriter();
   std::optional<proto::Error> CheckNotResumedElsewhere(const proto::Hello& hello) const;
+  // Hands a gathered checkpoint to the writer, or, while it still writes the one before,
+  // keeps it to write next (a newer one due meanwhile replaces it, logged).
+  void SubmitCheckpoint(std::shared_ptr<const JobSnapshot> snapshot, std::uint64_t iteration,
+                        double pause_ms);
+  // The job ends: a checkpoint still waiting for the writer is written now (the last one too).
+  void FlushPendingCheckpoint();
 
   Host host_;
   const std::string name_;
@@ -201,6 +207,13 @@ class Job : public std::enable_shared_from_this<Job> {
     double pause_ms = 0;
     std::shared_ptr<JobSnapshot> snapshot;
   } gathering_;
+  // The checkpoint waiting for the writer to finish the one before (at most one: memory is
+  // bounded by two copies of the job's state, one being written and this one).
+  struct PendingCheckpoint {
+    std::shared_ptr<const JobSnapshot> snapshot;
+    std::uint64_t iteration = 0;
+    double pause_ms = 0;
+  } pending_checkpoint_;
   std::shared_ptr<const JobSpec> spec_;  // while running
   // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).
   std::shared_ptr<Uplink> uplink_;

@@ -104,27 +104,71 @@ void Job::OnSnapshot(const ShardEvent& event) {
   const std::uint64_t iteration = gathering_.iteration;
   const double pause_ms = gathering_.pause_ms;
   gathering_.iteration = 0;
+  SubmitCheckpoint(std::move(snapshot), iteration, pause_ms);
+}
+
+// A checkpoint due while the previous one is still being written is not dropped ("recovery
+// without holes": the job's last checkpoint in particular must reach the disk, or a restart
+// replays more than --checkpoint-every, and PBoxes over racks may disagree on the iteration).
+void Job::SubmitCheckpoint(std::shared_ptr<const JobSnapshot> snapshot, std::uint64_t iteration,
+                           double pause_ms) {
+  if (checkpoints_->busy()) {
+    if (pending_checkpoint_.snapshot) {
+      spdlog::warn("{}: checkpoint of iteration {} replaced by iteration {} before the writer "
+                   "was free (writing is slower than --checkpoint-every; raise it)",
+                   log_name_, pending_checkpoint_.iteration, iteration);
+    }
+    pending_checkpoint_ = {std::move(snapshot), iteration, pause_ms};
+    return;
+  }
   const bool started = checkpoints_->Submit(
-      // Posted to this thread only while the control plane lives (the writer's `post`).
+      // Posted to this thread only while the job lives (the writer's `post`).
       snapshot, [this, iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
         if (!path.ok()) {
           spdlog::error("{}: checkpoint of iteration {} failed: {}; the previous one is kept",
                         log_name_, iteration, path.status().message());
-          return;
+        } else {
+          ++host_.counters.checkpoints_written;
+          spdlog::info("{}: checkpoint of iteration {} written to {} in {:.0f} ms; the cores "
+                       "paused {:.2f} ms for it",
+                       log_name_, iteration, *path, write_ms, pause_ms);
         }
-        ++host_.counters.checkpoints_written;
-        spdlog::info("{}: checkpoint of iteration {} written to {} in {:.0f} ms; the cores "
-                     "paused {:.2f} ms for it",
-                     log_name_, iteration, *path, write_ms, pause_ms);
+        // The one that fell due meanwhile, now.
+        if (pending_checkpoint_.snapshot && checkpoints_) {
+          PendingCheckpoint next = std::move(pending_checkpoint_);
+          pending_checkpoint_ = {};
+          SubmitCheckpoint(std::move(next.snapshot), next.iteration, next.pause_ms);
+        }
       });
-  if (!started) {
-    spdlog::warn("{}: checkpoint of iteration {} skipped: the previous one is still being "
-                 "written (raise --checkpoint-every)", log_name_, iteration);
+  (void)started;  // not busy: it started
+}
+
+void Job::FlushPendingCheckpoint() {
+  if (!checkpoints_) return;
+  // The write in progress finishes first, and is logged now (its posted completion might run
+  // after the job is gone). Its completion submits a checkpoint waiting: written at once, and
+  // drained too.
+  checkpoints_->Drain();
+  checkpoints_->Drain();
+  if (!pending_checkpoint_.snapshot) return;
+  PendingCheckpoint last = std::move(pending_checkpoint_);
+  pending_checkpoint_ = {};
+  // Waits for the write in progress, then writes on this thread: the job is ending.
+  StatusOr<std::string> path = checkpoints_->WriteNow(*last.snapshot);
+  if (!path.ok()) {
+    spdlog::error("{}: checkpoint of iteration {} failed: {}; the previous one is kept",
+                  log_name_, last.iteration, path.status().message());
+    return;
   }
+  ++host_.counters.checkpoints_written;
+  spdlog::info("{}: checkpoint of iteration {} written to {} as the job ended; the cores "
+               "paused {:.2f} ms for it",
+               log_name_, last.iteration, *path, last.pause_ms);
 }
 
 void Job::CheckpointNow() {
   if (!checkpoints_ || !running_ || !spec_) return;
+  pending_checkpoint_ = {};  // this one is newer
   std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader();
   // The data plane stops first, so that no chunk moves on while the others are copied.
   for (auto& core : host_.cores) {
