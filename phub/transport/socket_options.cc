@@ -73,10 +73,18 @@ void ConnectBefore(tcp::socket& socket, const tcp::endpoint& endpoint,
   }
   socket.non_blocking(true, ec);
   if (ec) return;
-  socket.connect(endpoint, ec);
-  if (ec == asio::error::would_block || ec == asio::error::in_progress ||
-      ec == asio::error::try_again) {
-    ec.clear();
+  // connect(2) itself: asio's synchronous connect polls without a bound even on a
+  // non-blocking socket.
+  int result = 0;
+  do {
+    result = ::connect(socket.native_handle(), endpoint.data(),
+                       static_cast<socklen_t>(endpoint.size()));
+  } while (result != 0 && errno == EINTR);
+  if (result != 0 && errno != EINPROGRESS) {
+    ec = boost::system::error_code(errno, boost::system::system_category());
+    return;
+  }
+  if (result != 0) {
     while (true) {
       const std::int64_t left = std::max<std::int64_t>(
           0, std::chrono::duration_cast<std::chrono::milliseconds>(
