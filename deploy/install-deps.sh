@@ -16,6 +16,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev # logging with levels
   libgtest-dev libgmock-dev # unit and integration tests
   libabsl-dev              # absl::Status / StatusOr for expected errors
+  libssl-dev               # OpenSSL libcrypto: the Hello's token proof (HMAC-SHA256, RAND_bytes)
   libcli11-dev             # command-line flags with --help
   libhwloc-dev             # core topology and pinning
   libbenchmark-dev         # micro-benchmarks in bench/

@@ -44,6 +44,10 @@ class LoopbackNet:
     def wrap(self, host, argv):
         return list(argv)
 
+    def phubd_access(self):
+        """phubd's flags for who may join: on loopback its protected default serves the workers."""
+        return []
+
     def limit_s(self, system, n, size_bytes):
         return None
 
@@ -86,6 +90,12 @@ class RackNet:
 
     def wrap(self, host, argv):
         return self.topo.wrap(host, argv)
+
+    def phubd_access(self):
+        """The workers reach phubd from other namespaces, so not over loopback: without a token
+        phubd would refuse them (its protected mode). The rack's namespaces and veths exist only
+        for this run and reach nothing else, so the run lets them in without one."""
+        return ["--allow-remote-without-token"]
 
     def limit_s(self, system, n, size_bytes):
         if self.name == "racks":

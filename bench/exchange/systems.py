@@ -192,6 +192,7 @@ def run(system, net, settings, n, mib, run_dir, limit_s=0.0, chunk_bytes=None):
         one_job = [] if extra else ["--one-job"]
         argv = [s.bins["phubd"], "--port", str(port), "--port-file", port_file, "--listen",
                 net.ip(host), "--max-world-size", str(n), "--cores", str(cores)]
+        argv += net.phubd_access()
         argv += [] if s.pin else ["--no-pin"]
         # Pinned runs log at debug: each data connection's "handled on CPU" line.
         argv += ["--log-level", "debug" if s.pin else "info", "--optimizer", "sgd", "--lr",

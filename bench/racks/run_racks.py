@@ -76,6 +76,7 @@ def train_once(a, net, scheme, run_dir):
         argv = [a.settings.bins["phubd"], "--port", str(systems.RACKS_PORT), "--port-file",
                 port_file, "--listen", net.ip(host), "--cores", str(a.cores), "--no-pin",
                 "--chunk-bytes", str(a.chunk_bytes), "--optimizer", "momentum", "--lr", "0.01"]
+        argv += net.phubd_access()
         proc = start(net.wrap(host, argv + extra), log_path)
         daemons.append(proc)
         wait_port_file(port_file, proc, f"phubd on {host}", log_path)

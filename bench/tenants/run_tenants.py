@@ -74,7 +74,7 @@ class Phubd:
         self.log = os.path.join(run_dir, f"{tag}.log")
         argv = [a.phubd, "--listen", net.ip("ps"), "--port", "0", "--port-file", port_file,
                 "--cores", str(a.cores), "--no-pin", "--optimizer", "sgd", "--lr", str(a.lr),
-                "--log-level", "info"]
+                "--log-level", "info"] + net.phubd_access()
         for name, w in weights.items():
             argv += ["--job-weight", f"{name}={w:g}"]
         if nic_gbps > 0:

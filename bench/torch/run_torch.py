@@ -56,7 +56,7 @@ def run_one(a, net, backend, model, batch, n, run_dir, repeat):
         log_path = os.path.join(run_dir, f"{tag}_phubd.log")
         argv = [a.phubd, "--listen", net.ip(host), "--port", "0", "--port-file", port_file,
                 "--max-world-size", str(n), "--cores", str(a.ps_cores), "--one-job",
-                "--log-level", "warn"]
+                "--log-level", "warn"] + net.phubd_access()
         proc = start(net.wrap(host, argv), log_path)
         procs.append((f"phubd on {host}", proc, log_path))
         env["PHUB_ADDRESS"] = f"{net.ip(host)}:{wait_port_file(port_file, proc, 'phubd', log_path)}"

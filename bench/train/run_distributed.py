@@ -123,6 +123,7 @@ def run_one(a, net, system, model, batch, n, overlap, run_dir):
             argv = [a.phubd, "--listen", net.ip(host), "--port", "0", "--port-file", port_file,
                     "--max-world-size", str(n), "--cores", str(cores), "--optimizer", "momentum",
                     "--lr", "0.01", "--one-job", "--socket-buffer-bytes", str(buf)] + window
+            argv += net.phubd_access()
             # K daemons share this machine: unpinned, or each would pin to the same cores.
             if system == "ps-multi":
                 argv.append("--no-pin")

@@ -185,7 +185,8 @@ def start_phubd(mode, place, a, run_dir):
     server = start(place.net.wrap("ps", [
         os.path.join(ROOT, a.build, "phub", "server", "phubd"), "--listen", host, "--port", "0",
         "--port-file", port_file, "--max-world-size", str(place.workers), "--cores", "1",
-        "--optimizer", "momentum", "--lr", str(a.lr), "--one-job"]), log_path)
+        "--optimizer", "momentum", "--lr", str(a.lr), "--one-job"] + place.net.phubd_access()),
+        log_path)
     for _ in range(100):
         if os.path.exists(port_file) and open(port_file).read().strip():
             return server, f"{host}:{open(port_file).read().strip()}"

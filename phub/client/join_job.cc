@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/transport/control_channel.h"
@@ -19,6 +20,50 @@ int WithinDeadline(const PsClientOptions& options, int timeout_ms) {
       *options.deadline - std::chrono::steady_clock::now());
   return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, timeout_ms));
 }
+
+namespace {
+
+// phubd said nothing for `waited_ms` while this worker waited for `what`: an error that says
+// where, how long, what to check, and which bound it was.
+Status SilentPhubd(const PsClientOptions& options, const Membership& membership,
+                   const std::string& what, int waited_ms, bool caller_deadline,
+                   std::chrono::milliseconds since_hello);
+
+// The nonce of phubd's Challenge, or phubd's refusal (its Error: over a quota, or a phubd that
+// serves only its own machine) as an error that says so.
+StatusOr<std::string> ReadChallenge(boost::asio::ip::tcp::socket& control,
+                                    const PsClientOptions& options, const Membership& membership) {
+  const std::uint32_t rank = membership.rank;
+  // A stopped phubd's kernel accepts the connection, and no Challenge comes: bounded too.
+  const int silence_ms = std::max(1, options.hello_answer_timeout_ms);
+  const int wait_ms = WithinDeadline(options, silence_ms);
+  StatusOr<proto::ControlMessage> first =
+      transport::ReadControlMessage(control, std::chrono::milliseconds(wait_ms));
+  if (absl::IsDeadlineExceeded(first.status())) {
+    return SilentPhubd(options, membership, "its Challenge", wait_ms, wait_ms < silence_ms,
+                       std::chrono::milliseconds(-1));
+  }
+  if (!first.ok()) {
+    return absl::Status(first.status().code(),
+                        absl::StrCat("rank ", rank, ": phubd sent no Challenge (",
+                                     first.status().message(),
+                                     "); a phubd older than protocol ", kProtocolVersion,
+                                     " sends none: run phubd and the workers from one release"));
+  }
+  if (first->has_error()) {
+    return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", rank, ": ",
+                                                   first->error().message(), "; fix: ",
+                                                   first->error().fix()));
+  }
+  if (!first->has_challenge() || first->challenge().nonce().size() != kChallengeNonceBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, ": phubd opened with something other than a Challenge of ",
+        kChallengeNonceBytes, " bytes: is this a phubd of protocol ", kProtocolVersion, "?"));
+  }
+  return first->challenge().nonce();
+}
+
+}  // namespace
 
 namespace {
 
@@ -38,24 +83,33 @@ StatusOr<proto::ControlMessage> AwaitAnswer(boost::asio::ip::tcp::socket& contro
     if (!absl::IsDeadlineExceeded(reply.status())) return reply;
     const auto since_hello = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - hello_sent);
-    const std::string where = absl::StrCat("phubd at ", options.host, ":", options.port);
-    const std::string who = absl::StrCat("rank ", membership.rank, " of job '",
-                                         options.job.empty() ? "default" : options.job, "'");
-    if (wait_ms < silence_ms) {
-      // The caller's overall limit came first.
-      return absl::UnavailableError(absl::StrCat(
-          "no Welcome from ", where, " for ", who, " before this connect's deadline (",
-          since_hello.count(), " ms after the Hello, nothing heard for the last ", wait_ms,
-          " ms): is phubd stopped (SIGSTOP), hung or overloaded? Check its process and its "
-          "log; the deadline is the caller's (phub-worker: --reconnect-timeout-ms)"));
-    }
-    return absl::UnavailableError(absl::StrCat(
-        "nothing heard from ", where, " for ", wait_ms, " ms (--hello-answer-timeout-ms) after ",
-        who, " said Hello (", since_hello.count(), " ms ago): is phubd stopped (SIGSTOP), hung "
-        "or overloaded? Check its process and its log. (A phubd answers at once and, while the "
-        "job forms, every quarter of that bound; one older than this worker is silent until "
-        "the job forms: update it, or raise --hello-answer-timeout-ms past the forming time.)"));
+    return SilentPhubd(options, membership, "the answer to its Hello", wait_ms,
+                       wait_ms < silence_ms, since_hello);
   }
+}
+
+Status SilentPhubd(const PsClientOptions& options, const Membership& membership,
+                   const std::string& what, int waited_ms, bool caller_deadline,
+                   std::chrono::milliseconds since_hello) {
+  const std::string where = absl::StrCat("phubd at ", options.host, ":", options.port);
+  const std::string who = absl::StrCat("rank ", membership.rank, " of job '",
+                                       options.job.empty() ? "default" : options.job, "'");
+  const std::string hello =
+      since_hello.count() >= 0 ? absl::StrCat(", ", since_hello.count(), " ms after the Hello")
+                               : "";
+  if (caller_deadline) {
+    return absl::UnavailableError(absl::StrCat(
+        "nothing heard from ", where, " for the last ", waited_ms, " ms before this connect's "
+        "deadline while ", who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), "
+        "hung or overloaded? Check its process and its log; the deadline is the caller's "
+        "(phub-worker: --reconnect-timeout-ms)"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "nothing heard from ", where, " for ", waited_ms, " ms (--hello-answer-timeout-ms) while ",
+      who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), hung or overloaded? "
+      "Check its process and its log. (phubd answers at once and, while the job forms, every "
+      "quarter of that bound; one older than this worker is silent until the job forms: update "
+      "it, or raise --hello-answer-timeout-ms past the forming time.)"));
 }
 
 }  // namespace
@@ -68,10 +122,12 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   PHUB_ASSIGN_OR_RETURN(control, transport::ConnectWithRetry(
                                      context, options.host, options.port, connect_ms,
                                      {options.tcp_no_delay, options.socket_buffer_bytes}));
+  // phubd speaks first: the Challenge the Hello's token proof answers (token_proof.h).
+  PHUB_ASSIGN_OR_RETURN(std::string nonce, ReadChallenge(control, options, membership));
   proto::ControlMessage hello_message;
   proto::Hello& hello = *hello_message.mutable_hello();
   hello.set_protocol_version(kProtocolVersion);
-  hello.set_job_token(options.job_token);
+  hello.set_token_proof(TokenProof(options.job_token, nonce, options.job));
   hello.set_job(options.job);
   hello.set_rank(membership.rank);
   hello.set_world_size(membership.world_size);

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "phub/common/bounded_text.h"
+
 namespace phub::ctl {
 namespace {
 
@@ -22,12 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 // Text a peer sent (an HTTP reason phrase), safe for an error message: printable ASCII only,
 // at most 64 bytes.
-std::string Printable(std::string_view text) {
-  std::string out;
-  for (char c : text.substr(0, 64)) out += (c >= 0x20 && c < 0x7F) ? c : '?';
-  if (text.size() > 64) out += "...";
-  return out;
-}
+std::string Printable(std::string_view text) { return Escaped(text); }
 
 std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "phub/common/bounded_text.h"
 #include "phub/ctl/utf8.h"
 
 namespace phub::ctl {
@@ -18,24 +19,9 @@ bool IsBlank(char c) { return c == ' ' || c == '\t'; }
 bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-// The start of a line, safe to quote in an error: at most kExcerptBytes, bytes outside
-// printable ASCII as \xNN (a peer's line may hold anything, and the error goes to a terminal).
-std::string Excerpt(std::string_view line) {
-  std::string out;
-  const std::size_t n = std::min(line.size(), kExcerptBytes);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(line[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02X", c);
-      out += hex;
-    }
-  }
-  if (line.size() > n) out += "... (" + std::to_string(line.size()) + " bytes)";
-  return out;
-}
+// The start of a line, safe to quote in an error (a peer's line may hold anything, and the
+// error goes to a terminal): phubd's one escaper, bounded_text.h.
+std::string Excerpt(std::string_view line) { return Bounded(line, kExcerptBytes); }
 
 Status LineError(std::size_t line_no, const std::string& what, std::string_view line) {
   return absl::InvalidArgumentError("line " + std::to_string(line_no) + ": " + what + ": '" +

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "phub/common/bounded_text.h"
 #include "phub/ctl/json_text.h"
 
 namespace phub::ctl {
@@ -104,12 +105,17 @@ std::string JobsText(const StatusReport& r) {
   std::string out = "jobs:     " + Count(static_cast<double>(r.jobs.size())) + " (memory charged " +
                     Bytes(r.memory_charged_bytes) + " of " + Bytes(r.memory_budget_bytes) +
                     " budget)\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"job", "state", "world", "connected", "missing", "model", "charge", "weight"}};
+  std::vector<std::vector<std::string>> rows = {{"job", "state", "world", "connected", "missing",
+                                                 "iteration", "it/s", "MB/s in", "MB/s out",
+                                                 "model", "charge", "weight", "rejoin"}};
   for (const JobStatus& j : r.jobs) {
-    rows.push_back({j.name, j.state, Count(j.world_size), Count(j.workers_connected),
-                    Count(j.workers_missing), Bytes(j.model_bytes), Bytes(j.memory_charge_bytes),
-                    Count(j.weight)});
+    // Names and states are the endpoint's label values: anything, escaped for the terminal.
+    rows.push_back(
+        {Escaped(j.name), Escaped(j.state), Count(j.world_size), Count(j.workers_connected),
+         Count(j.workers_missing), Count(j.iteration), Format("%.2f", j.iterations_per_second),
+         Format("%.1f", j.received_bytes_per_s / 1e6), Format("%.1f", j.sent_bytes_per_s / 1e6),
+         Bytes(j.model_bytes), Bytes(j.memory_charge_bytes), Count(j.weight),
+         j.rejoin_left_s >= 0 ? Format("%.0fs", j.rejoin_left_s) : "-"});
   }
   return out + Table(rows, 2) + "\n";
 }
@@ -121,7 +127,12 @@ std::string JsonJob(const JobStatus& j) {
          ",\"workers_missing\":" + JsonNumber(j.workers_missing) +
          ",\"model_bytes\":" + JsonNumber(j.model_bytes) +
          ",\"memory_charge_bytes\":" + JsonNumber(j.memory_charge_bytes) +
-         ",\"weight\":" + JsonNumber(j.weight) + "}";
+         ",\"weight\":" + JsonNumber(j.weight) + ",\"members\":" + JsonNumber(j.members) +
+         ",\"iteration\":" + JsonNumber(j.iteration) +
+         ",\"iterations_per_second\":" + JsonNumber(j.iterations_per_second) +
+         ",\"received_bytes_per_s\":" + JsonNumber(j.received_bytes_per_s) +
+         ",\"sent_bytes_per_s\":" + JsonNumber(j.sent_bytes_per_s) +
+         ",\"rejoin_deadline_unix_s\":" + JsonNumber(j.rejoin_deadline_unix_s) + "}";
 }
 
 bool AnySinceStart(const CoreStatus& c) {
@@ -151,8 +162,8 @@ std::string JsonCore(const CoreStatus& c) {
 std::string RenderStatusText(const StatusReport& r, std::string_view target) {
   const ProcessStatus& p = r.process;
   const LifetimeCounters& l = r.lifetime;
-  std::string out = "phubd " + (p.version.empty() ? "?" : p.version) + " (protocol " +
-                    (p.protocol.empty() ? "?" : p.protocol) + ") at " + std::string(target) +
+  std::string out = "phubd " + (p.version.empty() ? "?" : Escaped(p.version)) + " (protocol " +
+                    (p.protocol.empty() ? "?" : Escaped(p.protocol)) + ") at " + Escaped(target) +
                     ": up " + Uptime(p.uptime_s) + ", RSS " + Bytes(p.resident_bytes) + ", CPU " +
                     Format("%.2f", p.cpu_cores) + " cores, " + Count(p.open_fds) + " of " +
                     Count(p.max_fds) + " fds\n";
@@ -160,8 +171,8 @@ std::string RenderStatusText(const StatusReport& r, std::string_view target) {
   out += "lifetime: jobs " + Count(l.jobs_formed) + " formed / " + Count(l.jobs_stalled) +
          " stalled / " + Count(l.jobs_ended) + " ended, workers " + Count(l.workers_lost) +
          " lost / " + Count(l.workers_rejoined) + " rejoined, " + Count(l.checkpoints_written) +
-         " checkpoints, " + Count(l.hellos_refused) + " Hellos refused, " +
-         Count(l.jobs_refused_for_memory) + " refused for memory\n\n";
+         " checkpoints (" + Count(l.checkpoint_failures) + " failed), " + Count(l.hellos_refused) +
+         " Hellos refused, " + Count(l.jobs_refused_for_memory) + " refused for memory\n\n";
   if (r.cores.empty()) {
     out += "no per-core series (phub_core_*) in the response\n";
     return out;
@@ -208,6 +219,7 @@ std::string RenderStatusJson(const StatusReport& r, std::string_view target) {
          ",\"workers_lost\":" + JsonNumber(l.workers_lost) +
          ",\"workers_rejoined\":" + JsonNumber(l.workers_rejoined) +
          ",\"checkpoints_written\":" + JsonNumber(l.checkpoints_written) +
+         ",\"checkpoint_failures\":" + JsonNumber(l.checkpoint_failures) +
          ",\"hellos_refused\":" + JsonNumber(l.hellos_refused) +
          ",\"jobs_refused_for_memory\":" + JsonNumber(l.jobs_refused_for_memory) + "}";
   out += ",\"cores\":[";

@@ -78,8 +78,9 @@ std::vector<std::string> CoresOf(const Scrape& scrape) {
   return cores;
 }
 
-// The per-job series (label job, and nothing else) of one job.
-JobStatus JobOf(const Scrape& s, const std::string& name) {
+// The per-job series (label job_name, and for phub_job_state state) of one job.
+JobStatus JobOf(const Scrape& first, const Scrape& s, const std::string& name, double interval_s,
+                double now_unix_s) {
   const Labels labels = {{"job_name", name}};
   JobStatus job;
   job.name = name;
@@ -91,6 +92,20 @@ JobStatus JobOf(const Scrape& s, const std::string& name) {
   job.model_bytes = Or(s.Value("phub_job_model_bytes", labels));
   job.memory_charge_bytes = Or(s.Value("phub_job_memory_charge_bytes", labels));
   job.weight = Or(s.Value("phub_job_weight", labels));
+  job.members = Or(s.Value("phub_job_members", labels));
+  job.iteration = Or(s.Value("phub_job_iteration", labels));
+  job.iterations_per_second = Or(s.Value("phub_job_iterations_per_second", labels));
+  job.received_bytes_per_s = Rate(first, s, "phub_job_received_bytes_total", labels, interval_s);
+  job.sent_bytes_per_s = Rate(first, s, "phub_job_sent_bytes_total", labels, interval_s);
+  job.rejoin_deadline_unix_s = Or(s.Value("phub_job_rejoin_deadline_seconds", labels));
+  job.rejoin_left_s =
+      job.rejoin_deadline_unix_s > 0 ? job.rejoin_deadline_unix_s - now_unix_s : kNaN;
+  for (const char* state : {"forming", "running", "waiting_for_rejoin", "stalled"}) {
+    if (s.Value("phub_job_state", {{"job_name", name}, {"state", state}}).value_or(0) > 0) {
+      job.state = state;
+      return job;
+    }
+  }
   if (!running && !stalled) {
     job.state = "unknown";
   } else if (stalled.value_or(0) > 0) {
@@ -104,12 +119,15 @@ JobStatus JobOf(const Scrape& s, const std::string& name) {
 }
 
 // Every job with a phub_job_world_size{job=...} series, by name.
-std::vector<JobStatus> JobsOf(const Scrape& s) {
+std::vector<JobStatus> JobsOf(const Scrape& first, const Scrape& s, double interval_s,
+                              double now_unix_s) {
   std::vector<std::string> names = s.LabelValues("phub_job_world_size", "job_name");
   std::sort(names.begin(), names.end());
   std::vector<JobStatus> jobs;
   jobs.reserve(names.size());
-  for (const std::string& name : names) jobs.push_back(JobOf(s, name));
+  for (const std::string& name : names) {
+    jobs.push_back(JobOf(first, s, name, interval_s, now_unix_s));
+  }
   return jobs;
 }
 
@@ -121,6 +139,7 @@ LifetimeCounters LifetimeOf(const Scrape& s) {
   c.workers_lost = Or(s.Value("phub_workers_lost_total"));
   c.workers_rejoined = Or(s.Value("phub_workers_rejoined_total"));
   c.checkpoints_written = Or(s.Value("phub_checkpoints_written_total"));
+  c.checkpoint_failures = Or(s.Value("phub_checkpoint_failures_total"));
   c.hellos_refused = Or(s.Value("phub_hellos_refused_total"));
   c.jobs_refused_for_memory = Or(s.Value("phub_jobs_refused_for_memory_total"));
   return c;
@@ -160,7 +179,7 @@ StatusOr<StatusReport> BuildStatusReport(const Scrape& first, const Scrape& seco
 
   StatusReport r;
   r.interval_s = interval_s;
-  r.jobs = JobsOf(second);
+  r.jobs = JobsOf(first, second, interval_s, now_unix_s);
   // An unlabelled phub_job_world_size (a phubd of one unnamed job) does not count: its jobs
   // would read as "none".
   r.jobs_known = second.Value("phub_jobs").has_value() || !r.jobs.empty();

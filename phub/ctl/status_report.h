@@ -41,13 +41,24 @@ struct CoreStatus {
 // One job forming or running (phubd exports no series for a job that ended).
 struct JobStatus {
   std::string name;   // the job label
-  std::string state;  // running, stalled, forming, or unknown (no phub_job_running/stalled)
+  // forming, running, waiting_for_rejoin, stalled (phub_job_state; from phub_job_running and
+  // phub_job_stalled for a phubd without it), or unknown (none of them).
+  std::string state;
   double world_size = 0;
   double workers_connected = 0;
   double workers_missing = 0;
   double model_bytes = 0;
   double memory_charge_bytes = 0;  // what the job holds of the memory budget
   double weight = 0;               // its share of every core's sends
+  double members = 0;              // ranks held by a worker
+  double iteration = 0;            // completed by every chunk
+  double iterations_per_second = 0;  // phubd's recent rate (phub_job_iterations_per_second)
+  double received_bytes_per_s = 0;   // the job's payload rates over the interval
+  double sent_bytes_per_s = 0;
+  // While it waits for a lost worker: Unix seconds when it stops waiting, and seconds left by
+  // this machine's clock; 0 and NaN when it waits for nobody.
+  double rejoin_deadline_unix_s = 0;
+  double rejoin_left_s = 0;
 };
 
 // Since phubd started (the second scrape's values).
@@ -58,6 +69,7 @@ struct LifetimeCounters {
   double workers_lost = 0;
   double workers_rejoined = 0;
   double checkpoints_written = 0;
+  double checkpoint_failures = 0;
   double hellos_refused = 0;
   double jobs_refused_for_memory = 0;
 };

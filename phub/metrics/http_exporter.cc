@@ -16,8 +16,11 @@ namespace http = boost::beast::http;
 // One connection: read one request (bounded in size and time), write one answer, close.
 class HttpExporter::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(boost::asio::ip::tcp::socket socket, HttpExporter& owner)
-      : stream_(std::move(socket)), owner_(&owner), buffer_(owner.options_.max_header_bytes) {
+  Session(boost::asio::ip::tcp::socket socket, HttpExporter& owner, std::uint64_t id)
+      : stream_(std::move(socket)),
+        owner_(&owner),
+        id_(id),
+        buffer_(owner.options_.max_header_bytes) {
     parser_.header_limit(owner.options_.max_header_bytes);
     parser_.body_limit(0);  // a scrape has no body; one that claims one is refused
   }
@@ -91,7 +94,10 @@ class HttpExporter::Session : public std::enable_shared_from_this<Session> {
 
   void Finish() {
     Close();
-    if (owner_ != nullptr) owner_->sessions_.erase(shared_from_this());
+    if (owner_ != nullptr) {
+      owner_->pending_.Done(id_);
+      owner_->sessions_.erase(id_);
+    }
   }
 
   std::string Peer() {
@@ -102,13 +108,16 @@ class HttpExporter::Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   HttpExporter* owner_;  // null once the exporter stopped
+  std::uint64_t id_;
   beast::flat_buffer buffer_;
   http::request_parser<http::empty_body> parser_;
   http::response<http::string_body> response_;
 };
 
 HttpExporter::HttpExporter(const Registry& registry, const ExporterOptions& options)
-    : registry_(registry), options_(options) {}
+    : registry_(registry),
+      options_(options),
+      pending_({.per_source = options.max_per_source, .total = options.max_connections}) {}
 
 HttpExporter::~HttpExporter() { Stop(); }
 
@@ -125,17 +134,33 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(boost::asio::io_cont
   exporter->listener_ = std::move(*listener);
   HttpExporter* self = exporter.get();
   self->listener_->Start([self](boost::asio::ip::tcp::socket socket) {
-    if (self->sessions_.size() >= self->options_.max_connections) {
+    boost::system::error_code ec;
+    const auto peer = socket.remote_endpoint(ec);
+    const std::string source = ec ? std::string("unknown") : peer.address().to_string();
+    const std::uint64_t id = self->next_id_++;
+    const PendingConnections::Admission admission = self->pending_.Admit(source, id);
+    if (!admission.admitted) {
       if (self->refused_++ % 100 == 0) {
-        spdlog::warn("metrics: {} connection(s) closed at accept: {} are being served already",
-                     self->refused_, self->options_.max_connections);
+        spdlog::warn("metrics: {} connection(s) closed at accept: their address already had {} "
+                     "being served",
+                     self->refused_, self->options_.max_per_source);
       }
-      boost::system::error_code ignored;
-      socket.close(ignored);
+      socket.close(ec);
       return;
     }
-    auto session = std::make_shared<Session>(std::move(socket), *self);
-    self->sessions_.insert(session);
+    if (admission.evict) {
+      if (self->evicted_++ % 100 == 0) {
+        spdlog::warn("metrics: {} connection(s) closed for newer ones: {} were being served",
+                     self->evicted_, self->options_.max_connections);
+      }
+      if (auto it = self->sessions_.find(*admission.evict); it != self->sessions_.end()) {
+        auto evicted = it->second;
+        self->sessions_.erase(it);
+        evicted->Detach();
+      }
+    }
+    auto session = std::make_shared<Session>(std::move(socket), *self, id);
+    self->sessions_.emplace(id, session);
     session->Begin();
   });
   return exporter;
@@ -146,7 +171,7 @@ std::uint16_t HttpExporter::port() const { return listener_ ? listener_->port() 
 void HttpExporter::Stop() {
   if (listener_) listener_->Stop();
   // Their pending operations complete with an error and find no owner.
-  for (const auto& session : sessions_) session->Detach();
+  for (const auto& [id, session] : sessions_) session->Detach();
   sessions_.clear();
 }
 

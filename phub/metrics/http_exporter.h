@@ -16,9 +16,10 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
-#include <set>
+#include <map>
 #include <string>
 
+#include "phub/common/pending_connections.h"
 #include "phub/common/status.h"
 #include "phub/metrics/registry.h"
 
@@ -31,9 +32,12 @@ namespace phub::metrics {
 struct ExporterOptions {
   std::string address = "0.0.0.0";
   std::uint16_t port = 0;  // 0: any free port (read it back with port())
-  std::uint32_t max_connections = 16;
+  // Connections being served, all addresses together; at the limit the oldest is closed for the
+  // newest (pending_connections.h), so idle connections cannot keep a scrape out.
+  std::uint32_t max_connections = 64;
+  std::uint32_t max_per_source = 4;  // from one address (a Prometheus scrapes one at a time)
   std::uint32_t max_header_bytes = 8192;
-  int request_timeout_ms = 5000;
+  int request_timeout_ms = 2000;  // a scrape sends its request at once
 };
 
 class HttpExporter {
@@ -57,8 +61,11 @@ class HttpExporter {
   const Registry& registry_;
   ExporterOptions options_;
   std::unique_ptr<transport::SocketListener> listener_;
-  std::set<std::shared_ptr<Session>> sessions_;
-  std::uint64_t refused_ = 0;  // connections closed at accept for max_connections
+  std::map<std::uint64_t, std::shared_ptr<Session>> sessions_;  // by id: oldest first
+  PendingConnections pending_;
+  std::uint64_t next_id_ = 0;
+  std::uint64_t refused_ = 0;  // connections closed at accept: their address at its quota
+  std::uint64_t evicted_ = 0;  // the oldest, closed for a newer one
 };
 
 }  // namespace phub::metrics

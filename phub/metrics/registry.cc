@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/bounded_text.h"
 
 namespace phub::metrics {
 namespace {
@@ -40,9 +41,13 @@ const char* TypeName(int type) {
 }  // namespace
 
 std::string EscapeLabelValue(const std::string& value) {
+  // A label value may be a peer's string (a job name): phubd's one escaper first (no control or
+  // non-ASCII byte survives it, so the value is valid UTF-8 and cannot move a scraper's or a
+  // terminal's cursor), then the text format's own escapes of backslash, '"' and newline.
+  const std::string safe = Bounded(value, kMaxLabelValueBytes);
   std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
+  out.reserve(safe.size());
+  for (char c : safe) {
     if (c == '\\') out += "\\\\";
     else if (c == '"') out += "\\\"";
     else if (c == '\n') out += "\\n";
@@ -132,6 +137,13 @@ void Registry::AddCallbackGaugeFamily(const std::string& name, const std::string
                                       std::function<Samples()> read) {
   std::lock_guard lock(mutex_);
   Family& family = FamilyFor(name, help, Type::kGauge, {});
+  family.series.push_back(Series{.read_many = std::move(read)});
+}
+
+void Registry::AddCallbackCounterFamily(const std::string& name, const std::string& help,
+                                        std::function<Samples()> read) {
+  std::lock_guard lock(mutex_);
+  Family& family = FamilyFor(name, help, Type::kCounter, {});
   family.series.push_back(Series{.read_many = std::move(read)});
 }
 

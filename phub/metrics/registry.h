@@ -47,6 +47,9 @@ class Registry {
   using Samples = std::vector<std::pair<Labels, double>>;
   void AddCallbackGaugeFamily(const std::string& name, const std::string& help,
                               std::function<Samples()> read);
+  // The same for counters (a job's bytes: each series counts up while its job lives).
+  void AddCallbackCounterFamily(const std::string& name, const std::string& help,
+                                std::function<Samples()> read);
 
   // Every family in name order, each with one # HELP and one # TYPE line.
   std::string Render() const;
@@ -78,6 +81,8 @@ class Registry {
 };
 
 // Label values and help text escaped as the text format requires (\\, \" in label values, \n).
+// Longest label value rendered (a peer's string is cut there, saying its length).
+inline constexpr std::size_t kMaxLabelValueBytes = 256;
 std::string EscapeLabelValue(const std::string& value);
 std::string EscapeHelp(const std::string& help);
 // A sample value as the text format writes it: integers exactly, +Inf, -Inf, NaN.

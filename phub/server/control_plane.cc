@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
 #include "phub/common/plain_name.h"
+#include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/job/initial_weights.h"
@@ -66,6 +67,7 @@ ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& optio
       options_(options),
       cores_(cores),
       on_job_end_(std::move(on_job_end)),
+      pending_(options.control.pending),
       liveness_timer_(context) {}
 
 ControlPlane::~ControlPlane() {
@@ -95,8 +97,10 @@ void ControlPlane::Stop() {
   for (auto& [name, job] : jobs) job->EndIfRunning();
 }
 
-void ControlPlane::CheckpointBeforeStop() {
-  for (auto& [name, job] : jobs_) job->CheckpointNow();
+bool ControlPlane::CheckpointBeforeStop() {
+  bool all_written = true;
+  for (auto& [name, job] : jobs_) all_written &= job->CheckpointNow().ok();
+  return all_written;
 }
 
 void ControlPlane::ArmLiveness() {
@@ -132,11 +136,12 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
   session->id = next_session_id_++;
   boost::system::error_code ec;
   auto endpoint = session->socket.remote_endpoint(ec);
-  session->peer = ec ? "unknown peer" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+  session->source = ec ? "unknown" : endpoint.address().to_string();
+  session->peer = ec ? "unknown peer" : absl::StrCat(session->source, ":", endpoint.port());
   session->decoder = std::make_shared<transport::ControlFrameDecoder>(
       transport::ControlFrameLimits{.max_frame_bytes = limits.max_control_frame_bytes,
                                          .max_tensors = options_.admission.limits.max_tensors});
-  sessions_[session->id] = session;
+  if (!AdmitPending(session, !ec && endpoint.address().is_loopback())) return;
   session->deadline.expires_after(std::chrono::milliseconds(limits.hello_timeout_ms));
   session->deadline.async_wait([this, weak = std::weak_ptr<Session>(session),
                                 alive = alive_](const boost::system::error_code& ec) {
@@ -150,6 +155,79 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
                         "network raise phubd's --hello-timeout-ms"));
   });
   ReadNext(session);
+}
+
+bool ControlPlane::AdmitPending(const SessionPtr& session, bool loopback) {
+  const SharingOptions& sharing = options_.admission.sharing;
+  const bool no_token = sharing.job_token.empty() && sharing.job_tokens_dir.empty();
+  if (no_token && !loopback && !sharing.allow_remote_without_token) {
+    ++refused_remote_;
+    if (auto suppressed = pending_log_.Allow()) {
+      spdlog::warn("refused a control connection from {}: phubd has no token and serves only "
+                   "this machine (give --token-file or --job-tokens){}",
+                   session->peer, LogLimiter::Note(*suppressed));
+    }
+    Refuse(session, MakeError(proto::Error::BAD_TOKEN,
+                              "phubd runs without a job token and serves only workers on its own "
+                              "machine",
+                              "start phubd with --token-file (or --job-tokens) and give the "
+                              "workers the token; --allow-remote-without-token lets anyone in"));
+    return false;
+  }
+  const PendingConnections::Admission admission = pending_.Admit(session->source, session->id);
+  if (!admission.admitted) {
+    // Closed at once, without a word: the source already waits on its whole quota.
+    ++refused_pending_;
+    if (auto suppressed = pending_log_.Allow()) {
+      spdlog::warn("closed a control connection from {}: it has {} connections without an "
+                   "accepted Hello, the limit per address (--max-pending-per-source){}",
+                   session->peer, pending_.of_source(session->source),
+                   LogLimiter::Note(*suppressed));
+    }
+    CloseSessionSocket(*session);
+    return false;
+  }
+  sessions_[session->id] = session;
+  if (admission.evict) {
+    ++evicted_pending_;
+    if (auto it = sessions_.find(*admission.evict); it != sessions_.end()) {
+      if (auto suppressed = pending_log_.Allow()) {
+        spdlog::warn("{} control connections without an accepted Hello "
+                     "(--max-pending-connections): closing the oldest, from {}{}",
+                     pending_.limits().total, it->second->peer, LogLimiter::Note(*suppressed));
+      }
+      Refuse(it->second,
+             MakeError(proto::Error::LIMIT_EXCEEDED,
+                       "phubd closed this connection, the oldest of its connections without an "
+                       "accepted Hello, for a newer one (--max-pending-connections)",
+                       "send the Hello right after the Challenge (PsClient does) and connect "
+                       "again; the operator may raise --max-pending-connections"));
+    }
+  }
+  StatusOr<std::string> nonce = NewChallengeNonce();
+  if (!nonce.ok()) {
+    spdlog::error("control connection from {}: {}", session->peer, nonce.status().message());
+    Drop(session, nonce.status());
+    return false;
+  }
+  session->nonce = *std::move(nonce);
+  proto::ControlMessage challenge;
+  challenge.mutable_challenge()->set_nonce(session->nonce);
+  SendControl(session, challenge);
+  return true;
+}
+
+void ControlPlane::RefuseToken(const SessionPtr& session, const proto::Error& error) {
+  // Counted from the Hello's arrival (last_heard), whatever the checks cost: the answer's
+  // timing is the source's record, not what the job is.
+  const auto delay = pacer_.Fail(session->source, session->last_heard);
+  session->deadline.cancel();
+  session->deadline.expires_at(session->last_heard + delay);
+  session->deadline.async_wait([this, session, error, alive = alive_](
+                                   const boost::system::error_code& ec) {
+    if (!*alive || ec || session->state != SessionState::kAwaitingHello) return;
+    Refuse(session, error);
+  });
 }
 
 void ControlPlane::ReadNext(const SessionPtr& session) {
@@ -208,7 +286,7 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
 void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   const auto refuse = [&](const proto::Error& error) {
     if (auto suppressed = refusal_log_.Allow()) {
-      spdlog::warn("refusing a worker from {}: {}{}", session->peer, error.message(),
+      spdlog::warn("refusing a worker from {}: {}{}", session->peer, Bounded(error.message(), 1024),
                    LogLimiter::Note(*suppressed));
     }
     Refuse(session, error);
@@ -222,8 +300,20 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   // nothing of the job (not even whether it exists) and can change nothing of it.
   const SharingOptions& sharing = options_.admission.sharing;
   StatusOr<std::string> token = ExpectedToken(sharing, *name);
-  if (!token.ok() || !TokensEqual(*token, hello.job_token())) {
-    return refuse(MakeError(
+  if (!token.ok() && !absl::IsNotFound(token.status())) {
+    // The operator's file is wrong (empty, a directory, too big): say so to the operator, and
+    // to the worker only what any refused worker hears.
+    if (auto suppressed = token_file_log_.Allow()) {
+      spdlog::error("job '{}': {}; its workers are refused until the file holds a token{}",
+                    *name, token.status().message(), LogLimiter::Note(*suppressed));
+    }
+  }
+  if (!token.ok() || !ProofMatches(hello.token_proof(), *token, session->nonce, hello.job())) {
+    if (auto suppressed = refusal_log_.Allow()) {
+      spdlog::warn("refusing a worker from {}: no valid token for job '{}'{}", session->peer,
+                   *name, LogLimiter::Note(*suppressed));
+    }
+    return RefuseToken(session, MakeError(
         proto::Error::BAD_TOKEN,
         absl::StrCat("the token for job '", *name, "' does not match phubd's",
                      sharing.job_tokens_dir.empty() ? "" : " (--job-tokens)"),
@@ -231,15 +321,18 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
             ? "give the worker the same --token-file as phubd"
             : "give the worker the token file the operator issued for this job name"));
   }
+  pending_.Done(session->id);  // it proved itself: no longer a stranger's connection
   proto::Error refusal;
   const JobRole role = JobRole::Of(hello);
-  std::shared_ptr<Job> job = FindOrAdmit(role.JobKey(*name), role, hello, refusal);
+  std::shared_ptr<Job> job =
+      FindOrAdmit(role.JobKey(*name), role, hello, session->source, refusal);
   if (!job) return refuse(refusal);
   job->OnHello(session, hello);
 }
 
 std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole role,
-                                               const proto::Hello& hello, proto::Error& refusal) {
+                                               const proto::Hello& hello,
+                                               const std::string& source, proto::Error& refusal) {
   if (auto it = jobs_.find(name); it != jobs_.end() && !it->second->ended()) return it->second;
   jobs_.erase(name);
   // A new job: its first Hello sets its world size and what it is charged. Both are the
@@ -262,20 +355,27 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole 
                         "wait until a job ends, or raise phubd's --max-jobs");
     return nullptr;
   }
+  // A forming job holds a --max-jobs place; one address may hold only a few of them.
+  const std::uint32_t forming_limit = sharing.max_forming_jobs_per_source;
+  if (auto it = forming_by_source_.find(source);
+      it != forming_by_source_.end() && it->second >= forming_limit) {
+    refusal = MakeError(proto::Error::LIMIT_EXCEEDED,
+                        absl::StrCat(source, " already has ", it->second,
+                                     " jobs forming on this phubd, its limit "
+                                     "(--max-forming-jobs-per-source ",
+                                     forming_limit, ")"),
+                        "start the job's other workers so that those jobs form, or wait until "
+                        "they time out (--form-timeout-ms)");
+    return nullptr;
+  }
+  // The charge is taken when the job forms (ReserveMemory), not now: a job that never forms
+  // must not hold the budget. Here only what could never fit is refused.
   const std::optional<std::uint64_t> charge =
       JobChargeBytes(hello, options_.admission.chunk_bytes);
   const std::uint64_t budget = sharing.memory_budget_bytes;
-  if (!charge || *charge > budget - std::min(budget, charged_bytes_)) {
+  if (!charge || *charge > budget) {
     ++jobs_refused_for_memory_;
-    refusal = MakeError(
-        proto::Error::RESOURCE_EXHAUSTED,
-        absl::StrCat("job '", name, "' needs ",
-                     charge ? absl::StrCat(*charge) : std::string("more than 2^64"),
-                     " bytes on phubd (its model times world size + 3); ", charged_bytes_,
-                     " of phubd's memory budget of ", budget,
-                     " bytes (--memory-budget-bytes) are held by ", jobs_.size(), " job(s)"),
-        "wait until a job ends, run the job on another PBox, or raise --memory-budget-bytes "
-        "if the machine has the memory");
+    refusal = MemoryRefusal(name, charge, /*ever=*/true);
     return nullptr;
   }
   double weight = 1;
@@ -293,17 +393,64 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole 
                 .resume = ResumeFor(name),
                 .resumes = resumes_,
                 .stopping = stopping_,
+                .reserve = [this](Job& forming) { return ReserveMemory(forming); },
                 .on_end = [this](Job& ended) { JobEnded(ended); }},
       name, role, ++jobs_created_, world, *charge, weight);
-  charged_bytes_ += *charge;
   jobs_[name] = job;
-  spdlog::info("job '{}' is forming: {} workers, {} bytes charged ({} of {} held)", name, world,
-               *charge, charged_bytes_, budget);
+  forming_source_[job->id()] = source;
+  ++forming_by_source_[source];
+  spdlog::info("job '{}' is forming: {} workers from {}, {} bytes to charge when it forms ({} of "
+               "{} held)",
+               name, world, source, *charge, charged_bytes_, budget);
   return job;
 }
 
+proto::Error ControlPlane::MemoryRefusal(const std::string& name,
+                                         std::optional<std::uint64_t> charge, bool ever) const {
+  // The job's own need and the operator's budget: nothing of what other tenants hold.
+  const std::uint64_t budget = options_.admission.sharing.memory_budget_bytes;
+  return MakeError(
+      proto::Error::RESOURCE_EXHAUSTED,
+      absl::StrCat("job '", name, "' needs ",
+                   charge ? absl::StrCat(*charge) : std::string("more than 2^64"),
+                   " bytes on phubd (its model times world size + 3); ",
+                   ever ? "phubd's whole memory budget is "
+                        : "what is left of phubd's memory budget now is less, of ",
+                   budget, " bytes (--memory-budget-bytes)"),
+      ever ? "run the job on a PBox with more memory, or raise --memory-budget-bytes if the "
+             "machine has it"
+           : "start the job again when another ends, or run it on another PBox");
+}
+
+void ControlPlane::NoLongerForming(const Job& job) {
+  auto it = forming_source_.find(job.id());
+  if (it == forming_source_.end()) return;
+  if (auto count = forming_by_source_.find(it->second);
+      count != forming_by_source_.end() && --count->second == 0) {
+    forming_by_source_.erase(count);
+  }
+  forming_source_.erase(it);
+}
+
+std::optional<proto::Error> ControlPlane::ReserveMemory(Job& job) {
+  NoLongerForming(job);
+  const std::uint64_t budget = options_.admission.sharing.memory_budget_bytes;
+  if (job.charge_bytes() > budget - std::min(budget, charged_bytes_)) {
+    ++jobs_refused_for_memory_;
+    return MemoryRefusal(job.name(), job.charge_bytes(), /*ever=*/false);
+  }
+  charged_bytes_ += job.charge_bytes();
+  charged_jobs_.insert(job.id());
+  spdlog::info("job '{}' formed: {} bytes charged ({} of {} held)", job.name(), job.charge_bytes(),
+               charged_bytes_, budget);
+  return std::nullopt;
+}
+
 void ControlPlane::JobEnded(Job& job) {
-  charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
+  NoLongerForming(job);
+  if (charged_jobs_.erase(job.id()) > 0) {
+    charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
+  }
   // The name is free at once (FindOrAdmit replaces an ended job); the object goes once no
   // caller on the stack holds it. By id, not address: a new job of the same name may sit at
   // the ended one's address by then.
@@ -426,6 +573,7 @@ void ControlPlane::Drop(const SessionPtr& session, const Status& why,
   const SessionState was = session->state;
   session->state = SessionState::kClosed;
   sessions_.erase(session->id);
+  pending_.Done(session->id);
   session->deadline.cancel();
   if (was == SessionState::kAwaitingHello && !stopping_) ++hellos_refused_;
   if (farewell != nullptr) {

@@ -65,6 +65,16 @@ void AddLimitFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flags) {
                    "attached. More are closed at once")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
+  group.add_option("--max-pending-per-source", control.pending.per_source,
+                   "Most control connections one address may hold before its Hello is accepted; "
+                   "more from it are closed at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  group.add_option("--max-pending-connections", control.pending.total,
+                   "Most control connections, all addresses together, before their Hello is "
+                   "accepted; past it the oldest is closed for the newest")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
   group.add_option("--hello-timeout-ms", control.hello_timeout_ms,
                    "A control connection must send its Hello within this time or is closed")
       ->capture_default_str()
@@ -124,7 +134,8 @@ void AddMetricsFlags(CLI::App& group, MetricsOptions& metrics) {
                    "--metrics-port-file). Without it, no endpoint")
       ->check(CLI::Range(0, 65535));
   group.add_option("--metrics-address", metrics.address,
-                   "Address the metrics endpoint listens on (default: --listen's)");
+                   "Address the metrics endpoint listens on (default: 127.0.0.1, this machine "
+                   "only: the series name every job; give an address to scrape from elsewhere)");
   group.add_option("--metrics-port-file", metrics.port_file,
                    "Write the metrics port here once listening (useful with --metrics-port 0)");
 }
@@ -172,10 +183,15 @@ void AddSharingFlags(CLI::App& group, SharingOptions& sharing, PhubdFlags& flags
   group.add_option("--max-jobs", sharing.max_jobs, "Most jobs forming or running at once")
       ->capture_default_str()
       ->check(CLI::Range(1u, 4096u));
+  group.add_option("--max-forming-jobs-per-source", sharing.max_forming_jobs_per_source,
+                   "Most jobs forming at once whose first worker came from one address")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
   group.add_option("--memory-budget-bytes", sharing.memory_budget_bytes,
                    "Memory all jobs together may hold; each is charged its model x (world size "
-                   "+ 3) from its first Hello to its end, and one that would pass the budget is "
-                   "refused (RESOURCE_EXHAUSTED). Default: 80% of physical memory");
+                   "+ 3) from the moment it forms (all its workers in) to its end, and one that "
+                   "would pass the budget then is refused (RESOURCE_EXHAUSTED). Default: 80% of "
+                   "physical memory");
   group.add_option("--token-file", flags.token_file,
                    "File holding the job token; workers must present the same token");
   group.add_option("--job-tokens", sharing.job_tokens_dir,
@@ -183,6 +199,10 @@ void AddSharingFlags(CLI::App& group, SharingOptions& sharing, PhubdFlags& flags
                    "of DIR/NAME (read at the job's first Hello); a job without a file is "
                    "refused. Overrides --token-file")
       ->check(CLI::ExistingDirectory);
+  group.add_flag("--allow-remote-without-token", sharing.allow_remote_without_token,
+                 "Without --token-file or --job-tokens phubd serves only workers on this machine "
+                 "(loopback); this lets ANYONE who reaches its port join and read any job's "
+                 "weights. Use a token instead");
   group.add_option("--job-weight", flags.job_weights,
                    "NAME=W: job NAME's share of every core's sends against other jobs' (weighted "
                    "fair queueing; default 1). Repeatable");

@@ -91,6 +91,5 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", s.message());
     return 1;
   }
-  server.Run();
-  return 0;
+  return server.Run();
 }

@@ -3,9 +3,12 @@
 #include <algorithm>
 
 #include "phub/server/admission/job_limits.h"
+#include "phub/server/admission/job_tokens.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <functional>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +21,11 @@
 namespace phub::server {
 
 namespace {
+
+// Where /metrics listens without --metrics-address: this machine only. The series name every
+// job, its size and state, so they are not for whoever reaches the box (a node exporter's
+// habit of binding everything is not ours to copy).
+constexpr char kMetricsDefaultAddress[] = "127.0.0.1";
 
 // Write then rename, so a reader never sees a half-written port. Nothing for an empty path.
 Status WritePortFile(const std::string& path, std::uint16_t port, const char* flag) {
@@ -130,9 +138,9 @@ Status Server::Start() {
         exporter_,
         metrics::HttpExporter::Start(
             context_, metrics_,
-            {.address = m.address.empty() ? cores.listen_address : m.address,
+            {.address = m.address.empty() ? std::string(kMetricsDefaultAddress) : m.address,
              .port = static_cast<std::uint16_t>(m.port)}));
-    spdlog::info("metrics at http://{}:{}/metrics", m.address.empty() ? cores.listen_address
+    spdlog::info("metrics at http://{}:{}/metrics", m.address.empty() ? kMetricsDefaultAddress
                                                                          : m.address,
                  exporter_->port());
     PHUB_RETURN_IF_ERROR(WritePortFile(m.port_file, exporter_->port(), "--metrics-port-file"));
@@ -151,20 +159,43 @@ Status Server::Start() {
                admission.sharing.job_tokens_dir.empty()
                    ? std::string()
                    : absl::StrCat(", per-job tokens in ", admission.sharing.job_tokens_dir));
+  const Authentication auth = AuthenticationMode(admission.sharing);
+  if (auth.warn) {
+    spdlog::warn("{}", auth.sentence);
+  } else {
+    spdlog::info("{}", auth.sentence);
+  }
   return absl::OkStatus();
 }
 
-void Server::Run() {
-  boost::asio::signal_set signals(context_, SIGINT, SIGTERM);
-  signals.async_wait([this](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    spdlog::info("signal {}: shutting down", signal);
-    // The jobs' state goes to disk before their connections close (--checkpoint-dir).
-    if (signal == SIGTERM) control_->CheckpointBeforeStop();
-    Stop();
-  });
+int Server::Run() {
+  int exit_status = 0;
+  boost::asio::signal_set signals(context_, SIGINT, SIGTERM, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int signal) {
+        if (ec) return;
+        if (signal == SIGHUP) {
+          // Not a stop: systemd sends SIGHUP only when asked to (systemctl kill -s HUP, a
+          // reload), and a terminal that hangs up must not end the jobs phubd serves.
+          spdlog::warn("signal {} (SIGHUP): ignored; phubd has no configuration to reload "
+                       "(--job-tokens files are read at each Hello); stop it with SIGTERM",
+                       signal);
+          signals.async_wait(on_signal);
+          return;
+        }
+        spdlog::info("signal {} ({}): shutting down", signal,
+                     signal == SIGTERM ? "SIGTERM" : "SIGINT");
+        // The jobs' state goes to disk before their connections close (--checkpoint-dir).
+        if (signal == SIGTERM && !control_->CheckpointBeforeStop()) {
+          spdlog::error("a checkpoint on stop was not written (above): exiting with status 1");
+          exit_status = 1;
+        }
+        Stop();
+      };
+  signals.async_wait(on_signal);
   transport::RunSurvivingExceptions(context_, "control plane");
   spdlog::info("phubd stopped");
+  return exit_status;
 }
 
 void Server::Stop() {

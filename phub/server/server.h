@@ -29,8 +29,10 @@ class Server {
   // 0 without --metrics-port.
   std::uint16_t metrics_port() const { return exporter_ ? exporter_->port() : 0; }
   // Serves on the calling thread until SIGINT/SIGTERM, Stop(), or the first job's end with
-  // --one-job.
-  void Run();
+  // --one-job. SIGHUP is logged and ignored (docs/operations.md "Failures": phubd has nothing
+  // to reload, and a terminal's hangup must not end a training job). Returns phubd's exit
+  // status: 0, or 1 when SIGTERM's checkpoint could not be written.
+  int Run();
   // Thread-safe: asks Run() to return.
   void Stop();
 

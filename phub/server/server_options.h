@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "phub/common/pending_connections.h"
 #include "phub/server/admission/admission_options.h"
 #include "phub/server/core/core_options.h"
 #include "phub/server/job/job_options.h"
@@ -20,13 +21,18 @@ struct ControlLimits {
   // Open control connections; per core, data connections that have not attached yet; and,
   // without --max-world-size, the largest world size.
   std::uint32_t max_connections = 1024;
-  int hello_timeout_ms = 10000;  // a control connection must send its Hello by then
+  // Control connections whose Hello is not yet accepted (--max-pending-per-source,
+  // --max-pending-connections): at the total, the oldest gives way (pending_connections.h).
+  PendingLimits pending{.per_source = 16, .total = 256};
+  // A control connection must send its Hello by then. Short: a worker sends it one round trip
+  // after connecting, and a peer that waits holds a pending connection meanwhile.
+  int hello_timeout_ms = 3000;
 };
 
 // The Prometheus endpoint (--help "Metrics", docs/operations.md "Metrics").
 struct MetricsOptions {
   int port = -1;          // --metrics-port; -1: no endpoint, 0: any free port (see port_file)
-  std::string address;    // --metrics-address; empty: --listen's
+  std::string address;    // --metrics-address; empty: 127.0.0.1 (the series name every job)
   std::string port_file;  // --metrics-port-file: the port written there once listening
 };
 

@@ -65,7 +65,10 @@ void SocketListener::AcceptNext() {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) return OnAcceptError(ec);
     if (Status s = TuneSocket(socket, tuning_); !s.ok()) {
-      spdlog::warn("dropping a connection on port {}: {}", port_, s.message());
+      if (auto suppressed = drop_log_.Allow()) {
+        spdlog::warn("dropping a connection on port {}: {}{}", port_, s.message(),
+                     LogLimiter::Note(*suppressed));
+      }
     } else {
       on_accept_(std::move(socket));
     }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "phub/common/log_limiter.h"
 #include "phub/common/status.h"
 #include "phub/transport/socket_options.h"
 
@@ -42,6 +43,7 @@ class SocketListener {
   std::uint16_t port_ = 0;
   SocketTuning tuning_;
   boost::asio::steady_timer backoff_;  // pause after EMFILE/ENFILE/ENOBUFS/ENOMEM
+  LogLimiter drop_log_;  // connections dropped at accept (a peer gone before its options)
   std::uint64_t accept_failures_ = 0;  // since the last log line about them
   std::chrono::steady_clock::time_point last_accept_log_{};
 };

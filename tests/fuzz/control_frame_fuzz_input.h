@@ -42,7 +42,7 @@ inline const std::vector<bool> kFuzzRanksTaken = {true, false, false, false};
 inline proto::Hello FuzzHello(std::uint32_t rank) {
   proto::Hello hello;
   hello.set_protocol_version(kProtocolVersion);
-  hello.set_job_token("fuzz-token");
+  hello.set_token_proof("fuzz-proof");
   hello.set_rank(rank);
   hello.set_world_size(4);
   const char* names[] = {"conv.weight", "conv.bias", "fc.weight"};

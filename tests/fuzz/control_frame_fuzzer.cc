@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/common/token_proof.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/admission/job_limits.h"
@@ -52,9 +53,15 @@ void CheckLimitsAgainstReference(const proto::Hello& hello,
 void CheckAdmission(const proto::Hello& hello) {
   const std::vector<bool>& rank_taken = kFuzzRanksTaken;
   const auto& options = Options();
-  // The job's token is the control plane's to pick (job_tokens.h): here phubd's --token-file.
-  auto alone = server::CheckHello(hello, options, options.sharing.job_token, nullptr, rank_taken);
-  auto joined = server::CheckHello(hello, options, options.sharing.job_token, &First(), rank_taken);
+  // The token proof is the control plane's to check (token_proof.h), against phubd's token
+  // and the Challenge it sent: only the token's own proof passes.
+  const std::string nonce(kChallengeNonceBytes, 'n');
+  if (ProofMatches(hello.token_proof(), options.sharing.job_token, nonce, hello.job()) &&
+      hello.token_proof() != TokenProof(options.sharing.job_token, nonce, hello.job())) {
+    Fail("ProofMatches passed a proof other than the token's");
+  }
+  auto alone = server::CheckHello(hello, options, nullptr, rank_taken);
+  auto joined = server::CheckHello(hello, options, &First(), rank_taken);
   // The job name a Hello carries becomes a file name under --job-tokens: whatever JobName
   // accepts must be a plain name.
   if (auto name = server::JobName(hello.job()); name.ok()) {
@@ -79,7 +86,6 @@ void CheckAdmission(const proto::Hello& hello) {
       Fail("CheckHello admitted a world size other than the job's");
     }
     if (hello.tensors_size() == 0) Fail("CheckHello admitted an empty tensor table");
-    if (hello.job_token() != options.sharing.job_token) Fail("CheckHello admitted a wrong token");
     // StartJob reads the job's optimizer without checking again: it must be valid.
     if (!server::JobOptimizer(hello, options.optimizer).ok()) {
       Fail("CheckHello admitted a bad optimizer");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "tests/integration/hostile_fixture.h"
@@ -326,6 +327,64 @@ TEST(HostileControlPlane, LongTensorNameIsNotEchoed) {
   std::error_code ec;
   EXPECT_LT(std::filesystem::file_size(phubd.log_path, ec), 64u << 10)
       << "phubd's log grew by the peer's megabyte";
+}
+
+// What a peer names reaches phubd's log only escaped (issue 38, item 9): a job name with a
+// newline and a fake log prefix cannot forge a line, and ANSI escapes (in a job name, a wire
+// format, a tensor name) cannot reach the operator's terminal. Bounds: each Hello refused within
+// 2 s; the log holds no control byte but its line ends, no line that starts with the forged
+// prefix, and each string escaped as \n and \x1b.
+TEST(HostileControlPlane, PeerStringsReachTheLogOnlyEscaped) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir);
+  const std::string forged_line = "[2026-11-27 00:00:00.000] [phubd] [info] forged";
+  const auto refused = [&](proto::Hello hello, proto::Error::Code code) {
+    RawSocket socket;
+    proto::ControlMessage reply = HelloAndReply(socket, phubd.port, hello, kPromptly);
+    ASSERT_TRUE(reply.has_error()) << "the hostile Hello was not refused";
+    EXPECT_EQ(reply.error().code(), code) << reply.error().message();
+    for (char c : reply.error().message() + reply.error().fix()) {
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "phubd's Error echoes a raw byte " << int(c);
+    }
+  };
+  proto::Hello newline = MakeHello(0, 2, kHostileModel);
+  newline.set_job("x\n" + forged_line);
+  refused(newline, proto::Error::BAD_REQUEST);
+  proto::Hello ansi = MakeHello(0, 2, kHostileModel);
+  ansi.set_job("\x1b[31mred\x1b[0m");
+  refused(ansi, proto::Error::BAD_REQUEST);
+  proto::Hello wire = MakeHello(0, 2, kHostileModel);
+  wire.set_wire("\x1b[31m\n" + forged_line.substr(0, 8));
+  // The refusal's code is admission's business; only its text matters here.
+  {
+    RawSocket socket;
+    proto::ControlMessage reply = HelloAndReply(socket, phubd.port, wire, kPromptly);
+    ASSERT_TRUE(reply.has_error()) << "a Hello with a wire format of escapes was not refused";
+  }
+  {
+    // A tensor name with a newline, echoed in TENSOR_TABLE_MISMATCH against a forming job.
+    RawSocket first;
+    proto::ControlMessage joined =
+        HelloAndReply(first, phubd.port, MakeHello(0, 2, kHostileModel), kPromptly);
+    ASSERT_FALSE(joined.has_error()) << joined.error().message();
+    refused(MakeHello(1, 2, {{"a\n" + forged_line + "\x1b[2J", 40}, {"b", 20}}),
+            proto::Error::TENSOR_TABLE_MISMATCH);
+  }
+  ExpectServesAJobAndStaysSmall(phubd);
+
+  const std::string log = ReadFile(phubd.log_path);
+  for (char c : log) {
+    ASSERT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f))
+        << "a raw byte " << int(static_cast<unsigned char>(c)) << " in phubd's log:\n"
+        << log;
+  }
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_FALSE(line.starts_with("[2026-11-27 00:00:00.000]")) << "a forged line:\n" << log;
+  }
+  EXPECT_THAT(log, HasSubstr("x\\n[2026-11-27 00:00:00.000] [phubd] [info] forged")) << log;
+  EXPECT_THAT(log, HasSubstr("\\x1b[31mred\\x1b[0m")) << log;
+  EXPECT_THAT(log, HasSubstr("'a\\n[2026-11-27")) << log;
 }
 
 }  // namespace

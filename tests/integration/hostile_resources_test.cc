@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -377,6 +380,57 @@ TEST(HostileResources, AcceptBacksOffWhenOutOfDescriptors) {
       << "phubd logged " << log.size() << " bytes in 2 s; it begins:\n"
       << log.substr(0, 500);
   storm.clear();
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
+// Issue 38, item 6: 2,000 connections to a data port with no job running, then 1,000 to a
+// running job's core that send garbage or nothing, each closed at once. Every one of them used
+// to log a warning (~13,000 lines/s). Bound: phubd logs at most 10 lines per kind per 10 s
+// (the log limiter; the next line after the interval says how many were not logged), so at
+// most 40 warning lines for the 3,000 here; the job still completes an iteration.
+TEST(HostileResources, DataPortFloodsDoNotFloodTheLog) {
+  TempDir dir;
+  std::uint16_t data_port = 0;
+  {
+    boost::asio::io_context context;  // a free port for core 0's listener
+    boost::asio::ip::tcp::acceptor acceptor(
+        context, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+    data_port = acceptor.local_endpoint().port();
+  }
+  auto phubd = StartHostilePhubd(dir, {"--data-port-base", std::to_string(data_port)});
+  const std::size_t log_before = ReadFile(phubd.log_path).size();
+  for (int i = 0; i < 2000; ++i) {
+    RawSocket socket = RawSocket::Connect(data_port);
+    ASSERT_TRUE(socket.connected()) << "connection " << i;
+  }
+  ForgedJob job;
+  ASSERT_TRUE(FormForgedJob(phubd, 1, job));
+  for (int i = 0; i < 1000; ++i) {
+    RawSocket socket = RawSocket::Connect(data_port);
+    ASSERT_TRUE(socket.connected()) << "connection " << i;
+    if (i % 2 == 0)
+      socket.Send(
+          std::string_view("GET / HTTP/1.1\r\n\r\n"
+                           "garbage garbage garbage"));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the last closes are logged
+  const std::string log = ReadFile(phubd.log_path).substr(log_before);
+  const int warnings = CountLinesWith(log, "[warning]");
+  std::printf("3000 bad data connections: %d warning lines in phubd's log\n", warnings);
+  EXPECT_LE(warnings, 40) << "phubd's log:\n" << log.substr(0, 3000);
+
+  Status honest_outcome;
+  BackgroundTask honest(phubd, [&] {
+    honest_outcome = job.honest.client->Init();
+    if (honest_outcome.ok()) honest_outcome = RunIteration(job.honest, 1);
+  });
+  EXPECT_TRUE(ReadInitialWeights(job.forged, 0, std::chrono::seconds(5)));
+  EXPECT_TRUE(ForgedIteration(job.forged, 1, std::chrono::seconds(5)));
+  EXPECT_TRUE(honest.Finish(std::chrono::seconds(5)));
+  EXPECT_TRUE(honest_outcome.ok()) << honest_outcome;
+  ForgedLeave(job.forged);
+  EXPECT_TRUE(job.honest.client->Close().ok());
+  job.honest.client.reset();
   ExpectServesAJobAndStaysSmall(phubd);
 }
 

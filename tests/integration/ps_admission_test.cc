@@ -32,6 +32,9 @@ proto::ControlMessage RawHello(const RunningPhubd& phubd, const proto::Hello& he
   boost::asio::io_context context;
   auto socket = transport::ConnectWithRetry(context, "127.0.0.1", phubd.port, 5000);
   EXPECT_TRUE(socket.ok()) << socket.status();
+  // phubd speaks first: its Challenge (a Hello without a token needs no proof of one).
+  auto challenge = transport::ReadControlMessage(*socket);
+  EXPECT_TRUE(challenge.ok() && challenge->has_challenge()) << challenge.status();
   proto::ControlMessage message;
   *message.mutable_hello() = hello;
   EXPECT_TRUE(transport::WriteControlMessage(*socket, message).ok());

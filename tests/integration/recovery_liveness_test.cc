@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -336,13 +337,16 @@ TEST(Recovery, CutLinkIsDetectedWithinLiveness) {
   LinkedNamespace ns;
   if (!ns.error().empty()) GTEST_SKIP() << ns.error();
   TempDir dir;
-  // On every address: rank 0 comes over loopback, rank 1 from the namespace over the veth.
+  // On every address: rank 0 comes over loopback, rank 1 from the namespace over the veth
+  // (another host: a token, or phubd would serve only its own machine).
+  std::ofstream(dir.File("token")) << "cut-link-token\n";
   Phubd phubd = LaunchPhubd(dir, "phubd", 0,
                             Flags(2, {"--liveness-timeout-ms", std::to_string(kLivenessMs),
-                                      "--rejoin-timeout-ms", std::to_string(kRejoinMs)}),
+                                      "--rejoin-timeout-ms", std::to_string(kRejoinMs),
+                                      "--token-file", dir.File("token")}),
                             "0.0.0.0");
   Job job(dir, "cut", 2, 100000);
-  job.extra = {"--step-delay-ms", "10"};
+  job.extra = {"--step-delay-ms", "10", "--token", "cut-link-token"};
   job.hosts = {"127.0.0.1", ns.host_ip()};
   job.workers.push_back(job.Start(0, phubd.port));
   job.prefix = ns.Exec();
@@ -366,6 +370,39 @@ TEST(Recovery, CutLinkIsDetectedWithinLiveness) {
   EXPECT_THAT(job.Log(0), HasSubstr("stalled"));
   Record("both_exit_ms", MsSince(cut));
   EXPECT_TRUE(phubd.process.Running());
+}
+
+// Protected by default (issue 38): a phubd without a token serves only its own machine's
+// workers. A worker from another host (the namespace, over the veth) is refused with the fix;
+// with --allow-remote-without-token it joins, and phubd's log warns that anyone may.
+TEST(Authentication, WithoutATokenOnlyThisMachinesWorkersJoin) {
+  LinkedNamespace ns;
+  if (!ns.error().empty()) GTEST_SKIP() << ns.error();
+  TempDir dir;
+  for (const bool allow : {false, true}) {
+    std::vector<std::string> flags = Flags(1, {});
+    if (allow) flags.push_back("--allow-remote-without-token");
+    Phubd phubd = LaunchPhubd(dir, allow ? "open" : "protected", 0, flags, "0.0.0.0");
+    EXPECT_THAT(phubd.Log(), HasSubstr(allow ? "authentication: NONE"
+                                             : "serves only workers on this machine"));
+    Job job(dir, allow ? "remote-open" : "remote", 1, 1000);
+    job.hosts = {ns.host_ip()};
+    job.prefix = ns.Exec();
+    job.workers.push_back(job.Start(0, phubd.port));
+    const std::optional<int> code = job.workers[0].Wait(milliseconds(20000));
+    if (allow) {
+      EXPECT_EQ(code, 0) << job.Log(0);
+    } else {
+      EXPECT_NE(code, 0) << job.Log(0);
+      EXPECT_THAT(job.Log(0), HasSubstr("serves only workers on its own machine"));
+      EXPECT_THAT(job.Log(0), HasSubstr("--token-file"));
+      EXPECT_THAT(phubd.Log(), HasSubstr("has no token and serves only this machine"));
+    }
+    // This machine's workers are served either way.
+    Job local(dir, allow ? "local-open" : "local", 1, 1000);
+    local.workers.push_back(local.Start(0, phubd.port));
+    EXPECT_EQ(local.workers[0].Wait(milliseconds(20000)), 0) << local.Log(0);
+  }
 }
 
 }  // namespace

@@ -167,8 +167,11 @@ proto::Hello HelloOf(const std::string& job, const std::string& token, std::uint
   return hello;
 }
 
-proto::ControlMessage RawHello(std::uint16_t port, const proto::Hello& hello) {
-  RawSocket socket = RawSocket::Connect(port);
+// From `source` (a loopback address): failed Hellos from one address are answered ever later
+// (refusal_pacer.h), so a test making many gives each its own.
+proto::ControlMessage RawHello(std::uint16_t port, const proto::Hello& hello,
+                               const std::string& source = "") {
+  RawSocket socket = RawSocket::Connect(port, Millis(5000), source);
   EXPECT_TRUE(socket.connected());
   EXPECT_TRUE(socket.SendMessage(Wrap(hello)));
   proto::ControlMessage reply;
@@ -220,7 +223,9 @@ TEST(SharedPbox, ATenantWithoutTheTokenCanNeitherJoinNorReachAnotherJob) {
            {"beta", "guess"}, {"beta", "alpha-secret"}, {"beta", ""}, {"gamma", "x"},
            {"", "beta-secret"}}) {
     for (std::uint32_t rank : {0u, 1u}) {
-      proto::ControlMessage reply = RawHello(phubd.port, HelloOf(job, token, rank, 2, tensors));
+      static int attempt = 0;
+      proto::ControlMessage reply = RawHello(phubd.port, HelloOf(job, token, rank, 2, tensors),
+                                             "127.0.2." + std::to_string(++attempt));
       ASSERT_TRUE(reply.has_error()) << job << "/" << token << ": " << reply.DebugString();
       EXPECT_EQ(reply.error().code(), proto::Error::BAD_TOKEN) << reply.error().message();
       EXPECT_THAT(reply.error().message(), ::testing::Not(HasSubstr("running")));
@@ -338,12 +343,18 @@ TEST(SharedPbox, AJobOverTheMemoryBudgetIsRefusedNamingItAndTheRunningJobGoesOn)
   ASSERT_TRUE(first[1].client->Init().ok());
   init0.join();
 
-  proto::ControlMessage reply = RawHello(phubd.port, HelloOf("second", "", 0, 2, tensors));
+  // The job is charged when it forms (its last worker's Hello): refused then, every member.
+  RawSocket rank0 = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(rank0.SendMessage(Wrap(HelloOf("second", "", 0, 2, tensors))));
+  proto::ControlMessage reply = RawHello(phubd.port, HelloOf("second", "", 1, 2, tensors));
   ASSERT_TRUE(reply.has_error());
   EXPECT_EQ(reply.error().code(), proto::Error::RESOURCE_EXHAUSTED);
   EXPECT_THAT(reply.error().message(), HasSubstr("212800"));
   EXPECT_THAT(reply.error().message(), HasSubstr("--memory-budget-bytes"));
   EXPECT_THAT(reply.error().message(), HasSubstr("300000"));
+  proto::ControlMessage reply0;
+  ASSERT_EQ(rank0.ReadMessage(reply0, Millis(5000)), RawSocket::Read::kOk);
+  EXPECT_EQ(reply0.error().code(), proto::Error::RESOURCE_EXHAUSTED);
   // A small job still fits beside it: 1000 floats, 1 worker: (4000 + 256) * 4 = 17024.
   options.job = "small";
   auto small = ConnectWorkers(options, 1, {0}, TestTensors({1000}));

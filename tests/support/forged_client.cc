@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 
 namespace phub::testing {
@@ -31,11 +32,20 @@ int MillisLeft(Clock::time_point deadline) {
 
 }  // namespace
 
-RawSocket RawSocket::Connect(std::uint16_t port, Millis timeout) {
+RawSocket RawSocket::Connect(std::uint16_t port, Millis timeout, const std::string& source) {
   const auto deadline = Clock::now() + timeout;
   while (true) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return RawSocket();
+    if (!source.empty()) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      if (inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1 ||
+          bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+        close(fd);
+        return RawSocket();
+      }
+    }
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(port);
@@ -44,7 +54,7 @@ RawSocket RawSocket::Connect(std::uint16_t port, Millis timeout) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-      return RawSocket(fd);
+      return RawSocket(fd, /*worker=*/true);
     }
     const int error = errno;
     close(fd);
@@ -56,7 +66,11 @@ RawSocket RawSocket::Connect(std::uint16_t port, Millis timeout) {
   }
 }
 
-RawSocket::RawSocket(RawSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+RawSocket::RawSocket(RawSocket&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      worker_(other.worker_),
+      nonce_(std::move(other.nonce_)),
+      held_(std::move(other.held_)) {}
 
 RawListener RawListener::Listen() {
   RawListener listener;
@@ -115,6 +129,9 @@ RawSocket& RawSocket::operator=(RawSocket&& other) noexcept {
   if (this != &other) {
     Close();
     fd_ = std::exchange(other.fd_, -1);
+    worker_ = other.worker_;
+    nonce_ = std::move(other.nonce_);
+    held_ = std::move(other.held_);
   }
   return *this;
 }
@@ -156,6 +173,26 @@ bool RawSocket::Send(std::string_view bytes) {
 }
 
 bool RawSocket::SendMessage(const proto::ControlMessage& message) {
+  if (worker_ && message.has_hello()) {
+    if (nonce_.empty() && !held_) {
+      proto::ControlMessage first;
+      if (ReadFrame(first, Millis(5000)) == Read::kOk) {
+        if (first.has_challenge()) {
+          nonce_ = first.challenge().nonce();
+        } else {
+          held_ = std::move(first);  // phubd's refusal: the next ReadMessage returns it
+        }
+      }
+    }
+    proto::ControlMessage answered = message;
+    proto::Hello& hello = *answered.mutable_hello();
+    hello.set_token_proof(TokenProof(hello.token_proof(), nonce_, hello.job()));
+    return SendFramed(answered);
+  }
+  return SendFramed(message);
+}
+
+bool RawSocket::SendFramed(const proto::ControlMessage& message) {
   std::string body = message.SerializeAsString();
   std::string framed(4, '\0');
   const auto length = static_cast<std::uint32_t>(body.size());
@@ -193,6 +230,21 @@ RawSocket::Read RawSocket::ReadExact(std::span<std::byte> out, Millis timeout) {
 }
 
 RawSocket::Read RawSocket::ReadMessage(proto::ControlMessage& out, Millis timeout) {
+  if (held_) {
+    out = std::move(*held_);
+    held_.reset();
+    return Read::kOk;
+  }
+  const auto deadline = Clock::now() + timeout;
+  Read r = ReadFrame(out, timeout);
+  if (r == Read::kOk && worker_ && nonce_.empty() && out.has_challenge()) {
+    nonce_ = out.challenge().nonce();
+    return ReadFrame(out, Millis(MillisLeft(deadline)));
+  }
+  return r;
+}
+
+RawSocket::Read RawSocket::ReadFrame(proto::ControlMessage& out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   std::uint32_t length = 0;
   Read r = ReadExact(std::as_writable_bytes(std::span<std::uint32_t>(&length, 1)), timeout);
@@ -253,7 +305,7 @@ proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world,
                        const std::vector<keys::TensorSpec>& tensors, const std::string& token) {
   proto::Hello hello;
   hello.set_protocol_version(kProtocolVersion);
-  hello.set_job_token(token);
+  hello.set_token_proof(token);  // answered when sent (RawSocket::SendMessage)
   hello.set_rank(rank);
   hello.set_world_size(world);
   for (const auto& t : tensors) {

@@ -35,8 +35,13 @@ class RawSocket {
     kGarbage,  // a control frame that is not a ControlMessage (or longer than 64 MiB)
   };
 
-  // Connects to 127.0.0.1:port; connected() is false if that failed within `timeout`.
-  static RawSocket Connect(std::uint16_t port, Millis timeout = Millis(5000));
+  // Connects to 127.0.0.1:port, from `source` (another loopback address such as 127.0.0.2, to
+  // play a second host; empty: the kernel's choice); connected() is false if that failed within
+  // `timeout`. Such a socket plays a worker: phubd's Challenge (its first message) is taken by
+  // the first ReadMessage or SendMessage of a Hello, and a Hello's token_proof, which test
+  // Hellos carry the worker's TOKEN in (MakeHello), is replaced by the proof of it.
+  static RawSocket Connect(std::uint16_t port, Millis timeout = Millis(5000),
+                           const std::string& source = "");
 
   RawSocket() = default;
   RawSocket(RawSocket&& other) noexcept;
@@ -50,15 +55,22 @@ class RawSocket {
   // All of `bytes`, or false if the peer is gone (or 5 s passed with the send buffer full).
   bool Send(std::span<const std::byte> bytes);
   bool Send(std::string_view bytes);
-  // A control-plane frame: 4-byte little-endian length, then the serialized message.
+  // A control-plane frame: 4-byte little-endian length, then the serialized message. A worker's
+  // Hello first takes the Challenge (within 5 s) and answers it (Connect above).
   bool SendMessage(const proto::ControlMessage& message);
+  // The nonce of the Challenge taken, empty before.
+  const std::string& nonce() const { return nonce_; }
   // A data-plane header and its payload.
   bool SendWire(const transport::EncodedHeader& header, std::span<const std::byte> payload = {});
 
+  // The frame as given, no Challenge taken first.
+  bool SendFramed(const proto::ControlMessage& message);
   // Exactly out.size() bytes.
   Read ReadExact(std::span<std::byte> out, Millis timeout);
-  // One control-plane frame, parsed.
+  // One control-plane frame, parsed (a worker's socket: the Challenge is taken, not returned).
   Read ReadMessage(proto::ControlMessage& out, Millis timeout);
+  // One frame exactly as it came, the Challenge included.
+  Read ReadFrame(proto::ControlMessage& out, Millis timeout);
   // One data-plane message: header (decoded; a header that does not decode counts as garbage)
   // and its payload.
   Read ReadWire(transport::WireHeader& header, std::vector<std::byte>& payload, Millis timeout);
@@ -70,8 +82,11 @@ class RawSocket {
 
  private:
   friend class RawListener;
-  explicit RawSocket(int fd) : fd_(fd) {}
+  explicit RawSocket(int fd, bool worker = false) : fd_(fd), worker_(worker) {}
   int fd_ = -1;
+  bool worker_ = false;        // connected to phubd: its first message is a Challenge
+  std::string nonce_;          // the Challenge's, once taken
+  std::optional<proto::ControlMessage> held_;  // read while looking for the Challenge
 };
 
 // The other side, for a test that plays phubd: a listener on 127.0.0.1 (the kernel picks the
@@ -104,7 +119,8 @@ inline std::ostream& operator<<(std::ostream& out, RawSocket::Read read) {
   return out << ReadName(read);
 }
 
-// The Hello a PsClient would send for `tensors`.
+// The Hello a PsClient would send for `tensors`; `token` rides in token_proof until a worker's
+// RawSocket sends it (and answers the Challenge with the proof of it).
 proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world,
                        const std::vector<keys::TensorSpec>& tensors, const std::string& token = "");
 proto::ControlMessage Wrap(const proto::Hello& hello);

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 
 namespace phub::testing {
@@ -54,6 +55,10 @@ proto::Welcome ForgedPhubd::MakeWelcome() const {
 AssertionResult ForgedPhubd::AcceptHello() {
   control_ = control_listener_.Accept(kForgedStep);
   if (!control_.connected()) return AssertionFailure() << "PsClient did not connect within 5 s";
+  // As phubd does: a Challenge first (this phubd takes any token proof).
+  proto::ControlMessage challenge;
+  challenge.mutable_challenge()->set_nonce(std::string(kChallengeNonceBytes, 'n'));
+  if (!control_.SendMessage(challenge)) return AssertionFailure() << "could not send a Challenge";
   proto::ControlMessage message;
   const RawSocket::Read read = control_.ReadMessage(message, kForgedStep);
   if (read != RawSocket::Read::kOk) return AssertionFailure() << "no Hello: " << read;

@@ -34,14 +34,21 @@ struct JobSizeLimits {
 // Several jobs on one PBox (docs/operations.md "Sharing a PBox").
 struct SharingOptions {
   std::uint32_t max_jobs = 16;  // jobs forming or running at once
+  // Jobs forming at once whose first Hello came from one address: a tenant cannot take every
+  // --max-jobs place with jobs that never form.
+  std::uint32_t max_forming_jobs_per_source = 4;
   // What all jobs together may hold: each job is charged its model times (world size + 3) (a
-  // slot per worker, the weights, up to two optimizer state arrays) from its first Hello to its
-  // end; a job that would pass it is refused. 0 until Server::Start derives it (80 % of memory).
+  // slot per worker, the weights, up to two optimizer state arrays) from the moment it forms
+  // (all its Hellos in) to its end; a job that would pass it is refused then. 0 until
+  // Server::Start derives it (80 % of memory).
   std::uint64_t memory_budget_bytes = 0;
   std::string job_token;  // contents of --token-file; empty = no token
   // --job-tokens DIR: job NAME's token is the contents of DIR/NAME, read at each first Hello
   // (job_tokens.h); a job without a file there is refused. Overrides job_token when set.
   std::string job_tokens_dir;
+  // Without any token phubd serves only workers on this machine (loopback), as Redis's
+  // protected mode; --allow-remote-without-token lets anyone who reaches the port join.
+  bool allow_remote_without_token = false;
   // --job-weight NAME=W: the job's share of every core's sends (weighted fair queueing,
   // fair_send_queue.h); jobs not named weigh 1.
   std::map<std::string, double> job_weights;

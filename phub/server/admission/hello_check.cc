@@ -1,7 +1,5 @@
 #include "phub/server/admission/hello_check.h"
 
-#include "phub/server/admission/job_tokens.h"
-
 #include "phub/server/checkpoint/checkpoint_file.h"
 
 #include "absl/strings/str_cat.h"
@@ -116,7 +114,6 @@ std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOpt
 }
 
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const AdmissionOptions& options,
-                                       const std::string& expected_token,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken) {
   if (hello.protocol_version() != kProtocolVersion) {
@@ -124,10 +121,6 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
                      absl::StrCat("worker speaks protocol version ", hello.protocol_version(),
                                   ", phubd speaks ", kProtocolVersion),
                      "run phubd and phub-worker from the same PHub release");
-  }
-  if (!TokensEqual(hello.job_token(), expected_token)) {
-    return MakeError(proto::Error::BAD_TOKEN, "the job token does not match phubd's",
-                     "give the worker the same --token-file as phubd");
   }
   // rank_taken has the job's world size (its first Hello's, bounded by the control plane).
   if (hello.world_size() != rank_taken.size()) {

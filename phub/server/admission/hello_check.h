@@ -32,7 +32,8 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
 // The Hello's wire format ("" means fp32); InvalidArgument naming the accepted ones.
 StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello);
 
-// `expected_token`: the job's (job_tokens.h); rank_taken.size() is the job's world size.
+// The token was checked before (ControlPlane: the Hello's token proof); rank_taken.size() is
+// the job's world size.
 // Racks of racks: a Hello's racks, rack and rack_workers against phubd's --topology and
 // --rack (a worker must be of this phubd's rack, with its rack's size; a PBox relaying its rack
 // must join as rank = its rack of world = the racks, with its rack's workers): what makes its
@@ -40,7 +41,6 @@ StatusOr<kernels::WireFormat> JobWireFormat(const proto::Hello& hello);
 std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOptions& options);
 
 std::optional<proto::Error> CheckHello(const proto::Hello& hello, const AdmissionOptions& options,
-                                       const std::string& expected_token,
                                        const proto::Hello* first,
                                        const std::vector<bool>& rank_taken);
 

@@ -17,6 +17,32 @@ StatusOr<std::string> JobName(const std::string& requested) {
                                                  ": a job name is ", kPlainNameRule));
 }
 
+Authentication AuthenticationMode(const SharingOptions& options) {
+  if (!options.job_tokens_dir.empty()) {
+    return {"job_tokens",
+            absl::StrCat("authentication: per-job tokens in ", options.job_tokens_dir,
+                         " (job NAME's workers prove they hold DIR/NAME; the token never "
+                         "travels)"),
+            false};
+  }
+  if (!options.job_token.empty()) {
+    return {"token",
+            "authentication: one token for every job (--token-file; workers prove they hold it, "
+            "the token never travels)",
+            false};
+  }
+  if (!options.allow_remote_without_token) {
+    return {"loopback_only",
+            "authentication: none, so phubd serves only workers on this machine (loopback); give "
+            "--token-file or --job-tokens to serve other hosts",
+            false};
+  }
+  return {"none",
+          "authentication: NONE and --allow-remote-without-token: anyone who reaches the control "
+          "port may join a job and read its weights; give --token-file or --job-tokens",
+          true};
+}
+
 StatusOr<std::string> ExpectedToken(const SharingOptions& options, const std::string& job) {
   if (options.job_tokens_dir.empty()) return options.job_token;
   // JobName already refused '/', '..' and the like: the path stays inside the directory.
@@ -27,17 +53,6 @@ StatusOr<std::string> ExpectedToken(const SharingOptions& options, const std::st
                                             path.string(), " in --job-tokens)"));
   }
   return token;
-}
-
-bool TokensEqual(const std::string& a, const std::string& b) {
-  unsigned char differ = a.size() == b.size() ? 0 : 1;
-  const std::string& longer = a.size() >= b.size() ? a : b;
-  const std::string& other = a.size() >= b.size() ? b : a;
-  for (std::size_t i = 0; i < longer.size(); ++i) {
-    differ |= static_cast<unsigned char>(longer[i]) ^
-              static_cast<unsigned char>(i < other.size() ? other[i] : 0);
-  }
-  return differ == 0;
 }
 
 }  // namespace phub::server

@@ -18,10 +18,15 @@ inline constexpr std::size_t kMaxJobNameBytes = kMaxPlainNameBytes;
 // (1 to 64 characters of [A-Za-z0-9._-], not starting with '.').
 StatusOr<std::string> JobName(const std::string& requested);
 
+// How workers are authenticated, for the start-up log and /metrics (phub_authentication).
+struct Authentication {
+  std::string label;     // job_tokens, token, loopback_only or none
+  std::string sentence;  // for the log: what is in force and what it means
+  bool warn = false;     // none: anyone who reaches the port may join
+};
+Authentication AuthenticationMode(const SharingOptions& options);
+
 // The token `job` must present. NotFound naming the file when --job-tokens has none for it.
 StatusOr<std::string> ExpectedToken(const SharingOptions& options, const std::string& job);
-
-// Constant-time comparison: a peer timing the refusal learns nothing of the token.
-bool TokensEqual(const std::string& a, const std::string& b);
 
 }  // namespace phub::server

@@ -85,8 +85,12 @@ transport::AcceptHooks ServerCore::Hooks() {
   hooks.admit = [this](std::size_t setting_up) -> std::optional<transport::ConnectionSizing> {
     AssertOnLoop();
     if (router_.empty()) {
-      // Between jobs nobody may attach; the worker's handshake would have said so.
-      spdlog::warn("core {}: refusing a data connection: no job is running", index_);
+      // Between jobs nobody may attach; the worker's handshake would have said so. A peer
+      // may open thousands of these a second: at most 10 lines per 10 s, the rest counted.
+      if (auto suppressed = no_job_log_.Allow()) {
+        spdlog::warn("core {}: refusing a data connection: no job is running{}", index_,
+                     LogLimiter::Note(*suppressed));
+      }
       return std::nullopt;
     }
     // Connections still in their set-up have not attached either: they count too.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "phub/common/log_limiter.h"
 #include "phub/server/core/core_options.h"
 #include "phub/server/shard/fair_send_queue.h"
 #include "phub/server/shard/shard.h"
@@ -97,6 +98,8 @@ class ServerCore {
   std::string address_;
   std::uint32_t nic_ = 0;
   std::uint64_t refused_ = 0;  // data connections refused for --max-connections
+  // Data connections refused between jobs: a flood of them must not flood the log.
+  LogLimiter no_job_log_;
   // Last, so it is destroyed (its thread joined) first: handlers still queued on it may touch
   // the members above.
   transport::EventLoop loop_;

@@ -39,6 +39,8 @@ struct Session {
   SessionState state = SessionState::kAwaitingHello;
   std::int64_t rank = -1;  // set once its Hello is accepted
   std::string peer;        // for logs
+  std::string source;      // the peer's address without its port: its quotas' key
+  std::string nonce;       // the Challenge it was sent; its Hello's token proof answers it
   proto::Hello hello;
   // The job it joined (from its accepted Hello until it ends); the control plane owns jobs.
   std::shared_ptr<Job> job;

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/bounded_text.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/admission/job_limits.h"
 #include "spdlog/spdlog.h"
@@ -42,6 +43,17 @@ std::uint32_t Job::connected() const {
   return n;
 }
 
+std::uint32_t Job::members() const {
+  std::uint32_t n = 0;
+  for (const SessionPtr& member : members_) n += member ? 1 : 0;
+  return n;
+}
+
+std::optional<std::chrono::steady_clock::time_point> Job::rejoin_deadline() const {
+  if (!running_ || stalled_ || deadline_.kind != Deadline::kRejoin) return std::nullopt;
+  return deadline_.timer.expiry();
+}
+
 std::uint64_t Job::model_bytes() const {
   if (!running_ || !spec_) return 0;
   std::uint64_t bytes = 0;
@@ -69,7 +81,7 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   }
   // The token was the control plane's to check (it chose this job by it).
   std::optional<proto::Error> error =
-      CheckHello(hello, host_.admission, hello.job_token(), first, taken);
+      CheckHello(hello, host_.admission, first, taken);
   // A rack's part of a job over several racks resumes nothing (its homes' part does). An
   // accepted Hello's role is the job's (CheckHello).
   if (!error && host_.resume.snapshot && !role_.relays_upstream()) {
@@ -99,7 +111,9 @@ void Job::Join(const SessionPtr& session, const proto::Hello& hello) {
   session->job = shared_from_this();
   members_[hello.rank()] = session;
   ++joined_;
-  spdlog::info("{}: rank {} joined ({}/{})", log_name_, hello.rank(), joined_, world_size_);
+  // Which host is which rank: the line an operator greps for when a rank misbehaves.
+  spdlog::info("{}: rank {} joined from {} ({}/{})", log_name_, hello.rank(),
+               Escaped(session->peer), joined_, world_size_);
   if (joined_ == 1) {
     ArmDeadline(Deadline::kForming, deadlines().form_timeout_ms, [this] {
       std::string missing;

@@ -41,6 +41,7 @@
 #include "phub/server/core/server_core.h"
 #include "phub/server/job/control_session.h"
 #include "phub/server/job/job_options.h"
+#include "phub/server/job/job_progress.h"
 #include "phub/server/racks/uplink.h"
 #include "proto/phub.pb.h"
 
@@ -58,6 +59,9 @@ struct ResumeState {
 struct JobCounters {
   std::uint64_t formed = 0, stalls = 0, ended = 0, losses = 0, rejoins = 0;
   std::uint64_t checkpoints_written = 0;
+  // Checkpoints not written: a write that failed (periodic or on stop), or a job's directory
+  // that could not be created at its start.
+  std::uint64_t checkpoint_failures = 0;
 };
 
 class Job : public std::enable_shared_from_this<Job> {
@@ -76,6 +80,9 @@ class Job : public std::enable_shared_from_this<Job> {
     // model (its checkpoints are elsewhere under --resume: CheckNotResumedElsewhere).
     const std::map<std::string, ResumeState>& resumes;
     const bool& stopping;  // phubd is stopping: members end without stalling the job
+    // Runs when the job has formed, before anything is allocated for it: the control plane
+    // takes its memory charge, or returns the Error that refuses every member.
+    std::function<std::optional<proto::Error>(Job&)> reserve;
     // Runs once, on the control thread, when the job has ended (or failed to form): the
     // control plane frees its name and its memory charge.
     std::function<void(Job&)> on_end;
@@ -99,6 +106,11 @@ class Job : public std::enable_shared_from_this<Job> {
   std::uint32_t connected() const;  // members whose control connection is open
   std::uint32_t missing() const { return missing_count_; }
   std::uint64_t model_bytes() const;  // float32, of the running job; 0 before it starts
+  std::uint32_t members() const;      // ranks held by a worker (joined, not lost)
+  // While the job waits for lost workers to rejoin: when it stops waiting (and stalls).
+  std::optional<std::chrono::steady_clock::time_point> rejoin_deadline() const;
+  // Its iteration, rate and bytes (per-job series); the control plane's thread only.
+  JobProgress& progress() { return progress_; }
 
   // A Hello naming this job, its token already checked: joins the forming job, rejoins the
   // running one, or is refused (the Error names why).
@@ -111,8 +123,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // Heartbeat.
   void CheckLiveness(std::chrono::steady_clock::time_point now);
   // phubd stops: SIGTERM with --checkpoint-dir writes the running job's checkpoint first; then
-  // the job ends once its sessions are dropped.
-  void CheckpointNow();
+  // the job ends once its sessions are dropped. An error (logged, counted) when a checkpoint
+  // was due and could not be written: phubd then exits non-zero.
+  Status CheckpointNow();
   void EndIfRunning();
 
  private:
@@ -215,6 +228,7 @@ class Job : public std::enable_shared_from_this<Job> {
     double pause_ms = 0;
   } pending_checkpoint_;
   std::shared_ptr<const JobSpec> spec_;  // while running
+  JobProgress progress_;                 // from the start on (its last values after the end)
   // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).
   std::shared_ptr<Uplink> uplink_;
   // Shards' events and timers may come after the job is gone: guard them.

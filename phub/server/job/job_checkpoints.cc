@@ -23,8 +23,10 @@ std::unique_ptr<CheckpointWriter> Job::MakeCheckpointWriter() {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    spdlog::error("{}: cannot create checkpoint directory {}: {}", log_name_, dir.string(),
-                  ec.message());
+    ++host_.counters.checkpoint_failures;
+    spdlog::error("{}: cannot create checkpoint directory {}: {}; the job is refused (give "
+                  "phubd a writable --checkpoint-dir)",
+                  log_name_, dir.string(), ec.message());
     return nullptr;
   }
   return std::make_unique<CheckpointWriter>(
@@ -125,8 +127,11 @@ void Job::SubmitCheckpoint(std::shared_ptr<const JobSnapshot> snapshot, std::uin
       // Posted to this thread only while the job lives (the writer's `post`).
       snapshot, [this, iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
         if (!path.ok()) {
-          spdlog::error("{}: checkpoint of iteration {} failed: {}; the previous one is kept",
-                        log_name_, iteration, path.status().message());
+          ++host_.counters.checkpoint_failures;
+          spdlog::error("{}: checkpoint of iteration {} in {} failed: {}; the previous one is "
+                        "kept (phub_checkpoint_failures_total counts these)",
+                        log_name_, iteration, checkpoints_ ? checkpoints_->dir() : "?",
+                        path.status().message());
         } else {
           ++host_.counters.checkpoints_written;
           spdlog::info("{}: checkpoint of iteration {} written to {} in {:.0f} ms; the cores "
@@ -156,8 +161,10 @@ void Job::FlushPendingCheckpoint() {
   // Waits for the write in progress, then writes on this thread: the job is ending.
   StatusOr<std::string> path = checkpoints_->WriteNow(*last.snapshot);
   if (!path.ok()) {
-    spdlog::error("{}: checkpoint of iteration {} failed: {}; the previous one is kept",
-                  log_name_, last.iteration, path.status().message());
+    ++host_.counters.checkpoint_failures;
+    spdlog::error("{}: checkpoint of iteration {} in {} failed: {}; the previous one is kept "
+                  "(phub_checkpoint_failures_total counts these)",
+                  log_name_, last.iteration, checkpoints_->dir(), path.status().message());
     return;
   }
   ++host_.counters.checkpoints_written;
@@ -166,8 +173,8 @@ void Job::FlushPendingCheckpoint() {
                log_name_, last.iteration, *path, last.pause_ms);
 }
 
-void Job::CheckpointNow() {
-  if (!checkpoints_ || !running_ || !spec_) return;
+Status Job::CheckpointNow() {
+  if (!checkpoints_ || !running_ || !spec_) return absl::OkStatus();
   pending_checkpoint_ = {};  // this one is newer
   std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader();
   // The data plane stops first, so that no chunk moves on while the others are copied.
@@ -180,15 +187,22 @@ void Job::CheckpointNow() {
   for (const ChunkSnapshot& chunk : snapshot->chunks) low = std::min(low, chunk.iteration);
   if (snapshot->chunks.empty() || low == 0) {
     spdlog::info("{}: no checkpoint on stop: the job has not completed an iteration", log_name_);
-    return;
+    return absl::OkStatus();
   }
   StatusOr<std::string> path = checkpoints_->WriteNow(*snapshot);
   if (!path.ok()) {
-    spdlog::error("{}: checkpoint on stop failed: {}", log_name_, path.status().message());
-    return;
+    ++host_.counters.checkpoint_failures;
+    const std::string what =
+        absl::StrCat(log_name_, ": checkpoint on stop (iteration ", low, ") in ",
+                     checkpoints_->dir(), " failed: ", path.status().message());
+    spdlog::error("{}; phubd will exit 1: restart it with --resume on an older checkpoint, or "
+                  "the job starts afresh",
+                  what);
+    return absl::DataLossError(what);
   }
   ++host_.counters.checkpoints_written;
   spdlog::info("{}: checkpoint on stop written to {} (iteration {})", log_name_, *path, low);
+  return absl::OkStatus();
 }
 
 }  // namespace phub::server

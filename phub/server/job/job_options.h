@@ -11,7 +11,7 @@ namespace phub::server {
 
 // How long members may hold a job in each phase (docs/operations.md "Limits").
 struct JobDeadlines {
-  int form_timeout_ms = 300000;  // a job must have all its workers this long after the first
+  int form_timeout_ms = 120000;  // a job must have all its workers this long after the first
   // Every member must be attached to every core this long after the job's Welcome, or the job
   // stalls; each core also closes a data connection that has not ATTACHed by then.
   int attach_timeout_ms = 10000;

@@ -82,10 +82,26 @@ void Job::Rejoin(const SessionPtr& session, const proto::Hello& hello) {
   std::vector<bool> taken(world_size_, true);
   taken[hello.rank()] = false;
   std::optional<proto::Error> error =
-      CheckHello(hello, host_.admission, hello.job_token(), &job_hello_, taken);
+      CheckHello(hello, host_.admission, &job_hello_, taken);
   if (error) {
     spdlog::warn("{}: refusing rank {}'s rejoin from {}: {}", log_name_, hello.rank(),
                  session->peer, error->message());
+    if (ranks_[hello.rank()].missing && deadline_.kind == Deadline::kRejoin) {
+      // Most likely a new job under the old one's name, not its worker: say what holds the
+      // name, and until when, before what differs.
+      const auto left = std::chrono::duration_cast<std::chrono::seconds>(
+          deadline_.timer.expiry() - std::chrono::steady_clock::now());
+      return Refuse(session,
+                    MakeError(error->code(),
+                              absl::StrCat(log_name_, " is running and waits for rank ",
+                                           hello.rank(), " to rejoin for ",
+                                           std::max<std::int64_t>(0, left.count()),
+                                           " s more (--rejoin-timeout-ms); this worker is not "
+                                           "one of it: ",
+                                           error->message()),
+                              "give the new job another name (--job), or wait until the old "
+                              "one ends"));
+    }
     return Refuse(session, *error);
   }
   const std::uint32_t rank = hello.rank();

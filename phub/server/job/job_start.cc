@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/version.h"
+#include "phub/server/admission/job_tokens.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/checkpoint/snapshot_buffers.h"
 #include "phub/server/job/initial_weights.h"
@@ -53,6 +54,7 @@ std::uint64_t NewSessionSecret() {
 
 void Job::Start() {
   CancelDeadline();
+  if (auto refusal = host_.reserve(*this)) return FailForming(*refusal);
   const proto::Hello& hello = members_[0]->hello;
   const bool steps = !role_.relays_upstream();  // a rack's part sums; the homes step
   StartPlan plan{.resume = steps ? host_.resume.snapshot : nullptr,
@@ -113,8 +115,16 @@ kernels::OptimizerConfig Job::ShardOptimizer(const kernels::OptimizerConfig& job
 // Racks of racks (uplink.h): a rack's part passes each chunk's sum to its home PBox.
 std::optional<proto::Error> Job::MakeRelay(const proto::Hello& hello, StartPlan& plan) {
   if (!role_.relays_upstream()) return std::nullopt;
+  // The workers proved they hold the job's token; the homes ask this PBox for the same proof.
+  StatusOr<std::string> token = ExpectedToken(host_.admission.sharing, name_);
+  if (!token.ok()) {
+    return MakeError(proto::Error::BAD_TOKEN,
+                     absl::StrCat(log_name_, ": its token is gone from this PBox (",
+                                  token.status().message(), ")"),
+                     "the operator restores the job's token file; then start the job again");
+  }
   UplinkConfig config{.job = name_,
-                      .token = hello.job_token(),
+                      .token = *std::move(token),
                       .topology = host_.admission.racks.topology,
                       .rack = role_.rack(),
                       .rack_workers = world_size_,
@@ -169,7 +179,8 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .resume = plan.resume,
       .resume_iteration = plan.resume ? host_.resume.iteration : 0,
       .relay = plan.uplink,
-      .weights_from_upstream = role_.weights_from_upstream()});
+      .weights_from_upstream = role_.weights_from_upstream(),
+      .traffic = std::make_shared<JobTraffic>(host_.cores.size())});
 }
 
 std::optional<proto::Error> Job::InstallShards(const std::shared_ptr<const JobSpec>& spec) {
@@ -209,6 +220,8 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
   // The shards copied what they resume from; the loaded checkpoint need not outlive that.
   plan.spec->resume.reset();
   spec_ = plan.spec;
+  progress_.Start(spec_->traffic, spec_->table.chunks().size(), spec_->resume_iteration,
+                  std::chrono::steady_clock::now());
   uplink_ = plan.uplink;
   if (uplink_) uplink_->Start();
   job_hello_ = hello;

@@ -11,6 +11,7 @@
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
+#include "phub/server/shard/job_traffic.h"
 
 namespace phub::server {
 
@@ -51,6 +52,9 @@ struct JobSpec {
   // (another rack's does; they come through the relay).
   std::shared_ptr<ChunkRelay> relay{};
   bool weights_from_upstream = false;
+  // The job's bytes and aggregations per core (its per-job series); null in tests and fuzzers
+  // that count nothing. Each shard writes its core's slot only.
+  std::shared_ptr<JobTraffic> traffic{};
 };
 
 }  // namespace phub::server

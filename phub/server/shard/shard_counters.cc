@@ -1,5 +1,6 @@
-// Shard (shard.h): what it counts, into ShardStats (the job-end log line) and the core's
-// exported series (server_metrics.h; absent in tests and fuzzers).
+// Shard (shard.h): what it counts, into ShardStats (the job-end log line), the core's
+// exported series (server_metrics.h; absent in tests and fuzzers) and the job's own
+// (job_traffic.h: its slot for this core).
 #include <chrono>
 
 #include "phub/server/shard/shard.h"
@@ -8,6 +9,9 @@ namespace phub::server {
 
 void Shard::CountReceived(std::uint64_t bytes, bool push) {
   stats_.bytes_in += bytes;
+  if (job_->traffic) {
+    job_->traffic->core(core_).received_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
   if (!metrics_) return;
   metrics_->received_bytes->Add(bytes);
   if (!push) return;
@@ -17,11 +21,17 @@ void Shard::CountReceived(std::uint64_t bytes, bool push) {
 
 void Shard::CountSent(std::uint64_t bytes) {
   stats_.bytes_out += bytes;
+  if (job_->traffic) {
+    job_->traffic->core(core_).sent_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
   if (metrics_) metrics_->sent_bytes->Add(bytes);
 }
 
 void Shard::CountAggregation(std::chrono::steady_clock::time_point began) {
   ++stats_.aggregations;
+  if (job_->traffic) {
+    job_->traffic->core(core_).aggregations.fetch_add(1, std::memory_order_relaxed);
+  }
   if (!metrics_) return;
   const auto now = std::chrono::steady_clock::now();
   metrics_->aggregations->Add();

@@ -91,6 +91,26 @@ std::string MetricsBody(const PhubdState& st) {
   per_job("phub_job_weight", &FakeJob::weight);
   per_job("phub_workers_connected", &FakeJob::connected);
   per_job("phub_workers_missing", &FakeJob::missing);
+  per_job("phub_job_members", &FakeJob::members);
+  per_job("phub_job_iteration", &FakeJob::iteration);
+  per_job("phub_job_iterations_per_second", &FakeJob::iterations_per_second);
+  per_job("phub_job_rejoin_deadline_seconds", &FakeJob::rejoin_deadline);
+  w.Family("phub_job_received_bytes_total", "counter", "Per job.");
+  for (const FakeJob& job : st.jobs) {
+    w.Series("phub_job_received_bytes_total", job.received_bytes, {{"job_name", job.name}});
+  }
+  w.Family("phub_job_sent_bytes_total", "counter", "Per job.");
+  for (const FakeJob& job : st.jobs) {
+    w.Series("phub_job_sent_bytes_total", job.sent_bytes, {{"job_name", job.name}});
+  }
+  w.Family("phub_job_state", "gauge", "Per job and state.");
+  for (const FakeJob& job : st.jobs) {
+    if (job.state.empty()) continue;
+    for (const char* state : {"forming", "running", "waiting_for_rejoin", "stalled"}) {
+      w.Series("phub_job_state", job.state == state ? 1 : 0,
+               {{"job_name", job.name}, {"state", state}});
+    }
+  }
   one("phub_jobs", "gauge", static_cast<double>(st.jobs.size()));
   one("phub_memory_budget_bytes", "gauge", st.memory_budget);
   one("phub_memory_charged_bytes", "gauge", st.memory_charged);
@@ -101,6 +121,7 @@ std::string MetricsBody(const PhubdState& st) {
   one("phub_workers_lost_total", "counter", st.workers_lost);
   one("phub_workers_rejoined_total", "counter", st.workers_rejoined);
   one("phub_checkpoints_written_total", "counter", st.checkpoints);
+  one("phub_checkpoint_failures_total", "counter", st.checkpoint_failures);
   one("phub_hellos_refused_total", "counter", st.hellos_refused);
   one("process_resident_memory_bytes", "gauge", st.resident_bytes);
   one("process_virtual_memory_bytes", "gauge", st.virtual_bytes);

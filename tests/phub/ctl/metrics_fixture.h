@@ -35,6 +35,11 @@ struct FakeJob {
   double connected = 0, missing = 0;
   double charge = 0;  // bytes of the memory budget
   double weight = 1;
+  // The series of issue 38 (phubd 0.1 with per-job progress); `state` empty: no phub_job_state.
+  double members = 0, iteration = 0, iterations_per_second = 0;
+  double received_bytes = 0, sent_bytes = 0;  // counters
+  double rejoin_deadline = 0;                 // unix seconds, 0: none
+  std::string state{};
 };
 
 struct PhubdState {
@@ -44,6 +49,7 @@ struct PhubdState {
   double memory_budget = 8.0 * (1 << 30), memory_charged = 0;  // bytes
   double jobs_formed = 0, jobs_stalled = 0, jobs_ended = 0, workers_lost = 0;
   double workers_rejoined = 0, checkpoints = 0, hellos_refused = 0, refused_for_memory = 0;
+  double checkpoint_failures = 0;
   double start_time = 1.7e9;  // unix seconds
   double cpu_seconds = 0;
   double resident_bytes = 64 << 20, virtual_bytes = 1 << 30, open_fds = 12, max_fds = 1024;

@@ -18,6 +18,7 @@ using fixture::FakeJob;
 using fixture::MetricsBody;
 using fixture::PhubdState;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Scrape Parse(const std::string& body) {
   auto samples = ParseMetricsText(body);
@@ -338,6 +339,23 @@ TEST(StatusReport, AJobMissingASeriesShowsItAsUnknownNotAnothersValue) {
   EXPECT_TRUE(std::isnan(r->memory_budget_bytes));
 }
 
+// An endpoint's label values reach the terminal escaped (issue 38, item 9): a job name with a
+// newline and a forged row, ANSI escapes in the name and the version.
+TEST(StatusRender, LabelValuesAreEscapedForTheTerminal) {
+  const Scrape a = Parse(
+      "phub_build_info{version=\"1\x1b[2J\",protocol=\"3\"} 1\n"
+      "phub_job_world_size{job_name=\"x\\nforged  running 9\x1b[31m\"} 2\n");
+  const auto r = BuildStatusReport(a, a, 1.0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string text = RenderStatusText(*r, "h:1");
+  for (char c : text) {
+    ASSERT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << "a raw byte " << int(c) << ":\n" << text;
+  }
+  EXPECT_THAT(text, HasSubstr("x\\nforged  running 9\\x1b[31m"));
+  EXPECT_THAT(text, HasSubstr("phubd 1\\x1b[2J (protocol 3)"));
+  EXPECT_THAT(text, Not(HasSubstr("\nforged")));
+}
+
 TEST(StatusReport, ACounterThatWentDownCountsFromZero) {
   TwoScrapes s;
   s.after.cores[1].pushes = 8;  // reset, then 8 more
@@ -440,11 +458,85 @@ TEST(StatusRender, TextHasARowPerJobAndTheMemoryLine) {
   const std::string text = RenderStatusText(*r, "h:1");
   EXPECT_THAT(text,
               HasSubstr("\njobs:     2 (memory charged 8.0 MiB of 1.0 GiB budget)\n"
-                        "job    state    world  connected  missing    model   charge  weight\n"
-                        "alpha  running      2          2        1  1.0 MiB  5.0 MiB       1\n"
-                        "zeta   forming      8          5        0      0 B  3.0 MiB     0.5\n"
+                        "job    state    world  connected  missing  iteration  it/s  MB/s in  "
+                        "MB/s out    model   charge  weight  rejoin\n"
+                        "alpha  running      2          2        1          0  0.00        -  "
+                        "       -  1.0 MiB  5.0 MiB       1       -\n"
+                        "zeta   forming      8          5        0          0  0.00        -  "
+                        "       -      0 B  3.0 MiB     0.5       -\n"
                         "\nlifetime: "));
   EXPECT_THAT(text, HasSubstr(" Hellos refused, 4 refused for memory\n"));
+}
+
+// Issue 38, item 11: a job's iteration, phubd's iterations per second, its bytes per second
+// over the interval (from its counters), its members, and a rejoin deadline as seconds left.
+struct JobsWithProgress : TwoScrapes {
+  JobsWithProgress() {
+    FakeJob run{.name = "run",
+                .running = 1,
+                .world_size = 4,
+                .model_bytes = 1 << 20,
+                .connected = 4,
+                .missing = 0,
+                .charge = 7 << 20,
+                .weight = 1,
+                .members = 4,
+                .iteration = 120,
+                .iterations_per_second = 12.5,
+                .received_bytes = 1e9,
+                .sent_bytes = 2e9,
+                .rejoin_deadline = 0,
+                .state = "running"};
+    FakeJob wait = run;
+    wait.name = "wait";
+    wait.members = 3;
+    wait.missing = 1;
+    wait.iterations_per_second = 0;
+    wait.rejoin_deadline = after.start_time + 100;
+    wait.state = "waiting_for_rejoin";
+    before.jobs = {run, wait};
+    run.iteration += 25;
+    run.received_bytes += 8e6;  // 4 MB/s over the 2 s interval
+    run.sent_bytes += 16e6;
+    after.jobs = {run, wait};
+  }
+};
+
+TEST(StatusReport, AJobsProgressBytesAndRejoinDeadline) {
+  JobsWithProgress s;
+  const auto r = BuildStatusReport(Parse(MetricsBody(s.before)), Parse(MetricsBody(s.after)), 2.0,
+                                   s.after.start_time + 58);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->jobs.size(), 2u);
+  const JobStatus& run = r->jobs[0];
+  const JobStatus& wait = r->jobs[1];
+  EXPECT_EQ(run.state, "running");
+  EXPECT_EQ(run.iteration, 145);
+  EXPECT_EQ(run.iterations_per_second, 12.5);
+  EXPECT_EQ(run.received_bytes_per_s, 4e6);
+  EXPECT_EQ(run.sent_bytes_per_s, 8e6);
+  EXPECT_EQ(run.members, 4);
+  EXPECT_TRUE(std::isnan(run.rejoin_left_s));
+  EXPECT_EQ(wait.state, "waiting_for_rejoin");
+  EXPECT_EQ(wait.members, 3);
+  EXPECT_EQ(wait.received_bytes_per_s, 0);
+  EXPECT_EQ(wait.rejoin_left_s, 42);
+  const std::string text = RenderStatusText(*r, "h:1");
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "job   state               world  connected  missing  iteration   it/s  MB/s in  MB/s out"
+          "    model   charge  weight  rejoin\n"
+          "run   running                 4          4        0        145  12.50      4.0       8.0"
+          "  1.0 MiB  7.0 MiB       1       -\n"
+          "wait  waiting_for_rejoin      4          4        1        120   0.00      0.0       0.0"
+          "  1.0 MiB  7.0 MiB       1     42s\n"))
+      << text;
+  const std::string json = RenderStatusJson(*r, "h:1");
+  EXPECT_TRUE(IsJson(json)) << json;
+  EXPECT_THAT(json, HasSubstr("\"members\":4,\"iteration\":145,\"iterations_per_second\":12.5,"
+                              "\"received_bytes_per_s\":4000000,\"sent_bytes_per_s\":8000000,"
+                              "\"rejoin_deadline_unix_s\":0}"));
 }
 
 TEST(StatusRender, JsonHoldsEveryJobAndTheMemory) {
@@ -458,10 +550,14 @@ TEST(StatusRender, JsonHoldsEveryJobAndTheMemory) {
               HasSubstr("\"jobs_known\":true,\"jobs\":["
                         "{\"name\":\"alpha\",\"state\":\"running\",\"world_size\":2,"
                         "\"workers_connected\":2,\"workers_missing\":1,\"model_bytes\":1048576,"
-                        "\"memory_charge_bytes\":5242880,\"weight\":1},"
+                        "\"memory_charge_bytes\":5242880,\"weight\":1,\"members\":0,"
+                        "\"iteration\":0,\"iterations_per_second\":0,\"received_bytes_per_s\":null,"
+                        "\"sent_bytes_per_s\":null,\"rejoin_deadline_unix_s\":0},"
                         "{\"name\":\"zeta\",\"state\":\"forming\",\"world_size\":8,"
                         "\"workers_connected\":5,\"workers_missing\":0,\"model_bytes\":0,"
-                        "\"memory_charge_bytes\":3145728,\"weight\":0.5}],"
+                        "\"memory_charge_bytes\":3145728,\"weight\":0.5,\"members\":0,"
+                        "\"iteration\":0,\"iterations_per_second\":0,\"received_bytes_per_s\":null,"
+                        "\"sent_bytes_per_s\":null,\"rejoin_deadline_unix_s\":0}],"
                         "\"memory\":{\"budget_bytes\":1073741824,\"charged_bytes\":8388608}"));
   EXPECT_THAT(json, HasSubstr("\"jobs_refused_for_memory\":4}"));
 }

@@ -9,6 +9,7 @@
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 namespace phub::metrics {
 namespace {
@@ -36,14 +37,17 @@ class ExporterTest : public ::testing::Test {
     thread_.join();
   }
 
-  tcp::socket Connect() {
+  // From `source`, a loopback address (127.0.0.2 plays another host).
+  tcp::socket Connect(const std::string& source = "127.0.0.1") {
     tcp::socket socket(client_context_);
+    socket.open(tcp::v4());
+    socket.bind({asio::ip::make_address(source), 0});
     socket.connect({asio::ip::make_address("127.0.0.1"), exporter_->port()});
     return socket;
   }
   // Sends `request` and reads until the server closes: the whole answer.
-  std::string Exchange(const std::string& request) {
-    tcp::socket socket = Connect();
+  std::string Exchange(const std::string& request, const std::string& source = "127.0.0.1") {
+    tcp::socket socket = Connect(source);
     asio::write(socket, asio::buffer(request));
     return ReadToEnd(socket);
   }
@@ -106,19 +110,38 @@ TEST_F(ExporterTest, OversizedHeadersAndBodiesAreRefusedNotBuffered) {
   EXPECT_EQ(Exchange("GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
 }
 
-TEST_F(ExporterTest, SilentClientsAreClosedAndExtraOnesTurnedAwayAtAccept) {
-  Start({.max_connections = 2, .request_timeout_ms = 300});
-  tcp::socket silent1 = Connect(), silent2 = Connect();
+TEST_F(ExporterTest, SilentClientsAreClosedAndAnAddressAtItsQuotaTurnedAway) {
+  Start({.max_connections = 16, .max_per_source = 2, .request_timeout_ms = 300});
+  tcp::socket silent1 = Connect("127.0.0.2"), silent2 = Connect("127.0.0.2");
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both accepted
-  // A third is closed at once (long before the 300 ms timeout could close it): no answer.
+  // A third from that address is closed at once (long before the 300 ms timeout could close
+  // it): no answer; another address is served meanwhile.
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(Exchange("GET /metrics HTTP/1.1\r\n\r\n"), "");
+  EXPECT_EQ(Exchange("GET /metrics HTTP/1.1\r\n\r\n", "127.0.0.2"), "");
+  EXPECT_EQ(Exchange("GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
   // The silent ones are closed by the request timeout: their reads end (not hang).
   EXPECT_EQ(ReadToEnd(silent1), "");
   EXPECT_EQ(ReadToEnd(silent2), "");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
   // Their places are free again.
-  EXPECT_EQ(Exchange("GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(Exchange("GET /metrics HTTP/1.1\r\n\r\n", "127.0.0.2").rfind("HTTP/1.1 200", 0),
+            0u);
+}
+
+// Issue 38's case: 20 idle connections (from five addresses) against 16 places answered 0 of
+// 16 scrapes. Now each scrape takes the place of the oldest idle connection.
+TEST_F(ExporterTest, IdleConnectionsCannotKeepAScrapeOut) {
+  Start({.max_connections = 16, .max_per_source = 4, .request_timeout_ms = 60000});
+  std::vector<tcp::socket> idle;
+  for (int host = 0; host < 5; ++host) {
+    for (int i = 0; i < 4; ++i) idle.push_back(Connect("127.0.0." + std::to_string(10 + host)));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int answered = 0;
+  for (int scrape = 0; scrape < 16; ++scrape) {
+    answered += Exchange("GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0) == 0;
+  }
+  EXPECT_EQ(answered, 16);
 }
 
 TEST(HttpExporter, APortInUseIsAnErrorNamingTheFlag) {

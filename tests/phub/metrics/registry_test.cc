@@ -28,7 +28,9 @@ TEST(Registry, RendersEachFamilyOnceWithItsSeriesInTheTextFormat) {
             "b_total{core=\"0\"} 3\n"
             "# HELP c Read at render.\n"
             "# TYPE c gauge\n"
-            "c{name=\"say \\\"hi\\\"\\\\\\n\"} -Inf\n");
+            // The newline in the value is phubd's escaper's "\n" (two characters), then
+            // the format's escape of that backslash.
+            "c{name=\"say \\\"hi\\\"\\\\\\\\n\"} -Inf\n");
 }
 
 TEST(Registry, HistogramRendersCumulativeBucketsSumAndCount) {
@@ -127,6 +129,26 @@ TEST(Registry, ConcurrentUpdatesWhileRenderingLoseNothing) {
     EXPECT_EQ(counters[t]->value(), 2u * kUpdates);
     EXPECT_EQ(histograms[t]->counts(), (std::vector<std::uint64_t>{kUpdates / 2, kUpdates / 2}));
   }
+}
+
+}  // namespace
+}  // namespace phub::metrics
+
+namespace phub::metrics {
+namespace {
+
+// A peer's string as a label value (issue 38, item 9): the text format's escapes, and no raw
+// control or non-ASCII byte (phubd's one escaper, bounded_text.h, runs first).
+TEST(EscapeLabelValue, EscapesTheFormatsCharactersAndEveryControlByte) {
+  EXPECT_EQ(EscapeLabelValue("plain-name_1.x"), "plain-name_1.x");
+  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\\\nd");
+  EXPECT_EQ(EscapeLabelValue("\x1b[31m\xff"), "\\\\x1b[31m\\\\xff");
+  Registry registry;
+  registry.AddGauge("g", "help", {{"job_name", "x\n[2026-11-27] forged{le=\"1\"}"}}).Set(1);
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("g{job_name=\"x\\\\n[2026-11-27] forged{le=\\\"1\\\"}\"} 1\n"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ proto::ControlMessage SampleHello() {
   proto::ControlMessage message;
   proto::Hello* hello = message.mutable_hello();
   hello->set_protocol_version(1);
-  hello->set_job_token("s3cret");
+  hello->set_token_proof("s3cret");
   hello->set_rank(3);
   hello->set_world_size(8);
   for (int i = 0; i < 50; ++i) {
@@ -84,7 +84,7 @@ TEST(ControlChannelTest, BlockingWriteThenReadRoundTrips) {
   StatusOr<proto::ControlMessage> got = ReadControlMessage(b);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_TRUE(got->has_hello());
-  EXPECT_EQ(got->hello().job_token(), "s3cret");
+  EXPECT_EQ(got->hello().token_proof(), "s3cret");
   EXPECT_EQ(got->hello().rank(), 3u);
   EXPECT_EQ(got->hello().world_size(), 8u);
   ASSERT_EQ(got->hello().tensors_size(), 50);

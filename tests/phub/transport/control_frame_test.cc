@@ -30,7 +30,7 @@ proto::ControlMessage HelloWith(int tensors, bool named = true) {
   proto::ControlMessage message;
   proto::Hello* hello = message.mutable_hello();
   hello->set_protocol_version(1);
-  hello->set_job_token("s3cret");
+  hello->set_token_proof("s3cret");
   hello->set_rank(1);
   hello->set_world_size(4);
   for (int i = 0; i < tensors; ++i) {

@@ -19,18 +19,15 @@ std::string Text(const proto::Error& error) { return error.message() + " | " + e
   return ::testing::AssertionFailure() << "\"" << Text(error) << "\" lacks \"" << part << "\"";
 }
 
-AdmissionOptions Options(std::uint32_t world_size = 4, std::string token = "tok-123") {
+AdmissionOptions Options(std::uint32_t world_size = 4) {
   AdmissionOptions options;
   options.limits.max_world_size = world_size;
-  options.sharing.job_token = std::move(token);
   return options;
 }
 
-proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world_size = 4,
-                       std::string token = "tok-123") {
+proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world_size = 4) {
   proto::Hello hello;
   hello.set_protocol_version(kProtocolVersion);
-  hello.set_job_token(std::move(token));
   hello.set_rank(rank);
   hello.set_world_size(world_size);
   auto add = [&](const std::string& name, std::uint64_t elements) {
@@ -46,11 +43,11 @@ proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world_size = 4,
 
 const std::vector<bool> kNoneTaken(4, false);
 
-// phubd's single token (--token-file) is the one expected: the control plane picks it (or the
-// job's from --job-tokens) before the job checks the rest.
+// The token proof was checked before (the control plane: token_proof_test.cc and
+// tests/integration/authentication_test.cc).
 std::optional<proto::Error> Check(const proto::Hello& hello, const AdmissionOptions& options,
                                   const proto::Hello* first, const std::vector<bool>& taken) {
-  return CheckHello(hello, options, options.sharing.job_token, first, taken);
+  return CheckHello(hello, options, first, taken);
 }
 
 TEST(HelloCheckTest, AcceptsTheFirstValidHello) {
@@ -65,12 +62,6 @@ TEST(HelloCheckTest, AcceptsAHelloIdenticalToTheFirstButForRank) {
   EXPECT_FALSE(error.has_value()) << Text(*error);
 }
 
-TEST(HelloCheckTest, AcceptsAnEmptyTokenWhenPhubdHasNone) {
-  std::optional<proto::Error> error =
-      Check(MakeHello(1, 4, ""), Options(4, ""), nullptr, kNoneTaken);
-  EXPECT_FALSE(error.has_value()) << Text(*error);
-}
-
 TEST(HelloCheckTest, RefusesOtherProtocolVersionNamingBoth) {
   proto::Hello hello = MakeHello(0);
   hello.set_protocol_version(kProtocolVersion + 6);
@@ -79,26 +70,6 @@ TEST(HelloCheckTest, RefusesOtherProtocolVersionNamingBoth) {
   EXPECT_EQ(error->code(), proto::Error::VERSION_MISMATCH);
   EXPECT_TRUE(Names(*error, "version " + std::to_string(kProtocolVersion + 6)));
   EXPECT_TRUE(Names(*error, "phubd speaks " + std::to_string(kProtocolVersion)));
-}
-
-TEST(HelloCheckTest, RefusesAWrongTokenWithoutRevealingEither) {
-  // The token is a secret: the refusal says it differs and how to fix it, but must not echo
-  // phubd's token to whoever connected (nor the worker's, which would end up in logs).
-  std::optional<proto::Error> error =
-      Check(MakeHello(0, 4, "guess-456"), Options(), nullptr, kNoneTaken);
-  ASSERT_TRUE(error.has_value());
-  EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
-  EXPECT_TRUE(Names(*error, "token"));
-  EXPECT_TRUE(Names(*error, "--token-file"));
-  EXPECT_FALSE(Names(*error, "tok-123"));
-  EXPECT_FALSE(Names(*error, "guess-456"));
-}
-
-TEST(HelloCheckTest, RefusesAMissingTokenWhenPhubdHasOne) {
-  std::optional<proto::Error> error =
-      Check(MakeHello(0, 4, ""), Options(), nullptr, kNoneTaken);
-  ASSERT_TRUE(error.has_value());
-  EXPECT_EQ(error->code(), proto::Error::BAD_TOKEN);
 }
 
 TEST(HelloCheckTest, RefusesOtherWorldSizeNamingBoth) {

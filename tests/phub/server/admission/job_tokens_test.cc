@@ -67,15 +67,5 @@ TEST(ExpectedTokenTest, AnOversizedFileIsNotAToken) {
   EXPECT_TRUE(absl::IsFailedPrecondition(ExpectedToken(options, "big").status()));
 }
 
-TEST(TokensEqualTest, ComparesWholeStrings) {
-  EXPECT_TRUE(TokensEqual("", ""));
-  EXPECT_TRUE(TokensEqual("abc", "abc"));
-  EXPECT_FALSE(TokensEqual("abc", "abd"));
-  EXPECT_FALSE(TokensEqual("abc", "ab"));
-  EXPECT_FALSE(TokensEqual("ab", "abc"));
-  EXPECT_FALSE(TokensEqual("", "a"));
-  EXPECT_FALSE(TokensEqual(std::string("a\0b", 3), "a"));
-}
-
 }  // namespace
 }  // namespace phub::server
