@@ -115,6 +115,12 @@ void AddRunFlags(CLI::App& app, WorkerFlags& f) {
                  "long and go on from where phubd resumes the job; 0: fail instead")
       ->capture_default_str()
       ->check(CLI::Range(0, 86400000));
+  app.add_option("--hello-answer-timeout-ms", f.hello_answer_timeout_ms,
+                 "--comm ps: phubd must answer the Hello within this, and while the job forms "
+                 "send a heartbeat at least this often (it sends one every quarter of it); a "
+                 "phubd silent this long (stopped, hung, overloaded) fails the connect, naming it")
+      ->capture_default_str()
+      ->check(CLI::Range(400, 3600000));
 
   app.option_defaults()->group(kOutput);
   app.add_option("--log-every", f.log_every, "Progress line every K steps (default: 20 lines)");

@@ -43,7 +43,7 @@ struct WorkerFlags {
   std::string rendezvous, listen_host = "127.0.0.1";
   bool no_overlap = false;
   // Recovery.
-  int restarts = 0, reconnect_timeout_ms = 60000;
+  int restarts = 0, reconnect_timeout_ms = 60000, hello_answer_timeout_ms = 10000;
   // Output.
   std::string save_weights, results, log_level = "info";
   int log_every = 0;

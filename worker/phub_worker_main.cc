@@ -74,9 +74,11 @@ std::string DefaultJobName() {
   return "";
 }
 
+// `deadline`: a reconnect's, which the whole connect must keep (none for the first connect).
 phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
     const Flags& f, phub::Membership me, phub::worker::Model& model,
-    phub::worker::Backend& backend) {
+    phub::worker::Backend& backend,
+    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
   if (f.comm == "none") return phub::worker::Trainer::Local(model, backend, f.optimizer);
   phub::exchange::ExchangeOptions o = f.exchange;
   PHUB_ASSIGN_OR_RETURN(o.kind, phub::exchange::ParseExchangeKind(f.comm));
@@ -104,6 +106,8 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
   o.ps.client.job = f.job.empty() ? DefaultJobName() : f.job;
   // A worker that comes back (a restart, or phubd restarted with --resume) keeps trying this long.
   if (f.reconnect_timeout_ms > 0) o.ps.client.connect_timeout_ms = f.reconnect_timeout_ms;
+  o.ps.client.hello_answer_timeout_ms = f.hello_answer_timeout_ms;
+  o.ps.client.deadline = deadline;
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
   if (f.optimizer_given) o.ps.client.optimizer = f.optimizer;
   o.ring.ring.rendezvous = f.rendezvous;
@@ -226,7 +230,9 @@ phub::Status Run(Flags& f) {
       phub::worker::Reconnector reconnector,
       phub::worker::Reconnector::Create(
           *model, *backend, me.rank, f.comm == "ps" ? f.reconnect_timeout_ms : 0, me.rank == 0,
-          [&] { return MakeTrainer(f, me, *model, *backend); }));
+          [&](std::chrono::steady_clock::time_point deadline) {
+            return MakeTrainer(f, me, *model, *backend, deadline);
+          }));
   auto reconnect = [&](const phub::Status& lost, std::int64_t& step) -> phub::Status {
     PHUB_ASSIGN_OR_RETURN(step, reconnector.Reconnect(lost, step, trainer));
     return seek(step);

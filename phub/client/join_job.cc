@@ -1,6 +1,8 @@
 #include "phub/client/join_job.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/token_proof.h"
@@ -11,12 +13,36 @@
 #include "spdlog/spdlog.h"
 
 namespace phub::client {
+
+int WithinDeadline(const PsClientOptions& options, int timeout_ms) {
+  if (!options.deadline) return timeout_ms;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      *options.deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, timeout_ms));
+}
+
 namespace {
+
+// phubd said nothing for `waited_ms` while this worker waited for `what`: an error that says
+// where, how long, what to check, and which bound it was.
+Status SilentPhubd(const PsClientOptions& options, const Membership& membership,
+                   const std::string& what, int waited_ms, bool caller_deadline,
+                   std::chrono::milliseconds since_hello);
 
 // The nonce of phubd's Challenge, or phubd's refusal (its Error: over a quota, or a phubd that
 // serves only its own machine) as an error that says so.
-StatusOr<std::string> ReadChallenge(boost::asio::ip::tcp::socket& control, std::uint32_t rank) {
-  StatusOr<proto::ControlMessage> first = transport::ReadControlMessage(control);
+StatusOr<std::string> ReadChallenge(boost::asio::ip::tcp::socket& control,
+                                    const PsClientOptions& options, const Membership& membership) {
+  const std::uint32_t rank = membership.rank;
+  // A stopped phubd's kernel accepts the connection, and no Challenge comes: bounded too.
+  const int silence_ms = std::max(1, options.hello_answer_timeout_ms);
+  const int wait_ms = WithinDeadline(options, silence_ms);
+  StatusOr<proto::ControlMessage> first =
+      transport::ReadControlMessage(control, std::chrono::milliseconds(wait_ms));
+  if (absl::IsDeadlineExceeded(first.status())) {
+    return SilentPhubd(options, membership, "its Challenge", wait_ms, wait_ms < silence_ms,
+                       std::chrono::milliseconds(-1));
+  }
   if (!first.ok()) {
     return absl::Status(first.status().code(),
                         absl::StrCat("rank ", rank, ": phubd sent no Challenge (",
@@ -39,16 +65,65 @@ StatusOr<std::string> ReadChallenge(boost::asio::ip::tcp::socket& control, std::
 
 }  // namespace
 
+namespace {
+
+// The answer to the Hello: the Welcome or an Error. Heartbeats (phubd is there, the job still
+// forms) and Notices before it are skipped; each message must come within
+// options.hello_answer_timeout_ms of the one before, and the last by options.deadline.
+StatusOr<proto::ControlMessage> AwaitAnswer(boost::asio::ip::tcp::socket& control,
+                                            const PsClientOptions& options,
+                                            const Membership& membership) {
+  const auto hello_sent = std::chrono::steady_clock::now();
+  while (true) {
+    const int silence_ms = std::max(1, options.hello_answer_timeout_ms);
+    const int wait_ms = WithinDeadline(options, silence_ms);
+    StatusOr<proto::ControlMessage> reply =
+        transport::ReadControlMessage(control, std::chrono::milliseconds(wait_ms));
+    if (reply.ok() && (reply->has_heartbeat() || reply->has_notice())) continue;
+    if (!absl::IsDeadlineExceeded(reply.status())) return reply;
+    const auto since_hello = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - hello_sent);
+    return SilentPhubd(options, membership, "the answer to its Hello", wait_ms,
+                       wait_ms < silence_ms, since_hello);
+  }
+}
+
+Status SilentPhubd(const PsClientOptions& options, const Membership& membership,
+                   const std::string& what, int waited_ms, bool caller_deadline,
+                   std::chrono::milliseconds since_hello) {
+  const std::string where = absl::StrCat("phubd at ", options.host, ":", options.port);
+  const std::string who = absl::StrCat("rank ", membership.rank, " of job '",
+                                       options.job.empty() ? "default" : options.job, "'");
+  const std::string hello =
+      since_hello.count() >= 0 ? absl::StrCat(", ", since_hello.count(), " ms after the Hello")
+                               : "";
+  if (caller_deadline) {
+    return absl::UnavailableError(absl::StrCat(
+        "nothing heard from ", where, " for the last ", waited_ms, " ms before this connect's "
+        "deadline while ", who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), "
+        "hung or overloaded? Check its process and its log; the deadline is the caller's "
+        "(phub-worker: --reconnect-timeout-ms)"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "nothing heard from ", where, " for ", waited_ms, " ms (--hello-answer-timeout-ms) while ",
+      who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), hung or overloaded? "
+      "Check its process and its log. (phubd answers at once and, while the job forms, every "
+      "quarter of that bound; one older than this worker is silent until the job forms: update "
+      "it, or raise --hello-answer-timeout-ms past the forming time.)"));
+}
+
+}  // namespace
+
 StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
                             Membership membership, const detail::RackRole& role,
                             std::vector<keys::TensorSpec> tensors,
                             boost::asio::ip::tcp::socket& control) {
+  const int connect_ms = WithinDeadline(options, options.connect_timeout_ms);
   PHUB_ASSIGN_OR_RETURN(control, transport::ConnectWithRetry(
-                                     context, options.host, options.port,
-                                     options.connect_timeout_ms,
+                                     context, options.host, options.port, connect_ms,
                                      {options.tcp_no_delay, options.socket_buffer_bytes}));
   // phubd speaks first: the Challenge the Hello's token proof answers (token_proof.h).
-  PHUB_ASSIGN_OR_RETURN(std::string nonce, ReadChallenge(control, membership.rank));
+  PHUB_ASSIGN_OR_RETURN(std::string nonce, ReadChallenge(control, options, membership));
   proto::ControlMessage hello_message;
   proto::Hello& hello = *hello_message.mutable_hello();
   hello.set_protocol_version(kProtocolVersion);
@@ -56,6 +131,8 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   hello.set_job(options.job);
   hello.set_rank(membership.rank);
   hello.set_world_size(membership.world_size);
+  hello.set_forming_heartbeat_ms(
+      static_cast<std::uint32_t>(std::max(1, options.hello_answer_timeout_ms / 4)));
   if (role.racks > 1) {
     hello.set_racks(role.racks);
     hello.set_rack(role.rack);
@@ -84,11 +161,7 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   }
   PHUB_RETURN_IF_ERROR(transport::WriteControlMessage(control, hello_message));
   spdlog::debug("rank {}: Hello sent, waiting for the other workers", membership.rank);
-  PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, transport::ReadControlMessage(control));
-  // A Notice (or a Heartbeat) can only come after the Welcome; tolerate one before it anyway.
-  for (int skipped = 0; (reply.has_notice() || reply.has_heartbeat()) && skipped < 16; ++skipped) {
-    PHUB_ASSIGN_OR_RETURN(reply, transport::ReadControlMessage(control));
-  }
+  PHUB_ASSIGN_OR_RETURN(proto::ControlMessage reply, AwaitAnswer(control, options, membership));
   if (reply.has_error()) {
     return absl::InvalidArgumentError(absl::StrCat("phubd refused rank ", membership.rank, ": ",
                                                    reply.error().message(), "; fix: ",

@@ -35,11 +35,16 @@ struct JoinedJob {
   int liveness_timeout_ms = 0;  // phubd's; 0: no heartbeats
 };
 
+// `timeout_ms`, or what is left of options.deadline if that is less (0 when it has passed).
+int WithinDeadline(const PsClientOptions& options, int timeout_ms);
+
 // Connects to phubd's control port (retrying refused connections for
 // options.connect_timeout_ms), sends the Hello and waits for the answer (phubd answers once
-// every worker has joined). `control` is the open control connection on return, OK or not.
-// InvalidArgument for a refused Hello (phubd's reason and fix) or a malformed Welcome,
-// Unavailable when phubd cannot be reached.
+// every worker has joined; meanwhile it sends a Heartbeat every quarter of
+// options.hello_answer_timeout_ms). `control` is the open control connection on return, OK or
+// not. InvalidArgument for a refused Hello (phubd's reason and fix) or a malformed Welcome,
+// Unavailable when phubd cannot be reached, or is silent for options.hello_answer_timeout_ms
+// after the Hello (stopped, hung), or options.deadline passes first.
 // `membership` and `role` are who the Hello says this client is.
 StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOptions& options,
                             Membership membership, const detail::RackRole& role,

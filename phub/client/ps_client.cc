@@ -78,7 +78,8 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   for (std::uint32_t core = 0; core < job.cores.size(); ++core) {
     const CoreAddress& address = job.cores[core];
     const std::size_t nic = address.nic % nic_address_.size();
-    transport::DialRequest request{address.host, address.port, options_.connect_timeout_ms,
+    transport::DialRequest request{address.host, address.port,
+                                   WithinDeadline(options_, options_.connect_timeout_ms),
                                    WireHeader{Op::kAttach, membership_.rank, core, session_, 0},
                                    ClientSizing(table_->chunk_bytes()), nic_address_[nic]};
     auto connection = transports_[transport_of_nic_[nic]]->Dial(request, this);

@@ -25,6 +25,7 @@
 // its Notices are logged).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -56,6 +57,18 @@ struct PsClientOptions {
   // of the workers' gradients). Unset: phubd's --optimizer flags.
   std::optional<kernels::OptimizerConfig> optimizer;
   int connect_timeout_ms = 30000;  // keep retrying a refused connection this long
+  // phubd must answer the Hello within this, and, while the job forms (it waits for every
+  // worker before the Welcome), keep saying it is there at least this often: it acknowledges
+  // the Hello at once and sends a Heartbeat every quarter of it (the Hello asks for them). A
+  // phubd that is stopped (SIGSTOP), hung or overloaded says nothing: Connect fails with
+  // Unavailable naming its address after this long. A phubd older than this field is silent
+  // until the job forms: raise this above the forming time for one (phub-worker
+  // --hello-answer-timeout-ms).
+  int hello_answer_timeout_ms = 10000;
+  // When set, the whole Connect (connecting, the wait for the Welcome, the data connections)
+  // ends by then: a caller that retries within an overall limit (phub-worker's
+  // --reconnect-timeout-ms) caps each attempt by what is left of it. Unavailable when it passes.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   bool tcp_no_delay = true;        // TCP_NODELAY (off only to measure what it is worth)
   int socket_buffer_bytes = 0;     // fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning
   // Priority scheduling of each data connection's pushes (first layers first): payload bytes

@@ -5,9 +5,16 @@
 #include <new>
 #include <random>
 
+#include <algorithm>
+#include <filesystem>
+#include <string_view>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
+#include "phub/common/plain_name.h"
 #include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 #include "phub/server/admission/hello_check.h"
@@ -383,7 +390,8 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole 
                 .cores = cores_,
                 .sessions = *this,
                 .counters = counters_,
-                .resume = resume_,
+                .resume = ResumeFor(name),
+                .resumes = resumes_,
                 .stopping = stopping_,
                 .reserve = [this](Job& forming) { return ReserveMemory(forming); },
                 .on_end = [this](Job& ended) { JobEnded(ended); }},
@@ -456,16 +464,46 @@ void ControlPlane::JobEnded(Job& job) {
   if (job.started() && on_job_end_) on_job_end_();
 }
 
+namespace {
+
+// The checkpoint folders under --resume D, by the job key that resumes each: D itself for the
+// job "default", D/NAME for job NAME, D/NAME@racks for a job's home part over racks.
+std::vector<std::pair<std::string, std::string>> ResumeFolders(const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> folders = {{"default", dir}};
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    const std::string name = entry.path().filename().string();
+    std::string_view job = name;
+    if (job.ends_with("@racks")) job.remove_suffix(6);
+    // "default" is D itself; other folders are no job's (logs, a copy put aside).
+    if (job == "default" || !PlainNameFault(job).empty()) continue;
+    folders.emplace_back(name, entry.path().string());
+  }
+  std::sort(folders.begin() + 1, folders.end());
+  return folders;
+}
+
+}  // namespace
+
 Status ControlPlane::LoadResume() {
   const CheckpointOptions& options = options_.jobs.checkpoint;
   if (options.resume_dir.empty()) return absl::OkStatus();
-  StatusOr<LoadedCheckpoint> newest = LoadNewestCheckpoint(options.resume_dir);
-  if (absl::IsNotFound(newest.status())) {
-    // Killed before its first checkpoint (or a first start under a restart policy): the job
-    // starts afresh, and workers that reconnect start over with it.
-    spdlog::warn("--resume: {}; the first job starts afresh", newest.status().message());
-    return absl::OkStatus();
+  for (const auto& [job, folder] : ResumeFolders(options.resume_dir)) {
+    PHUB_RETURN_IF_ERROR(LoadResumeFolder(job, folder));
   }
+  if (resumes_.empty()) {
+    // Killed before its first checkpoint (or a first start under a restart policy): the jobs
+    // start afresh, and workers that reconnect start over with them.
+    spdlog::warn("--resume {}: no checkpoint there nor in any job's folder in it; every job "
+                 "starts afresh", options.resume_dir);
+  }
+  return absl::OkStatus();
+}
+
+Status ControlPlane::LoadResumeFolder(const std::string& job, const std::string& folder) {
+  StatusOr<LoadedCheckpoint> newest = LoadNewestCheckpoint(folder);
+  if (absl::IsNotFound(newest.status())) return absl::OkStatus();
   PHUB_RETURN_IF_ERROR(newest.status());
   LoadedCheckpoint loaded = *std::move(newest);
   const JobSnapshot& s = loaded.snapshot;
@@ -498,15 +536,34 @@ Status ControlPlane::LoadResume() {
           " without the weights to go back to: it cannot be resumed; use an older one"));
     }
   }
-  resume_.iteration = s.chunks.empty() ? 0 : low;
-  resume_.snapshot = std::make_shared<const JobSnapshot>(std::move(loaded.snapshot));
-  resume_.path = loaded.path;
-  spdlog::info("resuming from {}: iteration {}, {} tensors, {} chunks{}", loaded.path,
-               resume_.iteration, resume_.snapshot->tensors.size(), resume_.snapshot->chunks.size(),
+  ResumeState& resume = resumes_[job];
+  resume.iteration = s.chunks.empty() ? 0 : low;
+  resume.snapshot = std::make_shared<const JobSnapshot>(std::move(loaded.snapshot));
+  resume.path = loaded.path;
+  spdlog::info("job '{}': resuming from {}: iteration {}, {} tensors, {} chunks{} (when it forms)",
+               job, loaded.path, resume.iteration, resume.snapshot->tensors.size(),
+               resume.snapshot->chunks.size(),
                loaded.refused.empty() ? ""
                                       : absl::StrCat(" (", loaded.refused.size(),
                                                      " newer checkpoint(s) refused)"));
   return absl::OkStatus();
+}
+
+ResumeState& ControlPlane::ResumeFor(const std::string& job) {
+  auto own = resumes_.find(job);
+  if (own != resumes_.end() && own->second.snapshot) return own->second;
+  // --resume pointed at a job's own folder (D/NAME, as before every job had its folder under
+  // D): the checkpoints in D itself are that job's, not the job "default"'s.
+  const std::string& dir = options_.jobs.checkpoint.resume_dir;
+  auto in_dir = resumes_.find("default");
+  if (job != "default" && in_dir != resumes_.end() && in_dir->second.snapshot &&
+      std::filesystem::path(dir).lexically_normal().filename() == job) {
+    spdlog::info("job '{}': resuming from {}: --resume {} is named for it", job,
+                 in_dir->second.path, dir);
+    resumes_[job] = std::move(in_dir->second);
+    in_dir->second = {};
+  }
+  return resumes_[job];
 }
 
 // The one place a session ends, whatever its state: the job's accounting stays exact.

@@ -52,8 +52,9 @@ class ControlPlane : public SessionEnder {
   // SIGTERM with --checkpoint-dir: every running job's checkpoint, written before Stop. False
   // if one failed (each failure is logged, naming the folder): phubd then exits 1.
   bool CheckpointBeforeStop();
-  // --resume: loads the newest good checkpoint; the first job to start must match it. Before
-  // Start.
+  // --resume D: loads the newest good checkpoint of every job there (D itself: the job
+  // "default"'s; D/NAME: job NAME's); each job resumes its own when it forms, and must match
+  // it. Before Start.
   Status LoadResume();
   // phubd's series (docs/operations.md "Metrics"), per job where they are a job's: callbacks
   // over this object's state, so `registry` must be rendered on the control thread only, and
@@ -87,6 +88,10 @@ class ControlPlane : public SessionEnder {
                              bool ever) const;
   void NoLongerForming(const Job& job);
   void JobEnded(Job& job);
+  // One job's folder under --resume (nothing when it holds no checkpoint).
+  Status LoadResumeFolder(const std::string& job, const std::string& folder);
+  // What job `job` (its key) resumes from: its own folder's checkpoint, else an empty state.
+  ResumeState& ResumeFor(const std::string& job);
   void AddAdmissionMetrics(metrics::Registry& registry);
   void ArmLiveness();
 
@@ -120,7 +125,9 @@ class ControlPlane : public SessionEnder {
   RefusalPacer pacer_;
   std::uint64_t refused_pending_ = 0, evicted_pending_ = 0, refused_remote_ = 0;
   boost::asio::steady_timer liveness_timer_;
-  ResumeState resume_;  // --resume: the first job to start resumes it
+  // --resume: by job key, what each resumes from when it forms (emptied once it has); entries
+  // are never erased, so a Job may hold a reference to its own.
+  std::map<std::string, ResumeState> resumes_;
   // Handlers may run after the control plane is gone during shutdown: guard them.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -126,8 +126,11 @@ void AddCheckpointFlags(CLI::App& group, CheckpointOptions& checkpoint) {
                    "Iterations between checkpoints (with --checkpoint-dir); 0: only on SIGTERM")
       ->capture_default_str();
   group.add_option("--resume", checkpoint.resume_dir,
-                   "Resume the first job from the newest good checkpoint in this directory "
-                   "(corrupt ones are skipped, named in the log); the workers go on from it");
+                   "Resume every job from the newest good checkpoint in its folder here (the "
+                   "--checkpoint-dir of before: this directory for the job 'default', DIR/NAME "
+                   "for job NAME; corrupt ones are skipped, named in the log); the workers go "
+                   "on from it. A job with none of its own while another folder holds one of its "
+                   "model is refused, naming it");
 }
 
 void AddMetricsFlags(CLI::App& group, MetricsOptions& metrics) {

@@ -1,9 +1,13 @@
 #include "phub/transport/control_channel.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -49,6 +53,25 @@ StatusOr<proto::ControlMessage> Read(asio::ip::tcp::socket& socket, ControlFrame
                                   : socket.read_some(asio::buffer(buffer), ec);
     if (ec) return IoError("read", ec, decoder);
     PHUB_RETURN_IF_ERROR(decoder.Feed(std::span(buffer).first(got)));
+  }
+}
+
+// Waits until `socket` has bytes to read (or its peer closed), or `deadline` passes: false then.
+StatusOr<bool> Readable(asio::ip::tcp::socket& socket,
+                        std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    const std::int64_t left = std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(
+               deadline - std::chrono::steady_clock::now())
+               .count());
+    pollfd fd{socket.native_handle(), POLLIN, 0};
+    const int ready = ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(left, 1 << 30)));
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) {
+      return absl::UnavailableError(
+          absl::StrCat("control connection: poll: ", std::strerror(errno)));
+    }
+    if (ready == 0 && std::chrono::steady_clock::now() >= deadline) return false;
   }
 }
 
@@ -127,6 +150,30 @@ StatusOr<proto::ControlMessage> ReadControlMessage(asio::ip::tcp::socket& socket
                                                    const ControlFrameLimits& limits) {
   ControlFrameDecoder decoder(limits);
   return Read(socket, decoder, /*exact=*/true);
+}
+
+StatusOr<proto::ControlMessage> ReadControlMessage(asio::ip::tcp::socket& socket,
+                                                   std::chrono::milliseconds timeout,
+                                                   const ControlFrameLimits& limits) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  ControlFrameDecoder decoder(limits);
+  std::vector<std::byte> buffer;
+  while (true) {
+    PHUB_RETURN_IF_ERROR(decoder.status());
+    if (std::optional<proto::ControlMessage> message = decoder.Pop()) return std::move(*message);
+    PHUB_ASSIGN_OR_RETURN(const bool readable, Readable(socket, deadline));
+    if (!readable) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "control connection: no message within ", timeout.count(), " ms",
+          decoder.buffered_bytes() > 0 ? " (one had begun to arrive)" : ""));
+    }
+    buffer.resize(ReadSize(decoder, /*exact=*/true));
+    boost::system::error_code ec;
+    // What is there, at most up to the message's end: never blocks once readable.
+    const std::size_t got = socket.read_some(asio::buffer(buffer), ec);
+    if (ec) return IoError("read", ec, decoder);
+    PHUB_RETURN_IF_ERROR(decoder.Feed(std::span(buffer).first(got)));
+  }
 }
 
 StatusOr<proto::ControlMessage> ReadControlMessage(asio::ip::tcp::socket& socket,

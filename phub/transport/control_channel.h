@@ -17,6 +17,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>  // callers write framed messages with it
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -41,6 +42,12 @@ Status WriteControlMessage(boost::asio::ip::tcp::socket& socket,
 // Blocking reads of one message. Unavailable when the peer closed or the socket failed,
 // InvalidArgument (from the decoder) for a frame over the limits or garbage.
 StatusOr<proto::ControlMessage> ReadControlMessage(boost::asio::ip::tcp::socket& socket,
+                                                   const ControlFrameLimits& limits = {});
+// Blocking read of one message that gives up after `timeout`: DeadlineExceeded when the whole
+// message has not arrived by then (a peer that is stopped or hung: the kernel still accepts
+// and buffers, so a plain read would wait for good). Reads never past the message.
+StatusOr<proto::ControlMessage> ReadControlMessage(boost::asio::ip::tcp::socket& socket,
+                                                   std::chrono::milliseconds timeout,
                                                    const ControlFrameLimits& limits = {});
 // With the connection's decoder: returns a message it already holds without reading; after an
 // error the decoder is unusable and every later call returns that error.

@@ -2,12 +2,15 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
 #include <cerrno>
-#include <cstring>
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -56,6 +59,64 @@ SocketTuning ForScheduling(SocketTuning tuning, std::size_t window_bytes) {
   return tuning;
 }
 
+namespace {
+
+// connect(2) that gives up at `deadline` (a blocking one waits for the kernel's SYN retries,
+// about 2 minutes, when nothing answers: a cut link, a firewall that drops). Leaves `socket`
+// blocking again on success. timed_out when the deadline came first.
+void ConnectBefore(tcp::socket& socket, const tcp::endpoint& endpoint,
+                   std::chrono::steady_clock::time_point deadline,
+                   boost::system::error_code& ec) {
+  if (!socket.is_open()) {
+    socket.open(endpoint.protocol(), ec);
+    if (ec) return;
+  }
+  socket.non_blocking(true, ec);
+  if (ec) return;
+  // connect(2) itself: asio's synchronous connect polls without a bound even on a
+  // non-blocking socket.
+  int result = 0;
+  do {
+    result = ::connect(socket.native_handle(), endpoint.data(),
+                       static_cast<socklen_t>(endpoint.size()));
+  } while (result != 0 && errno == EINTR);
+  if (result != 0 && errno != EINPROGRESS) {
+    ec = boost::system::error_code(errno, boost::system::system_category());
+    return;
+  }
+  if (result != 0) {
+    while (true) {
+      const std::int64_t left = std::max<std::int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(
+                 deadline - std::chrono::steady_clock::now())
+                 .count());
+      pollfd fd{socket.native_handle(), POLLOUT, 0};
+      const int ready = ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(left, 1 << 30)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) {
+        ec = boost::system::error_code(errno, boost::system::system_category());
+        return;
+      }
+      if (ready == 0) {
+        if (std::chrono::steady_clock::now() < deadline) continue;
+        ec = asio::error::timed_out;
+        return;
+      }
+      int error = 0;
+      socklen_t length = sizeof error;
+      if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
+        error = errno;
+      }
+      if (error != 0) ec = boost::system::error_code(error, boost::system::system_category());
+      break;
+    }
+  }
+  if (ec) return;
+  socket.non_blocking(false, ec);
+}
+
+}  // namespace
+
 StatusOr<tcp::socket> ConnectWithRetry(asio::io_context& context, const std::string& host,
                                        std::uint16_t port, int timeout_ms,
                                        const SocketTuning& tuning,
@@ -89,19 +150,23 @@ StatusOr<tcp::socket> ConnectWithRetry(asio::io_context& context, const std::str
             "cannot send from ", local_address, ": ", ec.message(),
             "; is it an address of one of this host's NICs?"));
       }
-      ec.clear();
-      for (const auto& entry : endpoints) {
-        socket.connect(entry.endpoint(), ec);
-        if (!ec) break;
+    }
+    ec = asio::error::host_not_found;
+    for (const auto& entry : endpoints) {
+      // A failed attempt leaves the socket unusable: a fresh one for the next address (bound
+      // again when a local address is given).
+      if (ec != asio::error::host_not_found && !local) {
+        boost::system::error_code ignored;
+        socket.close(ignored);
       }
-    } else {
-      asio::connect(socket, endpoints, ec);
+      ConnectBefore(socket, entry.endpoint(), deadline, ec);
+      if (!ec || ec == asio::error::timed_out) break;
     }
     if (!ec) {
       PHUB_RETURN_IF_ERROR(TuneSocket(socket, tuning));
       return socket;
     }
-    if (std::chrono::steady_clock::now() + backoff > deadline) {
+    if (ec == asio::error::timed_out || std::chrono::steady_clock::now() + backoff > deadline) {
       return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port, ": ",
                                                  ec.message(), " (gave up after ", timeout_ms,
                                                  " ms); is phubd running there?"));

@@ -34,7 +34,9 @@ SocketTuning ForScheduling(SocketTuning tuning, std::size_t window_bytes);
 Status TuneSocket(boost::asio::ip::tcp::socket& socket, const SocketTuning& tuning = {});
 
 // Connects to host:port, retrying refused connections until `timeout_ms` has passed (a worker
-// may start before phubd is listening). Unavailable with the last error when it gives up.
+// may start before phubd is listening). Unavailable with the last error when it gives up. The
+// whole call, each connect(2) included (one nothing answers would otherwise wait for the
+// kernel's SYN retries), ends within `timeout_ms` (plus resolving the name).
 // `local_address` (optional): the source address, so the connection leaves through that NIC.
 StatusOr<boost::asio::ip::tcp::socket> ConnectWithRetry(boost::asio::io_context& context,
                                                         const std::string& host,

@@ -8,6 +8,7 @@ namespace phub::testing {
 
 std::string PhubdPath() { return PHUB_PHUBD_PATH; }
 std::string TestWorkerPath() { return PHUB_TEST_WORKER_PATH; }
+std::string PhubWorkerPath() { return PHUB_WORKER_PATH; }
 
 RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args) {
   return StartPhubd(dir, args, PhubdRlimits{});

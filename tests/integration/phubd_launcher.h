@@ -37,5 +37,6 @@ RunningPhubd StartPhubdOnPort(const TempDir& dir, std::uint16_t control_port,
 // Paths of the binaries under test, set by CMake.
 std::string PhubdPath();
 std::string TestWorkerPath();
+std::string PhubWorkerPath();  // phub-worker, the product's worker
 
 }  // namespace phub::testing

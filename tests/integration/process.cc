@@ -109,4 +109,19 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds bound)
   return true;
 }
 
+std::string AwaitLog(const std::string& path, const std::vector<std::string>& lines,
+                     std::chrono::milliseconds bound, std::size_t from) {
+  std::string log;
+  auto has_all = [&] {
+    const std::string whole = ReadFile(path);
+    log = from < whole.size() ? whole.substr(from) : std::string();
+    for (const std::string& line : lines) {
+      if (log.find(line) == std::string::npos) return false;
+    }
+    return true;
+  };
+  WaitFor(has_all, bound);
+  return log;
+}
+
 }  // namespace phub::testing

@@ -49,4 +49,14 @@ std::string ReadFile(const std::string& path);
 // Polls `done` every 10 ms; false if it is still false after `bound`.
 bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds bound);
 
+// A log another process writes (phubd's), read once it holds what the test is about to check.
+// A line phubd writes after the workers exit (a job's "ended", written when phubd has seen
+// every control connection close) may not be in the file yet when the workers' Wait returns:
+// reading the log at once raced with it and failed on a loaded machine. Waits (polling, up to
+// `bound`) until the log from byte `from` on contains every one of `lines`, and returns that
+// part of the log; on timeout returns what is there, so the caller's check fails naming it.
+std::string AwaitLog(const std::string& path, const std::vector<std::string>& lines,
+                     std::chrono::milliseconds bound = std::chrono::seconds(30),
+                     std::size_t from = 0);
+
 }  // namespace phub::testing

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -145,6 +146,113 @@ TEST(Recovery, PhubdStoppedIsDetectedByWorkers) {
       << phubd.Log();
   EXPECT_TRUE(phubd.process.Running()) << phubd.Log();
   std::printf("phubd after SIGCONT:\n%s\n", phubd.Log().substr(log_before).c_str());
+}
+
+// A phubd stopped before its workers come (or while they reconnect): the kernel still accepts
+// their connections and takes their Hellos, and nothing answers. Before the fix the wait for
+// the Welcome had no deadline: phub-worker hung for good. Now phubd answers a Hello at once and
+// heartbeats while the job forms, and a silent one fails the connect within
+// --hello-answer-timeout-ms, naming phubd's address and what to check.
+
+// phub-worker, rank `rank` of `world`, a long fashion-cnn run on synthetic data against `port`.
+Process StartPhubWorker(const TempDir& dir, const std::string& name, std::uint16_t port,
+                        std::uint32_t rank, std::uint32_t world,
+                        const std::vector<std::string>& more) {
+  std::vector<std::string> argv = {PhubWorkerPath(), "--comm", "ps", "--ps",
+                                   "127.0.0.1:" + std::to_string(port), "--rank",
+                                   std::to_string(rank), "--world", std::to_string(world),
+                                   "--model", "fashion-cnn", "--batch", "2", "--warmup", "0"};
+  argv.insert(argv.end(), more.begin(), more.end());
+  return Process::Start(argv, dir.File(name + ".log"));
+}
+
+TEST(Recovery, FirstConnectToAStoppedPhubdFailsWithinTheAnswerTimeout) {
+  constexpr int kAnswerMs = 2000;
+  TempDir dir;
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0, Flags(1));
+  phubd.process.Kill(SIGSTOP);
+  const auto start = Clock::now();
+  Process worker = StartPhubWorker(dir, "worker", phubd.port, 0, 1,
+                                   {"--iters", "5", "--hello-answer-timeout-ms",
+                                    std::to_string(kAnswerMs)});
+  // Its start (a model to build) plus the bound, with generous slack for a loaded machine.
+  const std::optional<int> code = worker.Wait(milliseconds(kAnswerMs + 20000));
+  const double waited_ms = MsSince(start);
+  phubd.process.Kill(SIGCONT);
+  if (!code) worker.Kill(SIGKILL);
+  const std::string log = ReadFile(dir.File("worker.log"));
+  ASSERT_TRUE(code.has_value()) << "phub-worker still waits for a stopped phubd after "
+                                << waited_ms << " ms:\n" << log;
+  EXPECT_NE(*code, 0) << log;
+  EXPECT_GE(waited_ms, kAnswerMs) << log;
+  Record("worker_gave_up_ms", waited_ms);
+  EXPECT_THAT(log, HasSubstr("nothing heard from phubd at 127.0.0.1:" +
+                             std::to_string(phubd.port) + " for 2000 ms"));
+  EXPECT_THAT(log, HasSubstr("--hello-answer-timeout-ms"));
+  EXPECT_THAT(log, HasSubstr("is phubd stopped (SIGSTOP), hung or overloaded?"));
+  EXPECT_TRUE(phubd.process.Running()) << phubd.Log();
+}
+
+// The other side of the bound: a job that takes longer than it to form (phubd waits for its
+// second worker) still forms, because phubd heartbeats its forming members.
+TEST(Recovery, AJobFormingLongerThanTheAnswerTimeoutStillForms) {
+  constexpr int kAnswerMs = 800;
+  TempDir dir;
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0, Flags(2));
+  const std::vector<std::string> more = {"--iters", "3", "--hello-answer-timeout-ms",
+                                         std::to_string(kAnswerMs), "--log-level", "debug"};
+  std::vector<Process> workers;
+  workers.push_back(StartPhubWorker(dir, "w0", phubd.port, 0, 2, more));
+  ASSERT_TRUE(WaitFor([&] { return phubd.Log().find("rank 0 joined") != std::string::npos; },
+                      milliseconds(20000)))
+      << phubd.Log();
+  std::this_thread::sleep_for(milliseconds(4 * kAnswerMs));  // the job forms meanwhile
+  workers.push_back(StartPhubWorker(dir, "w1", phubd.port, 1, 2, more));
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const std::optional<int> code = workers[r].Wait(milliseconds(60000));
+    const std::string log = ReadFile(dir.File("w" + std::to_string(r) + ".log"));
+    ASSERT_TRUE(code.has_value()) << log;
+    EXPECT_EQ(*code, 0) << log << "\nphubd:\n" << phubd.Log();
+  }
+}
+
+// --reconnect-timeout-ms is the reconnect's whole limit: each attempt's connect and wait for
+// the Welcome get only what is left of it. Before the fix the wait for the Welcome of a stopped
+// phubd had no deadline (and each attempt's connect took the whole timeout: 119.7 s for 60 s).
+TEST(Recovery, ReconnectToAStoppedPhubdEndsWithinTheReconnectTimeout) {
+  constexpr int kLivenessMs = 1000, kReconnectMs = 3000;
+  TempDir dir;
+  Phubd phubd =
+      LaunchPhubd(dir, "phubd", 0, Flags(1, {"--liveness-timeout-ms", std::to_string(kLivenessMs)}));
+  const std::string log_path = dir.File("worker.log");
+  Process worker = StartPhubWorker(dir, "worker", phubd.port, 0, 1,
+                                   {"--iters", "1000000", "--log-every", "1",
+                                    "--reconnect-timeout-ms", std::to_string(kReconnectMs)});
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(log_path).find("step 2") != std::string::npos; },
+                      milliseconds(30000)))
+      << ReadFile(log_path) << "\nphubd:\n" << phubd.Log();
+  phubd.process.Kill(SIGSTOP);
+  // The worker notices within the liveness bound and starts reconnecting: the limit runs from
+  // its "reconnecting" line (seen within the 10 ms poll).
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(log_path).find("reconnecting for up to") !=
+                                   std::string::npos; },
+                      milliseconds(kLivenessMs + 10000)))
+      << ReadFile(log_path);
+  const auto reconnecting = Clock::now();
+  const std::optional<int> code = worker.Wait(milliseconds(kReconnectMs * 11 / 10 + 2000));
+  const double took_ms = MsSince(reconnecting);
+  phubd.process.Kill(SIGCONT);
+  if (!code) worker.Kill(SIGKILL);
+  const std::string log = ReadFile(log_path);
+  ASSERT_TRUE(code.has_value()) << "still reconnecting " << took_ms << " ms later:\n" << log;
+  EXPECT_NE(*code, 0) << log;
+  Record("reconnect_gave_up_ms", took_ms);
+  // Within 10 % of the setting; the slack is the poll that saw the line and a loaded machine.
+  EXPECT_GE(took_ms, kReconnectMs * 0.9 - 100) << log;
+  EXPECT_LE(took_ms, kReconnectMs * 1.1 + 1000) << log;
+  EXPECT_THAT(log, HasSubstr("phubd at 127.0.0.1:" + std::to_string(phubd.port)));
+  EXPECT_THAT(log, HasSubstr("is phubd stopped (SIGSTOP), hung or overloaded?"));
+  EXPECT_THAT(log, HasSubstr("--reconnect-timeout-ms"));
 }
 
 // phubd paused past the liveness timeout (a VM stall, SIGSTOP) and continued: the workers,

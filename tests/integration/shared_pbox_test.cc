@@ -124,8 +124,11 @@ TEST_P(ConcurrentJobs, EachEndsWithTheWeightsItHasAlone) {
     RunningJob job = StartJob(dir, phubd, kJobs[j], "alone");
     ExpectJobSucceeds(job, dir, "alone");
   }
-  // Together, each iteration stretched so that all run at once (checked below).
-  const std::size_t log_before = ReadFile(phubd.log_path).size();
+  // Together, each iteration stretched so that all run at once (checked below). The alone
+  // runs' ends are in the log first, so that none is taken for a shared run's.
+  std::vector<std::string> ends;
+  for (int j = 0; j < k; ++j) ends.push_back("job '" + kJobs[j].name + "' ended");
+  const std::size_t log_before = AwaitLog(phubd.log_path, ends).size();
   std::vector<RunningJob> jobs;
   for (int j = 0; j < k; ++j) {
     jobs.push_back(StartJob(dir, phubd, kJobs[j], "shared", {"--step-delay-ms", "150"}));
@@ -133,8 +136,10 @@ TEST_P(ConcurrentJobs, EachEndsWithTheWeightsItHasAlone) {
   for (auto& job : jobs) ExpectJobSucceeds(job, dir, "shared");
   for (int j = 0; j < k; ++j) ExpectSameWeights(dir, kJobs[j], "shared", "alone");
   EXPECT_TRUE(phubd.process.Running());
-  // Every job of the shared run started before any ended: they did share phubd.
-  const std::string log = ReadFile(phubd.log_path).substr(log_before);
+  // Every job of the shared run started before any ended: they did share phubd. phubd logs
+  // a job's end once it has seen its workers' connections close, which may come after the
+  // workers have exited: wait for the lines.
+  const std::string log = AwaitLog(phubd.log_path, ends, std::chrono::seconds(30), log_before);
   std::size_t last_start = 0, first_end = std::string::npos;
   for (int j = 0; j < k; ++j) {
     const std::size_t started = log.find("job '" + kJobs[j].name + "' started");
@@ -278,6 +283,8 @@ TEST(SharedPbox, AJobKilledMidIterationAndFloodingDoesNotChangeAnothersResult) {
   b.iterations = 12;
   RunningJob alone = StartJob(dir, phubd, b, "alone");
   ExpectJobSucceeds(alone, dir, "alone");
+  // Its end logged (it may come after its workers exit), so that it is not taken for B's below.
+  const std::size_t log_before = AwaitLog(phubd.log_path, {"job 'alpha' ended"}).size();
 
   // A: rank 1 SIGKILLs itself half-way through iteration 3, rank 0 is left in a stalled job.
   JobSpec a{"misbehaving", 2, "30000,17", 5, 10};
@@ -311,7 +318,9 @@ TEST(SharedPbox, AJobKilledMidIterationAndFloodingDoesNotChangeAnothersResult) {
   EXPECT_THAT(ReadFile(dir.File("a-0.log")), HasSubstr("stalled"));
   ExpectSameWeights(dir, b, "shared", "alone");
   EXPECT_TRUE(phubd.process.Running());
-  const std::string log = ReadFile(phubd.log_path);
+  const std::string log =
+      AwaitLog(phubd.log_path, {"job 'misbehaving' stalled", "job 'alpha' ended"},
+               std::chrono::seconds(30), log_before);
   EXPECT_THAT(log, HasSubstr("job 'misbehaving' stalled"));
   // A stalled while B ran: its stall comes before B's end.
   EXPECT_LT(log.find("job 'misbehaving' stalled"), log.rfind("job 'alpha' ended"));

@@ -177,7 +177,9 @@ int main(int argc, char** argv) {
     while (std::chrono::steady_clock::now() < deadline) {
       exchange = absl::UnavailableError("reconnecting");  // the old one goes first
       set_initial_weights();
+      options.ps.client.deadline = deadline;  // each attempt ends by the overall limit
       exchange = connect();
+      options.ps.client.deadline.reset();
       if (exchange.ok()) {
         done = (*exchange)->start_iteration();
         std::fprintf(stderr, "worker %u: reconnected; going on after iteration %llu\n",
@@ -186,7 +188,8 @@ int main(int argc, char** argv) {
       }
       last = exchange.status();
       if (!absl::IsUnavailable(last)) return last;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          std::chrono::milliseconds(50), deadline - std::chrono::steady_clock::now()));
     }
     return last;
   };

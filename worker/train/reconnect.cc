@@ -1,5 +1,6 @@
 #include "worker/train/reconnect.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -38,7 +39,7 @@ StatusOr<std::int64_t> Reconnector::Reconnect(const Status& lost, std::int64_t s
       PHUB_RETURN_IF_ERROR(backend_->CopyFromHost(initial_[i], params[i]->value));
     }
     Status joined = [&]() -> Status {
-      PHUB_ASSIGN_OR_RETURN(trainer, make_());
+      PHUB_ASSIGN_OR_RETURN(trainer, make_(deadline));
       return trainer->Init();
     }();
     if (joined.ok()) break;
@@ -50,7 +51,8 @@ StatusOr<std::int64_t> Reconnector::Reconnect(const Status& lost, std::int64_t s
     }
     spdlog::info("rank {}: reconnect attempt {} failed ({}); retrying", rank_, attempt,
                  joined.message());
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(250), deadline - std::chrono::steady_clock::now()));
   }
   const auto resumed = static_cast<std::int64_t>(trainer->start_iteration());
   spdlog::info("rank {} reconnected ({} so far): going on from step {}", rank_, ++reconnects_,

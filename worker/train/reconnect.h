@@ -6,6 +6,7 @@
 // "Recovery".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,7 +19,10 @@ namespace phub::worker {
 
 class Reconnector {
  public:
-  using MakeTrainer = std::function<StatusOr<std::unique_ptr<Trainer>>()>;
+  // Connects a new trainer; its connect (control connection, Welcome, data connections)
+  // must end by `deadline`, the reconnect's overall limit.
+  using MakeTrainer =
+      std::function<StatusOr<std::unique_ptr<Trainer>>(std::chrono::steady_clock::time_point)>;
   // `timeout_ms` <= 0: never reconnect. `keep_initial` (rank 0 of a PS job): copy the model's
   // weights now, before training changes them.
   static StatusOr<Reconnector> Create(Model& model, Backend& backend, std::uint32_t rank,
@@ -27,7 +31,8 @@ class Reconnector {
   // `lost` ended a step. Unless it is Unavailable (and reconnecting is on), returns it as it
   // is. Otherwise replaces `trainer` by one connected and initialized again and returns the
   // step to go on from; gives up (returning the last error) after the timeout, or at once on a
-  // refusal.
+  // refusal. The timeout bounds every attempt (each connect and wait for the Welcome gets
+  // only what is left of it), so the whole reconnect ends within it.
   StatusOr<std::int64_t> Reconnect(const Status& lost, std::int64_t step,
                                    std::unique_ptr<Trainer>& trainer);
 

@@ -11,7 +11,8 @@ namespace phub::server {
 struct CheckpointOptions {
   std::string dir;          // --checkpoint-dir; empty: none
   std::uint64_t every = 0;  // --checkpoint-every K iterations; 0: only on SIGTERM
-  std::string resume_dir;   // --resume D: the first job resumes from D's newest good one
+  std::string resume_dir;   // --resume D: each job from its folder's newest good one (D: job
+                            // "default"; D/NAME: job NAME)
 };
 
 }  // namespace phub::server

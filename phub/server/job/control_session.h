@@ -29,9 +29,11 @@ enum class SessionState { kAwaitingHello, kJoined, kInJob, kLeaving, kClosed };
 
 struct Session {
   Session(boost::asio::ip::tcp::socket s, boost::asio::io_context& context)
-      : socket(std::move(s)), deadline(context) {}
+      : socket(std::move(s)), deadline(context), forming_beat(context) {}
   boost::asio::ip::tcp::socket socket;
   boost::asio::steady_timer deadline;  // the Hello's
+  // While its job forms: the next Heartbeat its Hello asked for (forming_heartbeat_ms).
+  boost::asio::steady_timer forming_beat;
   std::shared_ptr<transport::ControlFrameDecoder> decoder;
   std::uint64_t id = 0;
   SessionState state = SessionState::kAwaitingHello;

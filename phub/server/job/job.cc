@@ -4,6 +4,8 @@
 // job_start.cc; recovery job_recovery.cc; checkpoints job_checkpoints.cc.
 #include "phub/server/job/job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
 #include "phub/server/admission/hello_check.h"
@@ -86,6 +88,9 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
     error = CheckResumedModel(hello, host_.admission.optimizer, *host_.resume.snapshot,
                               host_.resume.path);
   }
+  if (!error && !host_.resume.snapshot && !role_.relays_upstream() && !started_) {
+    error = CheckNotResumedElsewhere(hello);
+  }
   if (!error) error = CheckJobLimits(hello, host_.admission);
   if (error) {
     spdlog::warn("{}: refusing a worker from {}: {}", log_name_, session->peer, error->message());
@@ -126,7 +131,28 @@ void Job::Join(const SessionPtr& session, const proto::Hello& hello) {
     });
   }
   host_.sessions.ReadNext(session);  // notices a worker that leaves, or misbehaves, meanwhile
-  if (joined_ == world_size_) Start();
+  if (joined_ == world_size_) return Start();
+  BeatWhileForming(session);
+}
+
+// A worker cannot tell a forming job from a stopped phubd by silence (the kernel accepts its
+// connection and Hello either way): while the job forms, phubd says it is there.
+void Job::BeatWhileForming(const SessionPtr& session) {
+  // Bounds: a Heartbeat per 100 ms per member at most; and at least one a minute.
+  constexpr std::uint32_t kFastestMs = 100, kSlowestMs = 60000;
+  const std::uint32_t asked = session->hello.forming_heartbeat_ms();
+  if (asked == 0 || session->state != SessionState::kJoined || running_ || ended_) return;
+  proto::ControlMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  Send(session, heartbeat);
+  session->forming_beat.expires_after(
+      std::chrono::milliseconds(std::clamp(asked, kFastestMs, kSlowestMs)));
+  session->forming_beat.async_wait([this, weak = std::weak_ptr<Session>(session),
+                                    alive = alive_](const boost::system::error_code& ec) {
+    SessionPtr member = weak.lock();
+    if (!*alive || ec || !member || member->job.get() != this) return;
+    BeatWhileForming(member);
+  });
 }
 
 void Job::OnGoodbye(const SessionPtr& session) {
@@ -276,6 +302,8 @@ void Job::End() {
   if (ended_) return;
   ended_ = true;
   CancelDeadline();
+  // Its checkpoints are on disk before its end is logged.
+  FlushPendingCheckpoint();
   // The relay first: after Stop it posts nothing to the shards about to go.
   if (uplink_) uplink_->Stop();
   if (running_) {

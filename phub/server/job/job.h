@@ -28,6 +28,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,7 +47,8 @@
 
 namespace phub::server {
 
-// The job that resumes a checkpoint (--resume): the first to start takes it.
+// What a job resumes from (--resume D: D for the job "default", D/NAME for job NAME); emptied
+// once the job has started from it, so that a later job of the name starts afresh.
 struct ResumeState {
   std::shared_ptr<const JobSnapshot> snapshot;
   std::string path;  // its file, for the errors that name it
@@ -73,7 +75,10 @@ class Job : public std::enable_shared_from_this<Job> {
     std::vector<std::unique_ptr<ServerCore>>& cores;
     SessionEnder& sessions;
     JobCounters& counters;
-    ResumeState& resume;
+    ResumeState& resume;  // this job's
+    // Every job's, by key: a job with none of its own is refused if one of these is of its
+    // model (its checkpoints are elsewhere under --resume: CheckNotResumedElsewhere).
+    const std::map<std::string, ResumeState>& resumes;
     const bool& stopping;  // phubd is stopping: members end without stalling the job
     // Runs when the job has formed, before anything is allocated for it: the control plane
     // takes its memory charge, or returns the Error that refuses every member.
@@ -135,6 +140,9 @@ class Job : public std::enable_shared_from_this<Job> {
     host_.sessions.Refuse(session, error);
   }
   void Join(const SessionPtr& session, const proto::Hello& hello);
+  // A Heartbeat to a member of the forming job whose Hello asked for them, now and every
+  // forming_heartbeat_ms until the job starts (or the member goes).
+  void BeatWhileForming(const SessionPtr& session);
   // The job's one deadline, and what it is for: a later phase's deadline replaces an earlier's.
   void ArmDeadline(Deadline kind, int timeout_ms, std::function<void()> fire);
   void CancelDeadline();
@@ -163,6 +171,13 @@ class Job : public std::enable_shared_from_this<Job> {
   void OnSnapshot(const ShardEvent& event);
   std::shared_ptr<JobSnapshot> SnapshotHeader() const;
   std::unique_ptr<CheckpointWriter> MakeCheckpointWriter();
+  std::optional<proto::Error> CheckNotResumedElsewhere(const proto::Hello& hello) const;
+  // Hands a gathered checkpoint to the writer, or, while it still writes the one before,
+  // keeps it to write next (a newer one due meanwhile replaces it, logged).
+  void SubmitCheckpoint(std::shared_ptr<const JobSnapshot> snapshot, std::uint64_t iteration,
+                        double pause_ms);
+  // The job ends: a checkpoint still waiting for the writer is written now (the last one too).
+  void FlushPendingCheckpoint();
 
   Host host_;
   const std::string name_;
@@ -205,6 +220,13 @@ class Job : public std::enable_shared_from_this<Job> {
     double pause_ms = 0;
     std::shared_ptr<JobSnapshot> snapshot;
   } gathering_;
+  // The checkpoint waiting for the writer to finish the one before (at most one: memory is
+  // bounded by two copies of the job's state, one being written and this one).
+  struct PendingCheckpoint {
+    std::shared_ptr<const JobSnapshot> snapshot;
+    std::uint64_t iteration = 0;
+    double pause_ms = 0;
+  } pending_checkpoint_;
   std::shared_ptr<const JobSpec> spec_;  // while running
   JobProgress progress_;                 // from the start on (its last values after the end)
   // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "phub/server/admission/hello_check.h"
 #include "phub/server/checkpoint/snapshot_buffers.h"
 #include "phub/server/job/job.h"
 #include "spdlog/spdlog.h"
@@ -34,6 +35,37 @@ std::unique_ptr<CheckpointWriter> Job::MakeCheckpointWriter() {
           if (*alive) done();
         });
       });
+}
+
+// A job that would start afresh under --resume although a checkpoint of its model waits in
+// another job's folder (the workers' job name changed: a new Slurm or torchrun id, --job given
+// or dropped) must not silently lose the progress: it is refused, naming the folder.
+std::optional<proto::Error> Job::CheckNotResumedElsewhere(const proto::Hello& hello) const {
+  const std::string& dir = options().checkpoint.resume_dir;
+  if (dir.empty()) return std::nullopt;
+  for (const auto& [job, state] : host_.resumes) {
+    if (!state.snapshot || job == name_) continue;
+    const JobSnapshot& s = *state.snapshot;
+    if (s.world_size != hello.world_size() ||
+        s.tensors.size() != static_cast<std::size_t>(hello.tensors_size())) {
+      continue;
+    }
+    bool same = true;
+    for (int t = 0; t < hello.tensors_size() && same; ++t) {
+      same = s.tensors[t].name == hello.tensors(t).name() &&
+             s.tensors[t].elements == hello.tensors(t).elements();
+    }
+    if (!same) continue;
+    const std::string own = name_ == "default" ? dir : (std::filesystem::path(dir) / name_).string();
+    return MakeError(
+        proto::Error::BAD_REQUEST,
+        absl::StrCat(log_name_, " has no checkpoint in ", own, " and would start afresh, but ",
+                     state.path, " (job '", job, "', iteration ", state.iteration,
+                     ") is of its model"),
+        absl::StrCat("run the workers as job '", job, "' (phub-worker --job), or move that "
+                     "folder to ", own, "; to start afresh, remove it or drop --resume"));
+  }
+  return std::nullopt;
 }
 
 std::shared_ptr<JobSnapshot> Job::SnapshotHeader() const {
@@ -74,8 +106,25 @@ void Job::OnSnapshot(const ShardEvent& event) {
   const std::uint64_t iteration = gathering_.iteration;
   const double pause_ms = gathering_.pause_ms;
   gathering_.iteration = 0;
+  SubmitCheckpoint(std::move(snapshot), iteration, pause_ms);
+}
+
+// A checkpoint due while the previous one is still being written is not dropped ("recovery
+// without holes": the job's last checkpoint in particular must reach the disk, or a restart
+// replays more than --checkpoint-every, and PBoxes over racks may disagree on the iteration).
+void Job::SubmitCheckpoint(std::shared_ptr<const JobSnapshot> snapshot, std::uint64_t iteration,
+                           double pause_ms) {
+  if (checkpoints_->busy()) {
+    if (pending_checkpoint_.snapshot) {
+      spdlog::warn("{}: checkpoint of iteration {} replaced by iteration {} before the writer "
+                   "was free (writing is slower than --checkpoint-every; raise it)",
+                   log_name_, pending_checkpoint_.iteration, iteration);
+    }
+    pending_checkpoint_ = {std::move(snapshot), iteration, pause_ms};
+    return;
+  }
   const bool started = checkpoints_->Submit(
-      // Posted to this thread only while the control plane lives (the writer's `post`).
+      // Posted to this thread only while the job lives (the writer's `post`).
       snapshot, [this, iteration, pause_ms](const StatusOr<std::string>& path, double write_ms) {
         if (!path.ok()) {
           ++host_.counters.checkpoint_failures;
@@ -83,21 +132,50 @@ void Job::OnSnapshot(const ShardEvent& event) {
                         "kept (phub_checkpoint_failures_total counts these)",
                         log_name_, iteration, checkpoints_ ? checkpoints_->dir() : "?",
                         path.status().message());
-          return;
+        } else {
+          ++host_.counters.checkpoints_written;
+          spdlog::info("{}: checkpoint of iteration {} written to {} in {:.0f} ms; the cores "
+                       "paused {:.2f} ms for it",
+                       log_name_, iteration, *path, write_ms, pause_ms);
         }
-        ++host_.counters.checkpoints_written;
-        spdlog::info("{}: checkpoint of iteration {} written to {} in {:.0f} ms; the cores "
-                     "paused {:.2f} ms for it",
-                     log_name_, iteration, *path, write_ms, pause_ms);
+        // The one that fell due meanwhile, now.
+        if (pending_checkpoint_.snapshot && checkpoints_) {
+          PendingCheckpoint next = std::move(pending_checkpoint_);
+          pending_checkpoint_ = {};
+          SubmitCheckpoint(std::move(next.snapshot), next.iteration, next.pause_ms);
+        }
       });
-  if (!started) {
-    spdlog::warn("{}: checkpoint of iteration {} skipped: the previous one is still being "
-                 "written (raise --checkpoint-every)", log_name_, iteration);
+  (void)started;  // not busy: it started
+}
+
+void Job::FlushPendingCheckpoint() {
+  if (!checkpoints_) return;
+  // The write in progress finishes first, and is logged now (its posted completion might run
+  // after the job is gone). Its completion submits a checkpoint waiting: written at once, and
+  // drained too.
+  checkpoints_->Drain();
+  checkpoints_->Drain();
+  if (!pending_checkpoint_.snapshot) return;
+  PendingCheckpoint last = std::move(pending_checkpoint_);
+  pending_checkpoint_ = {};
+  // Waits for the write in progress, then writes on this thread: the job is ending.
+  StatusOr<std::string> path = checkpoints_->WriteNow(*last.snapshot);
+  if (!path.ok()) {
+    ++host_.counters.checkpoint_failures;
+    spdlog::error("{}: checkpoint of iteration {} in {} failed: {}; the previous one is kept "
+                  "(phub_checkpoint_failures_total counts these)",
+                  log_name_, last.iteration, checkpoints_->dir(), path.status().message());
+    return;
   }
+  ++host_.counters.checkpoints_written;
+  spdlog::info("{}: checkpoint of iteration {} written to {} as the job ended; the cores "
+               "paused {:.2f} ms for it",
+               log_name_, last.iteration, *path, last.pause_ms);
 }
 
 Status Job::CheckpointNow() {
   if (!checkpoints_ || !running_ || !spec_) return absl::OkStatus();
+  pending_checkpoint_ = {};  // this one is newer
   std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader();
   // The data plane stops first, so that no chunk moves on while the others are copied.
   for (auto& core : host_.cores) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "phub/transport/event_loop.h"
@@ -193,6 +194,49 @@ TEST(ControlChannelTest, AClaimThatNeverComesEndsUnavailableWhenThePeerLeaves) {
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(decoder.buffered_bytes(), 1004u);
   EXPECT_TRUE(MessageHas(got.status(), "1004 bytes into a message"));
+}
+
+// A peer that is stopped (SIGSTOP) or hung: its kernel accepted the connection and sends
+// nothing. The timed read gives up after its timeout; a plain read would wait for good.
+TEST(ControlChannelTest, ReadWithATimeoutGivesUpOnASilentPeer) {
+  asio::io_context context;
+  auto [client, server] = ConnectedPair(context);
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<proto::ControlMessage> read =
+      ReadControlMessage(server, std::chrono::milliseconds(200));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(MessageHas(read.status(), "no message within 200 ms"));
+  EXPECT_GE(took.count(), 200);
+  EXPECT_LT(took.count(), 200 + 5000);  // generous slack: only a hang fails
+}
+
+TEST(ControlChannelTest, ReadWithATimeoutNamesAMessageCutShort) {
+  asio::io_context context;
+  auto [client, server] = ConnectedPair(context);
+  WriteLengthPrefix(client, 100);
+  const char part[10] = {};
+  asio::write(client, asio::buffer(part));
+  StatusOr<proto::ControlMessage> read =
+      ReadControlMessage(server, std::chrono::milliseconds(200));
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(MessageHas(read.status(), "one had begun to arrive"));
+}
+
+TEST(ControlChannelTest, ReadWithATimeoutTakesAMessageThatComesInTime) {
+  asio::io_context context;
+  auto [client, server] = ConnectedPair(context);
+  auto writer = std::async(std::launch::async, [&client] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return WriteControlMessage(client, SampleHello());
+  });
+  StatusOr<proto::ControlMessage> read = ReadControlMessage(server, kTimeout);
+  ASSERT_TRUE(writer.get().ok());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->SerializeAsString(), SampleHello().SerializeAsString());
 }
 
 TEST(ControlChannelTest, ReadRejectsABodyThatDoesNotParse) {

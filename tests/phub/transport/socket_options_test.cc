@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace phub::transport {
 namespace {
@@ -34,6 +36,38 @@ TEST(ConnectWithRetryTest, GivesUpWithUnavailableNamingTheAddress) {
   ASSERT_FALSE(socket.ok());
   EXPECT_EQ(socket.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(MessageHas(socket.status(), "127.0.0.1:" + std::to_string(port)));
+}
+
+// A listener whose accept queue is full drops further SYNs: a blocking connect(2) would wait
+// for the kernel's SYN retries (about 2 minutes), as it does when nothing answers at all (a cut
+// link). Each ConnectWithRetry must still end within its timeout.
+TEST(ConnectWithRetryTest, AConnectNothingAnswersEndsWithinTheTimeout) {
+  asio::io_context context;
+  tcp::acceptor full(context);
+  full.open(tcp::v4());
+  full.bind(tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  full.listen(0);  // never accepted: the queue fills after a connection or two
+  const std::uint16_t port = full.local_endpoint().port();
+  constexpr int kTimeoutMs = 300;
+  std::vector<tcp::socket> held;
+  bool refused = false;
+  for (int i = 0; i < 8 && !refused; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    StatusOr<tcp::socket> socket = ConnectWithRetry(context, "127.0.0.1", port, kTimeoutMs);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    // Generous slack for a loaded machine; before the fix, ~2 minutes.
+    EXPECT_LT(took.count(), kTimeoutMs + 2000) << "attempt " << i;
+    if (socket.ok()) {
+      held.push_back(*std::move(socket));
+      continue;
+    }
+    refused = true;
+    EXPECT_EQ(socket.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(MessageHas(socket.status(), "127.0.0.1:" + std::to_string(port)));
+    EXPECT_TRUE(MessageHas(socket.status(), "gave up after 300 ms"));
+  }
+  EXPECT_TRUE(refused) << "the accept queue never filled";
 }
 
 TEST(ConnectWithRetryTest, ConnectedSocketHasNoDelay) {
