@@ -27,26 +27,18 @@ PHUBD = os.environ["PHUBD"]
 WORKER = os.environ["PHUB_TEST_WORKER"]
 TENSORS = [5000, 300, 20000]
 WORLD = 2
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wait_for as shared  # noqa: E402
+
 DEADLINE_S = 30
 
 
 def wait_for(what, check, timeout_s=DEADLINE_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"FAIL: {what} not within {timeout_s} s")
-        time.sleep(0.1)
+    return shared.wait_for(what, check, timeout_s)
 
 
 def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
+    return shared.read(path)
 
 
 def scrape(port):

@@ -22,6 +22,9 @@ WORKER = os.environ["PHUB_TEST_WORKER"]
 TENSORS = [1_000_000, 300_000, 5_000]  # floats: 4 + 2 + 1 chunks of 1 MiB
 CHUNK_BYTES = 1 << 20
 WORLD, ITERS = 2, 20
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wait_for as shared  # noqa: E402
+
 DEADLINE_S = 60
 
 
@@ -31,23 +34,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(what: str, check, timeout_s: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"FAIL: {what} not within {timeout_s} s")
-        time.sleep(0.1)
+def wait_for(what, check, timeout_s=DEADLINE_S):
+    return shared.wait_for(what, check, timeout_s)
 
 
-def read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return ""
+def read(path):
+    return shared.read(path).strip()
 
 
 def http_get(url: str) -> str:
