@@ -6,20 +6,16 @@
 #include <random>
 
 #include <algorithm>
-#include <filesystem>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
-#include "phub/common/plain_name.h"
 #include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/job/initial_weights.h"
-#include "phub/server/admission/job_limits.h"
 #include "phub/server/admission/job_tokens.h"
 #include "phub/transport/control_channel.h"
 #include "spdlog/spdlog.h"
@@ -47,6 +43,7 @@ std::string KindOf(const proto::ControlMessage& message) {
     case proto::ControlMessage::kVerbsEndpoint: return "VerbsEndpoint";
     case proto::ControlMessage::kHeartbeat: return "Heartbeat";
     case proto::ControlMessage::kNotice: return "Notice";
+    case proto::ControlMessage::kChallenge: return "Challenge";
     case proto::ControlMessage::BODY_NOT_SET: return "an empty message";
   }
   return "an unknown message";
@@ -157,79 +154,6 @@ void ControlPlane::OnAccept(asio::ip::tcp::socket socket) {
   ReadNext(session);
 }
 
-bool ControlPlane::AdmitPending(const SessionPtr& session, bool loopback) {
-  const SharingOptions& sharing = options_.admission.sharing;
-  const bool no_token = sharing.job_token.empty() && sharing.job_tokens_dir.empty();
-  if (no_token && !loopback && !sharing.allow_remote_without_token) {
-    ++refused_remote_;
-    if (auto suppressed = pending_log_.Allow()) {
-      spdlog::warn("refused a control connection from {}: phubd has no token and serves only "
-                   "this machine (give --token-file or --job-tokens){}",
-                   session->peer, LogLimiter::Note(*suppressed));
-    }
-    Refuse(session, MakeError(proto::Error::BAD_TOKEN,
-                              "phubd runs without a job token and serves only workers on its own "
-                              "machine",
-                              "start phubd with --token-file (or --job-tokens) and give the "
-                              "workers the token; --allow-remote-without-token lets anyone in"));
-    return false;
-  }
-  const PendingConnections::Admission admission = pending_.Admit(session->source, session->id);
-  if (!admission.admitted) {
-    // Closed at once, without a word: the source already waits on its whole quota.
-    ++refused_pending_;
-    if (auto suppressed = pending_log_.Allow()) {
-      spdlog::warn("closed a control connection from {}: it has {} connections without an "
-                   "accepted Hello, the limit per address (--max-pending-per-source){}",
-                   session->peer, pending_.of_source(session->source),
-                   LogLimiter::Note(*suppressed));
-    }
-    CloseSessionSocket(*session);
-    return false;
-  }
-  sessions_[session->id] = session;
-  if (admission.evict) {
-    ++evicted_pending_;
-    if (auto it = sessions_.find(*admission.evict); it != sessions_.end()) {
-      if (auto suppressed = pending_log_.Allow()) {
-        spdlog::warn("{} control connections without an accepted Hello "
-                     "(--max-pending-connections): closing the oldest, from {}{}",
-                     pending_.limits().total, it->second->peer, LogLimiter::Note(*suppressed));
-      }
-      Refuse(it->second,
-             MakeError(proto::Error::LIMIT_EXCEEDED,
-                       "phubd closed this connection, the oldest of its connections without an "
-                       "accepted Hello, for a newer one (--max-pending-connections)",
-                       "send the Hello right after the Challenge (PsClient does) and connect "
-                       "again; the operator may raise --max-pending-connections"));
-    }
-  }
-  StatusOr<std::string> nonce = NewChallengeNonce();
-  if (!nonce.ok()) {
-    spdlog::error("control connection from {}: {}", session->peer, nonce.status().message());
-    Drop(session, nonce.status());
-    return false;
-  }
-  session->nonce = *std::move(nonce);
-  proto::ControlMessage challenge;
-  challenge.mutable_challenge()->set_nonce(session->nonce);
-  SendControl(session, challenge);
-  return true;
-}
-
-void ControlPlane::RefuseToken(const SessionPtr& session, const proto::Error& error) {
-  // Counted from the Hello's arrival (last_heard), whatever the checks cost: the answer's
-  // timing is the source's record, not what the job is.
-  const auto delay = pacer_.Fail(session->source, session->last_heard);
-  session->deadline.cancel();
-  session->deadline.expires_at(session->last_heard + delay);
-  session->deadline.async_wait([this, session, error, alive = alive_](
-                                   const boost::system::error_code& ec) {
-    if (!*alive || ec || session->state != SessionState::kAwaitingHello) return;
-    Refuse(session, error);
-  });
-}
-
 void ControlPlane::ReadNext(const SessionPtr& session) {
   AsyncReadControlMessage(
       session->socket, session->decoder,
@@ -330,122 +254,6 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
   job->OnHello(session, hello);
 }
 
-std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole role,
-                                               const proto::Hello& hello,
-                                               const std::string& source, proto::Error& refusal) {
-  if (auto it = jobs_.find(name); it != jobs_.end() && !it->second->ended()) return it->second;
-  jobs_.erase(name);
-  // A new job: its first Hello sets its world size and what it is charged. Both are the
-  // peer's word: bounded here, before anything is allocated.
-  const std::uint32_t world = hello.world_size();
-  if (std::optional<proto::Error> error =
-          CheckWorldSize(hello, options_.admission.limits, options_.control.max_connections)) {
-    refusal = *error;
-    return nullptr;
-  }
-  if (std::optional<proto::Error> error = CheckJobLimits(hello, options_.admission)) {
-    refusal = *error;
-    return nullptr;
-  }
-  const SharingOptions& sharing = options_.admission.sharing;
-  if (jobs_.size() >= sharing.max_jobs) {
-    refusal = MakeError(proto::Error::LIMIT_EXCEEDED,
-                        absl::StrCat("phubd already serves ", jobs_.size(),
-                                     " jobs, its limit (--max-jobs ", sharing.max_jobs, ")"),
-                        "wait until a job ends, or raise phubd's --max-jobs");
-    return nullptr;
-  }
-  // A forming job holds a --max-jobs place; one address may hold only a few of them.
-  const std::uint32_t forming_limit = sharing.max_forming_jobs_per_source;
-  if (auto it = forming_by_source_.find(source);
-      it != forming_by_source_.end() && it->second >= forming_limit) {
-    refusal = MakeError(proto::Error::LIMIT_EXCEEDED,
-                        absl::StrCat(source, " already has ", it->second,
-                                     " jobs forming on this phubd, its limit "
-                                     "(--max-forming-jobs-per-source ",
-                                     forming_limit, ")"),
-                        "start the job's other workers so that those jobs form, or wait until "
-                        "they time out (--form-timeout-ms)");
-    return nullptr;
-  }
-  // The charge is taken when the job forms (ReserveMemory), not now: a job that never forms
-  // must not hold the budget. Here only what could never fit is refused.
-  const std::optional<std::uint64_t> charge =
-      JobChargeBytes(hello, options_.admission.chunk_bytes);
-  const std::uint64_t budget = sharing.memory_budget_bytes;
-  if (!charge || *charge > budget) {
-    ++jobs_refused_for_memory_;
-    refusal = MemoryRefusal(name, charge, /*ever=*/true);
-    return nullptr;
-  }
-  double weight = 1;
-  if (auto it = sharing.job_weights.find(name); it != sharing.job_weights.end()) {
-    weight = it->second;
-  }
-  auto job = std::make_shared<Job>(
-      Job::Host{.io = context_,
-                .options = options_.jobs,
-                .admission = options_.admission,
-                .data_plane = options_.data_plane,
-                .cores = cores_,
-                .sessions = *this,
-                .counters = counters_,
-                .resume = ResumeFor(name),
-                .resumes = resumes_,
-                .stopping = stopping_,
-                .reserve = [this](Job& forming) { return ReserveMemory(forming); },
-                .on_end = [this](Job& ended) { JobEnded(ended); }},
-      name, role, ++jobs_created_, world, *charge, weight);
-  jobs_[name] = job;
-  forming_source_[job->id()] = source;
-  ++forming_by_source_[source];
-  spdlog::info("job '{}' is forming: {} workers from {}, {} bytes to charge when it forms ({} of "
-               "{} held)",
-               name, world, source, *charge, charged_bytes_, budget);
-  return job;
-}
-
-proto::Error ControlPlane::MemoryRefusal(const std::string& name,
-                                         std::optional<std::uint64_t> charge, bool ever) const {
-  // The job's own need and the operator's budget: nothing of what other tenants hold.
-  const std::uint64_t budget = options_.admission.sharing.memory_budget_bytes;
-  return MakeError(
-      proto::Error::RESOURCE_EXHAUSTED,
-      absl::StrCat("job '", name, "' needs ",
-                   charge ? absl::StrCat(*charge) : std::string("more than 2^64"),
-                   " bytes on phubd (its model times world size + 3); ",
-                   ever ? "phubd's whole memory budget is "
-                        : "what is left of phubd's memory budget now is less, of ",
-                   budget, " bytes (--memory-budget-bytes)"),
-      ever ? "run the job on a PBox with more memory, or raise --memory-budget-bytes if the "
-             "machine has it"
-           : "start the job again when another ends, or run it on another PBox");
-}
-
-void ControlPlane::NoLongerForming(const Job& job) {
-  auto it = forming_source_.find(job.id());
-  if (it == forming_source_.end()) return;
-  if (auto count = forming_by_source_.find(it->second);
-      count != forming_by_source_.end() && --count->second == 0) {
-    forming_by_source_.erase(count);
-  }
-  forming_source_.erase(it);
-}
-
-std::optional<proto::Error> ControlPlane::ReserveMemory(Job& job) {
-  NoLongerForming(job);
-  const std::uint64_t budget = options_.admission.sharing.memory_budget_bytes;
-  if (job.charge_bytes() > budget - std::min(budget, charged_bytes_)) {
-    ++jobs_refused_for_memory_;
-    return MemoryRefusal(job.name(), job.charge_bytes(), /*ever=*/false);
-  }
-  charged_bytes_ += job.charge_bytes();
-  charged_jobs_.insert(job.id());
-  spdlog::info("job '{}' formed: {} bytes charged ({} of {} held)", job.name(), job.charge_bytes(),
-               charged_bytes_, budget);
-  return std::nullopt;
-}
-
 void ControlPlane::JobEnded(Job& job) {
   NoLongerForming(job);
   if (charged_jobs_.erase(job.id()) > 0) {
@@ -462,108 +270,6 @@ void ControlPlane::JobEnded(Job& job) {
   });
   // Only a job that started has ended (--one-job); one that never formed just goes.
   if (job.started() && on_job_end_) on_job_end_();
-}
-
-namespace {
-
-// The checkpoint folders under --resume D, by the job key that resumes each: D itself for the
-// job "default", D/NAME for job NAME, D/NAME@racks for a job's home part over racks.
-std::vector<std::pair<std::string, std::string>> ResumeFolders(const std::string& dir) {
-  std::vector<std::pair<std::string, std::string>> folders = {{"default", dir}};
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (!entry.is_directory(ec)) continue;
-    const std::string name = entry.path().filename().string();
-    std::string_view job = name;
-    if (job.ends_with("@racks")) job.remove_suffix(6);
-    // "default" is D itself; other folders are no job's (logs, a copy put aside).
-    if (job == "default" || !PlainNameFault(job).empty()) continue;
-    folders.emplace_back(name, entry.path().string());
-  }
-  std::sort(folders.begin() + 1, folders.end());
-  return folders;
-}
-
-}  // namespace
-
-Status ControlPlane::LoadResume() {
-  const CheckpointOptions& options = options_.jobs.checkpoint;
-  if (options.resume_dir.empty()) return absl::OkStatus();
-  for (const auto& [job, folder] : ResumeFolders(options.resume_dir)) {
-    PHUB_RETURN_IF_ERROR(LoadResumeFolder(job, folder));
-  }
-  if (resumes_.empty()) {
-    // Killed before its first checkpoint (or a first start under a restart policy): the jobs
-    // start afresh, and workers that reconnect start over with them.
-    spdlog::warn("--resume {}: no checkpoint there nor in any job's folder in it; every job "
-                 "starts afresh", options.resume_dir);
-  }
-  return absl::OkStatus();
-}
-
-Status ControlPlane::LoadResumeFolder(const std::string& job, const std::string& folder) {
-  StatusOr<LoadedCheckpoint> newest = LoadNewestCheckpoint(folder);
-  if (absl::IsNotFound(newest.status())) return absl::OkStatus();
-  PHUB_RETURN_IF_ERROR(newest.status());
-  LoadedCheckpoint loaded = *std::move(newest);
-  const JobSnapshot& s = loaded.snapshot;
-  auto mismatch = [&](const std::string& what, const std::string& flag) {
-    return absl::InvalidArgumentError(absl::StrCat("--resume: checkpoint ", loaded.path, " ",
-                                                   what, ": start phubd with ", flag,
-                                                   ", or without --resume"));
-  };
-  const std::uint32_t max_world = options_.admission.limits.max_world_size;
-  if (max_world > 0 && s.world_size > max_world) {
-    return mismatch(absl::StrCat("is of a job of ", s.world_size, " workers, phubd takes at most ",
-                                 max_world),
-                    absl::StrCat("--max-world-size ", s.world_size));
-  }
-  const std::uint64_t chunk_bytes = options_.admission.chunk_bytes;
-  if (s.chunk_bytes != chunk_bytes) {
-    return mismatch(absl::StrCat("cut the model in chunks of ", s.chunk_bytes, " bytes, phubd ",
-                                 chunk_bytes),
-                    absl::StrCat("--chunk-bytes ", s.chunk_bytes));
-  }
-  // The job's optimizer (the workers' or phubd's flags) is checked against the checkpoint's
-  // when the workers say Hello (CheckResumedModel).
-  std::uint64_t low = UINT64_MAX;
-  for (const ChunkSnapshot& chunk : s.chunks) low = std::min(low, chunk.iteration);
-  for (const ChunkSnapshot& chunk : s.chunks) {
-    if (chunk.iteration > low + 1 || (chunk.iteration == low + 1 && chunk.previous.empty())) {
-      return absl::DataLossError(absl::StrCat(
-          "--resume: checkpoint ", loaded.path, " has chunk ", chunk.chunk, " at iteration ",
-          chunk.iteration, " beside chunks at ", low,
-          " without the weights to go back to: it cannot be resumed; use an older one"));
-    }
-  }
-  ResumeState& resume = resumes_[job];
-  resume.iteration = s.chunks.empty() ? 0 : low;
-  resume.snapshot = std::make_shared<const JobSnapshot>(std::move(loaded.snapshot));
-  resume.path = loaded.path;
-  spdlog::info("job '{}': resuming from {}: iteration {}, {} tensors, {} chunks{} (when it forms)",
-               job, loaded.path, resume.iteration, resume.snapshot->tensors.size(),
-               resume.snapshot->chunks.size(),
-               loaded.refused.empty() ? ""
-                                      : absl::StrCat(" (", loaded.refused.size(),
-                                                     " newer checkpoint(s) refused)"));
-  return absl::OkStatus();
-}
-
-ResumeState& ControlPlane::ResumeFor(const std::string& job) {
-  auto own = resumes_.find(job);
-  if (own != resumes_.end() && own->second.snapshot) return own->second;
-  // --resume pointed at a job's own folder (D/NAME, as before every job had its folder under
-  // D): the checkpoints in D itself are that job's, not the job "default"'s.
-  const std::string& dir = options_.jobs.checkpoint.resume_dir;
-  auto in_dir = resumes_.find("default");
-  if (job != "default" && in_dir != resumes_.end() && in_dir->second.snapshot &&
-      std::filesystem::path(dir).lexically_normal().filename() == job) {
-    spdlog::info("job '{}': resuming from {}: --resume {} is named for it", job,
-                 in_dir->second.path, dir);
-    resumes_[job] = std::move(in_dir->second);
-    in_dir->second = {};
-  }
-  return resumes_[job];
 }
 
 // The one place a session ends, whatever its state: the job's accounting stays exact.

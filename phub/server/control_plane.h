@@ -9,6 +9,10 @@
 // session dropped. Drop() is the one place a session ends: no Hello within --hello-timeout-ms,
 // the peer gone, a bad frame, a Goodbye; the session's job is told (Job::MemberGone).
 //
+// In four files: control_plane.cc (sessions, Hellos, jobs by name), control_plane_admission.cc
+// (pending connections' quotas, the Challenge, paced token refusals, a new job's admission and
+// memory charge), control_plane_resume.cc (--resume), control_plane_metrics.cc (its series).
+//
 // Resources a peer can hold are bounded: --max-connections open control connections, a frame
 // of --max-control-frame-bytes read as its bytes arrive, --max-tensors, --max-model-bytes and
 // the memory budget checked before anything is allocated for a job, --max-jobs jobs.
