@@ -48,12 +48,14 @@ bool ControlPlane::AdmitPending(const SessionPtr& session, bool loopback) {
   if (admission.evict) {
     ++evicted_pending_;
     if (auto it = sessions_.find(*admission.evict); it != sessions_.end()) {
+      // A copy: Drop erases the map's entry, which must not be what the session is read from.
+      const SessionPtr evicted = it->second;
       if (auto suppressed = pending_log_.Allow()) {
         spdlog::warn("{} control connections without an accepted Hello "
                      "(--max-pending-connections): closing the oldest, from {}{}",
-                     pending_.limits().total, it->second->peer, LogLimiter::Note(*suppressed));
+                     pending_.limits().total, evicted->peer, LogLimiter::Note(*suppressed));
       }
-      Refuse(it->second,
+      Refuse(evicted,
              MakeError(proto::Error::LIMIT_EXCEEDED,
                        "phubd closed this connection, the oldest of its connections without an "
                        "accepted Hello, for a newer one (--max-pending-connections)",
