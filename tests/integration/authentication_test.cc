@@ -134,12 +134,11 @@ TEST(Authentication, FailedHellosArePacedPerSource) {
   // 100 + 200 + 400 + 800 + 1600 ms (a little less: the count decays meanwhile, by 3 % over
   // these 3 s): five guesses, where ~2,700 a second went before.
   EXPECT_GE(MsSince(start), 2900.0);
-  // The first failure of another address waits the first delay only (bounded generously: this
-  // is a machine under load, the claim is that it is not 3.2 s).
+  // Another address is refused too, paced from its own first delay (that its record is its
+  // own is RefusalPacerTest's; how fast guessing goes, bench/tenants/guess_rate.py's).
   const auto other = Clock::now();
   EXPECT_TRUE(Answer(phubd.port, HelloFor("j", "guess"), "127.0.0.3").has_error());
   EXPECT_GE(MsSince(other), 100.0);
-  EXPECT_LT(MsSince(other), 3000.0);
   // The right token from the paced address joins and trains.
   RawSocket worker = RawSocket::Connect(phubd.port, Millis(5000), "127.0.0.2");
   ForgedMember member;
