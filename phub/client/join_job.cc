@@ -27,7 +27,27 @@ namespace {
 // where, how long, what to check, and which bound it was.
 Status SilentPhubd(const PsClientOptions& options, const Membership& membership,
                    const std::string& what, int waited_ms, bool caller_deadline,
-                   std::chrono::milliseconds since_hello);
+                   std::chrono::milliseconds since_hello) {
+  const std::string where = absl::StrCat("phubd at ", options.host, ":", options.port);
+  const std::string who = absl::StrCat("rank ", membership.rank, " of job '",
+                                       options.job.empty() ? "default" : options.job, "'");
+  const std::string hello =
+      since_hello.count() >= 0 ? absl::StrCat(", ", since_hello.count(), " ms after the Hello")
+                               : "";
+  if (caller_deadline) {
+    return absl::UnavailableError(absl::StrCat(
+        "nothing heard from ", where, " for the last ", waited_ms, " ms before this connect's "
+        "deadline while ", who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), "
+        "hung or overloaded? Check its process and its log; the deadline is the caller's "
+        "(phub-worker: --reconnect-timeout-ms)"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "nothing heard from ", where, " for ", waited_ms, " ms (--hello-answer-timeout-ms) while ",
+      who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), hung or overloaded? "
+      "Check its process and its log. (phubd answers at once and, while the job forms, every "
+      "quarter of that bound; one older than this worker is silent until the job forms: update "
+      "it, or raise --hello-answer-timeout-ms past the forming time.)"));
+}
 
 // The nonce of phubd's Challenge, or phubd's refusal (its Error: over a quota, or a phubd that
 // serves only its own machine) as an error that says so.
@@ -63,10 +83,6 @@ StatusOr<std::string> ReadChallenge(boost::asio::ip::tcp::socket& control,
   return first->challenge().nonce();
 }
 
-}  // namespace
-
-namespace {
-
 // The answer to the Hello: the Welcome or an Error. Heartbeats (phubd is there, the job still
 // forms) and Notices before it are skipped; each message must come within
 // options.hello_answer_timeout_ms of the one before, and the last by options.deadline.
@@ -86,30 +102,6 @@ StatusOr<proto::ControlMessage> AwaitAnswer(boost::asio::ip::tcp::socket& contro
     return SilentPhubd(options, membership, "the answer to its Hello", wait_ms,
                        wait_ms < silence_ms, since_hello);
   }
-}
-
-Status SilentPhubd(const PsClientOptions& options, const Membership& membership,
-                   const std::string& what, int waited_ms, bool caller_deadline,
-                   std::chrono::milliseconds since_hello) {
-  const std::string where = absl::StrCat("phubd at ", options.host, ":", options.port);
-  const std::string who = absl::StrCat("rank ", membership.rank, " of job '",
-                                       options.job.empty() ? "default" : options.job, "'");
-  const std::string hello =
-      since_hello.count() >= 0 ? absl::StrCat(", ", since_hello.count(), " ms after the Hello")
-                               : "";
-  if (caller_deadline) {
-    return absl::UnavailableError(absl::StrCat(
-        "nothing heard from ", where, " for the last ", waited_ms, " ms before this connect's "
-        "deadline while ", who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), "
-        "hung or overloaded? Check its process and its log; the deadline is the caller's "
-        "(phub-worker: --reconnect-timeout-ms)"));
-  }
-  return absl::UnavailableError(absl::StrCat(
-      "nothing heard from ", where, " for ", waited_ms, " ms (--hello-answer-timeout-ms) while ",
-      who, " waited for ", what, hello, ": is phubd stopped (SIGSTOP), hung or overloaded? "
-      "Check its process and its log. (phubd answers at once and, while the job forms, every "
-      "quarter of that bound; one older than this worker is silent until the job forms: update "
-      "it, or raise --hello-answer-timeout-ms past the forming time.)"));
 }
 
 }  // namespace

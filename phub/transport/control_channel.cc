@@ -1,7 +1,5 @@
 #include "phub/transport/control_channel.h"
 
-#include <poll.h>
-
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "phub/transport/poll_until.h"
 
 namespace phub::transport {
 
@@ -53,25 +52,6 @@ StatusOr<proto::ControlMessage> Read(asio::ip::tcp::socket& socket, ControlFrame
                                   : socket.read_some(asio::buffer(buffer), ec);
     if (ec) return IoError("read", ec, decoder);
     PHUB_RETURN_IF_ERROR(decoder.Feed(std::span(buffer).first(got)));
-  }
-}
-
-// Waits until `socket` has bytes to read (or its peer closed), or `deadline` passes: false then.
-StatusOr<bool> Readable(asio::ip::tcp::socket& socket,
-                        std::chrono::steady_clock::time_point deadline) {
-  while (true) {
-    const std::int64_t left = std::max<std::int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(
-               deadline - std::chrono::steady_clock::now())
-               .count());
-    pollfd fd{socket.native_handle(), POLLIN, 0};
-    const int ready = ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(left, 1 << 30)));
-    if (ready > 0) return true;
-    if (ready < 0 && errno != EINTR) {
-      return absl::UnavailableError(
-          absl::StrCat("control connection: poll: ", std::strerror(errno)));
-    }
-    if (ready == 0 && std::chrono::steady_clock::now() >= deadline) return false;
   }
 }
 
@@ -161,7 +141,8 @@ StatusOr<proto::ControlMessage> ReadControlMessage(asio::ip::tcp::socket& socket
   while (true) {
     PHUB_RETURN_IF_ERROR(decoder.status());
     if (std::optional<proto::ControlMessage> message = decoder.Pop()) return std::move(*message);
-    PHUB_ASSIGN_OR_RETURN(const bool readable, Readable(socket, deadline));
+    PHUB_ASSIGN_OR_RETURN(const bool readable,
+                          PollUntil(socket.native_handle(), POLLIN, deadline, "control connection"));
     if (!readable) {
       return absl::DeadlineExceededError(absl::StrCat(
           "control connection: no message within ", timeout.count(), " ms",

@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
@@ -15,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "phub/transport/poll_until.h"
 
 namespace phub::transport {
 
@@ -85,31 +85,21 @@ void ConnectBefore(tcp::socket& socket, const tcp::endpoint& endpoint,
     return;
   }
   if (result != 0) {
-    while (true) {
-      const std::int64_t left = std::max<std::int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(
-                 deadline - std::chrono::steady_clock::now())
-                 .count());
-      pollfd fd{socket.native_handle(), POLLOUT, 0};
-      const int ready = ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(left, 1 << 30)));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready < 0) {
-        ec = boost::system::error_code(errno, boost::system::system_category());
-        return;
-      }
-      if (ready == 0) {
-        if (std::chrono::steady_clock::now() < deadline) continue;
-        ec = asio::error::timed_out;
-        return;
-      }
-      int error = 0;
-      socklen_t length = sizeof error;
-      if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
-        error = errno;
-      }
-      if (error != 0) ec = boost::system::error_code(error, boost::system::system_category());
-      break;
+    StatusOr<bool> ready = PollUntil(socket.native_handle(), POLLOUT, deadline, "connect");
+    if (!ready.ok()) {
+      ec = boost::system::errc::make_error_code(boost::system::errc::io_error);
+      return;
     }
+    if (!*ready) {
+      ec = asio::error::timed_out;
+      return;
+    }
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
+      error = errno;
+    }
+    if (error != 0) ec = boost::system::error_code(error, boost::system::system_category());
   }
   if (ec) return;
   socket.non_blocking(false, ec);
