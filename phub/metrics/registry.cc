@@ -137,14 +137,14 @@ void Registry::AddCallbackGaugeFamily(const std::string& name, const std::string
                                       std::function<Samples()> read) {
   std::lock_guard lock(mutex_);
   Family& family = FamilyFor(name, help, Type::kGauge, {});
-  family.series.push_back(Series{.read_many = std::move(read)});
+  family.series.push_back(Series{.labels = {}, .read_many = std::move(read)});
 }
 
 void Registry::AddCallbackCounterFamily(const std::string& name, const std::string& help,
                                         std::function<Samples()> read) {
   std::lock_guard lock(mutex_);
   Family& family = FamilyFor(name, help, Type::kCounter, {});
-  family.series.push_back(Series{.read_many = std::move(read)});
+  family.series.push_back(Series{.labels = {}, .read_many = std::move(read)});
 }
 
 std::string Registry::Render() const {
