@@ -119,8 +119,11 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
   o.nccl.optimizer = f.optimizer;
   return phub::worker::Trainer::WithExchange(
       model, backend,
-      [&](std::vector<phub::keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
-        return phub::exchange::MakeExchange(o, std::move(tensors), std::move(weights));
+      [&](std::vector<phub::keys::TensorSpec> tensors,
+          std::shared_ptr<phub::staging::CopyEngine> engine, std::vector<std::span<float>> grads,
+          std::vector<std::span<float>> weights) {
+        return phub::exchange::MakeDeviceExchange(o, std::move(engine), std::move(tensors),
+                                                  std::move(grads), std::move(weights));
       },
       !f.no_overlap);
 }

@@ -11,11 +11,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=${PHUB_JOBS:-2}
 targets=(tests/worker/backend/cudnn_ops_test tests/phub/nccl/nccl_test
-         tests/phub/exchange/exchange_test worker/phub-worker phub/server/phubd)
+         tests/phub/exchange/exchange_test tests/phub/exchange/staged_exchange_test
+         tests/phub/staging/copy_engine_test bench/gpu/staging_bench
+         worker/phub-worker phub/server/phubd)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHUB_NATIVE=OFF \
-  -DPHUB_WITH_CUDA=ON -DPHUB_BUILD_BENCH=OFF >/dev/null
+  -DPHUB_WITH_CUDA=ON -DPHUB_BUILD_BENCH=ON >/dev/null
 ninja -C build-gpu -j "$jobs" "${targets[@]}"
 files=("${targets[@]/#/build-gpu/}")
+# A phub-worker of an earlier commit, for before/after figures in the same call
+# (bench/gpu/exchange_gpu.py): PHUB_GPU_BEFORE=DIR holds worker/phub-worker built there.
+if [[ -n ${PHUB_GPU_BEFORE:-} ]]; then
+  files+=("$PHUB_GPU_BEFORE/worker/phub-worker")
+fi
 if [[ ${PHUB_GPU_ASAN:-0} == 1 ]]; then
   cmake -S . -B build-gpu-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPHUB_NATIVE=OFF \
     -DPHUB_WITH_CUDA=ON -DPHUB_BUILD_BENCH=OFF -DPHUB_SANITIZE=address >/dev/null

@@ -2,6 +2,7 @@
 # The project's GPU checks and benchmarks, run on a lent GPU machine from the bundle that
 # bench/gpu/bundle_gpu.sh made here:
 #   bash .gpu/run.sh bash bench/gpu/run_gpu.sh [tests] [alone] [train] [bench] [r50] ...
+# exchange: the exchange before/after on one GPU and the staging pipeline's cost (issue 39).
 # tests: cuDNN ops and whole models vs oneDNN, NCCL vs float64, the exchange, and (where bundled)
 #        the same under ASan, whose CUDA driver needs protect_shadow_gap=0.
 # alone: Fashion-MNIST on the GPU, one worker. train: that, then 2 and 4 workers sharing GPU 0
@@ -40,6 +41,8 @@ phase_tests() {
   step gtest-cudnn-ops $B/tests/worker/backend/cudnn_ops_test
   step gtest-nccl $B/tests/phub/nccl/nccl_test
   step gtest-exchange $B/tests/phub/exchange/exchange_test
+  step gtest-staged-exchange $B/tests/phub/exchange/staged_exchange_test
+  step gtest-copy-engine $B/tests/phub/staging/copy_engine_test
   if [[ -x build-gpu-asan/tests/phub/nccl/nccl_test ]]; then
     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 step asan-nccl build-gpu-asan/tests/phub/nccl/nccl_test
     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 step asan-cudnn-ops \
@@ -66,6 +69,21 @@ phase_train() {
     --epochs 2 --batch 16 --no-kill --no-rack --out "$out/logs/demo-n4"
 }
 
+# exchange: issue 39's figures. The exchange before and after (bench/gpu/exchange_gpu.py; the
+# bundle's build-gpu-before/ holds the earlier phub-worker), then the staging pipeline's cost
+# against the same bytes' D2H + H2D alone (staging_bench), on ResNet-50 and fashion-cnn.
+phase_exchange() {
+  step staging-r50 $B/bench/gpu/staging_bench --model resnet50 --out "$out/logs/staging-r50"
+  cat "$out/logs/staging-r50/staging.md" 2>/dev/null
+  step staging-fcnn $B/bench/gpu/staging_bench --model fashion-cnn --out "$out/logs/staging-fcnn"
+  cat "$out/logs/staging-fcnn/staging.md" 2>/dev/null
+  if [[ -x build-gpu-before/worker/phub-worker ]]; then
+    step exchange-gpu "$py" bench/gpu/exchange_gpu.py --before build-gpu-before/worker/phub-worker \
+      --after $B/worker/phub-worker --phubd $B/phub/server/phubd --out "$out/logs/exchange-gpu"
+    cat "$out/logs/exchange-gpu/exchange_gpu.md" 2>/dev/null
+  fi
+}
+
 bench() {  # bench NAME MODELS [run_train.py flags]
   local name=$1 models=$2; shift 2
   step "$name" timeout "${PHUB_BENCH_TIMEOUT:-480}" "$py" bench/train/run_train.py --device cuda \
@@ -81,6 +99,7 @@ phases=("$@")
 for phase in "${phases[@]}"; do
   case $phase in
     tests) phase_tests ;;
+    exchange) phase_exchange ;;
     alone) phase_alone ;;
     train) phase_train ;;
     bench) bench bench-fp32 "$ALL" ;;
@@ -88,7 +107,7 @@ for phase in "${phases[@]}"; do
     hostbatch) bench bench-r50-hostbatch resnet50:64 --host-batch ;;
     tf32) bench bench-tf32 "$ALL" --tf32 ;;
     r50tf32) bench bench-r50-tf32 resnet50:64 --tf32 ;;
-    *) echo "run_gpu.sh: unknown phase '$phase' (tests alone train bench r50 hostbatch tf32 r50tf32)" >&2
+    *) echo "run_gpu.sh: unknown phase '$phase' (tests exchange alone train bench r50 hostbatch tf32 r50tf32)" >&2
        exit 2 ;;
   esac
 done

@@ -1,5 +1,10 @@
 #include "phub/exchange/make_exchange.h"
 
+#include "phub/exchange/staged_exchange.h"
+#ifdef PHUB_HAVE_NCCL_DEVICE_EXCHANGE
+#include "phub/exchange/nccl_device_exchange.h"
+#endif
+
 #include "absl/strings/str_cat.h"
 
 namespace phub::exchange {
@@ -67,6 +72,29 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
     }
   }
   return absl::InvalidArgumentError("unknown exchange kind");
+}
+
+StatusOr<std::unique_ptr<DeviceExchange>> MakeDeviceExchange(
+    ExchangeOptions options, std::shared_ptr<staging::CopyEngine> engine,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,
+    std::vector<std::span<float>> weights) {
+#ifdef PHUB_HAVE_NCCL_DEVICE_EXCHANGE
+  if (options.kind == ExchangeKind::kNccl && !engine->DeviceIsHost() &&
+      options.nccl.wire == kernels::WireFormat::kFp32) {
+    if (options.membership.world_size > 1 && options.nccl.rendezvous.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--comm nccl needs --rendezvous: ",
+                                                     kRendezvousForms));
+    }
+    return ConnectNcclDeviceExchange(options.nccl, options.membership, std::move(tensors),
+                                     std::move(grads), std::move(weights));
+  }
+#endif
+  std::vector<std::span<const float>> sent(grads.begin(), grads.end());
+  return StagedExchange::Create(
+      std::move(engine), std::move(tensors), std::move(sent), std::move(weights),
+      [&options](std::vector<keys::TensorSpec> t, std::vector<std::span<float>> w) {
+        return MakeExchange(std::move(options), std::move(t), std::move(w));
+      });
 }
 
 Status PlaceInRacks(const topology::Topology& topology, const std::string& host,

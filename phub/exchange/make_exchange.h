@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "phub/common/membership.h"
+#include "phub/exchange/device_exchange.h"
 #include "phub/exchange/gradient_exchange.h"
 #include "phub/exchange/nccl_exchange.h"
 #include "phub/exchange/ps_exchange.h"
 #include "phub/exchange/ring_exchange.h"
+#include "phub/staging/copy_engine.h"
 #include "phub/topology/topology.h"
 
 namespace phub::exchange {
@@ -47,5 +49,15 @@ Status PlaceInRacks(const topology::Topology& topology, const std::string& host,
 StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options,
                                                          std::vector<keys::TensorSpec> tensors,
                                                          std::vector<std::span<float>> weights);
+
+// The same for a worker whose tensors live on a device (device_exchange.h), grads[t] and
+// weights[t] its buffers there. `--comm nccl` on a GPU with the fp32 wire: NCCL in place on the
+// device and the optimizer step there (nccl_device_exchange.h), where this build has it. Every
+// other case: MakeExchange's exchange behind a StagedExchange over `engine` (pinned staging on
+// a GPU; on the CPU the buffers themselves, no copy).
+StatusOr<std::unique_ptr<DeviceExchange>> MakeDeviceExchange(
+    ExchangeOptions options, std::shared_ptr<staging::CopyEngine> engine,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,
+    std::vector<std::span<float>> weights);
 
 }  // namespace phub::exchange

@@ -115,7 +115,9 @@ class NcclAllreduce::Impl {
   ~Impl();
 
   Status Init();
-  Status Allreduce(void* data, std::size_t count, kernels::WireFormat format, ReduceOp op);
+  Status Allreduce(void* data, std::size_t count, kernels::WireFormat format, ReduceOp op,
+                   cudaEvent_t after = nullptr,
+                   const std::function<Status(void* stream)>* then = nullptr);
 
   const NcclOptions options_;
   const int device_;
@@ -246,7 +248,8 @@ ncclDataType_t NcclType(kernels::WireFormat format) {
 }  // namespace
 
 Status NcclAllreduce::Impl::Allreduce(void* data, std::size_t count, kernels::WireFormat format,
-                                      ReduceOp op) {
+                                      ReduceOp op, cudaEvent_t after,
+                                      const std::function<Status(void* stream)>* then) {
   if (!aborted_by_.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("nccl ", Where(), ": the communicator was aborted after an earlier failure (",
@@ -269,6 +272,7 @@ Status NcclAllreduce::Impl::Allreduce(void* data, std::size_t count, kernels::Wi
                         " ms): has a peer rank died, or not made the same call? Every rank must "
                         "call Allreduce with the same count, in the same order");
   };
+  if (after != nullptr) PHUB_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, after, 0));
   const ncclResult_t r = ncclAllReduce(data, data, count, NcclType(format),
                                        op == ReduceOp::kMean ? ncclAvg : ncclSum, comm_, stream_);
   if (r == ncclInProgress) {  // non-blocking communicator: the enqueue finishes in background
@@ -279,6 +283,7 @@ Status NcclAllreduce::Impl::Allreduce(void* data, std::size_t count, kernels::Wi
   } else if (r != ncclSuccess) {
     return Abort(NcclError(r, comm_, what().c_str(), __FILE__, __LINE__));
   }
+  if (then != nullptr) PHUB_RETURN_IF_ERROR((*then)(stream_));
   // Not cudaStreamSynchronize: it cannot be interrupted, so a dead peer would hang this thread
   // forever. Polling the stream and NCCL's async error bounds the wait; yield keeps latency low.
   while (true) {
@@ -334,6 +339,12 @@ Status NcclAllreduce::Allreduce(float* device_data, std::size_t count, ReduceOp 
 Status NcclAllreduce::Allreduce(void* device_data, std::size_t count, kernels::WireFormat format,
                                 ReduceOp op) {
   return impl_->Allreduce(device_data, count, format, op);
+}
+
+Status NcclAllreduce::Allreduce(float* device_data, std::size_t count, ReduceOp op, void* after,
+                                const std::function<Status(void* stream)>& then) {
+  return impl_->Allreduce(device_data, count, kernels::WireFormat::kFp32, op,
+                          static_cast<cudaEvent_t>(after), &then);
 }
 
 int NcclAllreduce::device() const { return impl_->device_; }

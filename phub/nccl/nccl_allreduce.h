@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -74,6 +75,13 @@ class NcclAllreduce {
   // `--wire bf16|fp16` sends. NCCL keeps its partial sums in that format between hops.
   Status Allreduce(void* device_data, std::size_t count, kernels::WireFormat format,
                    ReduceOp op = ReduceOp::kSum);
+
+  // The device-resident form (phub/exchange/nccl_device_exchange.h): NCCL's stream first waits
+  // for `after` (a cudaEvent_t recorded where the data is complete; nullptr: nothing to wait
+  // for), and `then(stream)` enqueues the caller's own work on NCCL's stream (a cudaStream_t)
+  // after the reduction, before the call waits: one bounded wait covers both.
+  Status Allreduce(float* device_data, std::size_t count, ReduceOp op, void* after,
+                   const std::function<Status(void* stream)>& then);
 
   int device() const;  // the CUDA device ordinal this rank runs on
   std::uint32_t rank() const;

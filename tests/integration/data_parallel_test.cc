@@ -70,10 +70,12 @@ Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint3
   if (comm) {
     auto t = Trainer::WithExchange(
         **model, **backend,
-        [&](std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
+        [&](std::vector<keys::TensorSpec> tensors, std::shared_ptr<staging::CopyEngine> engine,
+            std::vector<std::span<float>> grads, std::vector<std::span<float>> weights) {
           auto o = *comm;
           o.membership.rank = rank;
-          return exchange::MakeExchange(o, std::move(tensors), std::move(weights));
+          return exchange::MakeDeviceExchange(o, std::move(engine), std::move(tensors),
+                                              std::move(grads), std::move(weights));
         },
         /*overlap=*/true);
     if (!t.ok()) return {{}, std::string(t.status().message())};

@@ -1,6 +1,10 @@
 #include "tests/integration/phubd_launcher.h"
 
+#include "tests/support/free_port.h"
+
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -19,8 +23,40 @@ RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args
   return StartPhubdOnPort(dir, 0, args, limits);
 }
 
+namespace {
+
+RunningPhubd StartOnce(const TempDir& dir, std::uint16_t control_port,
+                       const std::vector<std::string>& args, const PhubdRlimits& limits);
+
+}  // namespace
+
 RunningPhubd StartPhubdOnPort(const TempDir& dir, std::uint16_t control_port,
                               const std::vector<std::string>& args, const PhubdRlimits& limits) {
+  auto base = std::find(args.begin(), args.end(), "--data-port-base");
+  if (base == args.end() || std::next(base) == args.end() || *std::next(base) != "auto") {
+    return StartOnce(dir, control_port, args, limits);
+  }
+  std::vector<std::string> chosen = args;
+  const auto value = std::next(chosen.begin(), std::distance(args.begin(), base) + 1);
+  for (int attempt = 1;; ++attempt) {
+    const std::uint16_t port = FreeLoopbackPort();
+    *value = std::to_string(port);
+    try {
+      RunningPhubd phubd = StartOnce(dir, control_port, chosen, limits);
+      phubd.data_port_base = port;
+      return phubd;
+    } catch (const std::runtime_error& e) {
+      if (attempt == 5 || std::string(e.what()).find("Address already in use") == std::string::npos) {
+        throw;
+      }
+    }
+  }
+}
+
+namespace {
+
+RunningPhubd StartOnce(const TempDir& dir, std::uint16_t control_port,
+                       const std::vector<std::string>& args, const PhubdRlimits& limits) {
   static int counter = 0;
   std::string tag = std::to_string(counter++);
   RunningPhubd phubd;
@@ -52,5 +88,7 @@ RunningPhubd StartPhubdOnPort(const TempDir& dir, std::uint16_t control_port,
   }
   throw std::runtime_error("phubd did not start; its log:\n" + ReadFile(phubd.log_path));
 }
+
+}  // namespace
 
 }  // namespace phub::testing

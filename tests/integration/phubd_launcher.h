@@ -12,11 +12,14 @@ namespace phub::testing {
 struct RunningPhubd {
   Process process;
   std::uint16_t port = 0;
+  std::uint16_t data_port_base = 0;  // with `--data-port-base auto`: the base it listens on
   std::string log_path;
 };
 
 // `args` are phubd flags besides --port/--port-file. Aborts the test (throws) if phubd does not
-// come up within 20 s; the log is then in the exception's message.
+// come up within 20 s; the log is then in the exception's message. `--data-port-base auto`
+// picks a free base, and another one if phubd finds one of its ports taken meanwhile (ctest
+// runs tests side by side: a port free a moment ago may not be now); data_port_base says which.
 RunningPhubd StartPhubd(const TempDir& dir, const std::vector<std::string>& args);
 
 // Resource limits for the phubd process (0 = inherit the test's). Set by a /bin/sh wrapper that

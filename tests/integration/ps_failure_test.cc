@@ -34,9 +34,9 @@ bool PeerClosesAfter(std::uint16_t port, const std::vector<std::byte>& bytes) {
 
 TEST(PsFailure, MalformedOrForgedHeaderClosesOnlyThatConnection) {
   TempDir dir;
-  const std::uint16_t data_port = phub::testing::FreeLoopbackPort();
-  auto phubd = StartPhubd(dir, {"--max-world-size", "2", "--data-port-base", std::to_string(data_port),
+  auto phubd = StartPhubd(dir, {"--max-world-size", "2", "--data-port-base", "auto",
                                 "--optimizer", "sgd", "--lr", "0.5"});
+  const std::uint16_t data_port = phubd.data_port_base;
   client::PsClientOptions options;
   options.port = phubd.port;
   auto tensors = TestTensors({3000, 7});

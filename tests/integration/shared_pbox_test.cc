@@ -201,9 +201,9 @@ TEST(SharedPbox, ATenantWithoutTheTokenCanNeitherJoinNorReachAnotherJob) {
   std::filesystem::create_directory(dir.File("tokens"));
   std::ofstream(dir.File("tokens/alpha")) << "alpha-secret\n";
   std::ofstream(dir.File("tokens/beta")) << "beta-secret\n";
-  const std::uint16_t data_port = FreeLoopbackPort();
-  auto phubd = StartPhubd(dir, {"--job-tokens", dir.File("tokens"), "--data-port-base",
-                                std::to_string(data_port), "--optimizer", "sgd", "--lr", "0.5"});
+  auto phubd = StartPhubd(dir, {"--job-tokens", dir.File("tokens"), "--data-port-base", "auto",
+                                "--optimizer", "sgd", "--lr", "0.5"});
+  const std::uint16_t data_port = phubd.data_port_base;
   const auto tensors = TestTensors({3000, 7});
   client::PsClientOptions options;
   options.port = phubd.port;
@@ -274,11 +274,10 @@ TEST(SharedPbox, ATenantWithoutTheTokenCanNeitherJoinNorReachAnotherJob) {
 
 TEST(SharedPbox, AJobKilledMidIterationAndFloodingDoesNotChangeAnothersResult) {
   TempDir dir;
-  const std::uint16_t data_port = FreeLoopbackPort();
   std::vector<std::string> flags = kPhubdFlags;
-  flags.insert(flags.end(), {"--data-port-base", std::to_string(data_port),
-                             "--rejoin-timeout-ms", "0"});
+  flags.insert(flags.end(), {"--data-port-base", "auto", "--rejoin-timeout-ms", "0"});
   auto phubd = StartPhubd(dir, flags);
+  const std::uint16_t data_port = phubd.data_port_base;
   JobSpec b = kJobs[0];
   b.iterations = 12;
   RunningJob alone = StartJob(dir, phubd, b, "alone");

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/staging/copy_engine.h"
 #include "worker/backend/ops.h"
 #include "worker/tensor/tensor.h"
 
@@ -58,6 +59,13 @@ class Backend {
   virtual Status CopyToHost(const Tensor& mine, Tensor& host) = 0;
   // Between two tensors of this device.
   virtual Status Copy(const Tensor& from, Tensor& to) = 0;
+  // The stream this backend enqueues its work on (a cudaStream_t), for an exchange to order its
+  // copies against; nullptr on the CPU, whose ops have finished when they return.
+  virtual void* stream() const { return nullptr; }
+  // The copy engine between this device's memory and host memory (phub/staging/copy_engine.h):
+  // CUDA streams and pinned staging on a GPU; on the CPU the host engine, which copies nothing
+  // between a buffer and itself.
+  virtual StatusOr<std::unique_ptr<staging::CopyEngine>> MakeCopyEngine() = 0;
   // Waits for every op issued so far (no-op on the CPU); an asynchronous failure of an earlier
   // op may be reported here.
   virtual Status Synchronize() = 0;

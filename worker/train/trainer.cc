@@ -31,36 +31,19 @@ Trainer::Trainer(Model& model, Backend& backend)
 
 Trainer::~Trainer() { (void)Close(); }
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::WithExchange(
-    Model& model, Backend& backend,
-    const std::function<StatusOr<std::unique_ptr<exchange::GradientExchange>>(
-        std::vector<keys::TensorSpec>, std::vector<std::span<float>>)>& connect,
-    bool overlap) {
+StatusOr<std::unique_ptr<Trainer>> Trainer::WithExchange(Model& model, Backend& backend,
+                                                         const Connect& connect, bool overlap) {
   std::unique_ptr<Trainer> t(new Trainer(model, backend));
   t->overlap_ = overlap;
-  std::vector<std::span<float>> weights;
-  const bool device = backend.device() != Device::kCpu;
+  std::vector<std::span<float>> grads, weights;
   for (Parameter* p : t->params_) {
-    if (device) {
-      // Rank 0's initial weights go out from the mirror, so it starts as a copy.
-      PHUB_ASSIGN_OR_RETURN(Tensor host_weights, Tensor::Allocate(p->value.shape()));
-      PHUB_ASSIGN_OR_RETURN(Tensor host_grads, Tensor::Allocate(p->value.shape()));
-      PHUB_RETURN_IF_ERROR(backend.CopyToHost(p->value, host_weights));
-      t->host_weights_.push_back(std::move(host_weights));
-      t->host_grads_.push_back(std::move(host_grads));
-      weights.push_back(t->host_weights_.back().span());
-    } else {
-      weights.push_back(p->value.span());
-    }
+    const auto n = static_cast<std::size_t>(p->value.numel());
+    grads.emplace_back(p->grad.data(), n);     // on the backend's device
+    weights.emplace_back(p->value.data(), n);
   }
-  PHUB_ASSIGN_OR_RETURN(t->exchange_, connect(TensorTable(model), std::move(weights)));
-  // Gradients go out from fixed buffers (the host mirrors, or the parameters' own): say so,
-  // so that verbs registers them once and sends without a copy.
-  std::vector<std::span<const float>> grads;
-  for (std::size_t i = 0; i < t->params_.size(); ++i) {
-    grads.push_back(device ? t->host_grads_[i].span() : t->params_[i]->grad.span());
-  }
-  PHUB_RETURN_IF_ERROR(t->exchange_->DeclareGradients(grads));
+  PHUB_ASSIGN_OR_RETURN(std::shared_ptr<staging::CopyEngine> engine, backend.MakeCopyEngine());
+  PHUB_ASSIGN_OR_RETURN(t->exchange_, connect(TensorTable(model), std::move(engine),
+                                              std::move(grads), std::move(weights)));
   t->mode_ = t->exchange_->name();
   return t;
 }
@@ -75,23 +58,14 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Local(Model& model, Backend& backend
 
 Status Trainer::Init() {
   if (!exchange_) return absl::OkStatus();
-  PHUB_RETURN_IF_ERROR(exchange_->Init());
-  if (!host_weights_.empty()) {
-    for (std::size_t t = 0; t < params_.size(); ++t) {
-      PHUB_RETURN_IF_ERROR(backend_.CopyFromHost(host_weights_[t], params_[t]->value));
-    }
-  }
-  return absl::OkStatus();
+  return exchange_->Init(backend_.stream());
 }
 
 Status Trainer::WaitLayer(Layer& layer, double& blocked_ms) {
   const auto start = Clock::now();
   for (Parameter& p : layer.parameters()) {
     const std::uint32_t t = index_.at(&p);
-    PHUB_RETURN_IF_ERROR(exchange_->Wait(t));
-    if (!host_weights_.empty()) {
-      PHUB_RETURN_IF_ERROR(backend_.CopyFromHost(host_weights_[t], p.value));
-    }
+    PHUB_RETURN_IF_ERROR(exchange_->Wait(t, backend_.stream()));
   }
   blocked_ms += MsSince(start);
   return absl::OkStatus();
@@ -99,13 +73,7 @@ Status Trainer::WaitLayer(Layer& layer, double& blocked_ms) {
 
 Status Trainer::PushLayer(Layer& layer) {
   for (Parameter& p : layer.parameters()) {
-    const std::uint32_t t = index_.at(&p);
-    if (!host_grads_.empty()) {
-      PHUB_RETURN_IF_ERROR(backend_.CopyToHost(p.grad, host_grads_[t]));
-      PHUB_RETURN_IF_ERROR(exchange_->Push(t, host_grads_[t].span()));
-    } else {
-      PHUB_RETURN_IF_ERROR(exchange_->Push(t, p.grad.span()));
-    }
+    PHUB_RETURN_IF_ERROR(exchange_->Push(index_.at(&p), backend_.stream()));
   }
   return absl::OkStatus();
 }
@@ -143,12 +111,7 @@ StatusOr<StepTimes> Trainer::Step(const Tensor& x, const Tensor& labels) {
 
 Status Trainer::Finish() {
   if (!exchange_ || !pending_) return absl::OkStatus();
-  PHUB_RETURN_IF_ERROR(exchange_->WaitAll());
-  if (!host_weights_.empty()) {
-    for (std::size_t t = 0; t < params_.size(); ++t) {
-      PHUB_RETURN_IF_ERROR(backend_.CopyFromHost(host_weights_[t], params_[t]->value));
-    }
-  }
+  PHUB_RETURN_IF_ERROR(exchange_->WaitAll(backend_.stream()));
   pending_ = false;
   return absl::OkStatus();
 }

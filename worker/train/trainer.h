@@ -8,10 +8,11 @@
 // weights are still on the wire. Without overlap (--no-overlap, for the benchmark): push
 // everything after the whole backward and wait for all of it before returning.
 //
-// Buffers: the exchange reads gradients from and writes weights into host memory. On the CPU
-// those are the parameters themselves (zero copy: the PS's answer lands in the weights the
-// next forward reads). On a GPU every parameter has a host mirror of its gradient and weights,
-// copied down after its layer's backward and up after its Wait.
+// Buffers: the exchange works on the parameters where they live (phub/exchange/
+// device_exchange.h), ordered against the backend's stream; the Trainer never synchronises the
+// device for it. On the CPU the PS's answer lands in the weights the next forward reads (zero
+// copy); on a GPU the backend's copy engine stages each tensor through pinned memory as
+// backward produces it, or NCCL reduces it in place and the optimizer steps it on the device.
 //
 // Errors: every call returns the first failure of the model, the backend or the exchange as a
 // Status; a failed Step leaves the model and the exchange in an unspecified state (close it).
@@ -27,7 +28,8 @@
 #include <vector>
 
 #include "phub/common/status.h"
-#include "phub/exchange/gradient_exchange.h"
+#include "phub/exchange/device_exchange.h"
+#include "phub/staging/copy_engine.h"
 #include "phub/keys/key_table.h"
 #include "worker/nn/model.h"
 #include "worker/train/local_optimizer.h"
@@ -46,12 +48,15 @@ struct StepTimes {
 
 class Trainer {
  public:
-  // Distributed: `exchange` built over TensorTable(model) and WeightSpans(); call Init first.
-  static StatusOr<std::unique_ptr<Trainer>> WithExchange(
-      Model& model, Backend& backend,
-      const std::function<StatusOr<std::unique_ptr<exchange::GradientExchange>>(
-          std::vector<keys::TensorSpec>, std::vector<std::span<float>>)>& connect,
-      bool overlap);
+  // Makes the exchange: the tensor table (TensorTable), the backend's copy engine, and each
+  // parameter's gradient and weight buffers on the backend's device (make_exchange.h's
+  // MakeDeviceExchange has this shape).
+  using Connect = std::function<StatusOr<std::unique_ptr<exchange::DeviceExchange>>(
+      std::vector<keys::TensorSpec>, std::shared_ptr<staging::CopyEngine>,
+      std::vector<std::span<float>> grads, std::vector<std::span<float>> weights)>;
+  // Distributed: call Init first.
+  static StatusOr<std::unique_ptr<Trainer>> WithExchange(Model& model, Backend& backend,
+                                                         const Connect& connect, bool overlap);
   // Alone: the optimizer runs here (InvalidArgument for a bad optimizer config).
   static StatusOr<std::unique_ptr<Trainer>> Local(Model& model, Backend& backend,
                                                   const kernels::OptimizerConfig& optimizer);
@@ -79,11 +84,10 @@ class Trainer {
   Backend& backend_;
   std::string mode_;
   bool overlap_ = true;
-  std::unique_ptr<exchange::GradientExchange> exchange_;
+  std::unique_ptr<exchange::DeviceExchange> exchange_;
   std::unique_ptr<LocalOptimizer> local_;
   std::vector<Parameter*> params_;
   std::unordered_map<const Parameter*, std::uint32_t> index_;  // parameter -> tensor
-  std::vector<Tensor> host_weights_, host_grads_;  // GPU mirrors (empty on the CPU)
   bool pending_ = false;  // pushes not yet waited for
 };
 

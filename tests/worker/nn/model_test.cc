@@ -369,6 +369,10 @@ class OutOfMemoryBackend final : public Backend {
   }
   Status Copy(const Tensor& from, Tensor& to) override { return base_->Copy(from, to); }
   Status Synchronize() override { return base_->Synchronize(); }
+  void* stream() const override { return base_->stream(); }
+  StatusOr<std::unique_ptr<staging::CopyEngine>> MakeCopyEngine() override {
+    return base_->MakeCopyEngine();
+  }
 
  private:
   std::unique_ptr<Backend> base_;

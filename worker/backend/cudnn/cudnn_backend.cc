@@ -3,7 +3,9 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "phub/kernels/cuda/optimizer_step.h"
 #include "phub/kernels/optimizer_update.h"
+#include "phub/staging/cuda_copy_engine.h"
 #include "worker/backend/cudnn/cudnn_ops.h"
 #include "worker/backend/cudnn/kernels.h"
 #include "worker/backend/cudnn/tensor_allocator.h"
@@ -100,11 +102,10 @@ class CudnnBackend final : public Backend {
   Status OptimizerStep(const Tensor& grad, Tensor& weights, std::span<Tensor> state,
                        const kernels::OptimizerConfig& config, std::uint64_t step) override {
     PHUB_RETURN_IF_ERROR(CheckOptimizerStep(Device::kCuda, grad, weights, state, config, step));
-    PHUB_RETURN_IF_CUDA_ERROR(cudnn::LaunchOptimizerStep(
+    return kernels::cuda::LaunchOptimizerStep(
         grad.data(), weights.data(), state.size() > 0 ? state[0].data() : nullptr,
         state.size() > 1 ? state[1].data() : nullptr, weights.numel(), config.kind,
-        kernels::Prepare(1, config, step), ctx_->stream()));
-    return absl::OkStatus();
+        kernels::Prepare(1, config, step), ctx_->stream());
   }
 
   Status Accumulate(const Tensor& x, Tensor& y) override {
@@ -149,6 +150,10 @@ class CudnnBackend final : public Backend {
   }
 
   Status Synchronize() override { return ctx_->Synchronize(); }
+  void* stream() const override { return ctx_->stream(); }
+  StatusOr<std::unique_ptr<staging::CopyEngine>> MakeCopyEngine() override {
+    return staging::MakeCudaCopyEngine({.device = ctx_->device()});
+  }
 
  private:
   Status Axpy(const Tensor& x, Tensor& y) {

@@ -2,11 +2,16 @@
 #include <cmath>
 
 #include "worker/backend/cudnn/dropout_mask.h"
-#include "worker/backend/cudnn/grid.cuh"
+#include "phub/kernels/cuda/grid.cuh"
 #include "worker/backend/cudnn/kernels.h"
 
 namespace phub::worker::cudnn {
 namespace {
+
+using ::phub::kernels::cuda::Blocks;
+using ::phub::kernels::cuda::GridStart;
+using ::phub::kernels::cuda::GridStep;
+using ::phub::kernels::cuda::kThreads;
 
 __global__ void Dropout(const float* x, float* y, std::int64_t n, std::uint64_t seed, float p,
                         float scale) {
@@ -65,49 +70,11 @@ __global__ void FillUniform(float* x, std::int64_t n, std::uint64_t seed) {
   }
 }
 
-template <kernels::OptimizerKind kKind>
-__global__ void OptimizerStep(const float* g, float* w, float* s0, float* s1, std::int64_t n,
-                              kernels::StepConstants k) {
-  for (std::int64_t i = GridStart(); i < n; i += GridStep()) {
-    float t0 = kernels::UsesFirstState(kKind) ? s0[i] : 0.0f;
-    float t1 = kernels::UsesSecondState(kKind) ? s1[i] : 0.0f;
-    w[i] = kernels::UpdateElement<kKind>(g[i], w[i], t0, t1, k);
-    if (kernels::UsesFirstState(kKind)) s0[i] = t0;
-    if (kernels::UsesSecondState(kKind)) s1[i] = t1;
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchFillUniform(float* x, std::int64_t n, std::uint64_t seed, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   FillUniform<<<Blocks(n), kThreads, 0, stream>>>(x, n, seed);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchOptimizerStep(const float* g, float* w, float* s0, float* s1, std::int64_t n,
-                                kernels::OptimizerKind kind, const kernels::StepConstants& k,
-                                cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  using kernels::OptimizerKind;
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      OptimizerStep<OptimizerKind::kSgd><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1, n, k);
-      break;
-    case OptimizerKind::kMomentum:
-      OptimizerStep<OptimizerKind::kMomentum><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1,
-                                                                                   n, k);
-      break;
-    case OptimizerKind::kNesterov:
-      OptimizerStep<OptimizerKind::kNesterov><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1,
-                                                                                   n, k);
-      break;
-    case OptimizerKind::kAdam:
-      OptimizerStep<OptimizerKind::kAdam><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1, n, k);
-      break;
-    case OptimizerKind::kAverage:  // phubd's summation mode: never a worker's local optimizer
-      return cudaErrorInvalidValue;
-  }
   return cudaGetLastError();
 }
 

@@ -1,9 +1,14 @@
 // Index kernels of the cuDNN backend: the option-A shortcut and the embedding lookup (kernels.h).
-#include "worker/backend/cudnn/grid.cuh"
+#include "phub/kernels/cuda/grid.cuh"
 #include "worker/backend/cudnn/kernels.h"
 
 namespace phub::worker::cudnn {
 namespace {
+
+using ::phub::kernels::cuda::Blocks;
+using ::phub::kernels::cuda::GridStart;
+using ::phub::kernels::cuda::GridStep;
+using ::phub::kernels::cuda::kThreads;
 
 __global__ void ShortcutForward(const float* x, float* y, ShortcutDims d) {
   const std::int64_t n_y = d.batch * d.out_channels * d.out_height * d.out_width;

@@ -50,12 +50,6 @@ cudaError_t LaunchSoftmaxCrossEntropyBackward(const float* log_probs, const floa
 // (zeros can run faster than real data, and pick the wrong algorithm).
 cudaError_t LaunchFillUniform(float* x, std::int64_t n, std::uint64_t seed, cudaStream_t stream);
 
-// One optimizer step (phub/kernels/optimizer_update.h, one input): w updated in place from g;
-// s0 and s1 the state arrays the kind keeps (else null); `k` from kernels::Prepare(1, ...).
-cudaError_t LaunchOptimizerStep(const float* g, float* w, float* s0, float* s1, std::int64_t n,
-                                kernels::OptimizerKind kind, const kernels::StepConstants& k,
-                                cudaStream_t stream);
-
 // ---- gather.cu ----
 
 // The option-A shortcut (ops.h ShortcutSpec), both directions written as gathers (one thread

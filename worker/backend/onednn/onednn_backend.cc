@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "phub/staging/host_copy_engine.h"
 #include "worker/backend/onednn/onednn_ops.h"
 
 namespace phub::worker {
@@ -109,6 +110,9 @@ class OnednnBackend final : public Backend {
   Status Copy(const Tensor& from, Tensor& to) override { return HostCopy("Copy", from, to); }
   Status Synchronize() override {
     return onednn::OnednnCall("Synchronize", [&] { ctx_.stream.wait(); });
+  }
+  StatusOr<std::unique_ptr<staging::CopyEngine>> MakeCopyEngine() override {
+    return staging::MakeHostCopyEngine();
   }
 
   // The context is made by MakeOnednnBackend, where a failure can be returned.

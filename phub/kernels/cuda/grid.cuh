@@ -1,11 +1,12 @@
-// Launch shape shared by the backend's kernels: 256 threads a block and a grid-stride loop, so
-// any element count (int64) runs with a bounded grid. Included by .cu files only.
+// Launch shape shared by the project's CUDA kernels (the cuDNN backend's, the optimizer step):
+// 256 threads a block and a grid-stride loop, so any element count (int64) runs with a bounded
+// grid. Included by .cu files only.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
-namespace phub::worker::cudnn {
+namespace phub::kernels::cuda {
 
 inline constexpr int kThreads = 256;
 
@@ -23,4 +24,4 @@ __device__ inline std::int64_t GridStep() {
   return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
 }
 
-}  // namespace phub::worker::cudnn
+}  // namespace phub::kernels::cuda

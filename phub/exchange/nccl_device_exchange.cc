@@ -1,0 +1,236 @@
+#include "phub/exchange/nccl_device_exchange.h"
+
+#include <cuda_runtime.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "phub/exchange/allreduce_exchange.h"
+#include "phub/kernels/cuda/optimizer_step.h"
+#include "phub/nccl/nccl_allreduce.h"
+
+namespace phub::exchange {
+namespace {
+
+Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return absl::InternalError(absl::StrCat("nccl exchange: ", what, ": ", cudaGetErrorName(e),
+                                          " (", cudaGetErrorString(e), ")"));
+}
+
+// A CUDA event, destroyed with its owner.
+class Event {
+ public:
+  Event() = default;
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  Status Create() { return Cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class NcclDeviceExchange final : public DeviceExchange {
+ public:
+  ~NcclDeviceExchange() override { (void)Close(); }
+
+  Status Setup(const NcclExchangeOptions& options, std::unique_ptr<nccl::NcclAllreduce> nccl,
+               std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,
+               std::vector<std::span<float>> weights) {
+    optimizer_ = options.optimizer;
+    nccl_ = std::move(nccl);
+    PHUB_RETURN_IF_ERROR(Cuda(cudaSetDevice(nccl_->device()), "cudaSetDevice"));
+    tensors_.resize(tensors.size());
+    const std::size_t states = kernels::StateArrays(optimizer_.kind);
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      Tensor& s = tensors_[t];
+      s.grads = grads[t];
+      s.weights = weights[t];
+      PHUB_RETURN_IF_ERROR(s.produced.Create());
+      PHUB_RETURN_IF_ERROR(s.stepped.Create());
+      for (std::size_t k = 0; k < states; ++k) {
+        float* p = nullptr;
+        const std::size_t bytes = std::max<std::size_t>(1, s.weights.size()) * sizeof(float);
+        PHUB_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, bytes), "cudaMalloc of optimizer state"));
+        s.state.emplace_back(p, [](float* q) { (void)cudaFree(q); });
+        PHUB_RETURN_IF_ERROR(Cuda(cudaMemset(p, 0, bytes), "cudaMemset of optimizer state"));
+      }
+    }
+    thread_ = std::thread([this] { Run(); });
+    return absl::OkStatus();
+  }
+
+  // Rank 0's weights: a sum where every other rank contributes zeros (exact: x + 0 = x).
+  Status Init(staging::Stream stream) override {
+    PHUB_RETURN_IF_ERROR(Cuda(cudaSetDevice(nccl_->device()), "cudaSetDevice"));
+    auto consumer = static_cast<cudaStream_t>(stream);
+    for (Tensor& s : tensors_) {
+      if (nccl_->rank() != 0) {
+        PHUB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(s.weights.data(), 0, s.weights.size_bytes(), consumer),
+                                  "cudaMemsetAsync"));
+      }
+      PHUB_RETURN_IF_ERROR(Cuda(cudaEventRecord(s.produced.get(), consumer), "cudaEventRecord"));
+      PHUB_RETURN_IF_ERROR(nccl_->Allreduce(s.weights.data(), s.weights.size(), ReduceOp::kSum,
+                                            s.produced.get(), [](void*) { return absl::OkStatus(); }));
+    }
+    return absl::OkStatus();  // each Allreduce returned once the GPU had done it
+  }
+
+  Status Push(std::uint32_t tensor, staging::Stream producer) override {
+    PHUB_RETURN_IF_ERROR(Check(tensor, "Push"));
+    Tensor& s = tensors_[tensor];
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    if (s.pushed != s.done) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor ", tensor, " pushed again before Wait(", tensor, ")"));
+    }
+    // Safe to re-record: the exchange thread has finished with this tensor's last event.
+    PHUB_RETURN_IF_ERROR(Cuda(cudaEventRecord(s.produced.get(), static_cast<cudaStream_t>(producer)),
+                              "cudaEventRecord on the producer's stream"));
+    ++s.pushed;
+    queue_.push_back(tensor);
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+
+  Status Wait(std::uint32_t tensor, staging::Stream consumer) override {
+    PHUB_RETURN_IF_ERROR(Check(tensor, "Wait"));
+    Tensor& s = tensors_[tensor];
+    std::unique_lock<std::mutex> lock(mu_);
+    // Bounded: every allreduce is bounded by the communicator's timeout and fails error_.
+    cv_.wait(lock, [&] { return !error_.ok() || s.done == s.pushed; });
+    if (!error_.ok()) return error_;
+    return Cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(consumer), s.stepped.get(), 0),
+                "cudaStreamWaitEvent");
+  }
+
+  Status WaitAll(staging::Stream consumer) override {
+    for (std::uint32_t t = 0; t < tensors_.size(); ++t) PHUB_RETURN_IF_ERROR(Wait(t, consumer));
+    return absl::OkStatus();
+  }
+
+  Status Close() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return absl::OkStatus();
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    nccl_.reset();  // finalizes the communicator (bounded)
+    return absl::OkStatus();
+  }
+
+  std::string name() const override { return "nccl"; }
+
+ private:
+  struct Tensor {
+    std::span<float> grads, weights;
+    std::vector<std::unique_ptr<float, void (*)(float*)>> state;
+    std::uint64_t steps = 0;   // exchange thread only
+    Event produced, stepped;
+    std::uint64_t pushed = 0;  // guarded by mu_
+    std::uint64_t done = 0;    // guarded by mu_
+  };
+
+  Status Check(std::uint32_t tensor, const char* call) const {
+    if (tensor < tensors_.size()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(call, " of tensor ", tensor, ": there are ", tensors_.size()));
+  }
+
+  Status Step(std::uint32_t t) {
+    Tensor& s = tensors_[t];
+    const std::uint64_t step = ++s.steps;
+    return nccl_->Allreduce(
+        s.grads.data(), s.grads.size(), ReduceOp::kMean, s.produced.get(), [&](void* stream) {
+          PHUB_RETURN_IF_ERROR(kernels::cuda::LaunchOptimizerStep(
+              s.grads.data(), s.weights.data(), s.state.size() > 0 ? s.state[0].get() : nullptr,
+              s.state.size() > 1 ? s.state[1].get() : nullptr,
+              static_cast<std::int64_t>(s.weights.size()), optimizer_.kind,
+              kernels::Prepare(1, optimizer_, step), stream));
+          return Cuda(cudaEventRecord(s.stepped.get(), static_cast<cudaStream_t>(stream)),
+                      "cudaEventRecord after the step");
+        });
+  }
+
+  void Run() {
+    (void)cudaSetDevice(nccl_->device());
+    while (true) {
+      std::uint32_t t;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        t = queue_.front();
+        queue_.pop_front();
+      }
+      Status s = Step(t);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!s.ok() && error_.ok()) {
+        error_ = Status(s.code(), absl::StrCat("tensor ", t, ": ", s.message()));
+      }
+      ++tensors_[t].done;
+      cv_.notify_all();
+      if (!error_.ok()) return;
+    }
+  }
+
+  kernels::OptimizerConfig optimizer_;
+  std::unique_ptr<nccl::NcclAllreduce> nccl_;
+  std::vector<Tensor> tensors_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::uint32_t> queue_;
+  Status error_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DeviceExchange>> ConnectNcclDeviceExchange(
+    const NcclExchangeOptions& options, Membership membership,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,
+    std::vector<std::span<float>> weights) {
+  if (options.wire != kernels::WireFormat::kFp32) {
+    return absl::InvalidArgumentError(
+        "the device-resident NCCL exchange reduces fp32; --wire bf16|fp16 uses the host path");
+  }
+  PHUB_RETURN_IF_ERROR(AllreduceExchange::Check(options.optimizer, tensors, weights));
+  if (grads.size() != tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl exchange: ", tensors.size(),
+                                                   " tensors but ", grads.size(), " gradients"));
+  }
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    if (grads[t].size() != tensors[t].elements) {
+      return absl::InvalidArgumentError(absl::StrCat("nccl exchange: tensor ", t, "'s gradient has ",
+                                                     grads[t].size(), " elements, not ",
+                                                     tensors[t].elements));
+    }
+  }
+  nccl::NcclOptions nccl_options;
+  nccl_options.rank = membership.rank;
+  nccl_options.world_size = membership.world_size;
+  nccl_options.rendezvous = options.rendezvous;
+  nccl_options.device = options.device;
+  nccl_options.timeout_ms = options.timeout_ms;
+  PHUB_ASSIGN_OR_RETURN(auto nccl, nccl::NcclAllreduce::Connect(nccl_options));
+  auto exchange = std::make_unique<NcclDeviceExchange>();
+  PHUB_RETURN_IF_ERROR(exchange->Setup(options, std::move(nccl), std::move(tensors),
+                                       std::move(grads), std::move(weights)));
+  return std::unique_ptr<DeviceExchange>(std::move(exchange));
+}
+
+}  // namespace phub::exchange

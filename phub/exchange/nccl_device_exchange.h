@@ -1,0 +1,32 @@
+// `--comm nccl` on device memory: NCCL averages each gradient in place in the GPU's memory and
+// the optimizer steps the weights there (phub/kernels/cuda, the equations phubd runs), all on
+// NCCL's stream, ordered by events: no host hop at all. Push(t) records an event on the
+// producer's stream; an exchange thread takes tensors in push order (every rank pushes in the
+// same order: NCCL pairs calls by order), makes NCCL's stream wait for that event, allreduces,
+// steps, and waits for the GPU with NCCL's bounded wait. Wait(t) makes the consumer's stream
+// wait for t's step.
+//
+// The mean is left in grads[t] (the reduction is in place). fp32 only: `--wire bf16|fp16`
+// takes the host path (nccl_exchange.h). Built where CMake found NCCL and nvcc.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "phub/common/membership.h"
+#include "phub/exchange/device_exchange.h"
+#include "phub/exchange/nccl_exchange.h"
+#include "phub/keys/key_table.h"
+
+namespace phub::exchange {
+
+// Joins the NCCL communicator (blocks until every rank has). grads and weights: each tensor's
+// device buffers on options.device's GPU. InvalidArgument for a bad optimizer, a compact
+// wire or buffers that do not match; FailedPrecondition without a usable GPU.
+StatusOr<std::unique_ptr<DeviceExchange>> ConnectNcclDeviceExchange(
+    const NcclExchangeOptions& options, Membership membership,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,
+    std::vector<std::span<float>> weights);
+
+}  // namespace phub::exchange

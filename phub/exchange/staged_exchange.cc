@@ -1,0 +1,220 @@
+#include "phub/exchange/staged_exchange.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace phub::exchange {
+
+StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
+    std::shared_ptr<staging::CopyEngine> engine, std::vector<keys::TensorSpec> tensors,
+    std::vector<std::span<const float>> grads, std::vector<std::span<float>> weights,
+    const HostExchangeFactory& connect, StagedExchangeOptions options) {
+  if (grads.size() != tensors.size() || weights.size() != tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "staged exchange: ", tensors.size(), " tensors but ", grads.size(), " gradient and ",
+        weights.size(), " weight buffers; give one of each per tensor"));
+  }
+  std::unique_ptr<StagedExchange> x(new StagedExchange());
+  x->engine_ = std::move(engine);
+  x->options_ = options;
+  x->tensors_.resize(tensors.size());
+  std::vector<std::span<float>> landed;
+  std::vector<std::span<const float>> sent;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    Tensor& s = x->tensors_[t];
+    if (grads[t].size() != tensors[t].elements || weights[t].size() != tensors[t].elements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "staged exchange: tensor ", t, " (", tensors[t].name, ") has ", tensors[t].elements,
+          " elements but buffers of ", grads[t].size(), " (gradient) and ", weights[t].size(),
+          " (weights)"));
+    }
+    s.grads = grads[t];
+    s.weights = weights[t];
+    if (x->staged()) {
+      PHUB_ASSIGN_OR_RETURN(s.host_grads, x->engine_->AllocateStaging(grads[t].size()));
+      PHUB_ASSIGN_OR_RETURN(s.host_weights, x->engine_->AllocateStaging(weights[t].size()));
+      s.sent = s.host_grads.span();
+      s.landed = s.host_weights.span();
+    } else {
+      s.sent = s.grads;
+      s.landed = s.weights;
+    }
+    sent.push_back(s.sent);
+    landed.push_back(s.landed);
+  }
+  PHUB_ASSIGN_OR_RETURN(x->inner_, connect(std::move(tensors), std::move(landed)));
+  // Fixed send buffers: verbs registers them once.
+  PHUB_RETURN_IF_ERROR(x->inner_->DeclareGradients(sent));
+  if (x->staged()) {
+    x->pusher_ = std::thread([raw = x.get()] { raw->PushLoop(); });
+    x->lander_ = std::thread([raw = x.get()] { raw->LandLoop(); });
+  }
+  return x;
+}
+
+StagedExchange::~StagedExchange() { (void)Close(); }
+
+void StagedExchange::Fail(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.ok()) error_ = status;
+  }
+  cv_.notify_all();
+}
+
+Status StagedExchange::Init(staging::Stream stream) {
+  if (!staged()) return inner_->Init();
+  // Rank 0's weights go out from the staging: copy them there first.
+  PHUB_ASSIGN_OR_RETURN(staging::Fence written, engine_->Record(stream));
+  staging::Fence copied;
+  for (Tensor& s : tensors_) {
+    PHUB_ASSIGN_OR_RETURN(copied, engine_->ToHost(s.weights.data(), s.landed.data(),
+                                                  s.weights.size(), written));
+  }
+  PHUB_RETURN_IF_ERROR(engine_->HostWait(copied, options_.copy_timeout));
+  PHUB_RETURN_IF_ERROR(inner_->Init());
+  for (Tensor& s : tensors_) {
+    PHUB_ASSIGN_OR_RETURN(copied, engine_->ToDevice(s.landed.data(), s.weights.data(),
+                                                    s.weights.size(), {}));
+  }
+  PHUB_RETURN_IF_ERROR(engine_->StreamWait(stream, copied));
+  return engine_->HostWait(copied, options_.copy_timeout);
+}
+
+Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
+  if (tensor >= tensors_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Push of tensor ", tensor, ": there are ", tensors_.size()));
+  }
+  Tensor& s = tensors_[tensor];
+  if (s.in_flight) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor ", tensor, " pushed again before Wait(", tensor, ")"));
+  }
+  if (!staged()) {
+    PHUB_RETURN_IF_ERROR(inner_->Push(tensor, s.sent));
+    s.in_flight = true;
+    return absl::OkStatus();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    if (closed_) return absl::FailedPreconditionError("Push after Close");
+  }
+  PHUB_ASSIGN_OR_RETURN(staging::Fence produced, engine_->Record(producer));
+  PHUB_ASSIGN_OR_RETURN(staging::Fence copied,
+                        engine_->ToHost(s.grads.data(), s.host_grads.span().data(),
+                                        s.grads.size(), produced));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++s.pushed;
+    to_push_.emplace_back(tensor, std::move(copied));
+  }
+  s.in_flight = true;
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void StagedExchange::PushLoop() {
+  while (true) {
+    std::pair<std::uint32_t, staging::Fence> next;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !to_push_.empty(); });
+      if (stopping_) return;
+      next = std::move(to_push_.front());
+      to_push_.pop_front();
+    }
+    const std::uint32_t t = next.first;
+    Status s = engine_->HostWait(next.second, options_.copy_timeout);
+    if (s.ok()) s = inner_->Push(t, tensors_[t].sent);
+    if (!s.ok()) {
+      Fail(Status(s.code(), absl::StrCat("tensor ", t, " (gradient to host, then pushed): ",
+                                         s.message())));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      to_land_.push_back(t);
+    }
+    cv_.notify_all();
+  }
+}
+
+void StagedExchange::LandLoop() {
+  while (true) {
+    std::uint32_t t;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !to_land_.empty(); });
+      if (stopping_) return;
+      t = to_land_.front();
+      to_land_.pop_front();
+    }
+    Tensor& s = tensors_[t];
+    Status status = inner_->Wait(t);
+    StatusOr<staging::Fence> copied =
+        status.ok() ? engine_->ToDevice(s.landed.data(), s.weights.data(), s.weights.size(), {})
+                    : StatusOr<staging::Fence>(status);
+    if (!copied.ok()) {
+      Fail(Status(copied.status().code(),
+                  absl::StrCat("tensor ", t, " (weights, then to the device): ",
+                               copied.status().message())));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s.on_device = *std::move(copied);
+      ++s.arrived;
+    }
+    cv_.notify_all();
+  }
+}
+
+Status StagedExchange::Wait(std::uint32_t tensor, staging::Stream consumer) {
+  if (tensor >= tensors_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Wait of tensor ", tensor, ": there are ", tensors_.size()));
+  }
+  Tensor& s = tensors_[tensor];
+  if (!staged()) {
+    PHUB_RETURN_IF_ERROR(inner_->Wait(tensor));
+    s.in_flight = false;
+    return absl::OkStatus();
+  }
+  staging::Fence on_device;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Bounded: the pusher's copies by copy_timeout, the exchange's waits by its own deadlines;
+    // either failing sets error_.
+    cv_.wait(lock, [&] { return !error_.ok() || closed_ || s.arrived == s.pushed; });
+    if (!error_.ok()) return error_;
+    if (closed_) return absl::FailedPreconditionError("Wait after Close");
+    on_device = s.on_device;
+  }
+  s.in_flight = false;
+  return engine_->StreamWait(consumer, on_device);
+}
+
+Status StagedExchange::WaitAll(staging::Stream consumer) {
+  for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
+    if (tensors_[t].in_flight) PHUB_RETURN_IF_ERROR(Wait(t, consumer));
+  }
+  return absl::OkStatus();
+}
+
+Status StagedExchange::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return absl::OkStatus();
+    closed_ = true;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  // Each thread finishes what it is doing first (bounded: copy_timeout, the exchange's
+  // deadlines).
+  if (pusher_.joinable()) pusher_.join();
+  if (lander_.joinable()) lander_.join();
+  return inner_ ? inner_->Close() : absl::OkStatus();
+}
+
+}  // namespace phub::exchange

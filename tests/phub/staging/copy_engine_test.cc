@@ -1,0 +1,118 @@
+// The copy engines (phub/staging): the host engine on every machine; the CUDA engine on a GPU
+// (skipped, saying why, elsewhere). Copies land whole, in order, after the fences they name;
+// back-pressure bounds what is queued; bad calls are refused, naming what was wrong.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "phub/staging/host_copy_engine.h"
+#ifdef PHUB_HAVE_CUDA_STAGING
+#include <cuda_runtime.h>
+
+#include "phub/staging/cuda_copy_engine.h"
+#endif
+
+namespace phub::staging {
+namespace {
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+std::vector<float> Random(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// A round trip through an engine, many copies queued at once, each to-device copy ordered
+// after the to-host copy it reads: whatever the engine, the bytes come back as they went.
+void RoundTrips(CopyEngine& engine, float* device_a, float* device_b, std::size_t n, int copies) {
+  auto staging = engine.AllocateStaging(n);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  float* host = staging->span().data();
+  Fence last;
+  for (int i = 0; i < copies; ++i) {
+    // a -> host -> b, then b -> host -> a: each copy must see the previous one's bytes.
+    const bool forward = i % 2 == 0;
+    auto up = engine.ToHost(forward ? device_a : device_b, host, n, last);
+    ASSERT_TRUE(up.ok()) << up.status();
+    auto down = engine.ToDevice(host, forward ? device_b : device_a, n, *up);
+    ASSERT_TRUE(down.ok()) << down.status();
+    last = *down;
+  }
+  ASSERT_TRUE(engine.HostWait(last, milliseconds(20000)).ok());
+}
+
+TEST(HostCopyEngineTest, CopiesLandWholeInOrderUnderBackPressure) {
+  for (std::size_t limit : {std::size_t{1}, std::size_t{3}, std::size_t{256}}) {
+    auto engine = MakeHostCopyEngine({.max_in_flight = limit, .separate_device = true});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_FALSE((*engine)->DeviceIsHost());
+    const std::size_t n = 100003;
+    std::vector<float> a = Random(n, 7), b(n, std::nanf("")), expected = a;
+    RoundTrips(**engine, a.data(), b.data(), n, 41);  // odd: ends a -> b
+    EXPECT_EQ(b, expected) << "limit " << limit;
+  }
+}
+
+TEST(HostCopyEngineTest, TheCpuWorkersEngineMovesNothingAndRefusesBadCalls) {
+  auto engine = MakeHostCopyEngine();
+  ASSERT_TRUE(engine.ok());
+  EXPECT_TRUE((*engine)->DeviceIsHost());
+  std::vector<float> a = Random(10, 3), expected = a;
+  auto same = (*engine)->ToHost(a.data(), a.data(), a.size(), {});
+  ASSERT_TRUE(same.ok());
+  ASSERT_TRUE((*engine)->HostWait(*same, milliseconds(5000)).ok());
+  EXPECT_EQ(a, expected);
+  auto null = (*engine)->ToDevice(nullptr, a.data(), 4, {});
+  EXPECT_EQ(null.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(null.status().message()), HasSubstr("null source"));
+  auto none = MakeHostCopyEngine({.max_in_flight = 0});
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("max_in_flight is 0"));
+}
+
+#ifdef PHUB_HAVE_CUDA_STAGING
+// On a GPU: two device buffers, pinned staging, copies on the engine's streams, and a consumer
+// stream made to wait for the last copy on the device (no host wait before its own copy).
+TEST(CudaCopyEngineTest, RoundTripsThroughPinnedStagingAndOrdersAConsumerStream) {
+  auto engine = MakeCudaCopyEngine({.device = 0, .max_in_flight = 2});
+  if (!engine.ok() && engine.status().code() == absl::StatusCode::kFailedPrecondition) {
+    GTEST_SKIP() << "no CUDA device: " << engine.status();
+  }
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::size_t n = 1 << 20;
+  float *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, n * sizeof(float)), cudaSuccess);
+  const std::vector<float> input = Random(n, 11);
+  ASSERT_EQ(cudaMemcpy(a, input.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(b, 0xff, n * sizeof(float)), cudaSuccess);  // NaNs: unwritten shows
+  RoundTrips(**engine, a, b, n, 9);
+  cudaStream_t consumer;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  auto staging = (*engine)->AllocateStaging(n);
+  ASSERT_TRUE(staging.ok());
+  auto up = (*engine)->ToHost(b, staging->span().data(), n, {});
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE((*engine)->StreamWait(consumer, *up).ok());
+  std::vector<float> out(n);
+  ASSERT_EQ(cudaMemcpyAsync(out.data(), staging->span().data(), n * sizeof(float),
+                            cudaMemcpyHostToHost, consumer), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  EXPECT_EQ(out, input);
+  cudaStreamDestroy(consumer);
+  cudaFree(a);
+  cudaFree(b);
+}
+#else
+TEST(CudaCopyEngineTest, RoundTripsThroughPinnedStagingAndOrdersAConsumerStream) {
+  GTEST_SKIP() << "this build has no CUDA toolkit (PHUB_HAVE_CUDA_STAGING unset)";
+}
+#endif
+
+}  // namespace
+}  // namespace phub::staging
