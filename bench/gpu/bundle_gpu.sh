@@ -23,6 +23,12 @@ files=("${targets[@]/#/build-gpu/}")
 if [[ -n ${PHUB_GPU_BEFORE:-} ]]; then
   files+=("$PHUB_GPU_BEFORE/worker/phub-worker")
 fi
+# phub's Python package for the GPU machine's Python 3.12 (bench/gpu/build_py312_module.sh), for
+# phub.torch on CUDA (run_gpu.sh's `torch` phase); each file named, so the module's libraries
+# are found and taken too.
+for d in build-gpu/python312/phub build-gpu/python312-before/phub; do
+  [[ -d $d ]] && files+=("$d"/*)
+done
 if [[ ${PHUB_GPU_ASAN:-0} == 1 ]]; then
   cmake -S . -B build-gpu-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPHUB_NATIVE=OFF \
     -DPHUB_WITH_CUDA=ON -DPHUB_BUILD_BENCH=OFF -DPHUB_SANITIZE=address >/dev/null
@@ -39,4 +45,4 @@ rm -rf .gpu
 # Folders, not scripts: bundle.sh would ldd an executable script. deploy/local/demo.py imports
 # the rack's modules (bench/topo, bench/exchange/nets.py) even with --no-rack.
 ../shared/tools/gpu-bundle/bundle.sh .gpu "${files[@]}" "$data" bench/gpu bench/train \
-  bench/benchlib deploy/local bench/topo bench/exchange/nets.py
+  bench/benchlib deploy/local bench/topo bench/exchange/nets.py examples

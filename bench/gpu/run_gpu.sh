@@ -55,13 +55,18 @@ phase_alone() {
     --data-dir $B/fashion-mnist --epochs 2 --batch 64 --lr 0.05 --optimizer momentum --seed 1
 }
 
-phase_train() {
-  local data=$B/fashion-mnist rdv
-  phase_alone
+phase_nccl1() {
+  local rdv
   rdv=$(mktemp -d)
   step nccl-n1-fashion-cnn $B/worker/phub-worker --device cuda --comm nccl --rank 0 --world 1 \
-    --rendezvous "$rdv" --model fashion-cnn --data fashion-mnist --data-dir $data --epochs 2 \
+    --rendezvous "$rdv" --model fashion-cnn --data fashion-mnist --data-dir $B/fashion-mnist --epochs 2 \
     --batch 64 --lr 0.05 --optimizer momentum --seed 1
+}
+
+phase_train() {
+  local data=$B/fashion-mnist
+  phase_alone
+  phase_nccl1
   # --no-rack: loopback only, whole epochs, as measured before the demo had a rack.
   step demo-n2 "$py" deploy/local/demo.py --device cuda --build $B --data-dir $data --workers 2 \
     --epochs 2 --no-rack --out "$out/logs/demo-n2"
@@ -84,6 +89,19 @@ phase_exchange() {
   fi
 }
 
+# torch: phub.torch on CUDA (phub.DeviceClient, the staging pipeline) and as it was before, against
+# DDP + NCCL at N = 1, ResNet-18 and ResNet-50 (bench/gpu/torch_gpu.py); needs the Python 3.12
+# package of bench/gpu/build_py312_module.sh in the bundle.
+phase_torch() {
+  local pkgs=()
+  [[ -d build-gpu/python312/phub ]] && pkgs+=(--package after=build-gpu/python312)
+  [[ -d build-gpu/python312-before/phub ]] && pkgs+=(--package before=build-gpu/python312-before)
+  step torch-gpu "$py" bench/gpu/torch_gpu.py --phubd $B/phub/server/phubd "${pkgs[@]}" \
+    --rounds "${PHUB_TORCH_ROUNDS:-2}" \
+    --out "$out/logs/torch-gpu"
+  cat "$out/logs/torch-gpu/torch_gpu.md" 2>/dev/null
+}
+
 bench() {  # bench NAME MODELS [run_train.py flags]
   local name=$1 models=$2; shift 2
   step "$name" timeout "${PHUB_BENCH_TIMEOUT:-480}" "$py" bench/train/run_train.py --device cuda \
@@ -100,14 +118,16 @@ for phase in "${phases[@]}"; do
   case $phase in
     tests) phase_tests ;;
     exchange) phase_exchange ;;
+    torch) phase_torch ;;
     alone) phase_alone ;;
+    nccl1) phase_nccl1 ;;
     train) phase_train ;;
     bench) bench bench-fp32 "$ALL" ;;
     r50) bench bench-r50-fp32 resnet50:64 ;;
     hostbatch) bench bench-r50-hostbatch resnet50:64 --host-batch ;;
     tf32) bench bench-tf32 "$ALL" --tf32 ;;
     r50tf32) bench bench-r50-tf32 resnet50:64 --tf32 ;;
-    *) echo "run_gpu.sh: unknown phase '$phase' (tests exchange alone train bench r50 hostbatch tf32 r50tf32)" >&2
+    *) echo "run_gpu.sh: unknown phase '$phase' (tests exchange torch alone nccl1 train bench r50 hostbatch tf32 r50tf32)" >&2
        exit 2 ;;
   esac
 done

@@ -2,9 +2,11 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -19,8 +21,8 @@ namespace {
 Status Cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();
-  return absl::InternalError(absl::StrCat("nccl exchange: ", what, ": ", cudaGetErrorName(e),
-                                          " (", cudaGetErrorString(e), ")"));
+  return absl::InternalError(absl::StrCat("nccl exchange: ", what, ": ", cudaGetErrorName(e), " (",
+                                          cudaGetErrorString(e), ")"));
 }
 
 // A CUDA event, destroyed with its owner.
@@ -33,7 +35,9 @@ class Event {
   ~Event() {
     if (event_ != nullptr) (void)cudaEventDestroy(event_);
   }
-  Status Create() { return Cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
+  Status Create() {
+    return Cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+  }
   cudaEvent_t get() const { return event_; }
 
  private:
@@ -48,6 +52,7 @@ class NcclDeviceExchange final : public DeviceExchange {
                std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,
                std::vector<std::span<float>> weights) {
     optimizer_ = options.optimizer;
+    timeout_ms_ = options.timeout_ms;
     nccl_ = std::move(nccl);
     PHUB_RETURN_IF_ERROR(Cuda(cudaSetDevice(nccl_->device()), "cudaSetDevice"));
     tensors_.resize(tensors.size());
@@ -76,12 +81,14 @@ class NcclDeviceExchange final : public DeviceExchange {
     auto consumer = static_cast<cudaStream_t>(stream);
     for (Tensor& s : tensors_) {
       if (nccl_->rank() != 0) {
-        PHUB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(s.weights.data(), 0, s.weights.size_bytes(), consumer),
-                                  "cudaMemsetAsync"));
+        PHUB_RETURN_IF_ERROR(
+            Cuda(cudaMemsetAsync(s.weights.data(), 0, s.weights.size_bytes(), consumer),
+                 "cudaMemsetAsync"));
       }
       PHUB_RETURN_IF_ERROR(Cuda(cudaEventRecord(s.produced.get(), consumer), "cudaEventRecord"));
       PHUB_RETURN_IF_ERROR(nccl_->Allreduce(s.weights.data(), s.weights.size(), ReduceOp::kSum,
-                                            s.produced.get(), [](void*) { return absl::OkStatus(); }));
+                                            s.produced.get(),
+                                            [](void*) { return absl::OkStatus(); }));
     }
     return absl::OkStatus();  // each Allreduce returned once the GPU had done it
   }
@@ -91,13 +98,14 @@ class NcclDeviceExchange final : public DeviceExchange {
     Tensor& s = tensors_[tensor];
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.ok()) return error_;
-    if (s.pushed != s.done) {
+    if (s.pushed != s.enqueued) {
       return absl::FailedPreconditionError(
           absl::StrCat("tensor ", tensor, " pushed again before Wait(", tensor, ")"));
     }
-    // Safe to re-record: the exchange thread has finished with this tensor's last event.
-    PHUB_RETURN_IF_ERROR(Cuda(cudaEventRecord(s.produced.get(), static_cast<cudaStream_t>(producer)),
-                              "cudaEventRecord on the producer's stream"));
+    // Safe to re-record: the exchange thread has enqueued the wait on this tensor's last one.
+    PHUB_RETURN_IF_ERROR(
+        Cuda(cudaEventRecord(s.produced.get(), static_cast<cudaStream_t>(producer)),
+             "cudaEventRecord on the producer's stream"));
     ++s.pushed;
     queue_.push_back(tensor);
     cv_.notify_all();
@@ -108,8 +116,10 @@ class NcclDeviceExchange final : public DeviceExchange {
     PHUB_RETURN_IF_ERROR(Check(tensor, "Wait"));
     Tensor& s = tensors_[tensor];
     std::unique_lock<std::mutex> lock(mu_);
-    // Bounded: every allreduce is bounded by the communicator's timeout and fails error_.
-    cv_.wait(lock, [&] { return !error_.ok() || s.done == s.pushed; });
+    // Until t's reduction and step are enqueued (not done: the consumer's stream waits for them
+    // on the device). Bounded: NCCL's enqueue is; a reduction that does not finish fails
+    // error_ within the communicator's timeout.
+    cv_.wait(lock, [&] { return !error_.ok() || s.enqueued == s.pushed; });
     if (!error_.ok()) return error_;
     return Cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(consumer), s.stepped.get(), 0),
                 "cudaStreamWaitEvent");
@@ -138,10 +148,10 @@ class NcclDeviceExchange final : public DeviceExchange {
   struct Tensor {
     std::span<float> grads, weights;
     std::vector<std::unique_ptr<float, void (*)(float*)>> state;
-    std::uint64_t steps = 0;   // exchange thread only
+    std::uint64_t steps = 0;  // exchange thread only
     Event produced, stepped;
-    std::uint64_t pushed = 0;  // guarded by mu_
-    std::uint64_t done = 0;    // guarded by mu_
+    std::uint64_t pushed = 0;    // guarded by mu_
+    std::uint64_t enqueued = 0;  // guarded by mu_
   };
 
   Status Check(std::uint32_t tensor, const char* call) const {
@@ -150,10 +160,11 @@ class NcclDeviceExchange final : public DeviceExchange {
         absl::StrCat(call, " of tensor ", tensor, ": there are ", tensors_.size()));
   }
 
-  Status Step(std::uint32_t t) {
+  // Enqueues t's reduction and step on NCCL's stream, after the producer's event.
+  Status Enqueue(std::uint32_t t) {
     Tensor& s = tensors_[t];
     const std::uint64_t step = ++s.steps;
-    return nccl_->Allreduce(
+    return nccl_->Enqueue(
         s.grads.data(), s.grads.size(), ReduceOp::kMean, s.produced.get(), [&](void* stream) {
           PHUB_RETURN_IF_ERROR(kernels::cuda::LaunchOptimizerStep(
               s.grads.data(), s.weights.data(), s.state.size() > 0 ? s.state[0].get() : nullptr,
@@ -165,29 +176,59 @@ class NcclDeviceExchange final : public DeviceExchange {
         });
   }
 
+  // The exchange thread: enqueues pushed tensors in push order as they come, and between them
+  // watches the enqueued work finish, each within the communicator's timeout (a dead peer
+  // would otherwise leave the consumer's stream waiting forever: the watch aborts NCCL, which
+  // releases it, and fails every later call).
   void Run() {
     (void)cudaSetDevice(nccl_->device());
+    struct Watched {
+      cudaEvent_t event;
+      Clock::time_point deadline;
+    };
+    std::deque<Watched> watched;
+    const auto timeout = std::chrono::milliseconds(timeout_ms_);
     while (true) {
-      std::uint32_t t;
+      std::optional<std::uint32_t> next;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        t = queue_.front();
-        queue_.pop_front();
+        if (watched.empty()) {
+          cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        } else {
+          cv_.wait_for(lock, std::chrono::microseconds(50),
+                       [this] { return stopping_ || !queue_.empty(); });
+        }
+        if (!queue_.empty()) {
+          next = queue_.front();
+          queue_.pop_front();
+        } else if (stopping_ && watched.empty()) {
+          return;
+        }
       }
-      Status s = Step(t);
+      Status s;
+      if (next) {
+        s = Enqueue(*next);
+        if (s.ok()) watched.push_back({tensors_[*next].stepped.get(), Clock::now() + timeout});
+      }
+      while (s.ok() && !watched.empty()) {  // retire what has finished, in order
+        StatusOr<bool> done = nccl_->Poll(watched.front().event, watched.front().deadline);
+        if (!done.ok()) s = done.status();
+        if (!done.ok() || !*done) break;
+        watched.pop_front();
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (!s.ok() && error_.ok()) {
-        error_ = Status(s.code(), absl::StrCat("tensor ", t, ": ", s.message()));
+        error_ = next ? Status(s.code(), absl::StrCat("tensor ", *next, ": ", s.message())) : s;
       }
-      ++tensors_[t].done;
+      if (next) ++tensors_[*next].enqueued;
       cv_.notify_all();
       if (!error_.ok()) return;
     }
   }
 
+  using Clock = std::chrono::steady_clock;
   kernels::OptimizerConfig optimizer_;
+  int timeout_ms_ = 60000;
   std::unique_ptr<nccl::NcclAllreduce> nccl_;
   std::vector<Tensor> tensors_;
   std::mutex mu_;
@@ -215,18 +256,13 @@ StatusOr<std::unique_ptr<DeviceExchange>> ConnectNcclDeviceExchange(
   }
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     if (grads[t].size() != tensors[t].elements) {
-      return absl::InvalidArgumentError(absl::StrCat("nccl exchange: tensor ", t, "'s gradient has ",
-                                                     grads[t].size(), " elements, not ",
-                                                     tensors[t].elements));
+      return absl::InvalidArgumentError(absl::StrCat("nccl exchange: tensor ", t,
+                                                     "'s gradient has ", grads[t].size(),
+                                                     " elements, not ", tensors[t].elements));
     }
   }
-  nccl::NcclOptions nccl_options;
-  nccl_options.rank = membership.rank;
-  nccl_options.world_size = membership.world_size;
-  nccl_options.rendezvous = options.rendezvous;
-  nccl_options.device = options.device;
-  nccl_options.timeout_ms = options.timeout_ms;
-  PHUB_ASSIGN_OR_RETURN(auto nccl, nccl::NcclAllreduce::Connect(nccl_options));
+  PHUB_ASSIGN_OR_RETURN(auto nccl,
+                        nccl::NcclAllreduce::Connect(CommunicatorOptions(options, membership)));
   auto exchange = std::make_unique<NcclDeviceExchange>();
   PHUB_RETURN_IF_ERROR(exchange->Setup(options, std::move(nccl), std::move(tensors),
                                        std::move(grads), std::move(weights)));

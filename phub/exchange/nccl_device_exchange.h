@@ -2,9 +2,11 @@
 // the optimizer steps the weights there (phub/kernels/cuda, the equations phubd runs), all on
 // NCCL's stream, ordered by events: no host hop at all. Push(t) records an event on the
 // producer's stream; an exchange thread takes tensors in push order (every rank pushes in the
-// same order: NCCL pairs calls by order), makes NCCL's stream wait for that event, allreduces,
-// steps, and waits for the GPU with NCCL's bounded wait. Wait(t) makes the consumer's stream
-// wait for t's step.
+// same order: NCCL pairs calls by order) and enqueues on NCCL's stream a wait for that event,
+// the allreduce and the step. Wait(t) returns once t's work is enqueued and makes the
+// consumer's stream wait for it on the device: neither side waits for the GPU. Between
+// enqueues the thread watches the enqueued work finish within the communicator's timeout; past
+// it, NCCL is aborted (which releases a stream a dead peer would hold) and every call fails.
 //
 // The mean is left in grads[t] (the reduction is in place). fp32 only: `--wire bf16|fp16`
 // takes the host path (nccl_exchange.h). Built where CMake found NCCL and nvcc.

@@ -15,7 +15,7 @@ class NcclAllreducer final : public Allreducer {
 
   Status Allreduce(std::span<float> data, ReduceOp op) override {
     if (wire_ == kernels::WireFormat::kFp32) {
-      PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer* buffer, BufferFor(data.size()));
+      PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer * buffer, BufferFor(data.size()));
       PHUB_RETURN_IF_ERROR(buffer->CopyFromHost(data));
       PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(), op));
       return buffer->CopyToHost(data);
@@ -27,7 +27,7 @@ class NcclAllreducer final : public Allreducer {
     staging_.resize(floats);
     auto* wire = reinterpret_cast<std::byte*>(staging_.data());
     kernels::ConvertToWire(wire_, data, wire);
-    PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer* buffer, BufferFor(floats));
+    PHUB_ASSIGN_OR_RETURN(nccl::DeviceBuffer * buffer, BufferFor(floats));
     PHUB_RETURN_IF_ERROR(buffer->CopyFromHost(staging_));
     PHUB_RETURN_IF_ERROR(nccl_->Allreduce(buffer->data(), data.size(), wire_, op));
     PHUB_RETURN_IF_ERROR(buffer->CopyToHost(staging_));
@@ -57,17 +57,22 @@ class NcclAllreducer final : public Allreducer {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
-    const NcclExchangeOptions& options, Membership membership,
-    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
-  PHUB_RETURN_IF_ERROR(AllreduceExchange::Check(options.optimizer, tensors, weights));
+nccl::NcclOptions CommunicatorOptions(const NcclExchangeOptions& options, Membership membership) {
   nccl::NcclOptions nccl_options;
   nccl_options.rank = membership.rank;
   nccl_options.world_size = membership.world_size;
   nccl_options.rendezvous = options.rendezvous;
   nccl_options.device = options.device;
   nccl_options.timeout_ms = options.timeout_ms;
-  PHUB_ASSIGN_OR_RETURN(auto nccl, nccl::NcclAllreduce::Connect(nccl_options));
+  return nccl_options;
+}
+
+StatusOr<std::unique_ptr<AllreduceExchange>> ConnectNcclExchange(
+    const NcclExchangeOptions& options, Membership membership,
+    std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
+  PHUB_RETURN_IF_ERROR(AllreduceExchange::Check(options.optimizer, tensors, weights));
+  PHUB_ASSIGN_OR_RETURN(auto nccl,
+                        nccl::NcclAllreduce::Connect(CommunicatorOptions(options, membership)));
   return AllreduceExchange::Create(options.optimizer,
                                    std::make_unique<NcclAllreducer>(std::move(nccl), options.wire),
                                    std::move(tensors), std::move(weights));

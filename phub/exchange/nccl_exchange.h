@@ -19,6 +19,10 @@
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/keys/key_table.h"
 
+namespace phub::nccl {
+struct NcclOptions;  // phub/nccl/nccl_allreduce.h (built with NCCL only)
+}  // namespace phub::nccl
+
 namespace phub::exchange {
 
 struct NcclExchangeOptions {
@@ -31,6 +35,9 @@ struct NcclExchangeOptions {
   // reduced-precision allreduce (Horovod's fp16 compression) do.
   kernels::WireFormat wire = kernels::WireFormat::kFp32;
 };
+
+// The communicator's options for `membership` (what both NCCL exchanges join with).
+nccl::NcclOptions CommunicatorOptions(const NcclExchangeOptions& options, Membership membership);
 
 // Joins the NCCL communicator (blocks until every rank has), then as AllreduceExchange::Create.
 // FailedPrecondition without a usable GPU.

@@ -22,10 +22,10 @@ StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     Tensor& s = x->tensors_[t];
     if (grads[t].size() != tensors[t].elements || weights[t].size() != tensors[t].elements) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "staged exchange: tensor ", t, " (", tensors[t].name, ") has ", tensors[t].elements,
-          " elements but buffers of ", grads[t].size(), " (gradient) and ", weights[t].size(),
-          " (weights)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("staged exchange: tensor ", t, " (", tensors[t].name, ") has ",
+                       tensors[t].elements, " elements but buffers of ", grads[t].size(),
+                       " (gradient) and ", weights[t].size(), " (weights)"));
     }
     s.grads = grads[t];
     s.weights = weights[t];
@@ -67,14 +67,14 @@ Status StagedExchange::Init(staging::Stream stream) {
   PHUB_ASSIGN_OR_RETURN(staging::Fence written, engine_->Record(stream));
   staging::Fence copied;
   for (Tensor& s : tensors_) {
-    PHUB_ASSIGN_OR_RETURN(copied, engine_->ToHost(s.weights.data(), s.landed.data(),
-                                                  s.weights.size(), written));
+    PHUB_ASSIGN_OR_RETURN(
+        copied, engine_->ToHost(s.weights.data(), s.landed.data(), s.weights.size(), written));
   }
   PHUB_RETURN_IF_ERROR(engine_->HostWait(copied, options_.copy_timeout));
   PHUB_RETURN_IF_ERROR(inner_->Init());
   for (Tensor& s : tensors_) {
-    PHUB_ASSIGN_OR_RETURN(copied, engine_->ToDevice(s.landed.data(), s.weights.data(),
-                                                    s.weights.size(), {}));
+    PHUB_ASSIGN_OR_RETURN(
+        copied, engine_->ToDevice(s.landed.data(), s.weights.data(), s.weights.size(), {}));
   }
   PHUB_RETURN_IF_ERROR(engine_->StreamWait(stream, copied));
   return engine_->HostWait(copied, options_.copy_timeout);
@@ -101,9 +101,9 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
     if (closed_) return absl::FailedPreconditionError("Push after Close");
   }
   PHUB_ASSIGN_OR_RETURN(staging::Fence produced, engine_->Record(producer));
-  PHUB_ASSIGN_OR_RETURN(staging::Fence copied,
-                        engine_->ToHost(s.grads.data(), s.host_grads.span().data(),
-                                        s.grads.size(), produced));
+  PHUB_ASSIGN_OR_RETURN(
+      staging::Fence copied,
+      engine_->ToHost(s.grads.data(), s.host_grads.span().data(), s.grads.size(), produced));
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++s.pushed;
@@ -128,8 +128,8 @@ void StagedExchange::PushLoop() {
     Status s = engine_->HostWait(next.second, options_.copy_timeout);
     if (s.ok()) s = inner_->Push(t, tensors_[t].sent);
     if (!s.ok()) {
-      Fail(Status(s.code(), absl::StrCat("tensor ", t, " (gradient to host, then pushed): ",
-                                         s.message())));
+      Fail(Status(s.code(),
+                  absl::StrCat("tensor ", t, " (gradient to host, then pushed): ", s.message())));
       return;
     }
     {
@@ -157,8 +157,8 @@ void StagedExchange::LandLoop() {
                     : StatusOr<staging::Fence>(status);
     if (!copied.ok()) {
       Fail(Status(copied.status().code(),
-                  absl::StrCat("tensor ", t, " (weights, then to the device): ",
-                               copied.status().message())));
+                  absl::StrCat("tensor ", t,
+                               " (weights, then to the device): ", copied.status().message())));
       return;
     }
     {

@@ -65,15 +65,15 @@ class StagedExchange final : public DeviceExchange {
 
  private:
   struct Tensor {
-    std::span<const float> grads;     // device
-    std::span<float> weights;         // device
+    std::span<const float> grads;                     // device
+    std::span<float> weights;                         // device
     staging::StagingBuffer host_grads, host_weights;  // (empty when the device is the host)
-    std::span<const float> sent;      // what the exchange sends from
-    std::span<float> landed;          // where the exchange writes the weights
-    bool in_flight = false;           // pushed, not yet waited for (caller's thread)
-    std::uint64_t pushed = 0;         // guarded by mu_
-    std::uint64_t arrived = 0;        // copies to the device enqueued; guarded by mu_
-    staging::Fence on_device;         // the last of them; guarded by mu_
+    std::span<const float> sent;                      // what the exchange sends from
+    std::span<float> landed;                          // where the exchange writes the weights
+    bool in_flight = false;     // pushed, not yet waited for (caller's thread)
+    std::uint64_t pushed = 0;   // guarded by mu_
+    std::uint64_t arrived = 0;  // copies to the device enqueued; guarded by mu_
+    staging::Fence on_device;   // the last of them; guarded by mu_
   };
   StagedExchange() = default;
   bool staged() const { return !engine_->DeviceIsHost(); }
@@ -89,7 +89,7 @@ class StagedExchange final : public DeviceExchange {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<std::uint32_t, staging::Fence>> to_push_;  // copies to host queued
-  std::deque<std::uint32_t> to_land_;                              // pushed, answer awaited
+  std::deque<std::uint32_t> to_land_;                             // pushed, answer awaited
   Status error_;
   bool stopping_ = false;
   bool closed_ = false;

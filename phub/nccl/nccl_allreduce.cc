@@ -117,7 +117,13 @@ class NcclAllreduce::Impl {
   Status Init();
   Status Allreduce(void* data, std::size_t count, kernels::WireFormat format, ReduceOp op,
                    cudaEvent_t after = nullptr,
-                   const std::function<Status(void* stream)>* then = nullptr);
+                   const std::function<Status(void* stream)>* then = nullptr,
+                   bool wait = true);
+  StatusOr<bool> Poll(cudaEvent_t event, Clock::time_point deadline);
+  // One look at work polled for (`query`: cudaStreamQuery's or cudaEventQuery's answer): true
+  // when done, false while running; NCCL's async error, a CUDA error or the deadline abort.
+  template <typename What>
+  StatusOr<bool> Progress(cudaError_t query, Clock::time_point deadline, What&& what);
 
   const NcclOptions options_;
   const int device_;
@@ -249,7 +255,8 @@ ncclDataType_t NcclType(kernels::WireFormat format) {
 
 Status NcclAllreduce::Impl::Allreduce(void* data, std::size_t count, kernels::WireFormat format,
                                       ReduceOp op, cudaEvent_t after,
-                                      const std::function<Status(void* stream)>* then) {
+                                      const std::function<Status(void* stream)>* then,
+                                      bool wait) {
   if (!aborted_by_.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("nccl ", Where(), ": the communicator was aborted after an earlier failure (",
@@ -284,25 +291,44 @@ Status NcclAllreduce::Impl::Allreduce(void* data, std::size_t count, kernels::Wi
     return Abort(NcclError(r, comm_, what().c_str(), __FILE__, __LINE__));
   }
   if (then != nullptr) PHUB_RETURN_IF_ERROR((*then)(stream_));
+  if (!wait) return absl::OkStatus();
   // Not cudaStreamSynchronize: it cannot be interrupted, so a dead peer would hang this thread
   // forever. Polling the stream and NCCL's async error bounds the wait; yield keeps latency low.
   while (true) {
-    const cudaError_t e = cudaStreamQuery(stream_);
-    if (e == cudaSuccess) return absl::OkStatus();
-    if (e != cudaErrorNotReady) return Abort(CudaError(e, what().c_str(), __FILE__, __LINE__));
-    ncclResult_t state = ncclSuccess;
-    if (const ncclResult_t q = ncclCommGetAsyncError(comm_, &state); q != ncclSuccess) {
-      return Abort(NcclError(q, comm_, "ncclCommGetAsyncError", __FILE__, __LINE__));
-    }
-    if (state != ncclSuccess && state != ncclInProgress) {
-      return Abort(NcclError(state, comm_, what().c_str(), __FILE__, __LINE__));
-    }
-    if (Clock::now() >= deadline) {
-      return Abort(
-          absl::DeadlineExceededError(absl::StrCat(what(), " did not finish", on_timeout())));
-    }
+    PHUB_ASSIGN_OR_RETURN(const bool done, Progress(cudaStreamQuery(stream_), deadline, what));
+    if (done) return absl::OkStatus();
     std::this_thread::yield();
   }
+}
+
+template <typename What>
+StatusOr<bool> NcclAllreduce::Impl::Progress(cudaError_t query, Clock::time_point deadline,
+                                             What&& what) {
+  if (query == cudaSuccess) return true;
+  if (query != cudaErrorNotReady) {
+    return Abort(CudaError(query, what().c_str(), __FILE__, __LINE__));
+  }
+  ncclResult_t state = ncclSuccess;
+  if (const ncclResult_t q = ncclCommGetAsyncError(comm_, &state); q != ncclSuccess) {
+    return Abort(NcclError(q, comm_, "ncclCommGetAsyncError", __FILE__, __LINE__));
+  }
+  if (state != ncclSuccess && state != ncclInProgress) {
+    return Abort(NcclError(state, comm_, what().c_str(), __FILE__, __LINE__));
+  }
+  if (Clock::now() >= deadline) {
+    return Abort(absl::DeadlineExceededError(absl::StrCat(
+        what(), " did not finish (", options_.timeout_ms,
+        " ms): has a peer rank died, or not made the same call? Every rank must call Allreduce "
+        "with the same count, in the same order")));
+  }
+  return false;
+}
+
+StatusOr<bool> NcclAllreduce::Impl::Poll(cudaEvent_t event, Clock::time_point deadline) {
+  if (!aborted_by_.ok()) return aborted_by_;
+  return Progress(cudaEventQuery(event), deadline, [this] {
+    return absl::StrCat("an enqueued ncclAllReduce (", Where(), ")");
+  });
 }
 
 StatusOr<std::unique_ptr<NcclAllreduce>> NcclAllreduce::Connect(const NcclOptions& options) {
@@ -345,6 +371,16 @@ Status NcclAllreduce::Allreduce(float* device_data, std::size_t count, ReduceOp 
                                 const std::function<Status(void* stream)>& then) {
   return impl_->Allreduce(device_data, count, kernels::WireFormat::kFp32, op,
                           static_cast<cudaEvent_t>(after), &then);
+}
+
+Status NcclAllreduce::Enqueue(float* device_data, std::size_t count, ReduceOp op, void* after,
+                              const std::function<Status(void* stream)>& then) {
+  return impl_->Allreduce(device_data, count, kernels::WireFormat::kFp32, op,
+                          static_cast<cudaEvent_t>(after), &then, /*wait=*/false);
+}
+
+StatusOr<bool> NcclAllreduce::Poll(void* event, std::chrono::steady_clock::time_point deadline) {
+  return impl_->Poll(static_cast<cudaEvent_t>(event), deadline);
 }
 
 int NcclAllreduce::device() const { return impl_->device_; }

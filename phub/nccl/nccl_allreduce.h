@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -82,6 +83,14 @@ class NcclAllreduce {
   // after the reduction, before the call waits: one bounded wait covers both.
   Status Allreduce(float* device_data, std::size_t count, ReduceOp op, void* after,
                    const std::function<Status(void* stream)>& then);
+  // The same, returning once the work is enqueued (NCCL's own enqueue is bounded by
+  // timeout_ms): the caller checks its completion with Poll on an event `then` recorded.
+  Status Enqueue(float* device_data, std::size_t count, ReduceOp op, void* after,
+                 const std::function<Status(void* stream)>& then);
+  // One look at `event` (a cudaEvent_t recorded on NCCL's stream): true once its work is done,
+  // false while it runs; NCCL's asynchronous error, a CUDA error, or DeadlineExceeded once
+  // `deadline` has passed (each aborts the communicator, as a failed Allreduce does).
+  StatusOr<bool> Poll(void* event, std::chrono::steady_clock::time_point deadline);
 
   int device() const;  // the CUDA device ordinal this rank runs on
   std::uint32_t rank() const;

@@ -26,35 +26,12 @@
 #include "phub/common/logging.h"
 #include "phub/common/token_file.h"
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/python/module_support.h"
 
 namespace py = pybind11;
 
 namespace phub::python {
 namespace {
-
-// Raised for every non-OK Status; registered as phub._phub.PhubError (a RuntimeError).
-class PhubError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-void ThrowIfError(const Status& status, const char* what) {
-  if (status.ok()) return;
-  // "phub" first: DDP re-raises a hook's error as a RuntimeError quoting only this text.
-  throw PhubError(absl::StrCat("phub ", what, ": ", absl::StatusCodeToString(status.code()),
-                               ": ", status.message()));
-}
-
-// Runs `call`, a PsClient call that may block on the network, without the GIL; raises its error.
-template <typename Call>
-void Blocking(const char* what, Call call) {
-  Status status;
-  {
-    py::gil_scoped_release release;
-    status = call();
-  }
-  ThrowIfError(status, what);
-}
 
 // The float32, C-contiguous buffer of `elements` floats behind `object` (what: for messages).
 py::buffer_info FloatBuffer(const py::object& object, std::uint64_t elements, bool writable,
@@ -84,36 +61,6 @@ py::buffer_info FloatBuffer(const py::object& object, std::uint64_t elements, bo
                                        elements));
   }
   return info;
-}
-
-StatusOr<kernels::OptimizerConfig> ParseOptimizer(const py::dict& spec) {
-  kernels::OptimizerConfig config;
-  for (auto [key, value] : spec) {
-    const std::string name = py::cast<std::string>(key);
-    if (name == "kind") {
-      auto kind = kernels::ParseOptimizerKind(py::cast<std::string>(value));
-      if (!kind.ok()) return kind.status();
-      config.kind = *kind;
-    } else if (name == "lr") {
-      config.lr = py::cast<float>(value);
-    } else if (name == "momentum") {
-      config.momentum = py::cast<float>(value);
-    } else if (name == "weight_decay") {
-      config.weight_decay = py::cast<float>(value);
-    } else if (name == "beta1") {
-      config.beta1 = py::cast<float>(value);
-    } else if (name == "beta2") {
-      config.beta2 = py::cast<float>(value);
-    } else if (name == "eps") {
-      config.eps = py::cast<float>(value);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer: unknown key '", name,
-          "'; the keys are kind, lr, momentum, weight_decay, beta1, beta2, eps"));
-    }
-  }
-  PHUB_RETURN_IF_ERROR(kernels::Validate(config));
-  return config;
 }
 
 class Client {
@@ -282,6 +229,7 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
       .def_property_readonly("weights_from_server", &Client::weights_from_server)
       .def("__enter__", [](Client& c) -> Client& { return c; })
       .def("__exit__", [](Client& c, const py::args&) { c.Close(); });
+  RegisterDeviceClient(m);
 }
 
 }  // namespace phub::python

@@ -21,12 +21,12 @@ Status CudaFailure(cudaError_t e, const char* call, const char* file, int line) 
                                           ")", kCudaUnderAsanHint));
 }
 
-#define STAGING_CUDA(call)                                               \
-  do {                                                                   \
-    const cudaError_t staging_error_ = (call);                           \
-    if (staging_error_ != cudaSuccess) {                                 \
-      return CudaFailure(staging_error_, #call, __FILE__, __LINE__);     \
-    }                                                                    \
+#define STAGING_CUDA(call)                                           \
+  do {                                                               \
+    const cudaError_t staging_error_ = (call);                       \
+    if (staging_error_ != cudaSuccess) {                             \
+      return CudaFailure(staging_error_, #call, __FILE__, __LINE__); \
+    }                                                                \
   } while (0)
 
 // A fence: an event, destroyed with the last Fence that names it (CUDA releases a recorded
@@ -75,10 +75,11 @@ class CudaCopyEngine final : public CopyEngine {
     if (const cudaError_t e = cudaHostAlloc(&p, floats * sizeof(float), cudaHostAllocPortable);
         e != cudaSuccess) {
       (void)cudaGetLastError();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cudaHostAlloc of ", floats * sizeof(float), " bytes of pinned staging failed: ",
-          cudaGetErrorString(e), "; the host is short of lockable memory (ulimit -l, or fewer "
-          "workers per host)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cudaHostAlloc of ", floats * sizeof(float),
+                       " bytes of pinned staging failed: ", cudaGetErrorString(e),
+                       "; the host is short of lockable memory (ulimit -l, or fewer "
+                       "workers per host)"));
     }
     std::memset(p, 0, floats * sizeof(float));
     std::shared_ptr<void> owner(p, [](void* q) { (void)cudaFreeHost(q); });
@@ -140,8 +141,8 @@ class CudaCopyEngine final : public CopyEngine {
     return Fence(std::move(fence));
   }
 
-  StatusOr<Fence> Copy(Lane& lane, float* to, const float* from, std::size_t n,
-                       cudaMemcpyKind kind, const Fence& after) {
+  StatusOr<Fence> Copy(Lane& lane, float* to, const float* from, std::size_t n, cudaMemcpyKind kind,
+                       const Fence& after) {
     if (n > 0 && (from == nullptr || to == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat("a copy of ", n, " floats with a null ",
                                                      from == nullptr ? "source" : "destination"));

@@ -55,14 +55,16 @@ class Lane {
 
   StatusOr<Fence> Enqueue(const float* from, float* to, std::size_t n, const Fence& after) {
     if (n > 0 && (from == nullptr || to == nullptr)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "copy ", name_, " of ", n, " floats with a null ", from == nullptr ? "source" : "destination"));
+      return absl::InvalidArgumentError(absl::StrCat("copy ", name_, " of ", n,
+                                                     " floats with a null ",
+                                                     from == nullptr ? "source" : "destination"));
     }
     auto fence = std::make_shared<HostFence>();
     std::unique_lock<std::mutex> lock(mu_);
     // Back-pressure: the caller waits for room rather than the queue growing without bound.
     cv_.wait(lock, [this] { return stopping_ || queue_.size() < limit_; });
-    if (stopping_) return absl::CancelledError(absl::StrCat("copy ", name_, ": the engine is closing"));
+    if (stopping_)
+      return absl::CancelledError(absl::StrCat("copy ", name_, ": the engine is closing"));
     queue_.push_back({from, to, n, after, fence});
     lock.unlock();
     cv_.notify_all();

@@ -1,12 +1,12 @@
 #include "tests/integration/phubd_launcher.h"
 
-#include "tests/support/free_port.h"
-
 #include <algorithm>
 #include <filesystem>
 #include <iterator>
 #include <stdexcept>
 #include <thread>
+
+#include "tests/support/free_port.h"
 
 namespace phub::testing {
 
@@ -46,7 +46,8 @@ RunningPhubd StartPhubdOnPort(const TempDir& dir, std::uint16_t control_port,
       phubd.data_port_base = port;
       return phubd;
     } catch (const std::runtime_error& e) {
-      if (attempt == 5 || std::string(e.what()).find("Address already in use") == std::string::npos) {
+      if (attempt == 5 ||
+          std::string(e.what()).find("Address already in use") == std::string::npos) {
         throw;
       }
     }
@@ -62,9 +63,9 @@ RunningPhubd StartOnce(const TempDir& dir, std::uint16_t control_port,
   RunningPhubd phubd;
   phubd.log_path = dir.File("phubd" + tag + ".log");
   std::string port_file = dir.File("phubd" + tag + ".port");
-  std::vector<std::string> argv = {PhubdPath(), "--port", std::to_string(control_port),
-                                   "--port-file", port_file,
-                                   "--listen", "127.0.0.1", "--no-pin"};
+  std::vector<std::string> argv = {PhubdPath(),   "--port",  std::to_string(control_port),
+                                   "--port-file", port_file, "--listen",
+                                   "127.0.0.1",   "--no-pin"};
   argv.insert(argv.end(), args.begin(), args.end());
   if (limits.open_files > 0 || limits.address_space_bytes > 0) {
     std::string script;

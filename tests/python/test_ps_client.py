@@ -230,6 +230,17 @@ class ErrorTest(unittest.TestCase):
         self.assertIn("give every worker the same optimizer", messages[1])
         self.assertIsNotNone(messages[0], "rank 0 joined a job that never formed")
 
+    def test_cuda_tensors_without_a_gpu_say_why(self):
+        # phub.torch's CUDA path (phub.DeviceClient) on a machine without a GPU: a PhubError
+        # saying there is no CUDA device (or no CUDA in this build), before any connection.
+        with Phubd(1) as phubd:
+            with self.assertRaises(phub.PhubError) as raised:
+                phub.connect_device(SIZES, [0] * len(SIZES), [0] * len(SIZES), 0,
+                                    address=phubd.address, rank=0, world_size=1)
+        self.assertRegex(str(raised.exception), "no usable CUDA device|no CUDA toolkit")
+        with self.assertRaises(ValueError):
+            phub.DeviceClient("127.0.0.1", 1, 0, 1, SIZES, [0], [0], 0)
+
     def test_bad_buffers_are_type_errors(self):
         with self.assertRaises(TypeError):
             phub.connect(SIZES, [np.zeros(e, np.float64) for _, e in SIZES],

@@ -38,7 +38,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::WithExchange(Model& model, Backend& 
   std::vector<std::span<float>> grads, weights;
   for (Parameter* p : t->params_) {
     const auto n = static_cast<std::size_t>(p->value.numel());
-    grads.emplace_back(p->grad.data(), n);     // on the backend's device
+    grads.emplace_back(p->grad.data(), n);  // on the backend's device
     weights.emplace_back(p->value.data(), n);
   }
   PHUB_ASSIGN_OR_RETURN(std::shared_ptr<staging::CopyEngine> engine, backend.MakeCopyEngine());

@@ -29,8 +29,8 @@
 
 #include "phub/common/status.h"
 #include "phub/exchange/device_exchange.h"
-#include "phub/staging/copy_engine.h"
 #include "phub/keys/key_table.h"
+#include "phub/staging/copy_engine.h"
 #include "worker/nn/model.h"
 #include "worker/train/local_optimizer.h"
 
@@ -88,7 +88,7 @@ class Trainer {
   std::unique_ptr<LocalOptimizer> local_;
   std::vector<Parameter*> params_;
   std::unordered_map<const Parameter*, std::uint32_t> index_;  // parameter -> tensor
-  bool pending_ = false;  // pushes not yet waited for
+  bool pending_ = false;                                       // pushes not yet waited for
 };
 
 }  // namespace phub::worker

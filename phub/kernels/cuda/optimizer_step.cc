@@ -22,8 +22,8 @@ Status LaunchOptimizerStep(const float* g, float* w, float* s0, float* s1, std::
   if (e != cudaSuccess) {
     const auto error = static_cast<cudaError_t>(e);
     return absl::InternalError(absl::StrCat("the optimizer step's kernel launch (", n,
-                                            " elements) failed: ", cudaGetErrorName(error),
-                                            " (", cudaGetErrorString(error), ")"));
+                                            " elements) failed: ", cudaGetErrorName(error), " (",
+                                            cudaGetErrorString(error), ")"));
   }
   return absl::OkStatus();
 }

@@ -23,8 +23,8 @@ __global__ void OptimizerStep(const float* g, float* w, float* s0, float* s1, st
 }
 
 template <OptimizerKind kKind>
-void Launch(const float* g, float* w, float* s0, float* s1, std::int64_t n,
-            const StepConstants& k, cudaStream_t stream) {
+void Launch(const float* g, float* w, float* s0, float* s1, std::int64_t n, const StepConstants& k,
+            cudaStream_t stream) {
   OptimizerStep<kKind><<<Blocks(n), kThreads, 0, stream>>>(g, w, s0, s1, n, k);
 }
 

@@ -13,10 +13,11 @@ From the build tree: PYTHONPATH=build/python (docs/torch.md); installed: cmake -
 import os
 from typing import Optional, Sequence
 
-from phub._phub import PhubError, PsClient, set_up_logging
+from phub._phub import DeviceClient, PhubError, PsClient, set_up_logging
 from phub.launch import Launch, parse_address, resolve
 
-__all__ = ["PhubError", "PsClient", "connect", "resolve", "parse_address", "Launch"]
+__all__ = ["PhubError", "PsClient", "DeviceClient", "connect", "connect_device", "resolve",
+           "parse_address", "Launch"]
 
 
 def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
@@ -39,3 +40,21 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
                     [(str(n), int(e)) for n, e in tensors], list(weights), token=launch.token,
                     optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
                     rdma_device=rdma_device, job=launch.job)
+
+
+def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[int], device: int,
+                   address: Optional[str] = None, rank: Optional[int] = None,
+                   world_size: Optional[int] = None, token: Optional[str] = None,
+                   optimizer: Optional[dict] = None, connect_timeout_ms: int = 30000,
+                   rdma_device: str = "", job: Optional[str] = None) -> DeviceClient:
+    """connect() for tensors in GPU `device`'s memory: grads and weights are device pointers
+    (tensor.data_ptr()) the caller keeps alive; the client stages them through pinned memory on
+    its own CUDA streams (phub/exchange/staged_exchange.h). PhubError in a build without CUDA
+    or on a machine without a GPU."""
+    launch = resolve(address, rank, world_size, token, job)
+    set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
+    return DeviceClient(launch.host, launch.port, launch.rank, launch.world_size,
+                        [(str(n), int(e)) for n, e in tensors], [int(g) for g in grads],
+                        [int(w) for w in weights], int(device), token=launch.token,
+                        optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
+                        rdma_device=rdma_device, job=launch.job)

@@ -20,10 +20,13 @@ answer has landed. Answers land in one flat buffer laid out in reverse parameter
 order of DDP's rebuilt buckets, so a bucket's averaged gradient is a view of that buffer (no
 copy) whenever its parameters are consecutive there, and one torch.cat otherwise (iteration 0).
 
-CUDA tensors go through pinned host memory: the hook queues the bucket's device-to-host copy on
-the current stream and returns; a pusher thread pushes each bucket once its copy is done, while
-the waiter thread copies finished buckets back to the device, so copies and the network overlap
-bucket by bucket.
+CUDA tensors go through the staging pipeline phub-worker uses (phub.DeviceClient, in C++): the
+hook copies each gradient into a fixed device buffer on the current stream and pushes it with
+that stream; the pipeline copies it to pinned memory on its own stream once the stream reaches
+it, pushes it the moment the copy is done, and copies the answer back to a fixed device buffer
+as it lands. The waiter thread's only device work is to make its stream wait for those copies
+before completing the bucket's future (created for the device, so DDP's stream waits for it in
+turn). No Python thread copies through the host or waits for the device.
 
 Errors (phubd gone or silent, a peer dead and not rejoining, a refused job) complete the
 bucket's future with a phub.PhubError, which DDP raises from backward(), within phubd's
@@ -93,35 +96,42 @@ class PhubState:
             self._offset[i] = at
             at += sizes[i]
         self._sizes = sizes
-        self.received = torch.zeros(total, dtype=torch.float32, pin_memory=self.cuda)
+        if self.cuda:
+            # Fixed device buffers for the pipeline: gradients staged from, answers landing in.
+            self.received = torch.zeros(total, dtype=torch.float32, device=self.device)
+            self._sent = torch.zeros(total, dtype=torch.float32, device=self.device)
+            self._sent_views = [self._sent[o:o + n] for o, n in zip(self._offset, sizes)]
+        else:
+            self.received = torch.zeros(total, dtype=torch.float32)
         self.received_views = [self.received[o:o + n] for o, n in zip(self._offset, sizes)]
-        # CUDA: each bucket's gradients are staged here before they are pushed.
-        self._staged = (torch.empty(total, dtype=torch.float32, pin_memory=True)
-                        if self.cuda else None)
         if self.mode == "optimizer":  # rank 0's parameters are everyone's initial weights
             with torch.no_grad():
                 for p, v in zip(self.params, self.received_views):
                     v.copy_(p.detach().reshape(-1))
 
-        self.client = phub.connect(
-            [(n, s) for n, s in zip(self.names, sizes)],
-            [v.numpy() for v in self.received_views], address=address, rank=rank,
-            world_size=world_size, token=token,
-            optimizer=optimizer if mode == "optimizer" else {"kind": "average"},
-            connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job)
+        spec = optimizer if mode == "optimizer" else {"kind": "average"}
+        tensors = [(n, s) for n, s in zip(self.names, sizes)]
+        if self.cuda:
+            self.client = phub.connect_device(
+                tensors, [v.data_ptr() for v in self._sent_views],
+                [v.data_ptr() for v in self.received_views], self.device.index,
+                address=address, rank=rank, world_size=world_size, token=token, optimizer=spec,
+                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job)
+            self._stream = torch.cuda.Stream(device=self.device)
+            self.client.init(torch.cuda.current_stream(self.device).cuda_stream)
+        else:
+            self.client = phub.connect(
+                tensors, [v.numpy() for v in self.received_views], address=address, rank=rank,
+                world_size=world_size, token=token, optimizer=spec,
+                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job)
+            self.client.init()
         self.rank = self.client.rank
-        self.client.init()
         self.error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self._in_flight = 0
         self._idle = threading.Condition(self._lock)
         self._waits: "queue.Queue" = queue.Queue()
         self._threads = [threading.Thread(target=self._wait_loop, name="phub-wait", daemon=True)]
-        if self.cuda:
-            self._pushes: "queue.Queue" = queue.Queue()
-            self._h2d = torch.cuda.Stream(device=self.device)
-            self._threads.append(
-                threading.Thread(target=self._push_loop, name="phub-push", daemon=True))
         for t in self._threads:
             t.start()
         self._closed = False
@@ -129,7 +139,9 @@ class PhubState:
 
     # ---- the hook's side (DDP's autograd thread) ----
     def submit(self, bucket) -> "torch.futures.Future[torch.Tensor]":
-        future = torch.futures.Future()
+        # On a GPU the result is a device tensor: the future records where the waiter's stream
+        # is when it completes, and DDP's stream waits for that.
+        future = torch.futures.Future(devices=[self.device]) if self.cuda else torch.futures.Future()
         if self.error is not None:
             future.set_exception(self.error)
             return future
@@ -144,18 +156,15 @@ class PhubState:
         with self._lock:
             self._in_flight += 1
         grads = bucket.gradients()
-        if self.cuda:
-            staged = [self._staged[self._offset[i]:self._offset[i] + self._sizes[i]]
-                      for i in ids]
-            for s, g in zip(staged, grads):
-                s.copy_(g.reshape(-1), non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record()
-            self._pushes.put((ids, staged, copied, future, bucket.buffer()))
-            return future
         try:
-            for i, g in zip(ids, grads):
-                self.client.push(i, g.detach().reshape(-1).numpy())
+            if self.cuda:
+                stream = torch.cuda.current_stream(self.device)
+                for i, g in zip(ids, grads):
+                    self._sent_views[i].copy_(g.detach().reshape(-1))
+                    self.client.push(i, stream.cuda_stream)
+            else:
+                for i, g in zip(ids, grads):
+                    self.client.push(i, g.detach().reshape(-1).numpy())
         except BaseException as e:  # noqa: B902 - every failure must reach the future
             self._fail(e)
             self._finish(future, None, e)
@@ -164,24 +173,6 @@ class PhubState:
         return future
 
     # ---- threads ----
-    def _push_loop(self):
-        while True:
-            job = self._pushes.get()
-            if job is _STOP:
-                return
-            ids, staged, copied, future, buffer = job
-            try:
-                if self.error is not None:
-                    raise self.error
-                copied.synchronize()
-                for i, s in zip(ids, staged):
-                    self.client.push(i, s.numpy())
-            except BaseException as e:  # noqa: B902
-                self._fail(e)
-                self._finish(future, None, e)
-                continue
-            self._waits.put((ids, future, buffer))
-
     def _wait_loop(self):
         while True:
             job = self._waits.get()
@@ -191,6 +182,13 @@ class PhubState:
             try:
                 if self.error is not None:
                     raise self.error
+                if self.cuda:
+                    for i in ids:  # blocks on the network; then this stream waits on the device
+                        self.client.wait(i, self._stream.cuda_stream)
+                    with torch.cuda.stream(self._stream):
+                        result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
+                        self._finish(future, result, None)  # the event is on self._stream
+                    continue
                 for i in ids:
                     self.client.wait(i)
                 result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
@@ -205,16 +203,8 @@ class PhubState:
         consecutive = all(self._offset[a] + self._sizes[a] == self._offset[b]
                           for a, b in zip(ids, ids[1:]))
         if consecutive:
-            host = self.received[first:first + buffer.numel()]
-        else:
-            host = torch.cat([self.received_views[i] for i in ids])
-        if not self.cuda:
-            return host
-        out = torch.empty(buffer.numel(), dtype=torch.float32, device=self.device)
-        with torch.cuda.stream(self._h2d):
-            out.copy_(host, non_blocking=True)
-        self._h2d.synchronize()
-        return out
+            return self.received[first:first + buffer.numel()]
+        return torch.cat([self.received_views[i] for i in ids])  # on a GPU: on self._stream
 
     def _fail(self, error: BaseException):
         if self.error is None:
@@ -242,9 +232,11 @@ class PhubState:
     def install_weights(self):
         """Optimizer mode: the weights phubd sent become the parameters."""
         self.synchronize()
+        if self.cuda:  # the answers' copies were made on the waiter's stream
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
         with torch.no_grad():
             for p, v in zip(self.params, self.received_views):
-                p.copy_(v.view_as(p), non_blocking=self.cuda)
+                p.copy_(v.view_as(p))
 
     def close(self):
         """Leaves the job cleanly (phubd ends it once every worker has). Idempotent."""
@@ -252,8 +244,6 @@ class PhubState:
             return
         self._closed = True
         atexit.unregister(self.close)
-        if self.cuda:
-            self._pushes.put(_STOP)
         self._waits.put(_STOP)
         for t in self._threads:
             t.join()

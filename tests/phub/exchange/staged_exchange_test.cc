@@ -123,8 +123,8 @@ class StagedExchangeTest : public ::testing::Test {
     }
     std::string error;
     auto run = [&]() -> Status {
-      PHUB_ASSIGN_OR_RETURN(auto x, MakeDeviceExchange(Options(rank, world, kind), engine,
-                                                       kTensors, grads, weights));
+      PHUB_ASSIGN_OR_RETURN(
+          auto x, MakeDeviceExchange(Options(rank, world, kind), engine, kTensors, grads, weights));
       PHUB_RETURN_IF_ERROR(x->Init(stream));
       for (int s = 0; s < kSteps; ++s) {
         for (std::size_t t = kTensors.size(); t-- > 0;) {  // backward order
@@ -134,8 +134,8 @@ class StagedExchangeTest : public ::testing::Test {
           if (s == 0 && t == 0) {
             Status again = x->Push(0, stream);
             if (again.code() != absl::StatusCode::kFailedPrecondition) {
-              return absl::InternalError(absl::StrCat("a second Push was not refused: ",
-                                                      again.ToString()));
+              return absl::InternalError(
+                  absl::StrCat("a second Push was not refused: ", again.ToString()));
             }
           }
         }
@@ -223,7 +223,7 @@ TEST_F(StagedExchangeTest, APeerThatLeavesFailsTheNextCallInsteadOfHanging) {
   EXPECT_FALSE(waited.ok());
   EXPECT_THAT(waited.ToString(), HasSubstr("tensor 0"));
   EXPECT_FALSE((*x)->Push(0, nullptr).ok());  // the first failure, again
-  (void)(*x)->Close();  // returns (with the ring's error): never hangs
+  (void)(*x)->Close();                        // returns (with the ring's error): never hangs
 }
 
 TEST_F(StagedExchangeTest, BuffersThatDoNotMatchTheTableAreRefused) {
@@ -239,7 +239,8 @@ TEST_F(StagedExchangeTest, BuffersThatDoNotMatchTheTableAreRefused) {
 Device CudaDevice() {
   return {[](std::size_t n) {
             float* p = nullptr;
-            if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) return static_cast<float*>(nullptr);
+            if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess)
+              return static_cast<float*>(nullptr);
             cudaMemset(p, 0xff, n * sizeof(float));  // NaNs: what is never written shows
             return p;
           },

@@ -17,8 +17,8 @@
 namespace phub::staging {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 std::vector<float> Random(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -101,7 +101,8 @@ TEST(CudaCopyEngineTest, RoundTripsThroughPinnedStagingAndOrdersAConsumerStream)
   ASSERT_TRUE((*engine)->StreamWait(consumer, *up).ok());
   std::vector<float> out(n);
   ASSERT_EQ(cudaMemcpyAsync(out.data(), staging->span().data(), n * sizeof(float),
-                            cudaMemcpyHostToHost, consumer), cudaSuccess);
+                            cudaMemcpyHostToHost, consumer),
+            cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
   EXPECT_EQ(out, input);
   cudaStreamDestroy(consumer);

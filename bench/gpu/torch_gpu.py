@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""phub.torch on CUDA against DDP + NCCL at N = 1, in one run (issue 39's last figure).
+
+examples/torch_ddp_phub.py on GPU 0, synthetic data: DDP with NCCL (the reference), then DDP
+with PHub's comm hook (phub, summation mode) and with ServerOptimizer (phub-optimizer), each
+through a phubd on loopback, for every package directory given (--package NAME=DIR: a `phub`
+package on PYTHONPATH; several compare phub.torch versions in the same run). Rounds alternate
+the order. Prints and writes OUT/torch_gpu.{tsv,md}: median ms per mini-batch (median over
+rounds) and the ratio to NCCL's (issue 39's bar: <= 1.2).
+
+    torch_gpu.py --phubd build-gpu/phub/server/phubd --package after=build-gpu/python312 \\
+        --package before=build-gpu/python312-before --out DIR
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchlib import BenchError  # noqa: E402
+from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
+from benchlib.tables import md_table, write_tsv  # noqa: E402
+
+EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
+
+
+def run(a, backend, package, model, batch, d, port):
+    env = {"PYTHONPATH": package or "", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    procs = []
+    if backend.startswith("phub"):
+        pf, log = os.path.join(d, "port"), os.path.join(d, "phubd.log")
+        p = start([a.phubd, "--listen", "127.0.0.1", "--port", "0", "--port-file", pf,
+                   "--max-world-size", "1", "--cores", "4", "--one-job", "--log-level", "warn"],
+                  log)
+        procs.append(("phubd", p, log))
+        env["PHUB_ADDRESS"] = f"127.0.0.1:{wait_port_file(pf, p, 'phubd', log)}"
+    out, log = os.path.join(d, "r.json"), os.path.join(d, "rank0.log")
+    argv = [sys.executable, EXAMPLE, "--backend", backend, "--model", model, "--batch",
+            str(batch), "--data", "synthetic", "--iters", str(a.iters + a.warmup), "--warmup",
+            str(a.warmup), "--lr", "0.001", "--results", out]
+    worker = start(argv, log, env)
+    try:
+        wait_all([("rank 0", worker, log)], a.timeout)
+    finally:
+        kill_children()
+    with open(out) as f:
+        return json.load(f)["median_ms"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--phubd", required=True)
+    p.add_argument("--package", action="append", default=[], help="NAME=DIR (repeat)")
+    p.add_argument("--models", default="resnet18:64,resnet50:64")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=180)
+    p.add_argument("--out", default="results/torch_gpu")
+    a = p.parse_args()
+    packages = dict(x.split("=", 1) for x in a.package)
+    os.makedirs(a.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="torch-gpu-", dir=a.out)
+    systems = [("nccl", None)] + [(b, n) for n in packages for b in ("phub", "phub-optimizer")]
+    rows, port = [], 29600
+    for spec in a.models.split(","):
+        model, batch = spec.split(":")
+        ms = {s: [] for s in systems}
+        for r in range(a.rounds):
+            for s in (systems if r % 2 == 0 else systems[::-1]):
+                backend, name = s
+                d = os.path.join(work, f"{model}_{backend}_{name}_{r}")
+                os.makedirs(d)
+                port += 1
+                # The example imports phub.torch whatever the backend: NCCL's run gets any package.
+                package = packages.get(name) or next(iter(packages.values()), None)
+                try:
+                    ms[s].append(run(a, backend, package, model, int(batch), d, port))
+                except (BenchError, OSError, ValueError, KeyError) as e:
+                    print(f"{model} {backend} {name}: FAILED: {e}", flush=True)
+        ref = statistics.median(ms[("nccl", None)]) if ms[("nccl", None)] else None
+        for s in systems:
+            backend, name = s
+            m = statistics.median(ms[s]) if ms[s] else None
+            row = {"model": model, "batch": batch, "system": backend, "package": name or "-",
+                   "ms": f"{m:.2f}" if m else "-",
+                   "over_nccl": f"{m / ref:.2f}" if m and ref else "-",
+                   "rounds": " / ".join(f"{x:.1f}" for x in ms[s])}
+            rows.append(row)
+            print("\t".join(row.values()), flush=True)
+    keys = ["model", "batch", "system", "package", "ms", "over_nccl", "rounds"]
+    write_tsv(os.path.join(a.out, "torch_gpu.tsv"), rows, keys)
+    table = "\n".join(md_table(keys, [[r[k] for k in keys] for r in rows]))
+    with open(os.path.join(a.out, "torch_gpu.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+// phub._phub.DeviceClient: phubd for tensors in a GPU's memory (phub.torch's CUDA path), through
+// the same staging pipeline phub-worker uses (phub/exchange/staged_exchange.h over a PsExchange,
+// a CUDA copy engine: pinned staging registered once, a copy per tensor on its own stream as
+// the producer's stream reaches it, pushed the moment it is done, the answer copied back to
+// the device as it lands). Python hands device pointers and CUDA stream handles as integers
+// (tensor.data_ptr(), stream.cuda_stream) and keeps the tensors alive for the client's life;
+// no Python thread copies or waits on the device.
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "phub/exchange/ps_exchange.h"
+#include "phub/exchange/staged_exchange.h"
+#include "phub/python/module_support.h"
+#ifdef PHUB_HAVE_CUDA_STAGING
+#include "phub/staging/cuda_copy_engine.h"
+#endif
+
+namespace phub::python {
+namespace {
+
+staging::Stream AsStream(std::uintptr_t handle) {
+  return reinterpret_cast<staging::Stream>(handle);
+}
+
+class DeviceClient {
+ public:
+  DeviceClient(const std::string& host, std::uint16_t port, std::uint32_t rank,
+               std::uint32_t world_size,
+               const std::vector<std::pair<std::string, std::uint64_t>>& tensors,
+               const std::vector<std::uintptr_t>& grads, const std::vector<std::uintptr_t>& weights,
+               int device, const std::string& token, const std::optional<py::dict>& optimizer,
+               int connect_timeout_ms, const std::string& rdma_device, const std::string& job)
+      : rank_(rank) {
+    if (grads.size() != tensors.size() || weights.size() != tensors.size()) {
+      throw py::value_error(absl::StrCat("grads and weights: ", grads.size(), " and ",
+                                         weights.size(), " device pointers for ", tensors.size(),
+                                         " tensors; give one of each per tensor"));
+    }
+    exchange::PsExchangeOptions options;
+    options.client.job_token = token;
+    options.client.job = job;
+    options.client.connect_timeout_ms = connect_timeout_ms;
+    options.client.rdma.device = rdma_device;
+    if (optimizer) {
+      auto config = ParseOptimizer(*optimizer);
+      if (!config.ok()) throw py::value_error(std::string(config.status().message()));
+      options.client.optimizer = *config;
+    }
+    options.servers.push_back({host, port});
+    std::vector<keys::TensorSpec> specs;
+    std::vector<std::span<const float>> g;
+    std::vector<std::span<float>> w;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      specs.push_back({tensors[t].first, tensors[t].second});
+      g.emplace_back(reinterpret_cast<const float*>(grads[t]), tensors[t].second);
+      w.emplace_back(reinterpret_cast<float*>(weights[t]), tensors[t].second);
+    }
+#ifdef PHUB_HAVE_CUDA_STAGING
+    StatusOr<std::unique_ptr<exchange::StagedExchange>> made = absl::UnknownError("not made");
+    {
+      py::gil_scoped_release release;
+      auto engine = staging::MakeCudaCopyEngine({.device = device});
+      if (!engine.ok()) {
+        made = engine.status();
+      } else {
+        const exchange::PsSeat seat{{rank, world_size}, {}};
+        made = exchange::StagedExchange::Create(
+            *std::move(engine), std::move(specs), std::move(g), std::move(w),
+            [&](std::vector<keys::TensorSpec> t, std::vector<std::span<float>> landed)
+                -> StatusOr<std::unique_ptr<exchange::GradientExchange>> {
+              PHUB_ASSIGN_OR_RETURN(auto ps, exchange::PsExchange::Connect(
+                                                 options, seat, std::move(t), std::move(landed)));
+              return std::unique_ptr<exchange::GradientExchange>(std::move(ps));
+            });
+      }
+    }
+    ThrowIfError(made.status(), "connect (CUDA tensors)");
+    exchange_ = *std::move(made);
+#else
+    (void)device;
+    ThrowIfError(absl::UnimplementedError(
+                     "this build of phub has no CUDA toolkit: CUDA tensors cannot be staged; "
+                     "rebuild with -DPHUB_WITH_CUDA=ON on a machine with the CUDA toolkit"),
+                 "connect (CUDA tensors)");
+#endif
+  }
+
+  ~DeviceClient() {
+    py::gil_scoped_release release;
+    exchange_.reset();
+  }
+
+  void Init(std::uintptr_t stream) {
+    exchange::DeviceExchange& x = Get();
+    Blocking("init", [&] { return x.Init(AsStream(stream)); });
+  }
+  void Push(std::uint32_t tensor, std::uintptr_t stream) {
+    ThrowIfError(Get().Push(tensor, AsStream(stream)), "push");
+  }
+  void Wait(std::uint32_t tensor, std::uintptr_t stream) {
+    exchange::DeviceExchange& x = Get();
+    Blocking("wait", [&] { return x.Wait(tensor, AsStream(stream)); });
+  }
+  void Close() {
+    if (!exchange_) return;
+    Blocking("close", [this] { return exchange_->Close(); });
+  }
+  std::uint32_t rank() const { return rank_; }
+
+ private:
+  exchange::DeviceExchange& Get() {
+    if (!exchange_) throw PhubError("the client is not connected");
+    return *exchange_;
+  }
+
+  std::uint32_t rank_;
+  std::unique_ptr<exchange::DeviceExchange> exchange_;
+};
+
+}  // namespace
+
+void RegisterDeviceClient(py::module_& m) {
+  py::class_<DeviceClient>(m, "DeviceClient", R"doc(
+A worker's connection to phubd for tensors in one GPU's memory. grads[t] and weights[t] are
+device pointers (tensor.data_ptr()) of tensor t's gradient and answer buffers, float32, kept
+alive by the caller for the client's life; streams are CUDA stream handles (stream.cuda_stream).
+push(t, s): tensor t's gradient is what stream s's work enqueued so far writes; returns at once.
+wait(t, s): blocks on the network only (GIL released), then makes stream s wait on the device for
+the answer in weights[t].)doc")
+      .def(py::init<const std::string&, std::uint16_t, std::uint32_t, std::uint32_t,
+                    const std::vector<std::pair<std::string, std::uint64_t>>&,
+                    const std::vector<std::uintptr_t>&, const std::vector<std::uintptr_t>&, int,
+                    const std::string&, const std::optional<py::dict>&, int, const std::string&,
+                    const std::string&>(),
+           py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
+           py::arg("tensors"), py::arg("grads"), py::arg("weights"), py::arg("device"),
+           py::arg("token") = "", py::arg("optimizer") = py::none(),
+           py::arg("connect_timeout_ms") = 30000, py::arg("rdma_device") = "", py::arg("job") = "")
+      .def("init", &DeviceClient::Init, py::arg("stream"),
+           "Rank 0's weights[] become everyone's; returns once they are on this device.")
+      .def("push", &DeviceClient::Push, py::arg("tensor"), py::arg("stream"))
+      .def("wait", &DeviceClient::Wait, py::arg("tensor"), py::arg("stream"))
+      .def("close", &DeviceClient::Close, "Leaves the job cleanly. Idempotent.")
+      .def_property_readonly("rank", &DeviceClient::rank);
+}
+
+}  // namespace phub::python
