@@ -5,7 +5,8 @@
 # says how to reproduce and minimise what it finds.
 #
 # Usage: tests/fuzz/run_fuzzers.sh [seconds per target, default 60] [target ...]
-# Environment: PHUB_FUZZ_BUILD_DIR (build-fuzz), PHUB_FUZZ_BUILD_JOBS (2),
+# Environment: PHUB_FUZZ_BUILD_DIR (build-fuzz), PHUB_FUZZ_BUILD_JOBS (2), PHUB_FUZZ_JOBS
+#              (targets fuzzed at once, default the CPUs),
 #              PHUB_FUZZ_FLAGS (extra libFuzzer flags, e.g. "-max_len=16384"; with -jobs the
 #              statistics are in fuzz-N.log, not in the table).
 set -euo pipefail
@@ -30,27 +31,41 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-14/bin/llvm-symbolizer}
 
 run_dir="$build/fuzz-run"
-failed=()
-printf '%-22s %8s %12s %10s %8s %8s  %s\n' target seconds executions exec/s cov ft result
-for target in "${targets[@]}"; do
-  dir="$run_dir/$target"
+# One target on its seed corpus copy; its rc goes to $dir/rc. Targets run side by side, up to
+# PHUB_FUZZ_JOBS at once (default: the CPUs): each still fuzzes for its whole `seconds` on one
+# core, so the depth is the same and the wall time a fraction.
+fuzz_one() {
+  local target=$1 dir="$run_dir/$1" rc=0
   rm -rf "$dir"
   mkdir -p "$dir/corpus" "$dir/artifacts"
   # A copy: what the run adds to the corpus stays out of the checkout.
   cp tests/fuzz/corpus/"$target"/* "$dir/corpus/"
-  log="$dir/log"
-  rc=0
   # shellcheck disable=SC2086  # PHUB_FUZZ_FLAGS is a list of flags
   "$build/tests/fuzz/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 \
     -detect_leaks=1 -timeout=10 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
-    ${PHUB_FUZZ_FLAGS:-} "$dir/corpus" >"$log" 2>&1 || rc=$?
+    ${PHUB_FUZZ_FLAGS:-} "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
+  echo "$rc" >"$dir/rc"
+}
+jobs_at_once=${PHUB_FUZZ_JOBS:-$(nproc)}
+for target in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_at_once)); do wait -n || true; done
+  fuzz_one "$target" &
+done
+wait
+
+failed=()
+printf '%-22s %8s %12s %10s %8s %8s  %s\n' target seconds executions exec/s cov ft result
+for target in "${targets[@]}"; do
+  dir="$run_dir/$target"
+  log="$dir/log"
+  rc=$(cat "$dir/rc" 2>/dev/null || echo "?")
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   per_second=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
   ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
   result=ok
   artifacts=$(ls "$dir/artifacts" 2>/dev/null || true)
-  if ((rc != 0)) || [[ -n "$artifacts" ]]; then
+  if [[ "$rc" != 0 ]] || [[ -n "$artifacts" ]]; then
     result="FAILED (exit $rc)"
     failed+=("$target")
   fi
