@@ -107,6 +107,7 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++s.pushed;
+    s.to_host = copied;
     to_push_.emplace_back(tensor, std::move(copied));
   }
   s.in_flight = true;
@@ -214,6 +215,12 @@ Status StagedExchange::Close() {
   // deadlines).
   if (pusher_.joinable()) pusher_.join();
   if (lander_.joinable()) lander_.join();
+  // Copies still queued in the engine write staging and device buffers: done before they go.
+  for (Tensor& s : tensors_) {
+    for (const staging::Fence* f : {&s.to_host, &s.on_device}) {
+      (void)engine_->HostWait(*f, options_.copy_timeout);
+    }
+  }
   return inner_ ? inner_->Close() : absl::OkStatus();
 }
 

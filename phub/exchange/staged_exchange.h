@@ -74,6 +74,7 @@ class StagedExchange final : public DeviceExchange {
     std::uint64_t pushed = 0;   // guarded by mu_
     std::uint64_t arrived = 0;  // copies to the device enqueued; guarded by mu_
     staging::Fence on_device;   // the last of them; guarded by mu_
+    staging::Fence to_host;     // the last copy to host (caller's thread)
   };
   StagedExchange() = default;
   bool staged() const { return !engine_->DeviceIsHost(); }
