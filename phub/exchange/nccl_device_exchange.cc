@@ -14,6 +14,7 @@
 #include "phub/exchange/allreduce_exchange.h"
 #include "phub/kernels/cuda/optimizer_step.h"
 #include "phub/nccl/nccl_allreduce.h"
+#include "phub/staging/cuda_copy_engine.h"
 
 namespace phub::exchange {
 namespace {
@@ -30,6 +31,10 @@ class Event {
  public:
   Event() = default;
   Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);  // ours goes with `other`
+    return *this;
+  }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   ~Event() {
@@ -54,7 +59,8 @@ class NcclDeviceExchange final : public DeviceExchange {
     optimizer_ = options.optimizer;
     timeout_ms_ = options.timeout_ms;
     nccl_ = std::move(nccl);
-    PHUB_RETURN_IF_ERROR(Cuda(cudaSetDevice(nccl_->device()), "cudaSetDevice"));
+    staging::DeviceScope scope(nccl_->device());
+    PHUB_RETURN_IF_ERROR(scope.status());
     tensors_.resize(tensors.size());
     const std::size_t states = kernels::StateArrays(optimizer_.kind);
     for (std::size_t t = 0; t < tensors.size(); ++t) {
@@ -77,7 +83,12 @@ class NcclDeviceExchange final : public DeviceExchange {
 
   // Rank 0's weights: a sum where every other rank contributes zeros (exact: x + 0 = x).
   Status Init(staging::Stream stream) override {
-    PHUB_RETURN_IF_ERROR(Cuda(cudaSetDevice(nccl_->device()), "cudaSetDevice"));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PHUB_RETURN_IF_ERROR(RefusalLocked("Init"));
+    }
+    staging::DeviceScope scope(nccl_->device());
+    PHUB_RETURN_IF_ERROR(scope.status());
     auto consumer = static_cast<cudaStream_t>(stream);
     for (Tensor& s : tensors_) {
       if (nccl_->rank() != 0) {
@@ -97,12 +108,14 @@ class NcclDeviceExchange final : public DeviceExchange {
     PHUB_RETURN_IF_ERROR(Check(tensor, "Push"));
     Tensor& s = tensors_[tensor];
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.ok()) return error_;
+    PHUB_RETURN_IF_ERROR(RefusalLocked("Push"));
     if (s.pushed != s.enqueued) {
       return absl::FailedPreconditionError(
           absl::StrCat("tensor ", tensor, " pushed again before Wait(", tensor, ")"));
     }
     // Safe to re-record: the exchange thread has enqueued the wait on this tensor's last one.
+    staging::DeviceScope scope(nccl_->device());
+    PHUB_RETURN_IF_ERROR(scope.status());
     PHUB_RETURN_IF_ERROR(
         Cuda(cudaEventRecord(s.produced.get(), static_cast<cudaStream_t>(producer)),
              "cudaEventRecord on the producer's stream"));
@@ -130,16 +143,19 @@ class NcclDeviceExchange final : public DeviceExchange {
     return absl::OkStatus();
   }
 
+  // Enqueues what was pushed before, then leaves; returns the first error the exchange saw
+  // (every time: idempotent).
   Status Close() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return absl::OkStatus();
+      if (stopping_) return error_;
       stopping_ = true;
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     nccl_.reset();  // finalizes the communicator (bounded)
-    return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
   }
 
   std::string name() const override { return "nccl"; }
@@ -154,14 +170,26 @@ class NcclDeviceExchange final : public DeviceExchange {
     std::uint64_t enqueued = 0;  // guarded by mu_
   };
 
+  // What Push and Init are refused with: the first error, or that Close has run (the
+  // communicator is gone). REQUIRES: mu_ held.
+  Status RefusalLocked(const char* call) const {
+    if (!error_.ok()) return error_;
+    if (stopping_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl exchange: ", call, " after Close (the communicator is gone; make a new exchange)"));
+    }
+    return absl::OkStatus();
+  }
+
   Status Check(std::uint32_t tensor, const char* call) const {
     if (tensor < tensors_.size()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat(call, " of tensor ", tensor, ": there are ", tensors_.size()));
   }
 
-  // Enqueues t's reduction and step on NCCL's stream, after the producer's event.
-  Status Enqueue(std::uint32_t t) {
+  // Enqueues t's reduction and step on NCCL's stream, after the producer's event; records
+  // `watch` after them (this step's own event: `stepped` is recorded again by t's next step).
+  Status Enqueue(std::uint32_t t, cudaEvent_t watch) {
     Tensor& s = tensors_[t];
     const std::uint64_t step = ++s.steps;
     return nccl_->Enqueue(
@@ -171,22 +199,28 @@ class NcclDeviceExchange final : public DeviceExchange {
               s.state.size() > 1 ? s.state[1].get() : nullptr,
               static_cast<std::int64_t>(s.weights.size()), optimizer_.kind,
               kernels::Prepare(1, optimizer_, step), stream));
-          return Cuda(cudaEventRecord(s.stepped.get(), static_cast<cudaStream_t>(stream)),
-                      "cudaEventRecord after the step");
+          PHUB_RETURN_IF_ERROR(
+              Cuda(cudaEventRecord(s.stepped.get(), static_cast<cudaStream_t>(stream)),
+                   "cudaEventRecord after the step"));
+          return Cuda(cudaEventRecord(watch, static_cast<cudaStream_t>(stream)),
+                      "cudaEventRecord of the step's watch");
         });
   }
 
   // The exchange thread: enqueues pushed tensors in push order as they come, and between them
   // watches the enqueued work finish, each within the communicator's timeout (a dead peer
   // would otherwise leave the consumer's stream waiting forever: the watch aborts NCCL, which
-  // releases it, and fails every later call).
+  // releases it, and fails every later call). Each step is watched through an event of its
+  // own: a tensor's `stepped` is recorded again by its next step, which may be enqueued while
+  // this one is still watched, and would then stand for the wrong step.
   void Run() {
-    (void)cudaSetDevice(nccl_->device());
+    (void)cudaSetDevice(nccl_->device());  // the exchange's own thread: nothing to restore
     struct Watched {
-      cudaEvent_t event;
+      Event event;  // recorded after the step
       Clock::time_point deadline;
     };
     std::deque<Watched> watched;
+    std::vector<Event> spare;  // watch events of retired steps, recorded again
     const auto timeout = std::chrono::milliseconds(timeout_ms_);
     while (true) {
       std::optional<std::uint32_t> next;
@@ -207,13 +241,21 @@ class NcclDeviceExchange final : public DeviceExchange {
       }
       Status s;
       if (next) {
-        s = Enqueue(*next);
-        if (s.ok()) watched.push_back({tensors_[*next].stepped.get(), Clock::now() + timeout});
+        Event watch;
+        if (!spare.empty()) {
+          watch = std::move(spare.back());
+          spare.pop_back();
+        } else {
+          s = watch.Create();
+        }
+        if (s.ok()) s = Enqueue(*next, watch.get());
+        if (s.ok()) watched.push_back({std::move(watch), Clock::now() + timeout});
       }
       while (s.ok() && !watched.empty()) {  // retire what has finished, in order
-        StatusOr<bool> done = nccl_->Poll(watched.front().event, watched.front().deadline);
+        StatusOr<bool> done = nccl_->Poll(watched.front().event.get(), watched.front().deadline);
         if (!done.ok()) s = done.status();
         if (!done.ok() || !*done) break;
+        spare.push_back(std::move(watched.front().event));
         watched.pop_front();
       }
       std::lock_guard<std::mutex> lock(mu_);

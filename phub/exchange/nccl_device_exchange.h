@@ -7,6 +7,13 @@
 // consumer's stream wait for it on the device: neither side waits for the GPU. Between
 // enqueues the thread watches the enqueued work finish within the communicator's timeout; past
 // it, NCCL is aborted (which releases a stream a dead peer would hold) and every call fails.
+// Each step is watched through an event of its own, so a tensor pushed again while its last
+// step is still watched does not move that step's deadline onto the new one.
+//
+// Close enqueues what was pushed before it, joins the exchange thread and finalizes NCCL; it
+// returns the first error the exchange saw. Push and Init after Close are refused
+// (FailedPrecondition). Calls run on the exchange's GPU and leave the caller's thread on its
+// own device (staging::DeviceScope).
 //
 // The mean is left in grads[t] (the reduction is in place). fp32 only: `--wire bf16|fp16`
 // takes the host path (nccl_exchange.h). Built where CMake found NCCL and nvcc.

@@ -1,5 +1,7 @@
 #include "phub/exchange/staged_exchange.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace phub::exchange {
@@ -56,12 +58,29 @@ StagedExchange::~StagedExchange() { (void)Close(); }
 void StagedExchange::Fail(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_.ok()) error_ = status;
+    if (error_.ok() && !stopping_) error_ = status;
   }
   cv_.notify_all();
 }
 
+Status StagedExchange::RefusalLocked(const char* call) const {
+  if (!error_.ok()) return error_;
+  if (closed_) return absl::FailedPreconditionError(absl::StrCat(call, " after Close"));
+  return absl::OkStatus();
+}
+
+std::size_t StagedExchange::InFlight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t n = 0;
+  for (const Tensor& s : tensors_) n += s.waited < s.pushed ? 1 : 0;
+  return n;
+}
+
 Status StagedExchange::Init(staging::Stream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PHUB_RETURN_IF_ERROR(RefusalLocked("Init"));
+  }
   if (!staged()) return inner_->Init();
   // Rank 0's weights go out from the staging: copy them there first.
   PHUB_ASSIGN_OR_RETURN(staging::Fence written, engine_->Record(stream));
@@ -86,31 +105,44 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
         absl::StrCat("Push of tensor ", tensor, ": there are ", tensors_.size()));
   }
   Tensor& s = tensors_[tensor];
-  if (s.in_flight) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("tensor ", tensor, " pushed again before Wait(", tensor, ")"));
-  }
-  if (!staged()) {
-    PHUB_RETURN_IF_ERROR(inner_->Push(tensor, s.sent));
-    s.in_flight = true;
-    return absl::OkStatus();
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.ok()) return error_;
-    if (closed_) return absl::FailedPreconditionError("Push after Close");
+    PHUB_RETURN_IF_ERROR(RefusalLocked("Push"));
+    if (s.waited < s.pushed) {  // refused without failing the exchange: the caller's mistake
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor ", tensor, " pushed again before Wait(", tensor, ")"));
+    }
+    ++s.pushed;  // in flight from here: a Push of it on another thread is refused
   }
+  Status pushed = staged() ? PushStaged(tensor, producer) : inner_->Push(tensor, s.sent);
+  if (!pushed.ok()) {
+    Fail(Status(pushed.code(), absl::StrCat("Push of tensor ", tensor, ": ", pushed.message())));
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_.ok() ? pushed : error_;
+  }
+  return absl::OkStatus();
+}
+
+// The gradient's copy to host, then the pusher's turn. Failures are the caller's to record.
+Status StagedExchange::PushStaged(std::uint32_t tensor, staging::Stream producer) {
+  Tensor& s = tensors_[tensor];
   PHUB_ASSIGN_OR_RETURN(staging::Fence produced, engine_->Record(producer));
   PHUB_ASSIGN_OR_RETURN(
       staging::Fence copied,
       engine_->ToHost(s.grads.data(), s.host_grads.span().data(), s.grads.size(), produced));
+  bool closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++s.pushed;
     s.to_host = copied;
-    to_push_.emplace_back(tensor, std::move(copied));
+    closed = closed_;
+    if (!closed) to_push_.emplace_back(tensor, copied);
   }
-  s.in_flight = true;
+  if (closed) {
+    // Close ran while the copy was enqueued and may have missed it: it ends before the
+    // staging it writes can go.
+    (void)engine_->HostWait(copied, options_.copy_timeout);
+    return absl::FailedPreconditionError("Push after Close");
+  }
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -178,27 +210,43 @@ Status StagedExchange::Wait(std::uint32_t tensor, staging::Stream consumer) {
   }
   Tensor& s = tensors_[tensor];
   if (!staged()) {
-    PHUB_RETURN_IF_ERROR(inner_->Wait(tensor));
-    s.in_flight = false;
+    std::uint64_t pushed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PHUB_RETURN_IF_ERROR(RefusalLocked("Wait"));
+      pushed = s.pushed;
+    }
+    if (Status waited = inner_->Wait(tensor); !waited.ok()) {
+      Fail(Status(waited.code(), absl::StrCat("Wait of tensor ", tensor, ": ", waited.message())));
+      std::lock_guard<std::mutex> lock(mu_);
+      return error_.ok() ? waited : error_;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    s.waited = std::max(s.waited, pushed);
     return absl::OkStatus();
   }
   staging::Fence on_device;
   {
     std::unique_lock<std::mutex> lock(mu_);
     // Bounded: the pusher's copies by copy_timeout, the exchange's waits by its own deadlines;
-    // either failing sets error_.
+    // either failing sets error_, and Close wakes it.
     cv_.wait(lock, [&] { return !error_.ok() || closed_ || s.arrived == s.pushed; });
-    if (!error_.ok()) return error_;
-    if (closed_) return absl::FailedPreconditionError("Wait after Close");
+    PHUB_RETURN_IF_ERROR(RefusalLocked("Wait"));
     on_device = s.on_device;
+    s.waited = s.pushed;
   }
-  s.in_flight = false;
   return engine_->StreamWait(consumer, on_device);
 }
 
 Status StagedExchange::WaitAll(staging::Stream consumer) {
   for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
-    if (tensors_[t].in_flight) PHUB_RETURN_IF_ERROR(Wait(t, consumer));
+    bool in_flight;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PHUB_RETURN_IF_ERROR(RefusalLocked("WaitAll"));
+      in_flight = tensors_[t].waited < tensors_[t].pushed;
+    }
+    if (in_flight) PHUB_RETURN_IF_ERROR(Wait(t, consumer));
   }
   return absl::OkStatus();
 }
@@ -211,17 +259,23 @@ Status StagedExchange::Close() {
     stopping_ = true;
   }
   cv_.notify_all();
-  // Each thread finishes what it is doing first (bounded: copy_timeout, the exchange's
-  // deadlines).
+  // The exchange first: a lander blocked in its Wait (a peer that stays silent) returns now,
+  // and a pusher's next Push is refused at once. Then each thread finishes what it is doing
+  // (bounded: copy_timeout, the exchange's close).
+  Status closed = inner_ ? inner_->Close() : absl::OkStatus();
   if (pusher_.joinable()) pusher_.join();
   if (lander_.joinable()) lander_.join();
   // Copies still queued in the engine write staging and device buffers: done before they go.
-  for (Tensor& s : tensors_) {
-    for (const staging::Fence* f : {&s.to_host, &s.on_device}) {
-      (void)engine_->HostWait(*f, options_.copy_timeout);
+  std::vector<staging::Fence> last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Tensor& s : tensors_) {
+      last.push_back(s.to_host);
+      last.push_back(s.on_device);
     }
   }
-  return inner_ ? inner_->Close() : absl::OkStatus();
+  for (const staging::Fence& f : last) (void)engine_->HostWait(f, options_.copy_timeout);
+  return closed;
 }
 
 }  // namespace phub::exchange

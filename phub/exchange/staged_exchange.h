@@ -15,8 +15,14 @@
 //
 // Bounded: each tensor is in flight at most once (a second Push before its Wait is refused);
 // the engine bounds its copies in flight; a copy that does not finish in `copy_timeout` fails
-// the exchange. The first failure (the engine's, the exchange's) is returned by every later
-// call.
+// the exchange. The first failure (a copy the engine refuses or does not finish, the
+// exchange's) is recorded and returned by every later Push and Wait.
+//
+// Thread-safety: Push, Wait, WaitAll, InFlight and Close may be called from any thread (a
+// hook's thread pushes while a waiter thread waits, as phub.torch does); one tensor's Push and
+// its Wait must still come in that order. Close closes the exchange below first, so a lander
+// blocked in its Wait returns, then joins the threads: it is bounded by the exchange's close
+// and `copy_timeout`, never by a peer that stays silent.
 #pragma once
 
 #include <chrono>
@@ -63,6 +69,9 @@ class StagedExchange final : public DeviceExchange {
   std::uint64_t start_iteration() const override { return inner_->start_iteration(); }
   std::string name() const override { return inner_->name(); }
 
+  // The number of tensors pushed and not yet waited for.
+  std::size_t InFlight();
+
  private:
   struct Tensor {
     std::span<const float> grads;                     // device
@@ -70,15 +79,23 @@ class StagedExchange final : public DeviceExchange {
     staging::StagingBuffer host_grads, host_weights;  // (empty when the device is the host)
     std::span<const float> sent;                      // what the exchange sends from
     std::span<float> landed;                          // where the exchange writes the weights
-    bool in_flight = false;     // pushed, not yet waited for (caller's thread)
-    std::uint64_t pushed = 0;   // guarded by mu_
-    std::uint64_t arrived = 0;  // copies to the device enqueued; guarded by mu_
-    staging::Fence on_device;   // the last of them; guarded by mu_
-    staging::Fence to_host;     // the last copy to host (caller's thread)
+    // Guarded by mu_. In flight while waited < pushed (Push counts before its copy starts, so
+    // a second Push of the tensor is refused even while the first is copying).
+    std::uint64_t pushed = 0;   // Pushes accepted
+    std::uint64_t arrived = 0;  // answers whose copy to the device is enqueued
+    std::uint64_t waited = 0;   // the pushes a Wait has returned for
+    staging::Fence on_device;   // the last copy to the device
+    staging::Fence to_host;     // the last copy to host
   };
   StagedExchange() = default;
   bool staged() const { return !engine_->DeviceIsHost(); }
+  // Records the first failure (none once Close has begun: the threads' errors are then its
+  // own doing) and wakes every waiter.
   void Fail(const Status& status);
+  // The error every call returns from now on (the first failure, or after Close); OK if none.
+  // REQUIRES: mu_ held.
+  Status RefusalLocked(const char* call) const;
+  Status PushStaged(std::uint32_t tensor, staging::Stream producer);
   void PushLoop();
   void LandLoop();
 
@@ -91,7 +108,7 @@ class StagedExchange final : public DeviceExchange {
   std::condition_variable cv_;
   std::deque<std::pair<std::uint32_t, staging::Fence>> to_push_;  // copies to host queued
   std::deque<std::uint32_t> to_land_;                             // pushed, answer awaited
-  Status error_;
+  Status error_;                                                  // the first failure
   bool stopping_ = false;
   bool closed_ = false;
   std::thread pusher_, lander_;

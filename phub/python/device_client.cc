@@ -101,8 +101,11 @@ class DeviceClient {
     exchange::DeviceExchange& x = Get();
     Blocking("init", [&] { return x.Init(AsStream(stream)); });
   }
+  // Without the GIL: the copy may wait for room in the staging ring (back-pressure), and the
+  // waiter thread needs the GIL meanwhile to drain it.
   void Push(std::uint32_t tensor, std::uintptr_t stream) {
-    ThrowIfError(Get().Push(tensor, AsStream(stream)), "push");
+    exchange::DeviceExchange& x = Get();
+    Blocking("push", [&] { return x.Push(tensor, AsStream(stream)); });
   }
   void Wait(std::uint32_t tensor, std::uintptr_t stream) {
     exchange::DeviceExchange& x = Get();
@@ -131,7 +134,8 @@ void RegisterDeviceClient(py::module_& m) {
 A worker's connection to phubd for tensors in one GPU's memory. grads[t] and weights[t] are
 device pointers (tensor.data_ptr()) of tensor t's gradient and answer buffers, float32, kept
 alive by the caller for the client's life; streams are CUDA stream handles (stream.cuda_stream).
-push(t, s): tensor t's gradient is what stream s's work enqueued so far writes; returns at once.
+push(t, s): tensor t's gradient is what stream s's work enqueued so far writes; returns once its
+copy is enqueued (GIL released: a full staging ring holds it back).
 wait(t, s): blocks on the network only (GIL released), then makes stream s wait on the device for
 the answer in weights[t].)doc")
       .def(py::init<const std::string&, std::uint16_t, std::uint32_t, std::uint32_t,

@@ -1,5 +1,6 @@
 #include "phub/staging/cuda_copy_engine.h"
 
+#include <cuda.h>  // the driver's types only: its calls come through the runtime
 #include <cuda_runtime.h>
 
 #include <condition_variable>
@@ -43,11 +44,64 @@ cudaEvent_t EventOf(const Fence& fence) {
   return f == nullptr ? nullptr : f->event;
 }
 
+// The driver calls DeviceScope asks, looked up once through the runtime (no link to libcuda);
+// null where the driver does not have one.
+struct DriverCalls {
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*primary_ctx_get_state)(CUdevice, unsigned int*, int*) = nullptr;
+};
+
+template <typename Fn>
+void LookUp(const char* symbol, Fn& fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  // 12000: each of these calls' signature since long before; every driver a CUDA 12+ runtime
+  // runs on has it.
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    p = nullptr;
+  }
+  fn = reinterpret_cast<Fn>(p);
+}
+
+const DriverCalls& Driver() {
+  static const DriverCalls calls = [] {
+    DriverCalls c;
+    LookUp("cuCtxGetCurrent", c.ctx_get_current);
+    LookUp("cuDeviceGet", c.device_get);
+    LookUp("cuDevicePrimaryCtxGetState", c.primary_ctx_get_state);
+    return c;
+  }();
+  return calls;
+}
+
+// Whether the calling thread's current device `ordinal` has a context: making it current
+// again then creates nothing. True where the driver cannot tell (the caller keeps its device).
+bool HasContext(int ordinal) {
+  const DriverCalls& driver = Driver();
+  if (driver.ctx_get_current != nullptr) {
+    CUcontext current = nullptr;
+    if (driver.ctx_get_current(&current) == CUDA_SUCCESS && current != nullptr) return true;
+  }
+  if (driver.device_get == nullptr || driver.primary_ctx_get_state == nullptr) return true;
+  CUdevice device;
+  unsigned int flags = 0;
+  int active = 0;
+  if (driver.device_get(&device, ordinal) != CUDA_SUCCESS ||
+      driver.primary_ctx_get_state(device, &flags, &active) != CUDA_SUCCESS) {
+    return false;  // not a device the driver knows: nothing to restore
+  }
+  return active != 0;
+}
+
 class CudaCopyEngine final : public CopyEngine {
  public:
   explicit CudaCopyEngine(const CudaCopyEngineOptions& o) : options_(o) {}
   ~CudaCopyEngine() override {
-    (void)cudaSetDevice(options_.device);
+    DeviceScope scope(options_.device);
     for (cudaStream_t s : {to_host_.stream, to_device_.stream}) {
       if (s != nullptr) {
         (void)cudaStreamSynchronize(s);  // copies into staging that may be freed next
@@ -57,7 +111,8 @@ class CudaCopyEngine final : public CopyEngine {
   }
 
   Status Init() {
-    STAGING_CUDA(cudaSetDevice(options_.device));
+    DeviceScope scope(options_.device);
+    PHUB_RETURN_IF_ERROR(scope.status());
     STAGING_CUDA(cudaStreamCreateWithFlags(&to_host_.stream, cudaStreamNonBlocking));
     STAGING_CUDA(cudaStreamCreateWithFlags(&to_device_.stream, cudaStreamNonBlocking));
     return absl::OkStatus();
@@ -70,7 +125,8 @@ class CudaCopyEngine final : public CopyEngine {
 
   StatusOr<StagingBuffer> AllocateStaging(std::size_t floats) override {
     if (floats == 0) return StagingBuffer();
-    STAGING_CUDA(cudaSetDevice(options_.device));
+    DeviceScope scope(options_.device);
+    PHUB_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
     if (const cudaError_t e = cudaHostAlloc(&p, floats * sizeof(float), cudaHostAllocPortable);
         e != cudaSuccess) {
@@ -87,7 +143,8 @@ class CudaCopyEngine final : public CopyEngine {
   }
 
   StatusOr<Fence> Record(Stream producer) override {
-    STAGING_CUDA(cudaSetDevice(options_.device));
+    DeviceScope scope(options_.device);
+    PHUB_RETURN_IF_ERROR(scope.status());
     return RecordOn(static_cast<cudaStream_t>(producer));
   }
   StatusOr<Fence> ToHost(const float* device, float* host, std::size_t n,
@@ -121,7 +178,8 @@ class CudaCopyEngine final : public CopyEngine {
   Status StreamWait(Stream consumer, const Fence& fence) override {
     cudaEvent_t event = EventOf(fence);
     if (event == nullptr) return absl::OkStatus();
-    STAGING_CUDA(cudaSetDevice(options_.device));
+    DeviceScope scope(options_.device);
+    PHUB_RETURN_IF_ERROR(scope.status());
     STAGING_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(consumer), event, 0));
     return absl::OkStatus();
   }
@@ -147,14 +205,22 @@ class CudaCopyEngine final : public CopyEngine {
       return absl::InvalidArgumentError(absl::StrCat("a copy of ", n, " floats with a null ",
                                                      from == nullptr ? "source" : "destination"));
     }
-    STAGING_CUDA(cudaSetDevice(options_.device));
+    DeviceScope scope(options_.device);
+    PHUB_RETURN_IF_ERROR(scope.status());
     std::lock_guard<std::mutex> lock(lane.mu);
-    // Back-pressure: retire finished copies; past the limit wait for the oldest.
+    // Back-pressure: retire finished copies; past the limit wait for the oldest, bounded.
     while (!lane.in_flight.empty()) {
       const cudaError_t e = cudaEventQuery(EventOf(lane.in_flight.front()));
       if (e == cudaErrorNotReady && lane.in_flight.size() < options_.max_in_flight) break;
       if (e == cudaErrorNotReady) {
-        PHUB_RETURN_IF_ERROR(HostWait(lane.in_flight.front(), std::chrono::seconds(60)));
+        if (Status room = HostWait(lane.in_flight.front(), options_.backpressure_timeout);
+            !room.ok()) {
+          return Status(room.code(),
+                        absl::StrCat("no room for a copy: ", options_.max_in_flight,
+                                     " copies in flight in its direction (the staging ring is "
+                                     "full) and the oldest: ",
+                                     room.message()));
+        }
       } else if (e != cudaSuccess) {
         return CudaFailure(e, "cudaEventQuery", __FILE__, __LINE__);
       }
@@ -181,6 +247,11 @@ StatusOr<std::unique_ptr<CopyEngine>> MakeCudaCopyEngine(CudaCopyEngineOptions o
   if (options.max_in_flight == 0) {
     return absl::InvalidArgumentError("cuda copy engine: max_in_flight is 0; it must be >= 1");
   }
+  if (options.backpressure_timeout <= std::chrono::milliseconds::zero()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda copy engine: backpressure_timeout is ", options.backpressure_timeout.count(),
+        " ms; it must be > 0 (how long a copy waits for room in a full staging ring)"));
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     (void)cudaGetLastError();
@@ -198,5 +269,24 @@ StatusOr<std::unique_ptr<CopyEngine>> MakeCudaCopyEngine(CudaCopyEngineOptions o
 }
 
 void* CudaEventOf(const Fence& fence) { return EventOf(fence); }
+
+DeviceScope::DeviceScope(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    current = -1;
+  }
+  if (current == device) return;  // already there: nothing to set or restore
+  if (current >= 0 && HasContext(current)) restore_ = current;
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    status_ = CudaFailure(e, "cudaSetDevice", __FILE__, __LINE__);
+    status_ = Status(status_.code(),
+                     absl::StrCat("making CUDA device ", device, " current: ", status_.message()));
+  }
+}
+
+DeviceScope::~DeviceScope() {
+  if (restore_ >= 0 && cudaSetDevice(restore_) != cudaSuccess) (void)cudaGetLastError();
+}
 
 }  // namespace phub::staging

@@ -47,6 +47,18 @@ __all__ = ["PhubState", "connect", "allreduce_hook", "ServerOptimizer", "optimiz
 _STOP = object()
 
 
+class _Job:
+    """One bucket between the hook and its future: completed once (PhubState._finish)."""
+
+    __slots__ = ("ids", "future", "buffer", "finished")
+
+    def __init__(self, ids, future, buffer):
+        self.ids = ids
+        self.future = future
+        self.buffer = buffer
+        self.finished = False
+
+
 def _module_of(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
@@ -153,6 +165,7 @@ class PhubState:
                 "the model DDP wraps, after moving it to its device, and do not replace "
                 "parameters afterwards"))
             return future
+        job = _Job(ids, future, bucket.buffer())
         with self._lock:
             self._in_flight += 1
         grads = bucket.gradients()
@@ -167,9 +180,9 @@ class PhubState:
                     self.client.push(i, g.detach().reshape(-1).numpy())
         except BaseException as e:  # noqa: B902 - every failure must reach the future
             self._fail(e)
-            self._finish(future, None, e)
+            self._finish(job, None, e)
             return future
-        self._waits.put((ids, future, bucket.buffer()))
+        self._waits.put(job)
         return future
 
     # ---- threads ----
@@ -178,7 +191,7 @@ class PhubState:
             job = self._waits.get()
             if job is _STOP:
                 return
-            ids, future, buffer = job
+            ids, buffer = job.ids, job.buffer
             try:
                 if self.error is not None:
                     raise self.error
@@ -187,16 +200,16 @@ class PhubState:
                         self.client.wait(i, self._stream.cuda_stream)
                     with torch.cuda.stream(self._stream):
                         result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
-                        self._finish(future, result, None)  # the event is on self._stream
+                        self._finish(job, result, None)  # the event is on self._stream
                     continue
                 for i in ids:
                     self.client.wait(i)
                 result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
             except BaseException as e:  # noqa: B902
                 self._fail(e)
-                self._finish(future, None, e)
+                self._finish(job, None, e)  # a no-op if the job already finished
                 continue
-            self._finish(future, result, None)
+            self._finish(job, result, None)
 
     def _averaged(self, ids, buffer):
         first = self._offset[ids[0]]
@@ -210,14 +223,27 @@ class PhubState:
         if self.error is None:
             self.error = error
 
-    def _finish(self, future, result, error):
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
+    def _finish(self, job, result, error):
+        """Completes the job's future and counts it done, once: a second call (an error raised
+        after the first, e.g. while leaving the CUDA stream's context) does nothing, so the
+        future is never set twice and the count never drops below the buckets in flight."""
         with self._lock:
-            self._in_flight -= 1
-            self._idle.notify_all()
+            if job.finished:
+                return
+            job.finished = True
+        try:
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                try:
+                    job.future.set_result(result)
+                except BaseException as e:  # noqa: B902 - the future must still complete
+                    self._fail(e)
+                    job.future.set_exception(e)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
 
     # ---- the user's side ----
     def synchronize(self, timeout: Optional[float] = None):
@@ -244,10 +270,15 @@ class PhubState:
             return
         self._closed = True
         atexit.unregister(self.close)
-        self._waits.put(_STOP)
-        for t in self._threads:
-            t.join()
-        self.client.close()
+        # The client first: a waiter blocked in client.wait() (phubd or a peer silent) returns
+        # with an error at once, rather than close() waiting out the network's deadlines for
+        # the join. Buckets still queued then complete with that error.
+        try:
+            self.client.close()
+        finally:
+            self._waits.put(_STOP)
+            for t in self._threads:
+                t.join()
 
     def __enter__(self):
         return self

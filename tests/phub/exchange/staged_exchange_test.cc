@@ -3,17 +3,26 @@
 // host engine staging for real (distinct buffers, one copy in flight at a time: back-pressure
 // on every push) and with the CPU worker's engine (no copies), training steps exactly like a
 // float64 reference of synchronous SGD with momentum; a second Push before Wait is refused; a
-// peer that leaves fails the survivor's next call, never hangs it. On a GPU the same through
-// the CUDA engine, and `--comm nccl` in place on the device (skipped elsewhere, saying why).
+// peer that leaves fails the survivor's next call, never hangs it. Over an exchange answering in
+// this process: Close returns at once while the lander waits in that exchange for an answer
+// that does not come; a copy the engine refuses fails every later call; pushes on one thread
+// and waits on another land every answer. On a GPU the same through the CUDA engine, and
+// `--comm nccl` in place on the device (skipped elsewhere, saying why).
 #include "phub/exchange/staged_exchange.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -233,6 +242,261 @@ TEST_F(StagedExchangeTest, BuffersThatDoNotMatchTheTableAreRefused) {
                               {std::span<float>(g)}, {std::span<float>(w)});
   EXPECT_EQ(x.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(x.status().message()), HasSubstr("buffers of 3 (gradient)"));
+}
+
+// The exchange below the staging, answering in this process: Push(t) answers at once with
+// weights[t] = 2 * gradient (or, `answer` false, never: a peer that stays silent) and hands t
+// to NextPush; Wait(t) blocks until t's push is answered, Close, or `wait_limit`.
+class LocalExchange final : public GradientExchange {
+ public:
+  LocalExchange(std::vector<std::span<float>> weights, bool answer,
+                std::chrono::milliseconds wait_limit)
+      : weights_(std::move(weights)),
+        answer_(answer),
+        wait_limit_(wait_limit),
+        pushed_(weights_.size()),
+        answered_(weights_.size()) {}
+
+  Status Init() override { return absl::OkStatus(); }
+  Status Push(std::uint32_t t, std::span<const float> grads) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return absl::FailedPreconditionError("local exchange: Push after Close");
+      ++pushed_[t];
+      if (answer_) {
+        for (std::size_t i = 0; i < grads.size(); ++i) weights_[t][i] = 2 * grads[i];
+        ++answered_[t];
+      }
+      pushes_.push_back(t);
+    }
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  Status Wait(std::uint32_t t) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
+    cv_.notify_all();
+    const bool woken =
+        cv_.wait_for(lock, wait_limit_, [&] { return closed_ || answered_[t] == pushed_[t]; });
+    --waiting_;
+    if (answered_[t] == pushed_[t]) return absl::OkStatus();
+    return woken ? absl::CancelledError("local exchange: closed while waiting")
+                 : absl::DeadlineExceededError("local exchange: no answer within the limit");
+  }
+  Status WaitAll() override { return absl::OkStatus(); }
+  Status Close() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "local"; }
+
+  // True once some thread is blocked in Wait (within `limit`).
+  bool AwaitWaiter(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [this] { return waiting_ > 0; });
+  }
+  // The next tensor pushed to this exchange, in push order (nullopt after `limit`).
+  std::optional<std::uint32_t> NextPush(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, limit, [this] { return !pushes_.empty(); })) return std::nullopt;
+    const std::uint32_t t = pushes_.front();
+    pushes_.pop_front();
+    return t;
+  }
+
+ private:
+  const std::vector<std::span<float>> weights_;
+  const bool answer_;
+  const std::chrono::milliseconds wait_limit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::uint64_t> pushed_, answered_;
+  std::deque<std::uint32_t> pushes_;
+  int waiting_ = 0;
+  bool closed_ = false;
+};
+
+// A StagedExchange over a LocalExchange (`*local` while the exchange lives) and `engine`.
+StatusOr<std::unique_ptr<StagedExchange>> OverLocal(
+    std::shared_ptr<staging::CopyEngine> engine, const std::vector<keys::TensorSpec>& tensors,
+    std::vector<std::vector<float>>& grads, std::vector<std::vector<float>>& weights, bool answer,
+    std::chrono::milliseconds wait_limit, LocalExchange** local) {
+  std::vector<std::span<const float>> g;
+  std::vector<std::span<float>> w;
+  grads.clear();
+  weights.clear();
+  for (const keys::TensorSpec& t : tensors) {
+    grads.emplace_back(t.elements, 1.0f);
+    weights.emplace_back(t.elements, 0.0f);
+    g.emplace_back(grads.back());
+    w.emplace_back(weights.back());
+  }
+  return StagedExchange::Create(
+      std::move(engine), tensors, std::move(g), std::move(w),
+      [&](std::vector<keys::TensorSpec>,
+          std::vector<std::span<float>> landed) -> StatusOr<std::unique_ptr<GradientExchange>> {
+        auto x = std::make_unique<LocalExchange>(std::move(landed), answer, wait_limit);
+        *local = x.get();
+        return std::unique_ptr<GradientExchange>(std::move(x));
+      });
+}
+
+std::shared_ptr<staging::CopyEngine> StagingHostEngine(std::size_t max_in_flight = 256) {
+  return std::shared_ptr<staging::CopyEngine>(
+      *staging::MakeHostCopyEngine({.max_in_flight = max_in_flight, .separate_device = true}));
+}
+
+// The lander waits in the exchange below for an answer that does not come (a silent peer):
+// Close closes that exchange first, so it returns at once instead of after the wait's limit.
+TEST(StagedExchangeCloseTest, ReturnsAtOnceWhileTheLanderIsBlockedInTheExchangesWait) {
+  constexpr auto kLimit = std::chrono::seconds(5);
+  std::vector<std::vector<float>> g, w;
+  LocalExchange* local = nullptr;
+  auto x = OverLocal(StagingHostEngine(), {{"w", 5}}, g, w, /*answer=*/false, kLimit, &local);
+  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_TRUE((*x)->Init(nullptr).ok());
+  ASSERT_TRUE((*x)->Push(0, nullptr).ok());
+  ASSERT_TRUE(local->AwaitWaiter(kLimit)) << "the lander never waited in the exchange";
+
+  const auto start = std::chrono::steady_clock::now();
+  const Status closed = (*x)->Close();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(closed.ok()) << closed;
+  EXPECT_LT(took, std::chrono::seconds(2)) << "Close waited for the lander's blocked Wait";
+  EXPECT_EQ((*x)->Wait(0, nullptr).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*x)->Push(0, nullptr).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The host engine, refusing the next copy to host once told to (as a CUDA engine refuses a
+// copy it cannot enqueue, or whose ring stays full).
+class RefusingEngine final : public staging::CopyEngine {
+ public:
+  void RefuseNextCopyToHost() { refusals_ = 1; }
+
+  std::string Describe() const override { return "refusing " + base_->Describe(); }
+  bool DeviceIsHost() const override { return base_->DeviceIsHost(); }
+  StatusOr<staging::StagingBuffer> AllocateStaging(std::size_t floats) override {
+    return base_->AllocateStaging(floats);
+  }
+  StatusOr<staging::Fence> Record(staging::Stream producer) override {
+    return base_->Record(producer);
+  }
+  StatusOr<staging::Fence> ToHost(const float* device, float* host, std::size_t n,
+                                  const staging::Fence& after) override {
+    if (refusals_.fetch_sub(1) > 0) {
+      return absl::ResourceExhaustedError("injected: the copy to host is refused");
+    }
+    return base_->ToHost(device, host, n, after);
+  }
+  StatusOr<staging::Fence> ToDevice(const float* host, float* device, std::size_t n,
+                                    const staging::Fence& after) override {
+    return base_->ToDevice(host, device, n, after);
+  }
+  Status HostWait(const staging::Fence& fence, std::chrono::milliseconds timeout) override {
+    return base_->HostWait(fence, timeout);
+  }
+  Status StreamWait(staging::Stream consumer, const staging::Fence& fence) override {
+    return base_->StreamWait(consumer, fence);
+  }
+
+ private:
+  std::shared_ptr<staging::CopyEngine> base_ = StagingHostEngine();
+  std::atomic<int> refusals_{0};
+};
+
+TEST(StagedExchangePushTest, ACopyTheEngineRefusesFailsEveryLaterCall) {
+  std::vector<std::vector<float>> g, w;
+  LocalExchange* local = nullptr;
+  auto engine = std::make_shared<RefusingEngine>();
+  auto x = OverLocal(engine, {{"a", 3}, {"b", 4}}, g, w, /*answer=*/true, std::chrono::seconds(5),
+                     &local);
+  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_TRUE((*x)->Init(nullptr).ok());
+  engine->RefuseNextCopyToHost();
+  const Status refused = (*x)->Push(1, nullptr);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.ToString(), HasSubstr("tensor 1"));
+  EXPECT_THAT(refused.ToString(), HasSubstr("injected"));
+  // The engine would take these copies now: the exchange stays failed all the same.
+  EXPECT_EQ((*x)->Push(0, nullptr), refused);
+  EXPECT_EQ((*x)->Wait(0, nullptr), refused);
+  EXPECT_EQ((*x)->Wait(1, nullptr), refused);
+  EXPECT_EQ((*x)->Push(1, nullptr), refused);
+  EXPECT_EQ((*x)->WaitAll(nullptr), refused);
+  (void)(*x)->Close();
+}
+
+// phub.torch's shape: the hook's thread pushes, a waiter thread waits, each learning of the
+// other's progress on its own (here the waiter from the exchange below, as it would from the
+// network), with no lock of theirs between a Push and its Wait.
+TEST(StagedExchangePushTest, PushOnOneThreadAndWaitOnAnotherLandsEveryAnswer) {
+  constexpr int kRounds = 30;
+  constexpr auto kLimit = std::chrono::seconds(20);
+  std::vector<std::vector<float>> g, w;
+  LocalExchange* local = nullptr;
+  auto made = OverLocal(StagingHostEngine(/*max_in_flight=*/1), kTensors, g, w,
+                        /*answer=*/true, kLimit, &local);
+  ASSERT_TRUE(made.ok()) << made.status();
+  StagedExchange& x = **made;
+  ASSERT_TRUE(x.Init(nullptr).ok());
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int rounds_waited = 0;  // kRounds + 1: the waiter gave up
+  std::vector<std::string> push_errors;
+  std::thread pusher([&] {
+    for (int r = 0; r < kRounds; ++r) {
+      {  // round r's gradients may be written once round r - 1's Waits have returned
+        std::unique_lock<std::mutex> lock(mu);
+        if (!cv.wait_for(lock, kLimit, [&] { return rounds_waited >= r; })) return;
+        if (rounds_waited > kRounds) return;
+      }
+      for (std::size_t t = kTensors.size(); t-- > 0;) {
+        const std::vector<float> grad = Gradient(0, r, t, g[t].size());
+        std::copy(grad.begin(), grad.end(), g[t].begin());  // in place: the exchange's buffer
+        if (Status s = x.Push(static_cast<std::uint32_t>(t), nullptr); !s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          push_errors.push_back(absl::StrCat("round ", r, " tensor ", t, ": ", s.ToString()));
+        }
+      }
+    }
+  });
+  int wrong = 0;
+  auto wait_rounds = [&]() -> std::string {
+    for (int r = 0; r < kRounds; ++r) {
+      for (std::size_t k = 0; k < kTensors.size(); ++k) {
+        std::optional<std::uint32_t> t = local->NextPush(kLimit);
+        if (!t) return absl::StrCat("round ", r, ": a push never reached the exchange");
+        if (Status s = x.Wait(*t, nullptr); !s.ok()) {
+          return absl::StrCat("round ", r, " tensor ", *t, ": ", s.ToString());
+        }
+        const std::vector<float> sent = Gradient(0, r, *t, w[*t].size());
+        for (std::size_t i = 0; i < sent.size(); ++i) wrong += w[*t][i] != 2 * sent[i];
+      }
+      EXPECT_EQ(x.InFlight(), 0u) << "round " << r;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        rounds_waited = r + 1;
+      }
+      cv.notify_all();
+    }
+    return "";
+  };
+  const std::string waited = wait_rounds();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    rounds_waited = kRounds + 1;  // a pusher still waiting stops
+  }
+  cv.notify_all();
+  pusher.join();
+  EXPECT_EQ(waited, "");
+  EXPECT_EQ(wrong, 0) << "elements whose answer did not land";
+  EXPECT_THAT(push_errors, ::testing::IsEmpty());
+  EXPECT_TRUE(x.Close().ok());
 }
 
 #ifdef PHUB_HAVE_CUDA_STAGING

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "phub/staging/host_copy_engine.h"
@@ -108,6 +109,16 @@ TEST(CudaCopyEngineTest, RoundTripsThroughPinnedStagingAndOrdersAConsumerStream)
   cudaStreamDestroy(consumer);
   cudaFree(a);
   cudaFree(b);
+}
+
+// Checked before any device is touched: runs without a GPU too.
+TEST(CudaCopyEngineTest, ABackpressureTimeoutThatIsNotPositiveIsRefused) {
+  for (milliseconds t : {milliseconds(0), milliseconds(-5)}) {
+    auto engine = MakeCudaCopyEngine({.device = 0, .backpressure_timeout = t});
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
+    EXPECT_THAT(std::string(engine.status().message()),
+                HasSubstr("backpressure_timeout is " + std::to_string(t.count()) + " ms"));
+  }
 }
 #else
 TEST(CudaCopyEngineTest, RoundTripsThroughPinnedStagingAndOrdersAConsumerStream) {
