@@ -70,7 +70,7 @@ def scenarios(n):
 class Phubd:
     """One phubd on the PS host for a whole rack's runs: jobs come and go through it."""
 
-    def __init__(self, a, net, run_dir, weights, tag="phubd", nic_gbps=0.0):
+    def __init__(self, a, net, run_dir, weights, tag="phubd", nic_gbps=0.0, data_port_base=0):
         port_file = os.path.join(run_dir, f"{tag}.port")
         self.log = os.path.join(run_dir, f"{tag}.log")
         argv = [a.phubd, "--listen", net.ip("ps"), "--port", "0", "--port-file", port_file,
@@ -80,6 +80,8 @@ class Phubd:
             argv += ["--job-weight", f"{name}={w:g}"]
         if nic_gbps > 0:
             argv += ["--nic-gbps", f"{nic_gbps:g}"]
+        if data_port_base:
+            argv += ["--data-port-base", str(data_port_base), "--max-jobs", str(MAX_JOBS)]
         self.proc = start(net.wrap("ps", argv), self.log)
         self.address = f"{net.ip('ps')}:{wait_port_file(port_file, self.proc, 'phubd', self.log)}"
 
@@ -189,6 +191,8 @@ def exchange_rack(a, rack, rep_dirs):
     return rows
 
 
+MAX_JOBS = 8  # phubd's --max-jobs where the bench fixes the data ports (stalled A jobs linger)
+
 FLOOD = """
 import os, socket, sys, time
 host, ports, seconds = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], float(sys.argv[3])
@@ -214,10 +218,13 @@ def misbehave_rack(a, run_dir):
     net = nets.make("pbox", n, a.rate)
     rows = []
     try:
+        # A job's data ports exist only while it runs (one per job and core): the flood covers
+        # every port phubd may give a job, base .. base + cores x --max-jobs - 1.
+        base = 9100
         phubd = Phubd(a, net, run_dir, {}, "phubd-misbehave",
-                      nic_gbps=a.nic_share * nets.topology.parse_rate(a.rate) * n / 1e9)
-        with open(phubd.log) as f:
-            data_ports = f.read().split("(data ports ")[1].split(")")[0]
+                      nic_gbps=a.nic_share * nets.topology.parse_rate(a.rate) * n / 1e9,
+                      data_port_base=base)
+        data_ports = ",".join(str(p) for p in range(base, base + a.cores * MAX_JOBS))
         control_port = phubd.address.rsplit(":", 1)[1]
         for rep in range(a.reps):
             alone = run_exchange_jobs(a, net, phubd, [(f"b-alone{rep}", ["w0", "w1"], a.iters)],

@@ -21,8 +21,9 @@ void AddListeningFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flag
   group.add_option("--port-file", options.port_file,
                    "Write the control port here once listening (useful with --port 0)");
   group.add_option("--data-port-base", cores.data_port_base,
-                   "Core i takes data connections on this port + i; 0 = any free port (workers "
-                   "learn the ports in the handshake)")
+                   "A running job's data connections to core i come to the first free of this "
+                   "port + i + k * --cores, k < --max-jobs; 0 = any free port (workers learn "
+                   "the ports in the handshake)")
       ->capture_default_str();
   group.add_option("--cores", cores.count,
                    "Server cores: one pinned thread each, owning its share of the chunks")

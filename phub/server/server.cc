@@ -119,9 +119,13 @@ Status Server::Start() {
         .pin_core = cores.pin ? site.physical_core : -1,
         .nic = site.nic,
         .queue = plan.queue_of_core[i]};
+    // Each job's lane on core i listens on base + i + k x cores, k < --max-jobs (server_core.h).
+    const CorePorts ports{.stride = cores.count,
+                          .slots = std::max<std::uint32_t>(admission.sharing.max_jobs, 1)};
     PHUB_ASSIGN_OR_RETURN(auto core,
-                          ServerCore::Create(i, place, *device_of_nic[site.nic],
-                                             options_.core_limits(), AddCoreMetrics(metrics_, i),
+                          ServerCore::Create(i, place, device_of_nic[site.nic],
+                                             options_.core_limits(), ports,
+                                             AddCoreMetrics(metrics_, i),
                                              options_.nics.bytes_per_s / cores.count));
     cores_.push_back(std::move(core));
   }
@@ -146,10 +150,15 @@ Status Server::Start() {
     PHUB_RETURN_IF_ERROR(WritePortFile(m.port_file, exporter_->port(), "--metrics-port-file"));
   }
   PHUB_RETURN_IF_ERROR(WritePortFile(options_.port_file, control_->port(), "--port-file"));
-  std::string data_ports;
-  for (auto& core : cores_) absl::StrAppend(&data_ports, data_ports.empty() ? "" : ",", core->port());
-  spdlog::info("phubd listening on {}:{} (data ports {}), {} cores{}; jobs of {} workers, at "
-               "most {} at once, memory budget {} bytes{}",
+  // Each job gets a data port on every core when it starts (its lane's; the Welcome says which).
+  std::string data_ports = cores.data_port_base == 0 ? "any free port" : "";
+  for (auto& core : cores_) {
+    if (cores.data_port_base == 0) break;
+    absl::StrAppend(&data_ports, data_ports.empty() ? "" : "; ", "core ", core->index(), ": ",
+                    core->DescribePorts());
+  }
+  spdlog::info("phubd listening on {}:{} (data ports, per job: {}), {} cores{}; jobs of {} "
+               "workers, at most {} at once, memory budget {} bytes{}",
                cores.listen_address, control_->port(), data_ports, cores.count,
                cores.pin ? ", pinned" : "",
                admission.limits.max_world_size > 0

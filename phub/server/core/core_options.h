@@ -19,7 +19,7 @@ namespace phub::server {
 // Where the server cores run and listen.
 struct CoreOptions {
   std::string listen_address = "0.0.0.0";  // --listen: control and data (the default NIC)
-  std::uint16_t data_port_base = 0;        // core i listens on base+i; 0 = any free port
+  std::uint16_t data_port_base = 0;        // a job on core i: base+i+k*count; 0 = any free
   std::uint32_t count = 1;                 // --cores: shards, one pinned thread each
   bool pin = true;                         // not --no-pin
   int first_core = 0;                      // core i is pinned to physical core first_core+i

@@ -1,294 +1,186 @@
 #include "phub/server/core/server_core.h"
 
-#include <sched.h>
-
-#include <ctime>
-
-#include <boost/asio/steady_timer.hpp>
-#include <new>
+#include <boost/asio/post.hpp>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
 
-namespace {
-// CPU seconds (user + system) the calling thread has used.
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// A worker sends the shard only pushes and INIT (into landing zones), ATTACH and BYE: messages
-// outside a zone are header-sized, so what a transport prepares for them stays small however
-// many workers there are. The shard sends only its chunks' weights, from its own (registered)
-// memory: few copies.
-transport::ConnectionSizing ShardSizing(std::uint64_t chunk_bytes) {
-  transport::ConnectionSizing sizing;
-  sizing.max_send_bytes = chunk_bytes;
-  sizing.max_unplaced_bytes = 1024;
-  sizing.send_copies = 4;
-  return sizing;
-}
-}  // namespace
-
-ServerCore::ServerCore(keys::CoreIndex index, int pin_core, double pace_bytes_per_s)
+ServerCore::ServerCore(keys::CoreIndex index, const CorePlace& place,
+                       std::shared_ptr<transport::Device> device, const CoreLimits& limits,
+                       const CorePorts& ports, const CoreMetrics& metrics)
     : index_(index),
-      fair_(FairSendQueue::Pacing{.bytes_per_s = pace_bytes_per_s},
-            [this](std::chrono::nanoseconds delay) {
-              // On the core's thread (the queue runs there); one wake-up armed at a time.
-              AssertOnLoop();
-              pace_timer_->expires_after(delay);
-              pace_timer_->async_wait([this](const boost::system::error_code& ec) {
-                AssertOnLoop();
-                if (!ec) fair_.Wake();
-              });
-            }),
-      loop_(absl::StrCat("core ", index), pin_core) {}
+      place_(place),
+      device_(std::move(device)),
+      limits_(limits),
+      ports_(ports),
+      metrics_(metrics),
+      slot_taken_(std::max<std::uint32_t>(ports.slots, 1), false) {}
 
-StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(keys::CoreIndex index,
-                                                         const CorePlace& place,
-                                                         transport::Device& device,
-                                                         const CoreLimits& limits,
-                                                         const CoreMetrics& metrics,
-                                                         double pace_bytes_per_s) {
-  std::unique_ptr<ServerCore> core(new ServerCore(index, place.pin_core, pace_bytes_per_s));
-  core->address_ = place.address;
-  core->nic_ = place.nic;
-  core->limits_ = limits;
-  core->metrics_ = metrics;
-  Status status;
-  core->loop_.Run([&] {
-    core->AssertOnLoop();
-    core->pace_timer_ = std::make_unique<boost::asio::steady_timer>(core->loop_.context());
-    auto transport = device.Bind(core->loop_, place.queue);
-    if (!transport.ok()) {
-      status = transport.status();
-      return;
-    }
-    core->transport_ = std::move(*transport);
-    auto acceptor = core->transport_->Listen(place.address, place.port, core->Hooks());
-    if (!acceptor.ok()) {
-      status = acceptor.status();
-      return;
-    }
-    core->acceptor_ = std::move(*acceptor);
-    core->port_ = core->acceptor_->port();
-  });
-  if (!status.ok()) return status;
+StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(
+    keys::CoreIndex index, const CorePlace& place, std::shared_ptr<transport::Device> device,
+    const CoreLimits& limits, const CorePorts& ports, const CoreMetrics& metrics,
+    double pace_bytes_per_s) {
+  if (ports.stride == 0 || ports.slots == 0) {
+    return absl::InvalidArgumentError("a core's data ports need a stride and a slot");
+  }
+  const std::uint64_t last =
+      std::uint64_t{place.port} + std::uint64_t{ports.slots - 1} * ports.stride;
+  if (place.port != 0 && last > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("core ", index, ": its data ports run from ", place.port, " to ", last,
+                     " (--data-port-base + core + k x --cores, k < --max-jobs), past 65535: lower "
+                     "--data-port-base or --max-jobs"));
+  }
+  std::unique_ptr<ServerCore> core(
+      new ServerCore(index, place, std::move(device), limits, ports, metrics));
+  if (pace_bytes_per_s > 0) {
+    // The queue's wake-ups run on a thread of their own: no job's lane may be kept waiting for
+    // another's timer, and a lane may end while a wake-up is armed.
+    core->pacing_loop_ = std::make_unique<transport::EventLoop>(
+        absl::StrCat("core ", index, " pacing"), place.pin_core);
+    core->pacing_loop_->Run([c = core.get()] {
+      c->pace_timer_ = std::make_unique<boost::asio::steady_timer>(c->pacing_loop_->context());
+    });
+    core->sends_ = std::make_unique<SharedSendQueue>(
+        FairPacing{.bytes_per_s = pace_bytes_per_s},
+        [c = core.get()](std::chrono::nanoseconds delay) { c->ArmPacing(delay); });
+  }
   return core;
 }
 
-transport::AcceptHooks ServerCore::Hooks() {
-  transport::AcceptHooks hooks;
-  hooks.admit = [this](std::size_t setting_up) -> std::optional<transport::ConnectionSizing> {
-    AssertOnLoop();
-    if (router_.empty()) {
-      // Between jobs nobody may attach; the worker's handshake would have said so. A peer
-      // may open thousands of these a second: at most 10 lines per 10 s, the rest counted.
-      if (auto suppressed = no_job_log_.Allow()) {
-        spdlog::warn("core {}: refusing a data connection: no job is running{}", index_,
-                     LogLimiter::Note(*suppressed));
-      }
-      return std::nullopt;
-    }
-    // Set-ups in progress (verbs) hold resources before anyone can tell who they are: they are
-    // bounded here; connections set up wait for their ATTACH under the quotas of `ready`.
-    const std::size_t unattached = setting_up;
-    if (unattached >= limits_.max_connections) {
-      // Counted, not logged one by one.
-      if (refused_++ % 1000 == 0) {
-        spdlog::warn("core {}: refusing data connections: {} have not attached yet, the limit "
-                     "is {} (--max-connections); {} refused so far",
-                     index_, unattached, limits_.max_connections, refused_);
-      }
-      return std::nullopt;
-    }
-    return ShardSizing(job_chunk_bytes_);
-  };
-  // The router holds a connection until its ATTACH names a job, then hands it to that job's
-  // shard; a job that ends meanwhile is simply not found.
-  hooks.handler_now = [this]() -> transport::ConnectionHandler* {
-    AssertOnLoop();
-    return &router_;
-  };
-  hooks.ready = [this](std::shared_ptr<transport::Connection> connection) {
-    AssertOnLoop();
-    // Before its ATTACH a connection is anyone's: a few per address, and at the total the
-    // oldest gives way (PendingConnections' rule, over the router's own list).
-    const std::string address = AddressOf(connection->peer());
-    if (router_.unattached_from(address) >= limits_.max_per_source) {
-      if (auto suppressed = pending_log_.Allow()) {
-        spdlog::warn("core {}: closed a data connection from {}: {} from that address have not "
-                     "attached yet (--max-data-pending-per-source){}",
-                     index_, connection->peer(), limits_.max_per_source,
-                     LogLimiter::Note(*suppressed));
-      }
-      connection->Close(absl::ResourceExhaustedError("over its address's quota"));
-      return;
-    }
-    if (router_.unattached() >= limits_.max_connections) {
-      if (auto suppressed = pending_log_.Allow()) {
-        spdlog::warn("core {}: {} data connections have not attached (--max-connections): "
-                     "closing the oldest for a new one{}",
-                     index_, router_.unattached(), LogLimiter::Note(*suppressed));
-      }
-      router_.CloseOldestUnattached(absl::ResourceExhaustedError(
-          "the oldest connection without an ATTACH, closed for a newer one (--max-connections)"));
-    }
-    router_.Adopt(connection);
-    WatchAttach(connection);
-    SampleSteering(connection);
-  };
-  hooks.setup_timeout_ms = limits_.attach_timeout_ms;
-  return hooks;
-}
-
-void ServerCore::WatchAttach(const std::shared_ptr<transport::Connection>& connection) {
-  AssertOnLoop();
-  // Where the ATTACH travels in the set-up it came under the same deadline and the tag is set.
-  auto timer = std::make_shared<boost::asio::steady_timer>(loop_.context());
-  timer->expires_after(std::chrono::milliseconds(limits_.attach_timeout_ms));
-  timer->async_wait([timer, weak = std::weak_ptr<transport::Connection>(connection),
-                     timeout = limits_.attach_timeout_ms](const boost::system::error_code& ec) {
-    if (ec) return;
-    auto c = weak.lock();
-    if (!c || c->closed() || c->tag() >= 0) return;
-    c->Close(absl::DeadlineExceededError(absl::StrCat(
-        "no ATTACH from ", c->peer(), " within ", timeout, " ms (--attach-timeout-ms)")));
-  });
-}
-
-void ServerCore::SampleSteering(const std::shared_ptr<transport::Connection>& connection) {
-  AssertOnLoop();
-  if (metrics_.rx_on_core == nullptr) return;
-  // Once its ATTACH and first pushes are in, so the kernel has handled some of its packets.
-  auto timer = std::make_shared<boost::asio::steady_timer>(loop_.context());
-  timer->expires_after(std::chrono::seconds(2));
-  timer->async_wait([this, timer, weak = std::weak_ptr<transport::Connection>(connection)](
-                        const boost::system::error_code& ec) {
-    AssertOnLoop();
-    if (ec) return;
-    auto c = weak.lock();
-    if (!c || c->closed()) return;
-    const int rx = c->receive_cpu();
-    if (rx < 0) return;  // the transport cannot tell (verbs)
-    const int mine = sched_getcpu();
-    (rx == mine ? metrics_.rx_on_core : metrics_.rx_elsewhere)->Add();
-    spdlog::debug("core {}: packets from {} handled on CPU {}{}", index_, c->peer(), rx,
-                  rx == mine ? ", the core's own" : absl::StrCat(", not the core's (", mine, ")"));
+void ServerCore::ArmPacing(std::chrono::nanoseconds delay) {
+  // Called under the queue's lock, from any lane: only posts. One wake-up is armed at a time.
+  pacing_loop_->Post([this, delay] {
+    pace_timer_->expires_after(delay);
+    pace_timer_->async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) sends_->Wake();
+    });
   });
 }
 
 ServerCore::~ServerCore() {
-  loop_.Run([this] {
-    AssertOnLoop();
-    if (acceptor_) acceptor_->CloseSettingUp(absl::CancelledError("phubd is stopping"));
-    for (Shard* shard : router_.shards()) {
-      fair_.RemoveFlow(shard->session());
-      router_.Remove(shard->session(), absl::OkStatus());
-    }
-    router_.CloseAll(absl::CancelledError("phubd is stopping"));
-    acceptor_.reset();
-    transport_.reset();
-    pace_timer_.reset();
-  });
+  std::map<std::uint64_t, std::unique_ptr<CoreLane>> lanes;
+  {
+    std::lock_guard lock(mu_);
+    lanes.swap(lanes_);
+  }
+  lanes.clear();  // each lane closes its port and connections, frees its shard, joins
+  if (pacing_loop_) pacing_loop_->Run([this] { pace_timer_.reset(); });
+  pacing_loop_.reset();
+}
+
+std::uint16_t ServerCore::port(std::uint64_t session) const {
+  std::lock_guard lock(mu_);
+  CoreLane* lane = Find(session);
+  return lane ? lane->port() : 0;
+}
+
+std::string ServerCore::DescribePorts() const {
+  if (place_.port == 0) return "any free port";
+  return absl::StrCat(place_.port, "+", ports_.stride, "k, k < ", ports_.slots);
+}
+
+CoreLane* ServerCore::Find(std::uint64_t session) const {
+  auto it = lanes_.find(session);
+  return it == lanes_.end() ? nullptr : it->second.get();
 }
 
 Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::EventSink sink,
                                 double weight) {
-  Status status;
   const std::uint64_t session = job->session;
-  loop_.Run([&] {
-    AssertOnLoop();  // the shard is made here: it is bound to this thread (Shard's REQUIRES)
-    const std::uint64_t weight_bytes = job->table.bytes_on_core(index_);
-    job_chunk_bytes_ = std::max(job_chunk_bytes_, job->table.chunk_bytes());
-    std::unique_ptr<Shard> shard;
-    try {
-      shard = std::make_unique<Shard>(std::move(job), index_, std::move(sink),
-                                      metrics_.received_bytes ? &metrics_ : nullptr, &fair_);
-    } catch (const std::bad_alloc&) {
-      status = absl::ResourceExhaustedError(absl::StrCat(
-          "out of memory allocating the job's slots, weights and optimizer state (",
-          weight_bytes, " bytes of weights on this core)"));
-      return;
+  const LaneSite site{.index = index_,
+                      .place = &place_,
+                      .device = device_.get(),
+                      .limits = limits_,
+                      .metrics = &metrics_,
+                      .sends = sends_.get()};
+  Status last = absl::OkStatus();
+  for (std::uint32_t slot = 0; slot < slot_taken_.size(); ++slot) {
+    {
+      std::lock_guard lock(mu_);
+      if (slot_taken_[slot]) continue;
+      slot_taken_[slot] = true;
     }
-    // Registered for this job's life: other jobs' registrations are not touched.
-    std::uint64_t bytes = 0;
-    for (std::span<std::byte> buffer : shard->Buffers()) {
-      status = transport_->Register(buffer);
-      if (!status.ok()) {
-        for (std::span<std::byte> b : shard->Buffers()) transport_->Unregister(b);
-        return;
-      }
-      bytes += buffer.size();
+    const std::uint16_t port =
+        place_.port == 0 ? 0 : static_cast<std::uint16_t>(place_.port + slot * ports_.stride);
+    // Built unlocked: a lane starts its thread and waits for it; Post may come meanwhile.
+    auto lane = CoreLane::Create(site, slot, port, job, sink, weight);
+    std::lock_guard lock(mu_);
+    if (lane.ok()) {
+      slot_of_[session] = slot;
+      lanes_[session] = std::move(*lane);
+      return absl::OkStatus();
     }
-    spdlog::debug("core {}: {} bytes of shard memory registered with {}", index_, bytes,
-                  transport_->Describe());
-    fair_.AddFlow(session, weight);
-    shard_cpu_start_[session] = ThreadCpuSeconds();
-    router_.Add(session, std::move(shard));
-  });
-  if (!status.ok()) {
-    return Status(status.code(), absl::StrCat("core ", index_, ": ", status.message()));
+    slot_taken_[slot] = false;
+    last = lane.status();
+    // A port another program holds: the next one. Anything else refuses the job.
+    if (port == 0 || !absl::IsUnavailable(last)) return last;
+    spdlog::warn("{}; trying the core's next data port", last.message());
   }
-  return absl::OkStatus();
+  if (!last.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "core ", index_, ": no data port free for the job among ", DescribePorts(),
+        " (the last: ", last.message(), "); free them, or choose another --data-port-base"));
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("core ", index_, ": every data port (", DescribePorts(),
+                   ") serves a job already: --max-jobs is reached"));
 }
 
 ShardStats ServerCore::RemoveShard(std::uint64_t session) {
-  ShardStats stats;
-  loop_.Run([&] {
-    AssertOnLoop();
-    // Its turns in the queue go first: none may start on a shard being freed.
-    fair_.RemoveFlow(session);
-    std::unique_ptr<Shard> shard = router_.Remove(session, absl::OkStatus());
-    if (!shard) return;
-    stats = shard->stats();
-    // The core's CPU while the job ran, shared with the jobs that ran beside it.
-    stats.cpu_seconds = ThreadCpuSeconds() - shard_cpu_start_[session];
-    shard_cpu_start_.erase(session);
-    for (std::span<std::byte> buffer : shard->Buffers()) transport_->Unregister(buffer);
-    shard.reset();
-  });
+  std::unique_ptr<CoreLane> lane;
+  {
+    std::lock_guard lock(mu_);
+    auto it = lanes_.find(session);
+    if (it == lanes_.end()) return ShardStats{};
+    lane = std::move(it->second);
+    lanes_.erase(it);
+  }
+  ShardStats stats = lane->Remove();
+  lane.reset();  // its thread joined: its port is free again
+  std::lock_guard lock(mu_);
+  slot_taken_[slot_of_[session]] = false;
+  slot_of_.erase(session);
   return stats;
 }
 
+// The control plane is the only thread that removes lanes, and it is the one calling these:
+// the lane found stays while the call runs.
 RejoinPoint ServerCore::ForgetWorker(std::uint64_t session, std::uint32_t rank) {
-  RejoinPoint point;
-  loop_.Run([&] {
-    AssertOnLoop();
-    if (Shard* shard = router_.Find(session)) point = shard->ForgetWorker(rank);
-  });
-  return point;
+  CoreLane* lane = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    lane = Find(session);
+  }
+  return lane ? lane->ForgetWorker(rank) : RejoinPoint{};
 }
 
-void ServerCore::ExpectRejoin(std::uint64_t session, std::uint32_t rank,
-                              std::uint64_t iteration) {
-  loop_.Run([&] {
-    AssertOnLoop();
-    if (Shard* shard = router_.Find(session)) shard->ExpectRejoin(rank, iteration);
-  });
+void ServerCore::ExpectRejoin(std::uint64_t session, std::uint32_t rank, std::uint64_t iteration) {
+  CoreLane* lane = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    lane = Find(session);
+  }
+  if (lane) lane->ExpectRejoin(rank, iteration);
 }
 
 std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot(std::uint64_t session) {
-  std::vector<ChunkSnapshot> chunks;
-  loop_.Run([&] {
-    AssertOnLoop();
-    Shard* shard = router_.Find(session);
-    if (!shard) return;
-    fair_.RemoveFlow(session);  // the shard sends nothing more
-    shard->CloseAll(absl::CancelledError("phubd is stopping"));
-    chunks = shard->SnapshotNow();
-  });
-  return chunks;
+  CoreLane* lane = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    lane = Find(session);
+  }
+  return lane ? lane->StopAndSnapshot() : std::vector<ChunkSnapshot>{};
 }
 
 void ServerCore::Post(std::uint64_t session, std::function<void(Shard&)> fn) {
-  loop_.Post([this, session, fn = std::move(fn)] {
-    AssertOnLoop();
-    if (Shard* shard = router_.Find(session)) fn(*shard);
-  });
+  // Under the lock: a lane being removed is either found (and posted to before it ends, where
+  // the shard may be gone: then nothing runs) or not.
+  std::lock_guard lock(mu_);
+  if (CoreLane* lane = Find(session)) lane->Post(std::move(fn));
 }
 
 }  // namespace phub::server

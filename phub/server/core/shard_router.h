@@ -1,12 +1,14 @@
-// ShardRouter: a core's data connections, routed to the shards of the jobs the core serves.
+// ShardRouter: a lane's data connections (core_lane.h: one job on one core), routed to its
+// job's shard.
 // A connection is held here until its ATTACH names a job by its session (a per-job secret that
 // only the job's members got in their Welcome); from then on it belongs to that job's shard,
 // and every message on it goes there and nowhere else: a peer attached to one job cannot reach
 // another's chunks. An ATTACH naming no job here is refused (PermissionDenied) like one that
 // names a rank the job does not have.
 //
-// Threading: the core's thread only (it is the ConnectionHandler of every data connection the
-// core accepts).
+// Threading: the lane's thread only (it is the ConnectionHandler of every data connection the
+// lane accepts). It holds one shard since each job has its own lane; a connection whose ATTACH
+// names another job's session is refused like a guess.
 #pragma once
 
 #include <cstdint>

@@ -287,7 +287,7 @@ void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resu
     endpoint.set_core(core->index());
     const auto address = boost::asio::ip::make_address(core->address(), ec);
     endpoint.set_host(ec || address.is_unspecified() ? control_host : core->address());
-    endpoint.set_port(core->port());
+    endpoint.set_port(core->port(spec_->session));
     endpoint.set_nic(core->nic());
   }
   Send(member, message);

@@ -56,6 +56,7 @@ void FairSendQueue::Done(FlowId flow, std::size_t bytes) {
   auto it = flows_.find(flow);
   if (it == flows_.end()) return;
   it->second.in_flight -= std::min(it->second.in_flight, bytes);
+  it->second.progressed = now_();
   in_flight_bytes_ -= std::min(in_flight_bytes_, bytes);
   Pump();
 }
@@ -65,14 +66,16 @@ void FairSendQueue::Wake() {
   Pump();
 }
 
-std::size_t FairSendQueue::ActiveFlows() const {
+std::size_t FairSendQueue::ActiveFlows(Clock::time_point now) const {
   std::size_t n = 0;
-  for (const auto& [id, f] : flows_) n += (!f.queue.empty() || f.in_flight > 0) ? 1 : 0;
+  for (const auto& [id, f] : flows_) {
+    const bool sending = f.in_flight > 0 && now - f.progressed < pacing_.stalled_after;
+    n += (!f.queue.empty() || sending) ? 1 : 0;
+  }
   return n;
 }
 
-void FairSendQueue::Refill() {
-  const Clock::time_point now = now_();
+void FairSendQueue::Refill(Clock::time_point now) {
   const double elapsed = std::chrono::duration<double>(now - refilled_).count();
   refilled_ = now;
   const double burst =
@@ -84,7 +87,8 @@ void FairSendQueue::Pump() {
   if (pumping_) return;  // a unit's start completed synchronously: the outer loop goes on
   pumping_ = true;
   const bool paced = pacing_.bytes_per_s > 0;
-  if (paced) Refill();
+  const Clock::time_point now = now_();
+  if (paced) Refill(now);
   for (;;) {
     Flow* next = nullptr;
     for (auto& [id, f] : flows_) {
@@ -94,7 +98,7 @@ void FairSendQueue::Pump() {
       }
     }
     if (next == nullptr) break;
-    const bool shared = ActiveFlows() > 1;
+    const bool shared = ActiveFlows(now) > 1;
     if (paced && shared && tokens_ <= 0) {
       // Owed: start the next unit when the tokens are back (one timer at a time).
       if (wake_ && !wake_pending_) {
@@ -107,6 +111,7 @@ void FairSendQueue::Pump() {
     Unit unit = std::move(next->queue.front());
     next->queue.pop_front();
     virtual_time_ = std::max(virtual_time_, unit.start_tag);
+    if (next->in_flight == 0) next->progressed = now;
     next->in_flight += unit.bytes;
     next->started += unit.bytes;
     in_flight_bytes_ += unit.bytes;

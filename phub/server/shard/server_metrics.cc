@@ -34,8 +34,9 @@ CoreMetrics AddCoreMetrics(metrics::Registry& registry, keys::CoreIndex core) {
       "phub_core_aggregations_total",
       "Chunk-iterations the core completed: every worker's copy summed, the optimizer stepped.",
       labels);
-  m.chunks = &registry.AddGauge("phub_core_chunks",
-                                "Chunks the core owns in the running job (0 between jobs).", labels);
+  m.chunks = &registry.AddGauge(
+      "phub_core_chunks", "Chunks the core owns, all its running jobs together (0 between jobs).",
+      labels);
   m.aggregation_seconds = &registry.AddHistogram(
       "phub_core_aggregation_seconds",
       "Time of one chunk's fused pass: the sum of every worker's copy and the optimizer step.",

@@ -41,7 +41,7 @@ ChunkState MakeChunkState(const JobSpec& job, const keys::Chunk& chunk) {
 }  // namespace
 
 Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink,
-             const CoreMetrics* metrics, FairSendQueue* fair)
+             const CoreMetrics* metrics, SharedSendQueue* fair)
     : job_(std::move(job)), core_(core), sink_(std::move(sink)), metrics_(metrics), fair_(fair) {
   const keys::KeyTable& table = job_->table;
   const std::uint32_t world = job_->world_size;
@@ -83,7 +83,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
 
   inputs_.resize(world);
   state_ptrs_.resize(state_arrays);
-  if (metrics_) metrics_->chunks->Set(static_cast<double>(chunks_.size()));
+  if (metrics_) metrics_->chunks->Add(static_cast<double>(chunks_.size()));
   spdlog::debug("job '{}' core {}: shard holds {} chunks, {} bytes of weights", job_->name,
                 core_, chunks_.size(), table.bytes_on_core(core_));
 }
@@ -91,7 +91,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
 Shard::~Shard() {
   AssertOnOwnThread();
   CloseAll(absl::OkStatus());
-  if (metrics_) metrics_->chunks->Set(0);
+  if (metrics_) metrics_->chunks->Add(-static_cast<double>(chunks_.size()));
 }
 
 std::vector<std::span<std::byte>> Shard::Buffers() {

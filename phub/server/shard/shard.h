@@ -42,7 +42,7 @@
 #include "phub/server/checkpoint/checkpoint_file.h"
 #include "phub/server/shard/chunk_relay.h"
 #include "phub/server/shard/chunk_state.h"
-#include "phub/server/shard/fair_send_queue.h"
+#include "phub/server/shard/shared_send_queue.h"
 #include "phub/server/shard/job_spec.h"
 #include "phub/server/shard/member.h"
 #include "phub/server/shard/server_metrics.h"
@@ -102,10 +102,10 @@ class Shard final : public transport::ConnectionHandler {
   // The shard is bound to the calling thread: every later call, its destruction included, must
   // come from it (asserted).
   // `metrics`: the core's exported series (server_metrics.h), or null (tests, fuzzers).
-  // `fair`: the core's queue its broadcasts take turns in with other jobs' (fair_send_queue.h;
+  // `fair`: the core's queue its broadcasts take turns in with other jobs' (shared_send_queue.h;
   // the shard's flow is its job's session, added by the caller); null: sent at once.
   Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink sink,
-        const CoreMetrics* metrics = nullptr, FairSendQueue* fair = nullptr);
+        const CoreMetrics* metrics = nullptr, SharedSendQueue* fair = nullptr);
   ~Shard() override;
 
   // Takes a freshly accepted data connection; it must ATTACH first.
@@ -224,7 +224,7 @@ class Shard final : public transport::ConnectionHandler {
   std::vector<float*> state_ptrs_;
   ShardStats stats_;
   const CoreMetrics* metrics_;
-  FairSendQueue* fair_;
+  SharedSendQueue* fair_;
   // phub_core_round_seconds: aggregations since the round began, and when it began (the
   // previous round's end, or the shard's first push).
   std::size_t round_aggregations_ = 0;

@@ -27,7 +27,7 @@ void Shard::Broadcast(ChunkState& state) {
   const bool queued = fair_->Submit(job_->session, cost, [this, &state, cost] {
     AssertOnOwnThread();
     --state.pending_sends;
-    FairSendQueue* fair = fair_;
+    SharedSendQueue* fair = fair_;
     const std::uint64_t flow = job_->session;
     SendToAll(state, [fair, flow, cost] { fair->Done(flow, cost); });
     MaybeAggregate(state);  // nothing was sent (every worker gone): the chunk must not wait

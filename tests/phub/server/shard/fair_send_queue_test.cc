@@ -192,6 +192,33 @@ TEST(FairSendQueueTest, ARemovedFlowsUnitsNeverStartAndItsDoneIsIgnored) {
   EXPECT_FALSE(second_of_1);
 }
 
+TEST(FairSendQueueTest, AFlowWhoseReadersStoppedIsNotActive) {
+  // Flow 1's workers read nothing: its unit stays in flight, never Done. While that is recent
+  // flow 2 is paced as a sharer; once nothing of flow 1 completed for `stalled_after` flow 2 is
+  // alone again and held no longer. A Done of flow 1 makes it active again.
+  Simulation sim(1e6);  // 1 MB/s
+  const auto stalled = sim.queue.pacing().stalled_after;
+  sim.queue.AddFlow(1, 1);
+  sim.queue.AddFlow(2, 1);
+  sim.queue.Submit(1, 1000, [] {});  // in flight for good
+  int started = 0;
+  for (int k = 0; k < 10; ++k) sim.queue.Submit(2, 1u << 20, [&] { ++started; });
+  EXPECT_LT(started, 10) << "flow 1 has just started: flow 2 shares the rate";
+  EXPECT_TRUE(sim.wake_at.has_value());
+  sim.now += stalled + std::chrono::milliseconds(1);
+  sim.wake_at.reset();
+  sim.queue.Wake();
+  EXPECT_EQ(started, 10) << "flow 1 stalled: flow 2 is alone and not held";
+  for (int k = 0; k < 10; ++k) sim.queue.Submit(2, 1u << 20, [&] { ++started; });
+  EXPECT_EQ(started, 20);
+  // Flow 1's reader wakes: its Done makes it a sharer again, and flow 2 is paced.
+  sim.queue.Done(1, 1000);
+  sim.queue.Submit(1, 1000, [] {});
+  const int before = started;
+  for (int k = 0; k < 10; ++k) sim.queue.Submit(2, 1u << 20, [&] { ++started; });
+  EXPECT_LT(started - before, 10);
+}
+
 TEST(FairSendQueueTest, AUnitThatCompletesAtOnceDoesNotRecurse) {
   FairSendQueue queue;
   queue.AddFlow(1, 1);
