@@ -391,6 +391,7 @@ Status PsClient::WaitAll() { return impl_->WaitAll(); }
 Status PsClient::Close() { return impl_->Close(); }
 const keys::KeyTable& PsClient::key_table() const { return impl_->table(); }
 bool PsClient::weights_from_server() const { return impl_->weights_from_server(); }
+bool PsClient::resumed() const { return impl_->resumed(); }
 std::uint32_t PsClient::rank() const { return impl_->rank(); }
 std::uint64_t PsClient::resume_iteration() const { return impl_->resume_iteration(); }
 std::uint64_t PsClient::iteration(std::uint32_t t) const { return impl_->iteration(t); }

@@ -124,6 +124,9 @@ class PsClient {
 
   const keys::KeyTable& key_table() const;
   bool weights_from_server() const;
+  // phubd resumed the job (or this worker's rank) from where it was: Init sends nothing, it
+  // receives the weights of resume_iteration().
+  bool resumed() const;
   std::uint32_t rank() const;
   // Recovery (docs/design.md "Recovery"): 0 in a fresh job. In a job this worker rejoins, or
   // that phubd resumed from a checkpoint, the iteration Init's weights are of: the caller's

@@ -66,6 +66,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   const keys::KeyTable& table() const { return *table_; }
   bool weights_from_server() const { return weights_from_server_; }
   std::uint32_t rank() const { return membership_.rank; }
+  bool resumed() const { return resumed_; }
   std::uint64_t resume_iteration() const { return resume_iteration_; }
   std::uint64_t iteration(std::uint32_t t) const {
     std::lock_guard lock(mu_);

@@ -26,6 +26,10 @@ struct Uplink::State : std::enable_shared_from_this<Uplink::State> {
   std::vector<std::uint32_t> home, index_in_home;      // by chunk
   std::vector<keys::CoreIndex> core_of;                // by chunk
   std::vector<AlignedBuffer> partial, landed;          // by chunk
+  // By chunk, rack 0 only: rank 0's initial weights as its shard copied them (Initialized).
+  // Not straight into `landed`: a home that resumed from a checkpoint sends its own weights
+  // there meanwhile, on its client's thread. Connect moves them once every chunk is in.
+  std::vector<std::vector<float>> initial;
   std::atomic<bool> ready{false};
 
   std::mutex mu;
@@ -91,6 +95,7 @@ Uplink::Uplink(UplinkConfig config, const keys::KeyTable& table, PostToCore post
     s.partial.emplace_back(chunk.elements);
     s.landed.emplace_back(chunk.elements);
   }
+  if (s.config.rack == 0) s.initial.resize(chunks);
 }
 
 Uplink::~Uplink() { Stop(); }
@@ -166,6 +171,17 @@ void Uplink::State::Connect() {
                                      " ms (--form-timeout-ms): every rack waits for them"));
     }
     if (stopped) return;
+    // Every Initialized happened before (under mu); a home that will not take rank 0's weights
+    // (it has its own, or resumed from a checkpoint) is writing its own into `landed`: leave
+    // those chunks alone.
+    for (std::uint32_t h = 0; h < racks; ++h) {
+      if (clients[h]->weights_from_server() || clients[h]->resumed()) continue;
+      for (std::uint32_t chunk : chunks_of[h]) {
+        std::copy(initial[chunk].begin(), initial[chunk].end(), landed[chunk].data());
+      }
+    }
+    initial.clear();
+    initial.shrink_to_fit();
   }
   for (std::uint32_t h = 0; h < racks; ++h) {
     if (Status s = clients[h]->Init(); !s.ok()) {
@@ -222,8 +238,10 @@ void Uplink::Forward(keys::CoreIndex, std::uint32_t chunk) {
 
 void Uplink::Initialized(keys::CoreIndex, std::uint32_t chunk, std::span<const float> weights) {
   State& s = *state_;
-  std::copy(weights.begin(), weights.end(), s.landed[chunk].data());
   std::lock_guard lock(s.mu);
+  // Only rack 0's weights start the job (Connect); elsewhere the homes send them. Once Connect
+  // has moved them (`initial` cleared) a late INIT changes nothing.
+  if (chunk < s.initial.size()) s.initial[chunk].assign(weights.begin(), weights.end());
   ++s.initialized;
   s.changed.notify_all();
 }
