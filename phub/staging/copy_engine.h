@@ -17,12 +17,16 @@
 // REQUIRES: one engine per device; its methods may be called from several threads.
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "phub/common/status.h"
 
 namespace phub::staging {
@@ -42,6 +46,27 @@ class Fence {
 
  private:
   std::shared_ptr<void> state_;
+};
+
+// A dma-buf exported for device memory (CopyEngine::ExportDmaBuf): `fd` (closed when the last
+// copy of this goes) maps the device allocation holding the range; the range's first byte is
+// at `offset` in it.
+class DmaBuf {
+ public:
+  DmaBuf() = default;
+  DmaBuf(int fd, std::uint64_t offset)
+      : fd_(new int(fd),
+            [](int* owned) {
+              if (*owned >= 0) ::close(*owned);
+              delete owned;
+            }),
+        offset_(offset) {}
+  int fd() const { return fd_ ? *fd_ : -1; }
+  std::uint64_t offset() const { return offset_; }
+
+ private:
+  std::shared_ptr<int> fd_;  // closes the descriptor with its last copy
+  std::uint64_t offset_ = 0;
 };
 
 // Host memory the host side of copies lives in, fixed for its life (a NIC may register it).
@@ -85,6 +110,19 @@ class CopyEngine {
   virtual Status HostWait(const Fence& fence, std::chrono::milliseconds timeout) = 0;
   // Makes `consumer` wait on the device for `fence`; returns at once.
   virtual Status StreamWait(Stream consumer, const Fence& fence) = 0;
+
+  // GPUDirect RDMA (docs/design.md "GPUDirect"): the device memory [device, device + bytes)
+  // exported as a dma-buf a NIC can register. Unimplemented, saying why, where the device or
+  // driver cannot (the host engine: its "device" is host memory; a GPU or driver without
+  // dma-buf support; memory not from the device allocator).
+  virtual StatusOr<DmaBuf> ExportDmaBuf(const void* device, std::size_t bytes) {
+    return absl::UnimplementedError(
+        absl::StrCat(Describe(), ": no device memory to export for a NIC"));
+  }
+  // After a NIC wrote device memory (RDMA), makes the writes visible to work later enqueued on
+  // the device (cudaDeviceFlushGPUDirectRDMAWrites where the device needs it); nothing where
+  // it does not.
+  virtual Status FlushRemoteWrites() { return absl::OkStatus(); }
 };
 
 }  // namespace phub::staging

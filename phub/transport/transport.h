@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "phub/common/status.h"
 #include "phub/transport/connection.h"
 #include "phub/transport/event_loop.h"
@@ -80,6 +81,15 @@ class Acceptor {
 };
 
 // A transport bound to one event loop. Every call on the loop's thread, except Dial.
+// A range of device memory as its driver exports it for a NIC: a dma-buf file descriptor
+// (owned by the caller, who may close it once registered) whose bytes from `offset` are
+// `range`, the memory's virtual addresses in this process (cuMemGetHandleForAddressRange).
+struct DeviceMemory {
+  std::span<std::byte> range;
+  int dmabuf_fd = -1;
+  std::uint64_t offset = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -102,6 +112,18 @@ class Transport {
   // Forgets one buffer given to Register (one owner's memory, when the owner goes while others
   // stay: a job's shard on a core that serves several). A peer still writing there fails.
   virtual void Unregister(std::span<std::byte> bytes) = 0;
+
+  // Device memory (a GPU's) that the NIC reads and writes itself (GPUDirect RDMA), as
+  // Register's memory otherwise: connections send from it and land into it in place, and the
+  // transport's CPU never touches it — a message from or into it that would need a copy fails
+  // (FailedPrecondition), it is never copied. Unregister forgets it. Unimplemented where the
+  // data plane cannot (TCP: the kernel copies every byte through the CPU; an RDMA device or
+  // driver without dma-buf support): the caller stages through host memory instead.
+  virtual Status RegisterDeviceMemory(const DeviceMemory& memory) {
+    return absl::UnimplementedError(absl::StrCat(
+        Describe(), " cannot reach device memory: only an RDMA NIC reads and writes it itself "
+                    "(GPUDirect RDMA); stage through host memory"));
+  }
 
   // For logs: "tcp", "verbs on rxe0 port 1 (RoCE v2 GID 1)".
   virtual std::string Describe() const = 0;
