@@ -33,7 +33,29 @@ transport::ConnectionSizing ClientSizing(std::uint64_t chunk_bytes) {
 }
 }  // namespace
 
+namespace {
+// A data plane that cannot take device memory: what to do about it.
+Status NoGpuDirect(const Status& why) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("GPUDirect RDMA: ", why.message(),
+                   "; start the worker with --gpudirect off to stage through host memory"));
+}
+}  // namespace
+
+Status PsClient::Impl::RegisterWith(transport::Transport& transport, std::span<std::byte> region) {
+  if (!options_.device_memory) return transport.Register(region);
+  auto exported = options_.device_memory(region);
+  if (!exported.ok()) return NoGpuDirect(exported.status());
+  if (Status s = transport.RegisterDeviceMemory(*exported); !s.ok()) return NoGpuDirect(s);
+  return absl::OkStatus();
+}
+
 Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
+  if (options_.device_memory && compact_pushes()) {
+    return NoGpuDirect(absl::FailedPreconditionError(
+        absl::StrCat("the ", kernels::WireFormatName(options_.wire.format),
+                     " wire converts every push on the CPU, which cannot read device memory")));
+  }
   if (weights_.size() != tensors.size()) {
     return absl::InvalidArgumentError(absl::StrCat("got ", weights_.size(), " weight buffers for ",
                                                    tensors.size(), " tensors"));
@@ -154,7 +176,7 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
       }
       for (std::span<std::byte> region : regions) {
         if (region.empty()) continue;
-        status = (*transport)->Register(region);
+        status = RegisterWith(**transport, region);
         if (!status.ok()) return;
       }
       transports_.push_back(*std::move(transport));
@@ -274,7 +296,7 @@ Status PsClient::Impl::DeclareGradients(const std::vector<std::span<const float>
       // Only ever read from (verbs: no rkey of it is published).
       std::span<float> writable(const_cast<float*>(g.data()), g.size());
       for (auto& transport : transports_) {
-        status = transport->Register(std::as_writable_bytes(writable));
+        status = RegisterWith(*transport, std::as_writable_bytes(writable));
         if (!status.ok()) return;
       }
     }

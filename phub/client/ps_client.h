@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -39,6 +40,7 @@
 #include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
 #include "phub/transport/send_window.h"
+#include "phub/transport/transport.h"
 #include "phub/transport/verbs/device_options.h"
 
 namespace phub::client {
@@ -79,6 +81,13 @@ struct PsClientOptions {
   // The RDMA device when phubd runs --transport verbs (the client follows phubd's choice);
   // `rdma.device` may list one per NIC of `nics`, comma-separated.
   transport::verbs::DeviceOptions rdma;
+  // GPUDirect RDMA (docs/design.md "GPUDirect"): when set, the weight buffers and the
+  // gradients given to DeclareGradients are a GPU's memory, and this exports a range of it for
+  // the NIC (a dma-buf, CopyEngine::ExportDmaBuf); the data plane registers them as device
+  // memory and never touches them with the CPU. Connect fails with FailedPrecondition, naming
+  // --gpudirect off, where that cannot be: a compact wire (its conversions run on the CPU),
+  // phubd on TCP, an RDMA device or driver without dma-buf support.
+  std::function<StatusOr<transport::DeviceMemory>(std::span<std::byte>)> device_memory;
   // This worker's NICs (--nics: interfaces or addresses; empty: the kernel's choice): the
   // connection to a phubd core serving phubd's NIC k leaves from NIC k % nics.size(), so a
   // worker with as many NICs as the PBox uses each one for the cores of "its" PBox NIC.

@@ -90,6 +90,9 @@ class PsClient::Impl final : public transport::ConnectionHandler {
 
   void RecordError(const Status& status);
   Status OpenTransport(transport::TransportKind kind);
+  // Registers `region` of the caller's memory with `transport`: as device memory with
+  // options_.device_memory (GPUDirect), else as host memory. On the loop's thread.
+  Status RegisterWith(transport::Transport& transport, std::span<std::byte> region);
   void WatchControl();
   // Control connection writes (Heartbeats, the Goodbye): queued, one asynchronous write at a
   // time. `done` runs once the frame is out (or failed).

@@ -1,6 +1,8 @@
 #include "phub/exchange/make_exchange.h"
 
+#include "phub/exchange/gpudirect.h"
 #include "phub/exchange/staged_exchange.h"
+#include "spdlog/spdlog.h"
 #ifdef PHUB_HAVE_NCCL_DEVICE_EXCHANGE
 #include "phub/exchange/nccl_device_exchange.h"
 #endif
@@ -89,12 +91,29 @@ StatusOr<std::unique_ptr<DeviceExchange>> MakeDeviceExchange(
                                      std::move(grads), std::move(weights));
   }
 #endif
+  StagedExchangeOptions staged;
+  if (!engine->DeviceIsHost()) {
+    auto probe = [&]() -> Status {
+      for (std::span<float> g : grads) {
+        if (!g.empty()) {
+          return ProbeGpuDirect(*engine, std::as_writable_bytes(g), options.ps.client.rdma);
+        }
+      }
+      return absl::FailedPreconditionError("no gradient to send");
+    };
+    PHUB_ASSIGN_OR_RETURN(GpuDirectChoice choice,
+                          ChooseGpuDirect(options.gpudirect, options, *engine, probe));
+    spdlog::info("rank {}: {}", options.membership.rank, choice.reason);
+    staged.direct = choice.direct;
+    if (choice.direct) options.ps.client.device_memory = DeviceMemoryExporter(engine);
+  }
   std::vector<std::span<const float>> sent(grads.begin(), grads.end());
   return StagedExchange::Create(
       std::move(engine), std::move(tensors), std::move(sent), std::move(weights),
       [&options](std::vector<keys::TensorSpec> t, std::vector<std::span<float>> w) {
         return MakeExchange(std::move(options), std::move(t), std::move(w));
-      });
+      },
+      staged);
 }
 
 Status PlaceInRacks(const topology::Topology& topology, const std::string& host,

@@ -9,6 +9,7 @@
 
 #include "phub/common/membership.h"
 #include "phub/exchange/device_exchange.h"
+#include "phub/exchange/gpudirect_mode.h"
 #include "phub/exchange/gradient_exchange.h"
 #include "phub/exchange/nccl_exchange.h"
 #include "phub/exchange/ps_exchange.h"
@@ -33,6 +34,8 @@ struct ExchangeOptions {
   // Racks of racks (kPs; PlaceInRacks sets it): the worker's place in the topology; the PS
   // client then joins its rack's PBox as its rank in the rack (JoinRackPbox).
   std::optional<topology::Placement> rack;
+  // A GPU worker's PS exchange (MakeDeviceExchange): GPUDirect RDMA or staging (gpudirect.h).
+  GpuDirectMode gpudirect = GpuDirectMode::kAuto;
 };
 
 // Racks of racks (docs/operations.md "Racks of racks"): `host`, as the topology file names it,
@@ -54,7 +57,9 @@ StatusOr<std::unique_ptr<GradientExchange>> MakeExchange(ExchangeOptions options
 // weights[t] its buffers there. `--comm nccl` on a GPU with the fp32 wire: NCCL in place on the
 // device and the optimizer step there (nccl_device_exchange.h), where this build has it. Every
 // other case: MakeExchange's exchange behind a StagedExchange over `engine` (pinned staging on
-// a GPU; on the CPU the buffers themselves, no copy).
+// a GPU; on the CPU the buffers themselves, no copy), with the PS on a GPU straight from and
+// into the device buffers where options.gpudirect and the machine allow (gpudirect.h; the
+// choice and its reason are logged once).
 StatusOr<std::unique_ptr<DeviceExchange>> MakeDeviceExchange(
     ExchangeOptions options, std::shared_ptr<staging::CopyEngine> engine,
     std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,

@@ -15,6 +15,10 @@ StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
         "staged exchange: ", tensors.size(), " tensors but ", grads.size(), " gradient and ",
         weights.size(), " weight buffers; give one of each per tensor"));
   }
+  if (options.direct && engine->DeviceIsHost()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "staged exchange: direct (GPUDirect) needs a GPU's copy engine, not ", engine->Describe()));
+  }
   std::unique_ptr<StagedExchange> x(new StagedExchange());
   x->engine_ = std::move(engine);
   x->options_ = options;
@@ -46,7 +50,7 @@ StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
   PHUB_ASSIGN_OR_RETURN(x->inner_, connect(std::move(tensors), std::move(landed)));
   // Fixed send buffers: verbs registers them once.
   PHUB_RETURN_IF_ERROR(x->inner_->DeclareGradients(sent));
-  if (x->staged()) {
+  if (x->threaded()) {
     x->pusher_ = std::thread([raw = x.get()] { raw->PushLoop(); });
     x->lander_ = std::thread([raw = x.get()] { raw->LandLoop(); });
   }
@@ -81,7 +85,14 @@ Status StagedExchange::Init(staging::Stream stream) {
     std::lock_guard<std::mutex> lock(mu_);
     PHUB_RETURN_IF_ERROR(RefusalLocked("Init"));
   }
-  if (!staged()) return inner_->Init();
+  if (!threaded()) return inner_->Init();
+  if (!staged()) {
+    // Direct: rank 0's weights go out from the device once written; the others' land there.
+    PHUB_ASSIGN_OR_RETURN(staging::Fence written, engine_->Record(stream));
+    PHUB_RETURN_IF_ERROR(engine_->HostWait(written, options_.copy_timeout));
+    PHUB_RETURN_IF_ERROR(inner_->Init());
+    return engine_->FlushRemoteWrites();
+  }
   // Rank 0's weights go out from the staging: copy them there first.
   PHUB_ASSIGN_OR_RETURN(staging::Fence written, engine_->Record(stream));
   staging::Fence copied;
@@ -114,7 +125,7 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
     }
     ++s.pushed;  // in flight from here: a Push of it on another thread is refused
   }
-  Status pushed = staged() ? PushStaged(tensor, producer) : inner_->Push(tensor, s.sent);
+  Status pushed = threaded() ? PushThreaded(tensor, producer) : inner_->Push(tensor, s.sent);
   if (!pushed.ok()) {
     Fail(Status(pushed.code(), absl::StrCat("Push of tensor ", tensor, ": ", pushed.message())));
     std::lock_guard<std::mutex> lock(mu_);
@@ -123,13 +134,15 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
   return absl::OkStatus();
 }
 
-// The gradient's copy to host, then the pusher's turn. Failures are the caller's to record.
-Status StagedExchange::PushStaged(std::uint32_t tensor, staging::Stream producer) {
+// Failures are the caller's to record.
+Status StagedExchange::PushThreaded(std::uint32_t tensor, staging::Stream producer) {
   Tensor& s = tensors_[tensor];
   PHUB_ASSIGN_OR_RETURN(staging::Fence produced, engine_->Record(producer));
-  PHUB_ASSIGN_OR_RETURN(
-      staging::Fence copied,
-      engine_->ToHost(s.grads.data(), s.host_grads.span().data(), s.grads.size(), produced));
+  staging::Fence copied = produced;  // direct: the NIC reads the gradient where it was made
+  if (staged()) {
+    PHUB_ASSIGN_OR_RETURN(copied, engine_->ToHost(s.grads.data(), s.host_grads.span().data(),
+                                                  s.grads.size(), produced));
+  }
   bool closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -185,9 +198,12 @@ void StagedExchange::LandLoop() {
     }
     Tensor& s = tensors_[t];
     Status status = inner_->Wait(t);
+    // Direct: the NIC wrote the weights in place; its writes made visible, nothing to copy.
+    if (status.ok() && !staged()) status = engine_->FlushRemoteWrites();
     StatusOr<staging::Fence> copied =
-        status.ok() ? engine_->ToDevice(s.landed.data(), s.weights.data(), s.weights.size(), {})
-                    : StatusOr<staging::Fence>(status);
+        !status.ok() ? StatusOr<staging::Fence>(status)
+        : staged()   ? engine_->ToDevice(s.landed.data(), s.weights.data(), s.weights.size(), {})
+                     : StatusOr<staging::Fence>(staging::Fence());
     if (!copied.ok()) {
       Fail(Status(copied.status().code(),
                   absl::StrCat("tensor ", t,
@@ -209,7 +225,7 @@ Status StagedExchange::Wait(std::uint32_t tensor, staging::Stream consumer) {
         absl::StrCat("Wait of tensor ", tensor, ": there are ", tensors_.size()));
   }
   Tensor& s = tensors_[tensor];
-  if (!staged()) {
+  if (!threaded()) {
     std::uint64_t pushed;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -13,6 +13,12 @@
 // When the engine's "device" is host memory (the CPU worker) the device buffers are the
 // staging: nothing is copied, pushes are made inline, and the exchange runs as without it.
 //
+// Direct (GPUDirect RDMA, StagedExchangeOptions::direct): the exchange below was made over the
+// device buffers themselves, which its transport registered for the NIC (make_exchange.cc
+// decides when). Nothing is staged or copied: the pusher pushes each gradient from the device
+// once the producer's fence has passed, and the lander makes the NIC's writes of the weights
+// visible to the device (CopyEngine::FlushRemoteWrites) before Wait lets the consumer go on.
+//
 // Bounded: each tensor is in flight at most once (a second Push before its Wait is refused);
 // the engine bounds its copies in flight; a copy that does not finish in `copy_timeout` fails
 // the exchange. The first failure (a copy the engine refuses or does not finish, the
@@ -49,6 +55,9 @@ using HostExchangeFactory = std::function<StatusOr<std::unique_ptr<GradientExcha
 
 struct StagedExchangeOptions {
   std::chrono::milliseconds copy_timeout{60000};
+  // The factory's exchange sends from and lands into the device buffers (GPUDirect RDMA): no
+  // staging. REQUIRES: the engine is a GPU's (not DeviceIsHost).
+  bool direct = false;
 };
 
 class StagedExchange final : public DeviceExchange {
@@ -84,18 +93,23 @@ class StagedExchange final : public DeviceExchange {
     std::uint64_t pushed = 0;   // Pushes accepted
     std::uint64_t arrived = 0;  // answers whose copy to the device is enqueued
     std::uint64_t waited = 0;   // the pushes a Wait has returned for
-    staging::Fence on_device;   // the last copy to the device
-    staging::Fence to_host;     // the last copy to host
+    staging::Fence on_device;   // the last copy to the device (direct: none)
+    staging::Fence to_host;     // the last copy to host (direct: the producer's fence)
   };
   StagedExchange() = default;
-  bool staged() const { return !engine_->DeviceIsHost(); }
+  // Copies through host staging (a GPU, not direct).
+  bool staged() const { return !engine_->DeviceIsHost() && !options_.direct; }
+  // Pushes and lands on the pusher and lander threads (staged, or direct: a device's fences).
+  bool threaded() const { return !engine_->DeviceIsHost(); }
   // Records the first failure (none once Close has begun: the threads' errors are then its
   // own doing) and wakes every waiter.
   void Fail(const Status& status);
   // The error every call returns from now on (the first failure, or after Close); OK if none.
   // REQUIRES: mu_ held.
   Status RefusalLocked(const char* call) const;
-  Status PushStaged(std::uint32_t tensor, staging::Stream producer);
+  // Staged: the gradient's copy to host, then the pusher's turn; direct: the producer's fence,
+  // then the pusher's turn.
+  Status PushThreaded(std::uint32_t tensor, staging::Stream producer);
   void PushLoop();
   void LandLoop();
 

@@ -26,6 +26,18 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
       "phubd core on phubd's NIC k leaves from NIC k modulo their number (a PBox and workers "
       "with a NIC per rail). With --transport verbs each NIC's RDMA device is the one on it, "
       "or --rdma-device lists one per NIC. Default: the kernel's choice");
+  app.add_option_function<std::string>(
+         "--gpudirect",
+         [&options](const std::string& name) {
+           auto mode = ParseGpuDirectMode(name);
+           if (!mode) throw CLI::ValidationError("--gpudirect", "auto, on or off, not " + name);
+           options.gpudirect = *mode;
+         },
+         "GPU workers, PS: auto lets the NIC read gradients from and write weights into GPU "
+         "memory (GPUDirect RDMA) where the GPU, its driver, the RDMA device and phubd on "
+         "verbs allow, else stages through pinned host memory, saying why; on: GPUDirect or an "
+         "error; off: always stage")
+      ->default_str("auto");
   transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
   client::AddWireFlags(app, options.ps.client.wire,
                        {&options.ring.ring.wire, &options.nccl.wire});

@@ -131,9 +131,28 @@ class StagedExchangeTest : public ::testing::Test {
       weights.emplace_back(w[t], n);
     }
     std::string error;
-    auto run = [&]() -> Status {
+    auto make = [&]() -> StatusOr<std::unique_ptr<DeviceExchange>> {
+      if (!direct_)
+        return MakeDeviceExchange(Options(rank, world, kind), engine, kTensors, grads, weights);
+      // Direct (GPUDirect's path): the exchange below is made over the device buffers.
+      std::vector<std::span<const float>> sent(grads.begin(), grads.end());
       PHUB_ASSIGN_OR_RETURN(
-          auto x, MakeDeviceExchange(Options(rank, world, kind), engine, kTensors, grads, weights));
+          auto x, StagedExchange::Create(
+                      engine, kTensors, sent, weights,
+                      [&](std::vector<keys::TensorSpec> t, std::vector<std::span<float>> w) {
+                        for (std::size_t i = 0; i < w.size(); ++i) {
+                          if (w[i].data() != weights[i].data()) {
+                            return StatusOr<std::unique_ptr<GradientExchange>>(
+                                absl::InternalError("direct: the exchange got a staging buffer"));
+                          }
+                        }
+                        return MakeExchange(Options(rank, world, kind), std::move(t), std::move(w));
+                      },
+                      {.direct = true}));
+      return std::unique_ptr<DeviceExchange>(std::move(x));
+    };
+    auto run = [&]() -> Status {
+      PHUB_ASSIGN_OR_RETURN(auto x, make());
       PHUB_RETURN_IF_ERROR(x->Init(stream));
       for (int s = 0; s < kSteps; ++s) {
         for (std::size_t t = kTensors.size(); t-- > 0;) {  // backward order
@@ -195,6 +214,7 @@ class StagedExchangeTest : public ::testing::Test {
   }
 
   std::string dir_;
+  bool direct_ = false;
 };
 
 TEST_F(StagedExchangeTest, StagedThroughRealCopiesOneInFlightTrainsLikeFloat64) {
@@ -202,6 +222,32 @@ TEST_F(StagedExchangeTest, StagedThroughRealCopiesOneInFlightTrainsLikeFloat64) 
     return std::shared_ptr<staging::CopyEngine>(
         *staging::MakeHostCopyEngine({.max_in_flight = 1, .separate_device = true}));
   });
+}
+
+// GPUDirect's path, on this machine's engine with a "device" of its own: the exchange below
+// sends from and lands into the device buffers (no staging given to it), after each producer's
+// fence, and trains like float64. (No machine here has a GPU and an HCA: the NIC's side of it,
+// dma-buf registration, is tested only as far as its refusals go, in gpudirect_test.)
+TEST_F(StagedExchangeTest, DirectPushesFromTheDeviceBuffersAndTrainsLikeFloat64) {
+  direct_ = true;
+  TrainTwoRanks([] {
+    return std::shared_ptr<staging::CopyEngine>(
+        *staging::MakeHostCopyEngine({.max_in_flight = 1, .separate_device = true}));
+  });
+}
+
+TEST_F(StagedExchangeTest, DirectOnAnEngineWhoseDeviceIsTheHostIsRefused) {
+  std::shared_ptr<staging::CopyEngine> engine(*staging::MakeHostCopyEngine());
+  std::vector<float> g(5), w(5);
+  auto x = StagedExchange::Create(
+      engine, {{"w", 5}}, {std::span<const float>(g)}, {std::span<float>(w)},
+      [](std::vector<keys::TensorSpec>,
+         std::vector<std::span<float>>) -> StatusOr<std::unique_ptr<GradientExchange>> {
+        return absl::InternalError("must not be reached");
+      },
+      {.direct = true});
+  ASSERT_FALSE(x.ok());
+  EXPECT_EQ(x.status().code(), absl::StatusCode::kInvalidArgument) << x.status();
 }
 
 TEST_F(StagedExchangeTest, TheCpuWorkersEngineSendsTheBuffersThemselvesAndTrainsTheSame) {
