@@ -145,6 +145,45 @@ class OptimizerSpecTest(unittest.TestCase):
             self.assertIn(part, str(raised.exception))
 
 
+class ServerStepsTest(unittest.TestCase):
+    """What ServerOptimizer would do differently from torch is refused before it connects:
+    an optimizer over part of the model (phubd steps every trainable parameter), and a
+    parameter without a gradient that phubd would still move (find_unused_parameters=True with
+    momentum, Adam or weight decay; plain SGD moves it by lr x 0, as torch leaves it)."""
+
+    def setUp(self):
+        self.model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+
+    def test_an_optimizer_over_part_of_the_model_is_refused(self):
+        import phub.torch as pt
+        optimizer = torch.optim.SGD(self.model[1].parameters(), lr=0.1)
+        spec = pt.optimizer_spec(optimizer)
+        with self.assertRaises(ValueError) as raised:
+            pt.check_server_steps(self.model, optimizer, spec)
+        self.assertIn("steps 2 of the model's 4 trainable parameters", str(raised.exception))
+        self.assertIn("0.weight", str(raised.exception))
+        # The others frozen: what DDP reduces is what the optimizer steps.
+        for p in self.model[0].parameters():
+            p.requires_grad_(False)
+        pt.check_server_steps(self.model, optimizer, spec)
+
+    def test_a_parameter_without_a_gradient_is_never_moved(self):
+        import phub.torch as pt
+        for optimizer, refused in [
+                (torch.optim.SGD(self.model.parameters(), lr=0.1), False),
+                (torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9), True),
+                (torch.optim.SGD(self.model.parameters(), lr=0.1, weight_decay=1e-4), True),
+                (torch.optim.Adam(self.model.parameters(), lr=1e-3), True)]:
+            spec = pt.optimizer_spec(optimizer)
+            pt.check_server_steps(self.model, optimizer, spec, find_unused_parameters=False)
+            if refused:
+                with self.assertRaises(ValueError) as raised:
+                    pt.check_server_steps(self.model, optimizer, spec, find_unused_parameters=True)
+                self.assertIn("find_unused_parameters=True", str(raised.exception))
+            else:
+                pt.check_server_steps(self.model, optimizer, spec, find_unused_parameters=True)
+
+
 class FailureTest(unittest.TestCase):
     def check_phubd_lost(self, sig, expect):
         def signal_when_ready(phubd, out_dir):

@@ -331,6 +331,34 @@ def optimizer_spec(optimizer: torch.optim.Optimizer) -> dict:
                      "summation mode (phub.torch.connect + allreduce_hook) with any optimizer")
 
 
+def check_server_steps(module: torch.nn.Module, optimizer: torch.optim.Optimizer, spec: dict,
+                       find_unused_parameters: bool = False):
+    """Refuses what phubd would do differently from `optimizer` on `module`: phubd steps every
+    parameter DDP reduces (every trainable one), every iteration, gradient or not."""
+    trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    stepped = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    missing = [n for n, p in trainable if id(p) not in stepped]
+    if missing:
+        raise ValueError(
+            f"the optimizer steps {len(trainable) - len(missing)} of the model's "
+            f"{len(trainable)} trainable parameters (not {', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}): phubd steps every parameter DDP reduces; "
+            "give the optimizer all of model.parameters(), or set requires_grad=False on the "
+            "others before wrapping the model in DistributedDataParallel")
+    if stepped - {id(p) for _, p in trainable}:
+        raise ValueError("the optimizer holds parameters that are not the model's trainable "
+                         "ones: phubd steps only what DDP reduces; build the optimizer over "
+                         "model.parameters()")
+    moves_without_gradient = spec["kind"] != "sgd" or spec.get("weight_decay")
+    if find_unused_parameters and moves_without_gradient:
+        raise ValueError(
+            f"find_unused_parameters=True with {spec['kind']}"
+            f"{' and weight_decay' if spec.get('weight_decay') else ''}: a parameter without a "
+            "gradient in a step would still be moved by phubd (momentum, Adam's moments, weight "
+            "decay), which torch leaves untouched; use plain SGD without weight decay, or the "
+            "summation mode (phub.torch.connect + allreduce_hook) with this optimizer")
+
+
 class ServerOptimizer:
     """PHub's design: phubd's fused optimizer steps the weights; step() installs them.
 
@@ -345,6 +373,8 @@ class ServerOptimizer:
             raise TypeError("ServerOptimizer wraps a DistributedDataParallel model")
         self.optimizer = optimizer
         self.spec = optimizer_spec(optimizer)
+        check_server_steps(model.module, optimizer, self.spec,
+                           getattr(model, "find_unused_parameters", False))
         self.state = PhubState(model, "optimizer", self.spec, address, **kwargs)
         self.state.install_weights()  # rank 0's initial weights, through phubd
         model.register_comm_hook(self.state, allreduce_hook)
