@@ -49,6 +49,7 @@ if [[ "${1:-}" == "--test" ]]; then
     prometheus             # a real Prometheus server and promtool: scrape phubd's /metrics
     slurm-wlm munge        # a real Slurm cluster on this machine: deploy/slurm's sbatch script
     systemd                # systemd-analyze verify/security: deploy/systemd's units
+    python3-venv python3-pip # `pip install ./phub/python` into a venv, as a user would
   )
   set -- --torch
 fi
