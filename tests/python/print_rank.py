@@ -1,0 +1,3 @@
+import os
+
+print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"], flush=True)
