@@ -296,7 +296,10 @@ def connect(model: torch.nn.Module, address: Optional[str] = None, **kwargs) -> 
 
 def allreduce_hook(state: PhubState, bucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: the bucket's gradients through phubd (register_comm_hook)."""
-    return state.submit(bucket)
+    # Through then(): a future failed with set_exception() holds the exception as its value,
+    # which DDP's C++ side reads as "Unable to cast <it> to Tensor"; a callback that raises
+    # fails the future it returns with the exception's own message, which DDP raises as is.
+    return state.submit(bucket).then(lambda done: done.value())
 
 
 def optimizer_spec(optimizer: torch.optim.Optimizer) -> dict:
