@@ -42,6 +42,7 @@ FOREIGN = {
     "promtool", "prometheus", "ssh", "scp", "grep", "sed", "awk", "ls", "cat", "tar", "rm",
     "cp", "install", "sudoedit", "watch", "ompi_info", "nvidia-smi", "ss", "iperf3", "rdma",
     "gdb", "valgrind", "useradd", "kill", "timeout", "env", "nproc", "lscpu", "dd", "ping", "mount",
+    "venv",  # python3 -m venv
 }
 TOKEN = re.compile(r"[\w./+=${}*:-]+|\|\|?|&&?|;|\$\(")
 SEPARATORS = {"|", "||", "&", "&&", ";", "$("}
