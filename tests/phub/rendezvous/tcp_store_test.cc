@@ -88,9 +88,8 @@ TEST(TcpStore, AHostNameIsServedOnEveryInterface) {
 
 TEST(TcpStore, RankZeroMayStartAfterTheOthers) {
   const auto start = Clock::now();
-  const auto status =
-      RunRanksOnAFreePort(4, [](std::uint16_t port) { return TcpAddressOf(port); },
-                          std::chrono::milliseconds(700));
+  const auto status = RunRanksOnAFreePort(
+      4, [](std::uint16_t port) { return TcpAddressOf(port); }, std::chrono::milliseconds(700));
   for (std::uint32_t r = 0; r < 4; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r];
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(700));
 }
