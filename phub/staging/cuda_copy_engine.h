@@ -11,6 +11,12 @@
 // Built where CMake found the CUDA toolkit (PHUB_HAVE_CUDA_STAGING); this header includes no
 // CUDA header. Fences hold CUDA events; CudaEventOf gives one to code that passes it on (NCCL).
 // Every call runs on the engine's device and leaves the caller's thread on its own (DeviceScope).
+//
+// GPUDirect RDMA: ExportDmaBuf exports the whole cudaMalloc allocation holding a range
+// (cuMemGetHandleForAddressRange, mapped through PCIe BAR1 where the driver offers the choice)
+// and the range's offset in it; Unimplemented, naming the driver's error, where the GPU or driver
+// cannot. FlushRemoteWrites flushes only where the device's RDMA write ordering needs it (asked
+// once, at creation).
 #pragma once
 
 #include <chrono>

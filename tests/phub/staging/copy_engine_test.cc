@@ -3,7 +3,9 @@
 // back-pressure bounds what is queued; bad calls are refused, naming what was wrong.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,6 +78,20 @@ TEST(HostCopyEngineTest, TheCpuWorkersEngineMovesNothingAndRefusesBadCalls) {
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("max_in_flight is 0"));
 }
 
+// Its "device" is host memory: nothing for a NIC to import as a dma-buf, and nothing to flush.
+TEST(HostCopyEngineTest, ExportsNoDmaBufSayingWhy) {
+  for (bool separate : {false, true}) {
+    auto engine = MakeHostCopyEngine({.separate_device = separate});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<float> a(1024);
+    auto exported = (*engine)->ExportDmaBuf(a.data(), a.size() * sizeof(float));
+    EXPECT_EQ(exported.status().code(), absl::StatusCode::kUnimplemented) << exported.status();
+    EXPECT_THAT(std::string(exported.status().message()),
+                HasSubstr("no device memory to export for a NIC"));
+    EXPECT_TRUE((*engine)->FlushRemoteWrites().ok());
+  }
+}
+
 #ifdef PHUB_HAVE_CUDA_STAGING
 // On a GPU: two device buffers, pinned staging, copies on the engine's streams, and a consumer
 // stream made to wait for the last copy on the device (no host wait before its own copy).
@@ -111,6 +127,41 @@ TEST(CudaCopyEngineTest, RoundTripsThroughPinnedStagingAndOrdersAConsumerStream)
   cudaFree(b);
 }
 
+// On a GPU: device memory exported as a dma-buf (the allocation, with the range's offset in it),
+// or Unimplemented saying why where the GPU or driver cannot (a consumer GPU, the proprietary
+// kernel module); a NIC's writes flushed either way.
+TEST(CudaCopyEngineTest, ExportsDeviceMemoryAsADmaBufOrSaysWhyNot) {
+  auto engine = MakeCudaCopyEngine({.device = 0});
+  if (!engine.ok() && engine.status().code() == absl::StatusCode::kFailedPrecondition) {
+    GTEST_SKIP() << "no CUDA device: " << engine.status();
+  }
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::size_t bytes = 1 << 20;
+  char* a = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, bytes), cudaSuccess);
+  // cudaMalloc's blocks start on a page normally; the export is page-aligned in any case.
+  const std::uint64_t lead = reinterpret_cast<std::uintptr_t>(a) % ::sysconf(_SC_PAGESIZE);
+  auto whole = (*engine)->ExportDmaBuf(a, bytes);
+  if (whole.ok()) {
+    EXPECT_GE(whole->fd(), 0);
+    EXPECT_EQ(whole->offset(), lead);
+    auto inner = (*engine)->ExportDmaBuf(a + 4096, bytes - 4096);
+    ASSERT_TRUE(inner.ok()) << inner.status();
+    EXPECT_GE(inner->fd(), 0);
+    EXPECT_EQ(inner->offset(), lead + 4096);
+    auto past = (*engine)->ExportDmaBuf(a + 4096, bytes);
+    EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument) << past.status();
+  } else {
+    EXPECT_EQ(whole.status().code(), absl::StatusCode::kUnimplemented) << whole.status();
+    EXPECT_THAT(std::string(whole.status().message()), HasSubstr("staging through host memory"));
+  }
+  std::vector<float> host(16);
+  auto not_device = (*engine)->ExportDmaBuf(host.data(), sizeof(float) * host.size());
+  EXPECT_EQ(not_device.status().code(), absl::StatusCode::kUnimplemented) << not_device.status();
+  EXPECT_TRUE((*engine)->FlushRemoteWrites().ok());
+  cudaFree(a);
+}
+
 // Checked before any device is touched: runs without a GPU too.
 TEST(CudaCopyEngineTest, ABackpressureTimeoutThatIsNotPositiveIsRefused) {
   for (milliseconds t : {milliseconds(0), milliseconds(-5)}) {
@@ -122,6 +173,9 @@ TEST(CudaCopyEngineTest, ABackpressureTimeoutThatIsNotPositiveIsRefused) {
 }
 #else
 TEST(CudaCopyEngineTest, RoundTripsThroughPinnedStagingAndOrdersAConsumerStream) {
+  GTEST_SKIP() << "this build has no CUDA toolkit (PHUB_HAVE_CUDA_STAGING unset)";
+}
+TEST(CudaCopyEngineTest, ExportsDeviceMemoryAsADmaBufOrSaysWhyNot) {
   GTEST_SKIP() << "this build has no CUDA toolkit (PHUB_HAVE_CUDA_STAGING unset)";
 }
 #endif
