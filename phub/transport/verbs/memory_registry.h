@@ -4,6 +4,9 @@
 // a copy. There is deliberately no "register on first use" cache: memory the owner may free
 // and reuse while registered would leave a region pinning stale pages. The registry lives as
 // long as the owner's memory does (a shard's registry goes with its job).
+//
+// Device memory (a GPU's, GPUDirect RDMA) is registered here too and found like host memory;
+// the connections ask InDeviceMemory before any copy, because the CPU must never touch it.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +14,7 @@
 #include <memory>
 #include <span>
 
+#include "phub/transport/transport.h"
 #include "phub/transport/verbs/memory_region.h"
 
 namespace phub::transport::verbs {
@@ -23,20 +27,35 @@ class MemoryRegistry {
   // region is not registered again.
   Status Register(std::span<std::byte> memory);
 
-  // Deregisters the region registered for exactly `memory` (nothing if there is none).
+  // Registers device memory (its dma-buf) for local reads and remote writes, as Register;
+  // MemoryRegion::RegisterDmaBuf's errors (Unimplemented where the device cannot).
+  Status RegisterDevice(const DeviceMemory& memory);
+
+  // Deregisters the region registered for exactly `memory` (nothing if there is none), host
+  // or device memory.
   void Forget(std::span<std::byte> memory);
 
   // The region wholly containing [data, data + bytes), or null.
   const MemoryRegion* Find(const std::byte* data, std::size_t bytes) const;
 
+  // Whether any of [data, data + bytes) is device memory (false for 0 bytes).
+  bool InDeviceMemory(const std::byte* data, std::size_t bytes) const;
+
   std::size_t regions() const { return regions_.size(); }
   std::size_t registered_bytes() const { return registered_bytes_; }
   const VerbsDevice& device() const { return *device_; }
 
+  // Registers host memory as Register does, but marked as device memory: the guards against
+  // copying device memory, tested where no GPU is.
+  Status TEST_RegisterAsDeviceMemory(std::span<std::byte> memory);
+
  private:
+  void Add(MemoryRegion region);
+
   std::shared_ptr<const VerbsDevice> device_;
   std::multimap<const std::byte*, MemoryRegion> regions_;  // by start address
   std::size_t registered_bytes_ = 0;
+  std::size_t device_regions_ = 0;  // so that InDeviceMemory costs nothing without any
 };
 
 }  // namespace phub::transport::verbs

@@ -17,6 +17,17 @@ namespace phub::transport::verbs {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// The CPU never reads or writes device memory (GPUDirect RDMA): the NIC sends it from where it
+// lies into a landing zone, and a message that would need a copy of it fails instead.
+constexpr char kNicOnly[] = "device memory is sent only by the NIC (GPUDirect), never copied";
+constexpr char kStraddles[] =
+    "lies partly in device memory and not wholly in one registered region, so it would be "
+    "copied: ";
+
+}  // namespace
+
 VerbsConnection::~VerbsConnection() {
   // The route (and its CQ reservation) stays until here, so the flushes of a closed QP are
   // still counted and still find this (closed, ignoring) connection.
@@ -133,6 +144,11 @@ Status VerbsConnection::PostNext(Pending& next, bool& blocked) {
     const MemoryRegion* region = loop_.registry->Find(next.payload.data(), next.payload.size());
     std::span<const std::byte> local = next.payload;
     if (region == nullptr) {  // not registered by its owner: copy into a send buffer
+      if (loop_.registry->InDeviceMemory(next.payload.data(), next.payload.size())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(OpName(h.op), " of chunk ", h.chunk, " for ", peer_, "'s landing zone ",
+                         kStraddles, kNicOnly, "; send it from within one region"));
+      }
       PHUB_ASSIGN_OR_RETURN(buffer, TakeSendBuffer());
       if (buffer < 0) return (blocked = true, absl::OkStatus());
       std::byte* copy = send_pool_.data() + std::size_t(buffer) * send_buffer_bytes_;
@@ -157,6 +173,11 @@ Status VerbsConnection::PostNext(Pending& next, bool& blocked) {
           OpName(h.op), " of ", next.payload.size(), " bytes has no landing zone at ", peer_,
           " and is too large for its staged slots (", ring.slot_bytes - kWireHeaderBytes,
           " payload bytes): raise the receiver's VerbsLimits.staged_payload_bytes"));
+    }
+    if (loop_.registry->InDeviceMemory(next.payload.data(), next.payload.size())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(OpName(h.op), " of chunk ", h.chunk,
+                       " from device memory needs a landing zone at ", peer_, ": ", kNicOnly));
     }
     if (credits_ == 0) return (blocked = true, absl::OkStatus());
     PHUB_ASSIGN_OR_RETURN(buffer, TakeSendBuffer());
@@ -265,6 +286,14 @@ Status VerbsConnection::Deliver(const WireHeader& header, std::span<const std::b
   if (slot_bytes.size() != payload.size()) {
     return absl::InternalError(absl::StrCat("slot of ", slot_bytes.size(),
                                             " bytes for a payload of ", payload.size()));
+  }
+  // (The registry is null only after Close.)
+  if (loop_.registry != nullptr &&
+      loop_.registry->InDeviceMemory(slot_bytes.data(), slot_bytes.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        OpName(header.op), " of chunk ", header.chunk, " from ", peer_,
+        " came staged (no landing zone published for it), and its slot is device memory, which "
+        "the CPU never writes: publish a landing zone for it (GPUDirect)"));
   }
   if (!payload.empty()) std::memcpy(slot_bytes.data(), payload.data(), payload.size());
   return handler_->OnReceived(*this, header);

@@ -13,6 +13,10 @@
 //    one credit per slot; the receiver returns a credit (a zero-length write, immediate =
 //    credit) once it has copied the slot out, so no write ever lands in a slot still in use.
 //
+// Device memory (MemoryRegistry::RegisterDevice: a GPU's, GPUDirect RDMA) travels only on the
+// direct path, read and written by the NIC alone: a message that would be staged or copied from
+// it, or staged into a slot in it, fails with FailedPrecondition; the CPU never touches it.
+//
 // Flow control of direct writes is the PS's iteration protocol (docs/protocol.md): a worker
 // pushes chunk k again only after the weights answering its last push arrived, which phubd
 // sends only after aggregating; phubd overwrites a worker's weights only after that worker

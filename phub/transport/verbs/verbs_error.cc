@@ -13,6 +13,8 @@ namespace {
 
 std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
 
+constexpr char kNoDmaBuf[] = "its driver has no GPUDirect RDMA support (ibv_reg_dmabuf_mr: ";
+
 std::string Limit(rlim_t value) {
   return value == RLIM_INFINITY ? "unlimited" : absl::StrCat(value, " bytes");
 }
@@ -51,6 +53,16 @@ Status RegisterMemoryError(const std::string& device, std::size_t bytes, int err
       ". Raise the limit: `ulimit -l unlimited` in the shell that starts it, LimitMEMLOCK=infinity "
       "in its systemd unit, `--ulimit memlock=-1` for docker, or a memlock line in "
       "/etc/security/limits.conf; or run it with CAP_IPC_LOCK"));
+}
+
+Status RegisterDmaBufError(const std::string& device, std::size_t bytes, int err) {
+  if (err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT) {
+    return absl::UnimplementedError(
+        absl::StrCat(device, " cannot register device memory (dma-buf): ", kNoDmaBuf,
+                     ErrnoText(err), "); stage through host memory"));
+  }
+  return VerbsError(absl::StrCat("ibv_reg_dmabuf_mr of ", bytes, " bytes of device memory"), device,
+                    err);
 }
 
 }  // namespace phub::transport::verbs

@@ -116,6 +116,9 @@ class VerbsTransport final : public Transport {
   }
 
   Status Register(std::span<std::byte> bytes) override { return verbs_->registry->Register(bytes); }
+  Status RegisterDeviceMemory(const DeviceMemory& memory) override {
+    return verbs_->registry->RegisterDevice(memory);
+  }
   void Unregister(std::span<std::byte> bytes) override { verbs_->registry->Forget(bytes); }
   void ForgetRegistered() override {
     // Connections made so far keep the old registry (their regions stay until they close).

@@ -5,8 +5,11 @@
 // verbs/verbs_connection_test.cc. The verbs half skips without an RDMA device; it runs in
 // tests/verbs/'s soft-RoCE guest as part of verbs_test.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -593,6 +596,37 @@ TEST_P(ConnectionConformanceTest, StoppingAndDroppingTheAcceptorLeavesReadyConne
     acceptor_->Stop();
     acceptor_.reset();
   });
+  ASSERT_NO_FATAL_FAILURE(ExpectThePairStillCarriesBothWays());
+}
+
+// --- Device memory (GPUDirect RDMA) ---
+
+// Transport::RegisterDeviceMemory of a descriptor no GPU driver exported (a memfd stands in for
+// the dma-buf) is refused cleanly and leaves the transport as it was. TCP never takes device
+// memory: Unimplemented, saying to stage through host memory. Verbs hands the fd to
+// ibv_reg_dmabuf_mr: soft-RoCE has no dma-buf support (Unimplemented), and a device that had
+// would refuse a memfd (not a dma-buf); either way an error naming the device, never a crash.
+// No machine here has both a GPU and an HCA, so a dma-buf registration that succeeds is not
+// tested.
+TEST_P(ConnectionConformanceTest, DeviceMemoryNoDriverExportedIsRefusedWithoutHarm) {
+  const int fd = memfd_create("phub-not-a-dmabuf", 0);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(ftruncate(fd, 4096), 0) << std::strerror(errno);
+  std::vector<std::byte> range(4096);  // where the "device memory" would be mapped
+  Status status;
+  accept_loop_.Run([&] { status = accept_transport_->RegisterDeviceMemory({range, fd, 0}); });
+  close(fd);
+  ASSERT_FALSE(status.ok());
+  if (GetParam() == TransportKind::kTcp) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+    EXPECT_NE(status.message().find("stage through host memory"), std::string::npos) << status;
+  } else {
+    EXPECT_NE(status.message().find(verbs::ListDevices()[0]), std::string::npos) << status;
+    if (status.code() == absl::StatusCode::kUnimplemented) {
+      EXPECT_NE(status.message().find("stage through host memory"), std::string::npos) << status;
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
   ASSERT_NO_FATAL_FAILURE(ExpectThePairStillCarriesBothWays());
 }
 

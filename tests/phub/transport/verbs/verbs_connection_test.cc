@@ -5,9 +5,9 @@
 // receiver's published zone with the header rebuilt, zero copy from registered memory and by
 // copy from unregistered; a zone's iterations must follow in order; a stale ATTACH is refused
 // before any zone is published; set-ups have a deadline; sizing limits fail with a message
-// saying what. What every transport's Connection must do (the ATTACH first, placement, order,
-// close, a peer that goes, refusals, accept hooks) is tested once for all of them in
-// ../connection_conformance_test.cc.
+// saying what; device memory is never copied from or into (GPUDirect). What every transport's
+// Connection must do (the ATTACH first, placement, order, close, a peer that goes, refusals,
+// accept hooks) is tested once for all of them in ../connection_conformance_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -51,6 +51,7 @@ class RecordingHandler : public ConnectionHandler {
       }
     }
     in_zone_ = false;
+    if (!staged_slot.empty()) return staged_slot;
     staging_.assign(header.payload_bytes, std::byte{0});
     return std::span<std::byte>(staging_);
   }
@@ -81,6 +82,7 @@ class RecordingHandler : public ConnectionHandler {
     return zones;
   }
   std::uint64_t expected_session = 0;
+  std::span<std::byte> staged_slot;  // where messages outside the zones go, if set
 
   std::vector<Received> WaitFor(std::size_t n) {
     std::unique_lock lock(mu_);
@@ -422,6 +424,94 @@ TEST_F(VerbsSetUpDeadlineTest, ADialerThatSaysNothingTimesOut) {
   ASSERT_TRUE(outcome.has_value()) << "a silent peer held the set-up for 30 s";
   EXPECT_EQ(outcome->code(), absl::StatusCode::kDeadlineExceeded) << *outcome;
   EXPECT_THAT(std::string(outcome->message()), HasSubstr("did not finish it within 300 ms"));
+}
+
+// Device memory (GPUDirect RDMA) is read and written by the NIC alone. Host memory registered
+// as if it were a GPU's stands in for it: no machine here has a GPU and an HCA.
+
+TEST_F(VerbsConnectionTest, DeviceMemoryGoesIntoALandingZoneZeroCopyBothWays) {
+  constexpr std::size_t kBytes = 4096;
+  std::vector<std::byte> zone_memory(kBytes);
+  accept_loop_.Run(
+      [&] { ASSERT_TRUE(accept_verbs_.registry->TEST_RegisterAsDeviceMemory(zone_memory).ok()); });
+  acceptor_handler_.zones = {{Op::kPush, 1, 7, 1, zone_memory}};
+  std::vector<std::byte> source = RandomBytes(kBytes, 5);
+  dial_loop_.Run(
+      [&] { ASSERT_TRUE(dial_verbs_.registry->TEST_RegisterAsDeviceMemory(source).ok()); });
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  dial_loop_.Run([&] { dialer_->Send(WireHeader{Op::kPush, 1, 7, 1, kBytes}, source, nullptr); });
+  auto got = acceptor_handler_.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].in_zone);
+  EXPECT_EQ(zone_memory, source);
+  dial_loop_.Run([&] {
+    EXPECT_EQ(dialer_->stats().direct_sent, 1u);
+    EXPECT_EQ(dialer_->stats().copied_sent, 0u);
+  });
+}
+
+TEST_F(VerbsConnectionTest, DeviceMemoryWithoutALandingZoneIsRefusedNotCopied) {
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  std::vector<std::byte> payload(256);
+  dial_loop_.Run(
+      [&] { ASSERT_TRUE(dial_verbs_.registry->TEST_RegisterAsDeviceMemory(payload).ok()); });
+  Status sent;
+  dial_loop_.Run([&] {
+    dialer_->Send(WireHeader{Op::kPush, 0, 3, 1, 256}, payload, [&](const Status& s) { sent = s; });
+  });
+  Status why = dialer_handler_.WaitClosed();
+  EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition) << why;
+  EXPECT_THAT(std::string(why.message()),
+              HasSubstr("chunk 3 from device memory needs a landing zone"));
+  EXPECT_EQ(sent, why);
+  dial_loop_.Run([&] { EXPECT_EQ(dialer_->stats().staged_sent, 0u); });
+  EXPECT_EQ(acceptor_handler_.WaitClosed().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(acceptor_handler_.WaitFor(0).empty());
+}
+
+// A payload for a zone that is partly device memory and partly not is in no one region, so it
+// would go by copy: refused.
+TEST_F(VerbsConnectionTest, APayloadPartlyInDeviceMemoryIsRefusedNotCopied) {
+  constexpr std::size_t kBytes = 4096;
+  std::vector<std::byte> zone_memory(kBytes);
+  accept_loop_.Run([&] { ASSERT_TRUE(accept_verbs_.registry->Register(zone_memory).ok()); });
+  acceptor_handler_.zones = {{Op::kPush, 0, 2, 1, zone_memory}};
+  std::vector<std::byte> source(2 * kBytes);
+  dial_loop_.Run([&] {
+    ASSERT_TRUE(dial_verbs_.registry
+                    ->TEST_RegisterAsDeviceMemory(std::span<std::byte>(source).first(kBytes))
+                    .ok());
+  });
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  std::span<const std::byte> straddling =
+      std::span<const std::byte>(source).subspan(kBytes / 2, kBytes);
+  dial_loop_.Run([&] {
+    dialer_->Send(WireHeader{Op::kPush, 0, 2, 1, kBytes}, straddling, nullptr);
+  });
+  Status why = dialer_handler_.WaitClosed();
+  EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition) << why;
+  EXPECT_THAT(std::string(why.message()), HasSubstr("partly in device memory"));
+  dial_loop_.Run([&] {
+    EXPECT_EQ(dialer_->stats().direct_sent, 0u);
+    EXPECT_EQ(dialer_->stats().copied_sent, 0u);
+  });
+}
+
+// The receiving side: a staged message whose slot (ResolveSlot's answer) is device memory
+// would be copied there by the CPU: refused, the memory untouched.
+TEST_F(VerbsConnectionTest, AStagedMessageIsNeverCopiedIntoDeviceMemory) {
+  std::vector<std::byte> slot(256, std::byte{0});
+  accept_loop_.Run(
+      [&] { ASSERT_TRUE(accept_verbs_.registry->TEST_RegisterAsDeviceMemory(slot).ok()); });
+  acceptor_handler_.staged_slot = slot;
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  std::vector<std::byte> payload = RandomBytes(256, 9);
+  dial_loop_.Run([&] { dialer_->Send(WireHeader{Op::kPush, 0, 4, 1, 256}, payload, nullptr); });
+  Status why = acceptor_handler_.WaitClosed();
+  EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition) << why;
+  EXPECT_THAT(std::string(why.message()), HasSubstr("its slot is device memory"));
+  EXPECT_EQ(slot, std::vector<std::byte>(256, std::byte{0}));
+  EXPECT_TRUE(acceptor_handler_.WaitFor(0).empty());
 }
 
 // Send buffers are sized by what this side sends (max_send_payload_bytes), not by the slots

@@ -2,20 +2,23 @@
 // HCA): two RC queue pairs in one process connected to each other; RDMA WRITE WITH IMMEDIATE of
 // random bytes lands exactly where the writer said with the immediate delivered; a write outside
 // the peer's region fails with a completion error that says so; a QP put in error flushes its
-// posted receives. Without a device those tests skip, saying why; the no-device error runs everywhere.
+// posted receives; the registry tells device memory from host memory. Without a device those
+// tests skip, saying why; the no-device error runs everywhere.
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "phub/transport/verbs/memory_region.h"
+#include "phub/transport/verbs/memory_registry.h"
 #include "phub/transport/verbs/queue_pair.h"
 #include "phub/transport/verbs/verbs_device.h"
 
@@ -162,6 +165,65 @@ TEST_F(QueuePairPairTest, ABufferOutsideItsRegionIsRefusedBeforePosting) {
   ASSERT_TRUE(src.ok());
   auto s = a_->PostWriteWithImm(*src, other, 0, 0, 0, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The registry's view of device memory (GPUDirect), what the connections' guards ask before
+// any copy. Host memory registered as if it were device memory stands in for a GPU's (no
+// machine here has a GPU and an HCA; the dma-buf registration itself is tested through the
+// transport seam, in connection_conformance_test.cc).
+class MemoryRegistryDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (ListDevices().empty()) GTEST_SKIP() << kSkip;
+    auto device = VerbsDevice::Open({});
+    ASSERT_TRUE(device.ok()) << device.status();
+    registry_.emplace(std::shared_ptr<const VerbsDevice>(std::move(*device)));
+  }
+  std::optional<MemoryRegistry> registry_;
+};
+
+TEST_F(MemoryRegistryDeviceTest, AnyOverlapWithDeviceMemoryIsSeenAndHostMemoryIsNot) {
+  std::vector<std::byte> memory(3 * 4096);
+  std::span<std::byte> all(memory);
+  std::span<std::byte> host = all.first(4096);
+  std::span<std::byte> device = all.subspan(4096, 4096);  // the tail stays unregistered
+  ASSERT_TRUE(registry_->Register(host).ok());
+  EXPECT_FALSE(registry_->InDeviceMemory(host.data(), host.size()));  // none registered yet
+  ASSERT_TRUE(registry_->TEST_RegisterAsDeviceMemory(device).ok());
+
+  EXPECT_TRUE(registry_->InDeviceMemory(device.data(), device.size()));
+  EXPECT_TRUE(registry_->InDeviceMemory(device.data() + 100, 8));                // inside
+  EXPECT_TRUE(registry_->InDeviceMemory(host.data() + 4000, 200));               // its start
+  EXPECT_TRUE(registry_->InDeviceMemory(device.data() + 4000, 200));             // its end
+  EXPECT_TRUE(registry_->InDeviceMemory(all.data(), all.size()));                // around it
+  EXPECT_FALSE(registry_->InDeviceMemory(host.data(), host.size()));             // before it
+  EXPECT_FALSE(registry_->InDeviceMemory(device.data() + device.size(), 4096));  // after it
+  EXPECT_FALSE(registry_->InDeviceMemory(device.data() + 8, 0));                 // no bytes
+  // Found like host memory (a payload inside it is sent zero-copy), flagged as device memory.
+  const MemoryRegion* found = registry_->Find(device.data() + 8, 64);
+  ASSERT_NE(found, nullptr);
+  EXPECT_TRUE(found->device_memory());
+  EXPECT_EQ(found->data(), device.data());
+  EXPECT_EQ(found->remote_address(8), reinterpret_cast<std::uint64_t>(device.data() + 8));
+  EXPECT_FALSE(registry_->Find(host.data(), 64)->device_memory());
+}
+
+TEST_F(MemoryRegistryDeviceTest, ForgottenDeviceMemoryIsNoLongerGuarded) {
+  std::vector<std::byte> memory(4096);
+  ASSERT_TRUE(registry_->TEST_RegisterAsDeviceMemory(memory).ok());
+  ASSERT_TRUE(registry_->InDeviceMemory(memory.data(), memory.size()));
+  registry_->Forget(memory);
+  EXPECT_FALSE(registry_->InDeviceMemory(memory.data(), memory.size()));
+  EXPECT_EQ(registry_->regions(), 0u);
+  EXPECT_EQ(registry_->registered_bytes(), 0u);
+}
+
+TEST_F(MemoryRegistryDeviceTest, DeviceMemoryWithoutADmaBufIsRefusedNamingTheDevice) {
+  std::vector<std::byte> memory(4096);
+  Status status = registry_->RegisterDevice({memory, -1, 0});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(registry_->device().name()));
+  EXPECT_EQ(registry_->regions(), 0u);
 }
 
 }  // namespace
