@@ -122,11 +122,14 @@ Status Server::Start() {
     // Each job's lane on core i listens on base + i + k x cores, k < --max-jobs (server_core.h).
     const CorePorts ports{.stride = cores.count,
                           .slots = std::max<std::uint32_t>(admission.sharing.max_jobs, 1)};
-    PHUB_ASSIGN_OR_RETURN(auto core,
-                          ServerCore::Create(i, place, device_of_nic[site.nic],
-                                             options_.core_limits(), ports,
-                                             AddCoreMetrics(metrics_, i),
-                                             options_.nics.bytes_per_s / cores.count));
+    double top_weight = 1;
+    for (const auto& [name, weight] : admission.sharing.job_weights) {
+      top_weight = std::max(top_weight, weight);
+    }
+    PHUB_ASSIGN_OR_RETURN(
+        auto core, ServerCore::Create(i, place, device_of_nic[site.nic], options_.core_limits(),
+                                      ports, AddCoreMetrics(metrics_, i),
+                                      options_.nics.bytes_per_s / cores.count, top_weight));
     cores_.push_back(std::move(core));
   }
   control_ = std::make_unique<ControlPlane>(context_, options_, cores_, [this] {

@@ -1,8 +1,15 @@
 #include "phub/server/core/core_lane.h"
 
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <ctime>
 #include <new>
 #include <optional>
@@ -33,6 +40,12 @@ transport::ConnectionSizing ShardSizing(std::uint64_t chunk_bytes) {
 }
 }  // namespace
 
+int LaneNiceLevels(double weight, double top_weight) {
+  if (!(weight > 0) || weight >= top_weight) return 0;
+  const double levels = std::log(top_weight / weight) / std::log(1.25);
+  return static_cast<int>(std::clamp(std::lround(levels), 0L, 19L));
+}
+
 CoreLane::CoreLane(const LaneSite& site, std::uint32_t slot, std::uint64_t session)
     : site_(site),
       session_(session),
@@ -59,6 +72,18 @@ Status CoreLane::Build(std::uint16_t port, std::shared_ptr<const JobSpec> job,
                        Shard::EventSink sink, double weight) {
   AssertOnLoop();  // the shard is made here: it is bound to this thread (Shard's REQUIRES)
   const keys::CoreIndex index = site_.index;
+  if (const int levels = LaneNiceLevels(weight, site_.top_weight); levels > 0) {
+    // This thread only (Linux: nice is per thread). Lower priority needs no privilege.
+    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, tid);
+    if (errno != 0 || setpriority(PRIO_PROCESS, tid, std::min(19, now + levels)) != 0) {
+      spdlog::warn(
+          "core {}: cannot lower a job's lane by {} nice levels for its weight {} ({}): "
+          "the CPU is shared equally between jobs",
+          index, levels, weight, std::strerror(errno));
+    }
+  }
   PHUB_ASSIGN_OR_RETURN(transport_, site_.device->Bind(loop_, site_.place->queue));
   const std::uint64_t weight_bytes = job->table.bytes_on_core(index);
   chunk_bytes_ = job->table.chunk_bytes();

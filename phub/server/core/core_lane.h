@@ -38,6 +38,13 @@ struct CorePlace {
   int queue = 0;           // its rank among its NIC's cores: the NIC queue it polls
 };
 
+// How much lower than its core's other lanes a job's lane runs, in nice levels, so that the
+// kernel shares the CPU between lanes by the jobs' weights (--job-weight): CFS gives a thread
+// 1.25x the CPU of one a nice level lower, so a job of weight w beside one of the largest
+// weight `top` runs log(top / w) / log(1.25) levels lower (weight 2 against 1: 3 levels,
+// 1.95:1). 0 for a job of the largest weight; at most 19.
+int LaneNiceLevels(double weight, double top_weight);
+
 // What every lane of one core shares: owned by the ServerCore, which outlives its lanes.
 struct LaneSite {
   keys::CoreIndex index = 0;
@@ -46,6 +53,7 @@ struct LaneSite {
   CoreLimits limits;
   const CoreMetrics* metrics = nullptr;  // the core's series; null: none (all null inside)
   SharedSendQueue* sends = nullptr;      // the core's paced sends; null: sent at once
+  double top_weight = 1;                 // the largest --job-weight (LaneNiceLevels)
 };
 
 class CoreLane {

@@ -22,7 +22,7 @@ ServerCore::ServerCore(keys::CoreIndex index, const CorePlace& place,
 StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(
     keys::CoreIndex index, const CorePlace& place, std::shared_ptr<transport::Device> device,
     const CoreLimits& limits, const CorePorts& ports, const CoreMetrics& metrics,
-    double pace_bytes_per_s) {
+    double pace_bytes_per_s, double top_weight) {
   if (ports.stride == 0 || ports.slots == 0) {
     return absl::InvalidArgumentError("a core's data ports need a stride and a slot");
   }
@@ -36,6 +36,7 @@ StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(
   }
   std::unique_ptr<ServerCore> core(
       new ServerCore(index, place, std::move(device), limits, ports, metrics));
+  core->top_weight_ = std::max(1.0, top_weight);
   if (pace_bytes_per_s > 0) {
     // The queue's wake-ups run on a thread of their own: no job's lane may be kept waiting for
     // another's timer, and a lane may end while a wake-up is armed.
@@ -96,7 +97,8 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
                       .device = device_.get(),
                       .limits = limits_,
                       .metrics = &metrics_,
-                      .sends = sends_.get()};
+                      .sends = sends_.get(),
+                      .top_weight = top_weight_};
   Status last = absl::OkStatus();
   for (std::uint32_t slot = 0; slot < slot_taken_.size(); ++slot) {
     {

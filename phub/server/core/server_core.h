@@ -44,13 +44,12 @@ class ServerCore {
   // then (verbs: its whole set-up, which carries the ATTACH). `metrics`: the core's exported
   // series, shared by its lanes (all null: none). `pace_bytes_per_s`: this core's share of the
   // NIC, to which it paces the jobs' sends while they share it (0: not paced;
-  // fair_send_queue.h). InvalidArgument if the ports run past 65535.
-  static StatusOr<std::unique_ptr<ServerCore>> Create(keys::CoreIndex index, const CorePlace& place,
-                                                      std::shared_ptr<transport::Device> device,
-                                                      const CoreLimits& limits,
-                                                      const CorePorts& ports,
-                                                      const CoreMetrics& metrics = {},
-                                                      double pace_bytes_per_s = 0);
+  // fair_send_queue.h). `top_weight`: the largest --job-weight; a job of less runs its lanes
+  // that many nice levels lower (LaneNiceLevels). InvalidArgument if the ports run past 65535.
+  static StatusOr<std::unique_ptr<ServerCore>> Create(
+      keys::CoreIndex index, const CorePlace& place, std::shared_ptr<transport::Device> device,
+      const CoreLimits& limits, const CorePorts& ports, const CoreMetrics& metrics = {},
+      double pace_bytes_per_s = 0, double top_weight = 1);
   ~ServerCore();
 
   keys::CoreIndex index() const { return index_; }
@@ -95,6 +94,7 @@ class ServerCore {
   CoreLimits limits_;
   CorePorts ports_;
   CoreMetrics metrics_;
+  double top_weight_ = 1;
   // Paced sends only: the queue, and a thread of its own for the queue's wake-ups.
   std::unique_ptr<SharedSendQueue> sends_;
   std::unique_ptr<transport::EventLoop> pacing_loop_;

@@ -4,6 +4,9 @@
 #include "phub/server/core/server_core.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <future>
@@ -126,6 +129,37 @@ TEST(ServerCoreTest, APortAnotherProgramHoldsIsSkipped) {
   const Status second = core->InstallShard(JobWithSession(2), [](ShardEvent) {});
   EXPECT_FALSE(second.ok());
   EXPECT_NE(second.message().find("--data-port-base"), std::string::npos) << second;
+}
+
+int NiceOf(ServerCore& core, std::uint64_t session) {
+  std::promise<int> nice;
+  core.Post(session, [&](Shard&) {
+    nice.set_value(getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))));
+  });
+  auto future = nice.get_future();
+  EXPECT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  return future.get();
+}
+
+TEST(ServerCoreTest, ALanesNiceFollowsItsJobsWeight) {
+  EXPECT_EQ(LaneNiceLevels(2, 2), 0);
+  EXPECT_EQ(LaneNiceLevels(1, 2), 3);  // 1.25^3 = 1.95: CFS shares the CPU ~2:1
+  EXPECT_EQ(LaneNiceLevels(1, 4), 6);  // 1.25^6 = 3.8
+  EXPECT_EQ(LaneNiceLevels(1e-6, 1e6), 19);
+  EXPECT_EQ(LaneNiceLevels(3, 2), 0);
+  CorePlace place{.address = "127.0.0.1"};
+  auto core = ServerCore::Create(0, place, Tcp(), CoreLimits{}, {.stride = 1, .slots = 2}, {}, 0,
+                                 /*top_weight=*/2);
+  ASSERT_TRUE(core.ok()) << core.status();
+  ASSERT_TRUE((*core)
+                  ->InstallShard(
+                      JobWithSession(1), [](ShardEvent) {}, 2)
+                  .ok());
+  ASSERT_TRUE((*core)
+                  ->InstallShard(
+                      JobWithSession(2), [](ShardEvent) {}, 1)
+                  .ok());
+  EXPECT_EQ(NiceOf(**core, 2) - NiceOf(**core, 1), 3);
 }
 
 TEST(ServerCoreTest, ARangePastTheLastPortIsRefusedUpFront) {
