@@ -69,7 +69,17 @@ void FairSendQueue::Wake() {
 std::size_t FairSendQueue::ActiveFlows(Clock::time_point now) const {
   std::size_t n = 0;
   for (const auto& [id, f] : flows_) {
-    const bool sending = f.in_flight > 0 && now - f.progressed < pacing_.stalled_after;
+    // Stalled: nothing completed for `stalled_after`, or for 4x what its bytes in flight take
+    // at the paced rate, if longer (a unit is a chunk to every worker: 16 MiB at 1.25 Gbit/s
+    // is 107 ms, and a healthy flow completes one about that often).
+    auto patience = pacing_.stalled_after;
+    if (pacing_.bytes_per_s > 0) {
+      patience = std::max(patience, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::duration<double>(
+                                            4.0 * static_cast<double>(f.in_flight) /
+                                            pacing_.bytes_per_s)));
+    }
+    const bool sending = f.in_flight > 0 && now - f.progressed < patience;
     n += (!f.queue.empty() || sending) ? 1 : 0;
   }
   return n;

@@ -15,9 +15,9 @@
 // instead of in the sockets, where TCP would share it per connection; a flow that uses less than
 // its share leaves the rest to the others (work-conserving up to the rate). Without a rate, or
 // with one flow active, units start at once: the order is kept, nothing is held — a job alone
-// gets all of the core, always. A flow whose sends have been in flight for `stalled_after` with
-// none completing (its workers read nothing) is not active: a tenant cannot hold the others to
-// a shared pace by not reading its weights.
+// gets all of the core, always. A flow whose sends have been in flight for `stalled_after` (or 4x
+// their time at the rate) with none completing (its workers read nothing) is not active: a
+// tenant cannot hold the others to a shared pace by not reading its weights.
 //
 // Threading: the core's thread only. `wake` asks to be called back (Wake()) after a delay: the
 // core arms a timer on its loop. Units of a flow removed (its job ended) never start; Done for
@@ -37,8 +37,9 @@ namespace phub::server {
 struct FairPacing {
   double bytes_per_s = 0;  // this core's share of the NIC; 0: never held
   std::chrono::nanoseconds burst = std::chrono::milliseconds(2);  // tokens kept, at most
-  // A flow with sends in flight and none completed for this long counts as not active. Far
-  // above one chunk's time on any link a PBox has (1 MiB at 1 Gbit/s: 8 ms).
+  // A flow with sends in flight and none completed for this long counts as not active — or
+  // for 4x what its bytes in flight take at `bytes_per_s`, if that is longer (a unit is one
+  // chunk to every worker of the job, and may itself take ~100 ms on a slow link).
   std::chrono::nanoseconds stalled_after = std::chrono::milliseconds(100);
 };
 

@@ -219,6 +219,26 @@ TEST(FairSendQueueTest, AFlowWhoseReadersStoppedIsNotActive) {
   EXPECT_LT(started - before, 10);
 }
 
+TEST(FairSendQueueTest, ALongUnitInFlightIsNotTakenForAStall) {
+  // 10 MB/s: a unit of 2 MB takes 200 ms, over stalled_after (100 ms). Flow 1 with such a unit
+  // in flight 150 ms is still sending: flow 2 stays paced. After 4x its time (800 ms) with no
+  // completion, flow 1 is stalled.
+  Simulation sim(10e6);
+  sim.queue.AddFlow(1, 1);
+  sim.queue.AddFlow(2, 1);
+  sim.queue.Submit(1, 2'000'000, [] {});
+  int started = 0;
+  for (int k = 0; k < 10; ++k) sim.queue.Submit(2, 100'000, [&] { ++started; });
+  const int at_start = started;
+  EXPECT_LT(at_start, 10);
+  sim.now += std::chrono::milliseconds(150);
+  sim.queue.Wake();
+  EXPECT_LT(started, 10) << "a 200 ms unit 150 ms in flight is not a stall";
+  sim.now += std::chrono::milliseconds(700);
+  sim.queue.Wake();
+  EXPECT_EQ(started, 10) << "no completion for over 4x its time: stalled";
+}
+
 TEST(FairSendQueueTest, AUnitThatCompletesAtOnceDoesNotRecurse) {
   FairSendQueue queue;
   queue.AddFlow(1, 1);
