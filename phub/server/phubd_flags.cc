@@ -62,8 +62,8 @@ void AddLimitFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flags) {
                    "Largest model a job may ask for, in bytes (+256 per chunk of bookkeeping); "
                    "default: 80% of physical memory / (--max-world-size + 3), or / 4 without it");
   group.add_option("--max-connections", control.max_connections,
-                   "Most open control connections; per core, most data connections not yet "
-                   "attached. More are closed at once")
+                   "Most open control connections; per job's data port on each core, most data "
+                   "connections not yet attached. More are closed at once")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
   group.add_option("--max-pending-per-source", control.pending.per_source,
@@ -77,7 +77,8 @@ void AddLimitFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flags) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
   group.add_option("--max-data-pending-per-source", control.data_pending_per_source,
-                   "Per core, most data connections one address may hold before their ATTACH; "
+                   "Per job's data port on each core, most data connections one address may hold "
+                   "before their ATTACH; "
                    "past --max-connections the oldest is closed for the newest")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
