@@ -9,12 +9,10 @@
 #include "phub/common/bounded_text.h"
 #include "phub/common/membership.h"
 #include "phub/transport/control_channel.h"
-#include "phub/placement/nics.h"
-#include "phub/transport/open_device.h"
 #include "spdlog/spdlog.h"
 
-// PsClient's set-up and tear-down: the handshake (join_job.h), the transport phubd chose, one
-// connection per server core, and the BYE/Goodbye that leaves the job.
+// PsClient's set-up and tear-down: the handshake (join_job.h), one connection per server core
+// (the transport and its memory: ps_client_memory.cc), and the BYE/Goodbye that leaves the job.
 
 namespace phub::client {
 
@@ -33,29 +31,8 @@ transport::ConnectionSizing ClientSizing(std::uint64_t chunk_bytes) {
 }
 }  // namespace
 
-namespace {
-// A data plane that cannot take device memory: what to do about it.
-Status NoGpuDirect(const Status& why) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("GPUDirect RDMA: ", why.message(),
-                   "; start the worker with --gpudirect off to stage through host memory"));
-}
-}  // namespace
-
-Status PsClient::Impl::RegisterWith(transport::Transport& transport, std::span<std::byte> region) {
-  if (!options_.device_memory) return transport.Register(region);
-  auto exported = options_.device_memory(region);
-  if (!exported.ok()) return NoGpuDirect(exported.status());
-  if (Status s = transport.RegisterDeviceMemory(*exported); !s.ok()) return NoGpuDirect(s);
-  return absl::OkStatus();
-}
-
 Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
-  if (options_.device_memory && compact_pushes()) {
-    return NoGpuDirect(absl::FailedPreconditionError(
-        absl::StrCat("the ", kernels::WireFormatName(options_.wire.format),
-                     " wire converts every push on the CPU, which cannot read device memory")));
-  }
+  PHUB_RETURN_IF_ERROR(CheckDeviceMemory());
   if (weights_.size() != tensors.size()) {
     return absl::InvalidArgumentError(absl::StrCat("got ", weights_.size(), " weight buffers for ",
                                                    tensors.size(), " tensors"));
@@ -124,65 +101,6 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   spdlog::debug("rank {}: attached to {} server cores, {} chunks", membership_.rank,
                 connections_.size(), table_->chunks().size());
   return absl::OkStatus();
-}
-
-Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
-  // This worker's NICs: the kernel's choice, or --nics (each with its RDMA device).
-  const std::vector<std::string> named = placement::SplitList(options_.rdma.device);
-  std::vector<placement::Nic> nics{{"", "", options_.rdma.device}};
-  if (!options_.nics.empty() || named.size() > 1) {
-    PHUB_ASSIGN_OR_RETURN(nics, placement::ResolveNics(options_.nics, named, ""));
-  }
-  std::vector<std::string> rdma_devices;
-  for (const placement::Nic& nic : nics) {
-    nic_address_.push_back(nic.address);
-    rdma_devices.push_back(nic.rdma_device);
-  }
-  auto per_nic = transport::OpenDevicePerNic(
-      {kind,
-       transport::ForScheduling({options_.tcp_no_delay, options_.socket_buffer_bytes},
-                                options_.send_window_bytes),
-       options_.rdma},
-      rdma_devices);
-  if (!per_nic.ok()) {
-    return Status(per_nic.status().code(),
-                  absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
-                               ", which this worker cannot open: ", per_nic.status().message()));
-  }
-  // A transport per distinct device, all on loop_; each NIC uses its device's.
-  std::vector<std::shared_ptr<transport::Device>> devices;
-  for (const auto& device : *per_nic) {
-    auto known = std::find(devices.begin(), devices.end(), device);
-    transport_of_nic_.push_back(known - devices.begin());
-    if (known == devices.end()) {
-      spdlog::debug("rank {}: data plane: {}", membership_.rank, device->Describe());
-      devices.push_back(device);
-    }
-  }
-  Status status;
-  loop_.Run([&] {
-    // The weight buffers are where phubd writes fresh weights: registered once, here (with
-    // a compact wire: their staging buffers, and the pushes' too, which they are sent from),
-    // with every device.
-    std::vector<std::span<std::byte>> regions;
-    for (std::span<float> w : weights_) regions.push_back(std::as_writable_bytes(w));
-    for (AlignedBuffer& b : weights_wire_) regions.push_back(std::as_writable_bytes(b.span()));
-    for (AlignedBuffer& b : push_wire_) regions.push_back(std::as_writable_bytes(b.span()));
-    for (std::size_t d = 0; d < devices.size(); ++d) {
-      auto transport = devices[d]->Bind(loop_, static_cast<int>(d));
-      if (!transport.ok()) {
-        status = transport.status();
-        return;
-      }
-      for (std::span<std::byte> region : regions) {
-        if (region.empty()) continue;
-        status = RegisterWith(**transport, region);
-        if (!status.ok()) return;
-      }
-      transports_.push_back(*std::move(transport));
-    }
-  });
-  return status;
 }
 
 StatusOr<std::vector<transport::LandingZone>> PsClient::Impl::LandingZones(
@@ -276,32 +194,6 @@ void PsClient::Impl::ArmHeartbeat() {
     SendControl(heartbeat);
     ArmHeartbeat();
   });
-}
-Status PsClient::Impl::DeclareGradients(const std::vector<std::span<const float>>& grads) {
-  if (grads.size() != weights_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("DeclareGradients: ", grads.size(),
-                                                   " buffers for ", weights_.size(), " tensors"));
-  }
-  for (std::size_t t = 0; t < grads.size(); ++t) {
-    if (grads[t].size() != weights_[t].size()) {
-      return absl::InvalidArgumentError(absl::StrCat("DeclareGradients: tensor ", t, "'s buffer has ",
-                                                     grads[t].size(), " floats; it has ",
-                                                     weights_[t].size()));
-    }
-  }
-  Status status;
-  loop_.Run([&] {  // the transport is the loop's
-    for (std::span<const float> g : grads) {
-      if (g.empty()) continue;
-      // Only ever read from (verbs: no rkey of it is published).
-      std::span<float> writable(const_cast<float*>(g.data()), g.size());
-      for (auto& transport : transports_) {
-        status = RegisterWith(*transport, std::as_writable_bytes(writable));
-        if (!status.ok()) return;
-      }
-    }
-  });
-  return status;
 }
 Status PsClient::Impl::Close() {
   if (closed_) return absl::OkStatus();

@@ -90,6 +90,9 @@ class PsClient::Impl final : public transport::ConnectionHandler {
 
   void RecordError(const Status& status);
   Status OpenTransport(transport::TransportKind kind);
+  // With options_.device_memory, what cannot carry device memory is refused before connecting
+  // (a compact wire: its conversions run on the CPU).
+  Status CheckDeviceMemory() const;
   // Registers `region` of the caller's memory with `transport`: as device memory with
   // options_.device_memory (GPUDirect), else as host memory. On the loop's thread.
   Status RegisterWith(transport::Transport& transport, std::span<std::byte> region);

@@ -1,12 +1,8 @@
 #include "phub/staging/cuda_copy_engine.h"
 
-#include <cuda.h>          // the driver's types only: its calls come through the runtime
-#include <cudaTypedefs.h>  // PFN_cu* for the calls looked up through the runtime
 #include <cuda_runtime.h>
-#include <unistd.h>
 
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -14,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/cuda_error_text.h"
+#include "phub/staging/cuda_driver.h"
 
 namespace phub::staging {
 namespace {
@@ -46,60 +43,6 @@ cudaEvent_t EventOf(const Fence& fence) {
   auto* f = static_cast<CudaFence*>(fence.state());
   return f == nullptr ? nullptr : f->event;
 }
-
-// The driver calls DeviceScope and the dma-buf export ask, looked up once through the runtime
-// (no link to libcuda); null where the driver does not have one.
-struct DriverCalls {
-  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
-  CUresult (*device_get)(CUdevice*, int) = nullptr;
-  CUresult (*primary_ctx_get_state)(CUdevice, unsigned int*, int*) = nullptr;
-  PFN_cuDeviceGetAttribute_v2000 device_get_attribute = nullptr;
-  PFN_cuMemGetAddressRange_v3020 mem_get_address_range = nullptr;
-  PFN_cuMemGetHandleForAddressRange_v11070 mem_get_handle_for_address_range = nullptr;
-  PFN_cuGetErrorName_v6000 get_error_name = nullptr;
-};
-
-template <typename Fn>
-void LookUp(const char* symbol, Fn& fn) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  // 12000: each of these calls' signature since long before; every driver a CUDA 12+ runtime
-  // runs on has it.
-  if (cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    p = nullptr;
-  }
-  fn = reinterpret_cast<Fn>(p);
-}
-
-const DriverCalls& Driver() {
-  static const DriverCalls calls = [] {
-    DriverCalls c;
-    LookUp("cuCtxGetCurrent", c.ctx_get_current);
-    LookUp("cuDeviceGet", c.device_get);
-    LookUp("cuDevicePrimaryCtxGetState", c.primary_ctx_get_state);
-    LookUp("cuDeviceGetAttribute", c.device_get_attribute);
-    LookUp("cuMemGetAddressRange", c.mem_get_address_range);  // the _v2 (64-bit) one at 12000
-    LookUp("cuMemGetHandleForAddressRange", c.mem_get_handle_for_address_range);
-    LookUp("cuGetErrorName", c.get_error_name);
-    return c;
-  }();
-  return calls;
-}
-
-// "CUDA_ERROR_NOT_SUPPORTED" (the number where the driver cannot name it).
-std::string DriverErrorName(CUresult r) {
-  const char* name = nullptr;
-  if (Driver().get_error_name != nullptr && Driver().get_error_name(r, &name) == CUDA_SUCCESS &&
-      name != nullptr) {
-    return name;
-  }
-  return absl::StrCat("CUresult ", static_cast<int>(r));
-}
-
-constexpr const char* kStagedInstead = "; staging through host memory instead";
 
 // Whether the calling thread's current device `ordinal` has a context: making it current
 // again then creates nothing. True where the driver cannot tell (the caller keeps its device).
@@ -217,89 +160,8 @@ class CudaCopyEngine final : public CopyEngine {
     return absl::OkStatus();
   }
 
-  // The whole allocation holding the range is exported (page-aligned, as the driver requires;
-  // a cudaMalloc'd block normally is already), and the range's offset in it returned: a NIC
-  // registers the dma-buf at that offset.
   StatusOr<DmaBuf> ExportDmaBuf(const void* device, std::size_t bytes) override {
-    if (device == nullptr) {
-      return absl::InvalidArgumentError("ExportDmaBuf of a null device pointer");
-    }
-    const int gpu = options_.device;
-    const DriverCalls& driver = Driver();
-    if (driver.device_get == nullptr || driver.device_get_attribute == nullptr ||
-        driver.mem_get_address_range == nullptr ||
-        driver.mem_get_handle_for_address_range == nullptr) {
-      return absl::UnimplementedError(absl::StrCat(
-          "the NVIDIA driver has no dma-buf export (cuMemGetHandleForAddressRange needs a "
-          "driver of CUDA 11.7 or later) for GPU ",
-          gpu, kStagedInstead));
-    }
-    DeviceScope scope(gpu);
-    PHUB_RETURN_IF_ERROR(scope.status());
-    CUdevice cu_device;
-    int supported = 0;
-    if (driver.device_get(&cu_device, gpu) != CUDA_SUCCESS ||
-        driver.device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, cu_device) !=
-            CUDA_SUCCESS) {
-      supported = 0;  // a driver that cannot say cannot export either
-    }
-    if (supported == 0) {
-      return absl::UnimplementedError(absl::StrCat(
-          "GPU ", gpu,
-          " does not support dma-buf export (GPUDirect RDMA needs a data-center GPU and an "
-          "open kernel module driver)",
-          kStagedInstead));
-    }
-    const auto ptr = reinterpret_cast<CUdeviceptr>(device);
-    const std::string at = absl::StrCat("0x", absl::Hex(ptr));
-    cudaPointerAttributes where{};
-    if (cudaPointerGetAttributes(&where, device) != cudaSuccess ||
-        where.type != cudaMemoryTypeDevice) {
-      (void)cudaGetLastError();
-      return absl::UnimplementedError(absl::StrCat(
-          "memory at ", at,
-          " is not device memory from cudaMalloc (host, managed or unknown memory has no "
-          "dma-buf to export)",
-          kStagedInstead));
-    }
-    if (where.device != gpu) {
-      return absl::InvalidArgumentError(absl::StrCat("memory at ", at, " is on GPU ", where.device,
-                                                     ", not this engine's GPU ", gpu,
-                                                     ": export it with that GPU's engine"));
-    }
-    CUdeviceptr base = 0;
-    std::size_t size = 0;
-    if (CUresult r = driver.mem_get_address_range(&base, &size, ptr); r != CUDA_SUCCESS) {
-      return absl::UnimplementedError(absl::StrCat("cuMemGetAddressRange of ", at,
-                                                   " failed: ", DriverErrorName(r),
-                                                   " (not a device allocation)", kStagedInstead));
-    }
-    if (bytes > size - (ptr - base)) {  // ptr - base <= size: the driver found ptr in it
-      return absl::InvalidArgumentError(absl::StrCat(bytes, " bytes at ", at,
-                                                     " run past the end of its allocation (", size,
-                                                     " bytes at offset ", ptr - base, ")"));
-    }
-    const CUdeviceptr page = static_cast<CUdeviceptr>(::sysconf(_SC_PAGESIZE));
-    const CUdeviceptr begin = base / page * page;
-    const CUdeviceptr end = (base + size + page - 1) / page * page;
-    int fd = -1;
-    // PCIe BAR1 mapping first: on a machine with both PCIe and C2C (Grace) it is the one a NIC
-    // can reach; drivers that do not know the flag refuse it, and then the default mapping.
-    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
-    for (unsigned long long flags :
-         {static_cast<unsigned long long>(CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE), 0ULL}) {
-      r = driver.mem_get_handle_for_address_range(&fd, begin, end - begin,
-                                                  CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, flags);
-      if (r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_NOT_SUPPORTED) break;
-    }
-    if (r == CUDA_SUCCESS) return DmaBuf(fd, ptr - begin);
-    const std::string what =
-        absl::StrCat("cuMemGetHandleForAddressRange (dma-buf of ", end - begin, " bytes on GPU ",
-                     gpu, ") failed: ", DriverErrorName(r), kStagedInstead);
-    if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) {
-      return absl::UnimplementedError(what);
-    }
-    return absl::InternalError(what);
+    return ExportCudaDmaBuf(options_.device, device, bytes);
   }
 
   Status FlushRemoteWrites() override {
