@@ -210,6 +210,13 @@ print(f"flood: {sent} connections of garbage", flush=True)
 """
 
 
+def slowdown_table(rows, beside, beside_key, slowdown_key, digits):
+    """Markdown rows: B alone, B beside (column `beside`), B's slowdown, per repetition."""
+    return tables.md_table(["rep", "B alone ms/iter", beside, "slowdown"],
+                           [[str(r["rep"]), f"{r['b_alone_ms']:.1f}", f"{r[beside_key]:.1f}",
+                             f"{r[slowdown_key]:.{digits}f}"] for r in rows])
+
+
 def misbehave_rack(a, run_dir):
     """Job B (workers w0, w1) trains while job A (w2, w3) misbehaves through the same phubd: a
     host of A floods every phubd port with garbage connections, and one of A's workers is
@@ -635,10 +642,7 @@ def main():
                "Job B (2 workers) alone, then while job A (2 workers) shares phubd, floods "
                "every phubd port with garbage from one of A's hosts and loses a worker "
                "mid-iteration (SIGKILL; A stalls).", ""]
-        md += tables.md_table(["rep", "B alone ms/iter", "B beside A", "slowdown"],
-                              [[str(r["rep"]), f"{r['b_alone_ms']:.1f}",
-                                f"{r['b_beside_ms']:.1f}", f"{r['slowdown']:.3f}"]
-                               for r in misbehaving])
+        md += slowdown_table(misbehaving, "B beside A", "b_beside_ms", "slowdown", 3)
         tables.write_tsv(os.path.join(a.out, "misbehave.tsv"), misbehaving,
                          list(misbehaving[0].keys()), cell=tables.short_float)
     if flooding:
@@ -664,10 +668,8 @@ def main():
             md += ["", "Paced: B beside A whose workers are stopped (SIGSTOP: A reads nothing, "
                    "its weights stay in flight), against B alone; a tenant that reads nothing "
                    "must not count as active, so this slowdown should be near 1.", ""]
-            md += tables.md_table(["rep", "B alone ms/iter", "B beside A stopped", "slowdown"],
-                                  [[str(r["rep"]), f"{r['b_alone_ms']:.1f}",
-                                    f"{r['b_stopped_ms']:.1f}", f"{r['slowdown_stopped']:.2f}"]
-                                   for r in flooding])
+            md += slowdown_table(flooding, "B beside A stopped", "b_stopped_ms",
+                                 "slowdown_stopped", 2)
         tables.write_tsv(os.path.join(a.out, "flood.tsv"), flooding, list(flooding[0].keys()),
                          cell=tables.short_float)
     tables.write_markdown(os.path.join(a.out, "tenants.md"), md)
