@@ -48,6 +48,7 @@ int LaneNiceLevels(double weight, double top_weight) {
 
 CoreLane::CoreLane(const LaneSite& site, std::uint32_t slot, std::uint64_t session)
     : site_(site),
+      slot_(slot),
       session_(session),
       router_(site.index),
       loop_(absl::StrCat("core ", site.index, " lane ", slot), site.place->pin_core) {}

@@ -73,6 +73,7 @@ class CoreLane {
 
   std::uint16_t port() const { return port_; }
   std::uint64_t session() const { return session_; }
+  std::uint32_t slot() const { return slot_; }
 
   // Closes the listener and the shard's connections, frees the shard; returns its counters, the
   // CPU its thread used included.
@@ -102,6 +103,7 @@ class CoreLane {
   void SampleSteering(const std::shared_ptr<transport::Connection>& connection);
 
   LaneSite site_;
+  std::uint32_t slot_;
   std::uint64_t session_;
   std::uint16_t port_ = 0;
   std::uint64_t chunk_bytes_ = 0;  // the largest payload the shard sends (one chunk)

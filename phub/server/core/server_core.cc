@@ -1,6 +1,5 @@
 #include "phub/server/core/server_core.h"
 
-#include <boost/asio/post.hpp>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -112,7 +111,6 @@ Status ServerCore::InstallShard(std::shared_ptr<const JobSpec> job, Shard::Event
     auto lane = CoreLane::Create(site, slot, port, job, sink, weight);
     std::lock_guard lock(mu_);
     if (lane.ok()) {
-      slot_of_[session] = slot;
       lanes_[session] = std::move(*lane);
       return absl::OkStatus();
     }
@@ -142,10 +140,10 @@ ShardStats ServerCore::RemoveShard(std::uint64_t session) {
     lanes_.erase(it);
   }
   ShardStats stats = lane->Remove();
+  const std::uint32_t slot = lane->slot();
   lane.reset();  // its thread joined: its port is free again
   std::lock_guard lock(mu_);
-  slot_taken_[slot_of_[session]] = false;
-  slot_of_.erase(session);
+  slot_taken_[slot] = false;
   return stats;
 }
 

@@ -102,8 +102,7 @@ class ServerCore {
 
   mutable std::mutex mu_;
   std::map<std::uint64_t, std::unique_ptr<CoreLane>> lanes_;  // by session; guarded by mu_
-  std::vector<bool> slot_taken_;                              // guarded by mu_
-  std::map<std::uint64_t, std::uint32_t> slot_of_;            // by session; guarded by mu_
+  std::vector<bool> slot_taken_;  // by CoreLane::slot(); guarded by mu_
 };
 
 }  // namespace phub::server
