@@ -141,6 +141,7 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
     spec.set_beta2(c.beta2);
     spec.set_eps(c.eps);
   }
+  if (options.per_iteration_values) hello.set_per_iteration_values(true);
   const bool compact = options.wire.compact();
   if (compact) {
     hello.set_wire(kernels::WireFormatName(options.wire.format));
@@ -188,9 +189,25 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
         " but phubd runs the job with ", runs, welcome.wire_weights() ? " (weights too)" : "",
         ": a phubd older than the compact wire; update phubd or use --wire fp32"));
   }
+  if (welcome.per_iteration_values() != options.per_iteration_values) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", membership.rank, " asked for hyper-parameters per iteration but phubd runs the "
+        "job with fixed ones: a phubd older than schedules; update phubd or use a constant "
+        "schedule"));
+  }
   JoinedJob job{std::move(table), welcome.weights_from_server(), welcome.session(), *data_plane,
                 {}, welcome.resumed(), welcome.resume_iteration(),
-                static_cast<int>(std::min<std::uint32_t>(welcome.liveness_timeout_ms(), 3600000))};
+                static_cast<int>(std::min<std::uint32_t>(welcome.liveness_timeout_ms(), 3600000)),
+                std::nullopt};
+  if (welcome.has_resume_values() && welcome.resume_values().iteration() == job.resume_iteration) {
+    const proto::StepValues& v = welcome.resume_values();
+    const kernels::StepValues values{.lr = v.lr(), .momentum = v.momentum(),
+                                     .weight_decay = v.weight_decay(), .beta1 = v.beta1(),
+                                     .beta2 = v.beta2(), .eps = v.eps()};
+    if (options.optimizer && kernels::ValidateStepValues(options.optimizer->kind, values).ok()) {
+      job.resume_values = values;
+    }
+  }
   if (job.resumed) {
     spdlog::info("rank {}: phubd resumes this worker at iteration {}", membership.rank,
                  job.resume_iteration);

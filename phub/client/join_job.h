@@ -5,6 +5,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct JoinedJob {
   bool resumed = false;
   std::uint64_t resume_iteration = 0;
   int liveness_timeout_ms = 0;  // phubd's; 0: no heartbeats
+  // PsClientOptions::per_iteration_values, resumed: the values of resume_iteration, if phubd
+  // knows them.
+  std::optional<kernels::StepValues> resume_values;
 };
 
 // `timeout_ms`, or what is left of options.deadline if that is less (0 when it has passed).

@@ -33,6 +33,10 @@ transport::ConnectionSizing ClientSizing(std::uint64_t chunk_bytes) {
 
 Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   PHUB_RETURN_IF_ERROR(CheckDeviceMemory());
+  if (options_.per_iteration_values && !options_.optimizer) {
+    return absl::InvalidArgumentError(
+        "per_iteration_values needs PsClientOptions::optimizer: the values are its kind's");
+  }
   if (weights_.size() != tensors.size()) {
     return absl::InvalidArgumentError(absl::StrCat("got ", weights_.size(), " weight buffers for ",
                                                    tensors.size(), " tensors"));
@@ -51,6 +55,8 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   session_ = job.session;
   resumed_ = job.resumed;
   resume_iteration_ = job.resumed ? job.resume_iteration : 0;
+  resume_values_ = job.resume_values;
+  values_iteration_ = pushed_iteration_ = resume_iteration_;
   liveness_timeout_ms_ = job.liveness_timeout_ms;
 
   // Every tensor awaits its first weights (iteration 0, or where the job resumes), which phubd
@@ -301,6 +307,7 @@ Status PsClient::DeclareGradients(const std::vector<std::span<const float>>& gra
 Status PsClient::Init() { return impl_->Init(); }
 Status PsClient::Push(std::uint32_t t, std::span<const float> g) { return impl_->Push(t, g); }
 Status PsClient::Wait(std::uint32_t t) { return impl_->Wait(t); }
+Status PsClient::StepWith(const kernels::StepValues& values) { return impl_->StepWith(values); }
 Status PsClient::WaitAll() { return impl_->WaitAll(); }
 Status PsClient::Close() { return impl_->Close(); }
 const keys::KeyTable& PsClient::key_table() const { return impl_->table(); }
@@ -308,6 +315,9 @@ bool PsClient::weights_from_server() const { return impl_->weights_from_server()
 bool PsClient::resumed() const { return impl_->resumed(); }
 std::uint32_t PsClient::rank() const { return impl_->rank(); }
 std::uint64_t PsClient::resume_iteration() const { return impl_->resume_iteration(); }
+std::optional<kernels::StepValues> PsClient::resume_values() const {
+  return impl_->resume_values();
+}
 std::uint64_t PsClient::iteration(std::uint32_t t) const { return impl_->iteration(t); }
 
 }  // namespace phub::client

@@ -58,6 +58,11 @@ struct PsClientOptions {
   // the weights it sends back, or kAverage (summation mode: the "weights" that land are the mean
   // of the workers' gradients). Unset: phubd's --optimizer flags.
   std::optional<kernels::OptimizerConfig> optimizer;
+  // A schedule (docs/design.md "Hyper-parameters per iteration"): the job's hyper-parameters
+  // may change every iteration. Each worker then calls StepWith before each iteration's first
+  // Push, and phubd steps every chunk of that iteration with those values; `optimizer` gives
+  // the kind (and the first values, unused once StepWith is called). The same on every worker.
+  bool per_iteration_values = false;
   int connect_timeout_ms = 30000;  // keep retrying a refused connection this long
   // phubd must answer the Hello within this, and, while the job forms (it waits for every
   // worker before the Welcome), keep saying it is there at least this often: it acknowledges
@@ -122,6 +127,13 @@ class PsClient {
   // Starts pushing tensor t's gradient. Does not block. REQUIRES: Init() returned OK and the
   // previous Push(t) was waited for.
   Status Push(std::uint32_t tensor, std::span<const float> grads);
+  // PsClientOptions::per_iteration_values: the values phubd steps this worker's next iteration
+  // with (the iteration its next Push starts). Every rank must give the same values for an
+  // iteration (else phubd stalls the job, naming each rank's values); a Push of an iteration
+  // without them fails with FailedPrecondition. Does not block. InvalidArgument for values the
+  // job's optimizer refuses (kernels::ValidateStepValues), FailedPrecondition without
+  // per_iteration_values or when called twice for one iteration.
+  Status StepWith(const kernels::StepValues& values);
   // Blocks until the weights that answer the last Push(t) (or Init) are in weights[t].
   Status Wait(std::uint32_t tensor);
   Status WaitAll();
@@ -141,6 +153,10 @@ class PsClient {
   // that phubd resumed from a checkpoint, the iteration Init's weights are of: the caller's
   // next Push is iteration resume_iteration() + 1, and its data must be that iteration's.
   std::uint64_t resume_iteration() const;
+  // PsClientOptions::per_iteration_values: the values phubd stepped iteration
+  // resume_iteration() with, in a job this worker rejoined or that phubd resumed (a schedule
+  // carries on from them); nullopt in a fresh job or where phubd does not know them.
+  std::optional<kernels::StepValues> resume_values() const;
   // Number of completed pushes of tensor t.
   std::uint64_t iteration(std::uint32_t tensor) const;
 

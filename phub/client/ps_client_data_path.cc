@@ -1,7 +1,10 @@
 // PsClient's data path: pushes out, weights in (ResolveSlot is the one validation point of
 // everything phubd sends), and the first error, which every later call returns.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "phub/client/ps_client_impl.h"
+#include "phub/kernels/aggregate_and_step.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::client {
@@ -22,6 +25,38 @@ void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const std
     });
   }
 }
+Status PsClient::Impl::StepWith(const kernels::StepValues& values) {
+  if (!options_.per_iteration_values) {
+    return absl::FailedPreconditionError(
+        "StepWith in a job with fixed hyper-parameters: connect with "
+        "PsClientOptions::per_iteration_values");
+  }
+  PHUB_RETURN_IF_ERROR(kernels::ValidateStepValues(options_.optimizer->kind, values));
+  proto::ControlMessage message;
+  {
+    std::lock_guard lock(mu_);
+    if (!error_.status().ok()) return error_.status();
+    if (values_iteration_ > pushed_iteration_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "StepWith twice before iteration ", values_iteration_,
+          "'s first Push: one call per iteration, before its pushes"));
+    }
+    values_iteration_ = pushed_iteration_ + 1;
+    proto::StepValues& out = *message.mutable_step_values();
+    out.set_iteration(values_iteration_);
+    out.set_lr(values.lr);
+    out.set_momentum(values.momentum);
+    out.set_weight_decay(values.weight_decay);
+    out.set_beta1(values.beta1);
+    out.set_beta2(values.beta2);
+    out.set_eps(values.eps);
+  }
+  // Posted before the iteration's pushes, on the same loop: phubd has them on the control
+  // connection before the pushes leave.
+  loop_.Post([this, message = std::move(message)] { SendControl(message); });
+  return absl::OkStatus();
+}
+
 Status PsClient::Impl::Init() {
   if (membership_.rank == 0 && !weights_from_server_ && !resumed_) {
     loop_.Post([this] {
@@ -54,6 +89,13 @@ Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) 
                        "call Wait(", tensor, ") first"));
     }
     iteration = state.iteration + 1;
+    if (options_.per_iteration_values && iteration > values_iteration_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Push of tensor ", tensor, " for iteration ", iteration, " before its hyper-parameters: "
+          "call StepWith once before each iteration's first Push (the job has per-iteration "
+          "values)"));
+    }
+    pushed_iteration_ = std::max(pushed_iteration_, iteration);
     state.expect_iteration = iteration;
     state.pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(tensor).size());
     if (state.pending == 0) state.iteration = iteration;  // an empty tensor has nothing to move

@@ -59,6 +59,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   Status DeclareGradients(const std::vector<std::span<const float>>& grads);
   Status Init();
   Status Push(std::uint32_t tensor, std::span<const float> grads);
+  Status StepWith(const kernels::StepValues& values);
   Status Wait(std::uint32_t tensor);
   Status WaitAll();
   Status Close();
@@ -68,6 +69,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   std::uint32_t rank() const { return membership_.rank; }
   bool resumed() const { return resumed_; }
   std::uint64_t resume_iteration() const { return resume_iteration_; }
+  std::optional<kernels::StepValues> resume_values() const { return resume_values_; }
   std::uint64_t iteration(std::uint32_t t) const {
     std::lock_guard lock(mu_);
     return tensors_[t].iteration;
@@ -145,6 +147,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   bool weights_from_server_ = false;
   bool resumed_ = false;                 // the Welcome's: no INIT, weights of resume_iteration_
   std::uint64_t resume_iteration_ = 0;
+  std::optional<kernels::StepValues> resume_values_;  // the Welcome's (per_iteration_values)
   int liveness_timeout_ms_ = 0;          // phubd's; 0: no heartbeats
   // On the loop thread: the control connection's writes, and when phubd was last heard.
   std::deque<std::pair<std::shared_ptr<std::string>, std::function<void()>>> control_outbox_;
@@ -160,6 +163,10 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   std::condition_variable cv_;
   std::vector<TensorState> tensors_;  // guarded by mu_
   std::vector<std::uint64_t> landed_; // guarded by mu_; per chunk: weights received so far
+  // per_iteration_values, guarded by mu_: the last iteration StepWith gave values for, and the
+  // last iteration a Push started (a Push of an iteration past values_iteration_ is refused).
+  std::uint64_t values_iteration_ = 0;
+  std::uint64_t pushed_iteration_ = 0;
   FirstError error_;                  // status() guarded by mu_
 };
 

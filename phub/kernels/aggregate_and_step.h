@@ -37,6 +37,11 @@ std::string Describe(const OptimizerConfig& config);
 // [0,1), betas outside [0,1), eps <= 0, weight_decay < 0; average with a weight decay, which
 // is the workers' own optimizer's to apply).
 Status Validate(const OptimizerConfig& config);
+// The values of one iteration of a `kind` job (StepValues): the same checks, except that lr may
+// be 0 (a schedule's warm-up may start there and a cosine decay end there, as torch allows).
+Status ValidateStepValues(OptimizerKind kind, const StepValues& values);
+// e.g. "lr=0.05, momentum=0.9, weight_decay=0.0001": the values `kind` uses.
+std::string Describe(OptimizerKind kind, const StepValues& values);
 
 // REQUIRES: inputs.size() >= 1; every input, weights and each used state array have the same
 //           length; state.size() >= StateArrays(config.kind); step >= 1 (Adam's t).

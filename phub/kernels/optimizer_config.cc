@@ -85,7 +85,9 @@ std::string Describe(const OptimizerConfig& c) {
   return OptimizerName(c.kind);
 }
 
-Status Validate(const OptimizerConfig& c) {
+namespace {
+
+Status CheckConfig(const OptimizerConfig& c, bool lr_may_be_zero) {
   if (!IsKnown(c.kind)) {
     return absl::InvalidArgumentError(fmt::format("optimizer kind {} is not known: use one of {}",
                                                   static_cast<int>(c.kind), AcceptedNames()));
@@ -101,9 +103,10 @@ Status Validate(const OptimizerConfig& c) {
     }
     return absl::OkStatus();
   }
-  if (!(c.lr > 0.0f) || !std::isfinite(c.lr)) {
+  if (!(c.lr > 0.0f || (lr_may_be_zero && c.lr == 0.0f)) || !std::isfinite(c.lr)) {
     return absl::InvalidArgumentError(
-        fmt::format("{}: lr={} is invalid: the learning rate must be finite and > 0", where, c.lr));
+        fmt::format("{}: lr={} is invalid: the learning rate must be finite and {}", where, c.lr,
+                    lr_may_be_zero ? ">= 0" : "> 0"));
   }
   if (!(c.weight_decay >= 0.0f) || !std::isfinite(c.weight_decay)) {
     return absl::InvalidArgumentError(
@@ -131,6 +134,30 @@ Status Validate(const OptimizerConfig& c) {
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Status Validate(const OptimizerConfig& c) { return CheckConfig(c, /*lr_may_be_zero=*/false); }
+
+Status ValidateStepValues(OptimizerKind kind, const StepValues& values) {
+  return CheckConfig(WithValues(OptimizerConfig{.kind = kind}, values), /*lr_may_be_zero=*/true);
+}
+
+std::string Describe(OptimizerKind kind, const StepValues& v) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return fmt::format("lr={}, weight_decay={}", v.lr, v.weight_decay);
+    case OptimizerKind::kMomentum:
+    case OptimizerKind::kNesterov:
+      return fmt::format("lr={}, momentum={}, weight_decay={}", v.lr, v.momentum, v.weight_decay);
+    case OptimizerKind::kAdam:
+      return fmt::format("lr={}, beta1={}, beta2={}, eps={}, weight_decay={}", v.lr, v.beta1,
+                         v.beta2, v.eps, v.weight_decay);
+    case OptimizerKind::kAverage:
+      return "no values (average)";
+  }
+  return OptimizerName(kind);
 }
 
 }  // namespace phub::kernels

@@ -24,4 +24,38 @@ struct OptimizerConfig {
   unsigned copies = 0;
 };
 
+// The hyper-parameters a job may change from one iteration to the next (a learning-rate
+// schedule; weight decay, momentum and Adam's betas and eps as well): OptimizerConfig less its
+// kind. docs/design.md "Hyper-parameters per iteration".
+struct StepValues {
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+
+  friend bool operator==(const StepValues&, const StepValues&) = default;
+};
+
+inline StepValues ValuesOf(const OptimizerConfig& config) {
+  return {.lr = config.lr,
+          .momentum = config.momentum,
+          .weight_decay = config.weight_decay,
+          .beta1 = config.beta1,
+          .beta2 = config.beta2,
+          .eps = config.eps};
+}
+
+// `config` stepping with `values`: its kind and copies, their hyper-parameters.
+inline OptimizerConfig WithValues(OptimizerConfig config, const StepValues& values) {
+  config.lr = values.lr;
+  config.momentum = values.momentum;
+  config.weight_decay = values.weight_decay;
+  config.beta1 = values.beta1;
+  config.beta2 = values.beta2;
+  config.eps = values.eps;
+  return config;
+}
+
 }  // namespace phub::kernels

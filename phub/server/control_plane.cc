@@ -44,6 +44,7 @@ std::string KindOf(const proto::ControlMessage& message) {
     case proto::ControlMessage::kHeartbeat: return "Heartbeat";
     case proto::ControlMessage::kNotice: return "Notice";
     case proto::ControlMessage::kChallenge: return "Challenge";
+    case proto::ControlMessage::kStepValues: return "StepValues";
     case proto::ControlMessage::BODY_NOT_SET: return "an empty message";
   }
   return "an unknown message";
@@ -197,6 +198,12 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
         return Drop(session, absl::OkStatus());
       }
       if (message.has_heartbeat()) return ReadNext(session);  // last_heard is all it is for
+      if (message.has_step_values()) {
+        if (session->job) session->job->OnStepValues(session, message.step_values());
+        // A refused message ended the session (Drop); else the next one.
+        if (session->state == SessionState::kInJob) ReadNext(session);
+        return;
+      }
       return Refuse(session, Unexpected(message, absl::StrCat("from rank ", session->rank,
                                                               " in a running job")));
     case SessionState::kLeaving:

@@ -51,6 +51,40 @@ StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
   return config;
 }
 
+std::string OptimizerIdentity(const proto::Hello& hello, const kernels::OptimizerConfig& config) {
+  if (!hello.per_iteration_values()) return kernels::Describe(config);
+  return absl::StrCat(kernels::OptimizerName(config.kind), " (hyper-parameters per iteration)");
+}
+
+std::optional<proto::Error> CheckPerIterationValues(const proto::Hello& hello,
+                                                    const kernels::OptimizerConfig& optimizer) {
+  if (!hello.per_iteration_values()) return std::nullopt;
+  if (!hello.has_optimizer()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(),
+                                  " asks for hyper-parameters per iteration without naming the "
+                                  "optimizer they are for"),
+                     "give the optimizer in the Hello (PsClientOptions::optimizer)");
+  }
+  if (optimizer.kind == kernels::OptimizerKind::kAverage) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(),
+                                  " asks for hyper-parameters per iteration with optimizer "
+                                  "average, which has none: the workers step themselves"),
+                     "let the workers' own optimizer follow the schedule, and ask phubd for "
+                     "fixed values");
+  }
+  if (hello.racks() > 1) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " asks for hyper-parameters per iteration "
+                                  "in a job across ", hello.racks(),
+                                  " racks: not supported yet (a rack's PBox passes its sums on, "
+                                  "and the chunk's home PBox steps without the values)"),
+                     "run the job in one rack, or with a constant schedule");
+  }
+  return std::nullopt;
+}
+
 std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOptions& options) {
   if (hello.racks() <= 1) {
     if (hello.rack() == 0 && hello.rack_workers() == 0) return std::nullopt;
@@ -166,6 +200,7 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
                      "give every worker --wire fp32, bf16 or fp16");
   }
   if (std::optional<proto::Error> error = CheckRacks(hello, options.racks)) return error;
+  if (std::optional<proto::Error> error = CheckPerIterationValues(hello, *optimizer)) return error;
   if (first == nullptr) return std::nullopt;
   // (The homes' part has a PBox of each rack as members: their racks differ, CheckRacks checked
   // each. The workers of one rack's part are all of that rack.)
@@ -186,9 +221,20 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
                                   first->rank(), " ", describe(*first)),
                      "give every worker the same --wire and --wire-weights");
   }
+  if (hello.per_iteration_values() != first->per_iteration_values()) {
+    const auto says = [](const proto::Hello& h) {
+      return h.per_iteration_values() ? "changes its hyper-parameters per iteration"
+                                      : "keeps its hyper-parameters fixed";
+    };
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), "'s job ", says(hello), ", rank ",
+                                  first->rank(), "'s ", says(*first)),
+                     "give every worker the same schedule (phub-worker --lr-schedule)");
+  }
   // The first Hello was checked when it came: its optimizer is valid.
-  const std::string mine_optimizer = kernels::Describe(*optimizer);
-  const std::string theirs_optimizer = kernels::Describe(*JobOptimizer(*first, options.optimizer));
+  const std::string mine_optimizer = OptimizerIdentity(hello, *optimizer);
+  const std::string theirs_optimizer =
+      OptimizerIdentity(*first, *JobOptimizer(*first, options.optimizer));
   if (mine_optimizer != theirs_optimizer) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("rank ", hello.rank(), " asks for optimizer ", mine_optimizer,
@@ -230,11 +276,13 @@ std::optional<proto::Error> CheckResumedModel(const proto::Hello& hello,
                      "start the job with the checkpoint's world size, or phubd without --resume");
   }
   if (StatusOr<kernels::OptimizerConfig> optimizer = JobOptimizer(hello, default_optimizer);
-      optimizer.ok() && kernels::Describe(*optimizer) != kernels::Describe(snapshot.optimizer)) {
+      optimizer.ok() &&
+      OptimizerIdentity(hello, *optimizer) != OptimizerIdentity(hello, snapshot.optimizer)) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("phubd resumes checkpoint ", path, ", of a job that ran ",
-                                  kernels::Describe(snapshot.optimizer), "; rank ", hello.rank(),
-                                  "'s job runs ", kernels::Describe(*optimizer)),
+                                  OptimizerIdentity(hello, snapshot.optimizer), "; rank ",
+                                  hello.rank(), "'s job runs ",
+                                  OptimizerIdentity(hello, *optimizer)),
                      "run the job with the checkpoint's optimizer (the workers' or phubd's "
                      "--optimizer flags), or start phubd without --resume");
   }

@@ -27,6 +27,17 @@ proto::Error MakeError(proto::Error::Code code, std::string message, std::string
 StatusOr<kernels::OptimizerConfig> JobOptimizer(const proto::Hello& hello,
                                                 const kernels::OptimizerConfig& default_optimizer);
 
+// What makes two workers' optimizers the same job's: every hyper-parameter, or, where the Hello
+// asks for per_iteration_values, the kind alone (the values come with each iteration, and a
+// worker that rejoins later starts from the schedule's values of then).
+std::string OptimizerIdentity(const proto::Hello& hello, const kernels::OptimizerConfig& config);
+
+// A Hello's per_iteration_values: with the optimizer in the Hello (its kind), not "average" (the
+// workers step themselves: their own optimizer follows the schedule), not across racks (a rack's
+// PBox passes sums on, and the home PBox would need the values too). Part of CheckHello.
+std::optional<proto::Error> CheckPerIterationValues(const proto::Hello& hello,
+                                                    const kernels::OptimizerConfig& optimizer);
+
 // `first` is any Hello already accepted for this job (nullptr if none); `rank_taken[r]` says
 // whether rank r already joined. Returns the Error to send, or nullopt to accept.
 // The Hello's wire format ("" means fp32); InvalidArgument naming the accepted ones.

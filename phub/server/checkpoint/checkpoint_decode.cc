@@ -163,7 +163,9 @@ Status Decoder::ReadHeader(JobSnapshot& s, std::uint32_t& chunks) {
                                 "2 nesterov, 3 adam, 4 average)"));
   }
   s.optimizer.kind = kKindByCode[kind];
-  if (Status st = kernels::Validate(s.optimizer); !st.ok()) {
+  // Its hyper-parameters are those of its iteration: with a schedule lr may be 0 there.
+  if (Status st = kernels::ValidateStepValues(s.optimizer.kind, kernels::ValuesOf(s.optimizer));
+      !st.ok()) {
     return Corrupt(absl::StrCat("its optimizer is invalid: ", st.message()));
   }
   if (s.world_size == 0) return Corrupt("its world size is 0");

@@ -135,7 +135,8 @@ Status ValidateSnapshot(const JobSnapshot& s) {
   auto refuse = [](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint snapshot: ", what));
   };
-  if (Status st = kernels::Validate(s.optimizer); !st.ok()) {
+  if (Status st = kernels::ValidateStepValues(s.optimizer.kind, kernels::ValuesOf(s.optimizer));
+      !st.ok()) {
     return refuse(absl::StrCat("its optimizer is invalid: ", st.message()));
   }
   if (s.world_size == 0) return refuse("its world size is 0; a job has at least one worker");

@@ -58,7 +58,9 @@ struct JobSnapshot {
   std::vector<keys::TensorSpec> tensors;  // phub/keys/key_table.h: {name, elements}
   std::uint64_t chunk_bytes = 0;
   std::uint32_t world_size = 0;
-  kernels::OptimizerConfig optimizer;  // phub/kernels/aggregate_and_step.h
+  // phub/kernels/aggregate_and_step.h. With a schedule (JobSpec::per_iteration_values), its
+  // values are those the job stepped the snapshot's iteration with, where the job knew them.
+  kernels::OptimizerConfig optimizer;
   std::vector<ChunkSnapshot> chunks;   // every chunk of keys::KeyTable::Build(tensors, chunk_bytes,
                                        // any cores), in chunk-id order
 };
@@ -90,8 +92,8 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const JobSnapshot&
 // file's real size and against the spec before allocating (a file that claims 10^12 floats is
 // refused, not allocated); checksums (zlib crc32) over the header and over each chunk record; the
 // chunk layout must be exactly what KeyTable::Build(tensors, chunk_bytes, 1) produces (ids, element
-// counts); optimizer validated with kernels::Validate; state array count must equal
-// kernels::StateArrays(kind). Error messages name the file, what is wrong (e.g. "checksum of chunk
+// counts); optimizer validated with kernels::ValidateStepValues (lr may be 0); state array count
+// must equal kernels::StateArrays(kind). Error messages name the file, what is wrong (e.g. "checksum of chunk
 // 17 is 0x.. but the data hash to 0x..: the file is corrupt", "truncated: ... expected N bytes,
 // file has M"), and what to do.
 //

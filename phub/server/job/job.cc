@@ -26,7 +26,8 @@ Job::Job(Host host, std::string name, JobRole role, std::uint64_t id, std::uint3
       log_name_(absl::StrCat("job '", name_, "'")),
       members_(world_size_),
       ranks_(world_size_),
-      deadline_{boost::asio::steady_timer(host_.io)} {}
+      deadline_{boost::asio::steady_timer(host_.io)},
+      values_timer_(host_.io) {}
 
 Job::~Job() {
   *alive_ = false;
@@ -240,6 +241,7 @@ void Job::FailForming(const proto::Error& error) {
 void Job::OnShardEvent(const ShardEvent& event) {
   if (!running_) return;
   if (event.kind == ShardEvent::Kind::kSnapshot) return OnSnapshot(event);
+  if (event.kind == ShardEvent::Kind::kAwaitingValues) return AwaitValues(event.iteration);
   if (event.kind == ShardEvent::Kind::kAllAttached) {
     if (++cores_attached_ < host_.cores.size()) return;
     if (deadline_.kind == Deadline::kAttaching) CancelDeadline();
@@ -302,6 +304,7 @@ void Job::End() {
   if (ended_) return;
   ended_ = true;
   CancelDeadline();
+  values_timer_.cancel();
   // Its checkpoints are on disk before its end is logged.
   FlushPendingCheckpoint();
   // The relay first: after Stop it posts nothing to the shards about to go.

@@ -42,6 +42,7 @@
 #include "phub/server/job/control_session.h"
 #include "phub/server/job/job_options.h"
 #include "phub/server/job/job_progress.h"
+#include "phub/server/job/step_values_ledger.h"
 #include "phub/server/racks/uplink.h"
 #include "proto/phub.pb.h"
 
@@ -115,6 +116,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // A Hello naming this job, its token already checked: joins the forming job, rejoins the
   // running one, or is refused (the Error names why).
   void OnHello(const SessionPtr& session, const proto::Hello& hello);
+  // A schedule (job_step_values.cc): a member's hyper-parameters for one iteration. Refuses
+  // the member for a wrong message; stalls the job when the ranks disagree.
+  void OnStepValues(const SessionPtr& session, const proto::StepValues& values);
   // A member's Goodbye: its session ends (the caller drops it next).
   void OnGoodbye(const SessionPtr& session);
   // The session of a member ended (SessionEnder::Drop): the job's accounting follows.
@@ -167,9 +171,17 @@ class Job : public std::enable_shared_from_this<Job> {
   bool IsRejoin(const proto::Hello& hello) const;
   void Rejoin(const SessionPtr& session, const proto::Hello& hello);
   void Notify(const std::string& text);
+  // A schedule (job_step_values.cc). The optimizer iteration `iteration` stepped with (its
+  // agreed values where kept); a core's chunk waits for `iteration`'s values: unless they come
+  // within the liveness timeout, the job stalls naming the ranks that never sent theirs.
+  kernels::OptimizerConfig OptimizerOf(std::uint64_t iteration) const;
+  void AwaitValues(std::uint64_t iteration);
+  // The Welcome's per_iteration_values and, resumed at `iteration`, its values where known.
+  void DescribeValues(proto::Welcome& welcome, bool resumed, std::uint64_t iteration) const;
   // Checkpoints (job_checkpoints.cc).
   void OnSnapshot(const ShardEvent& event);
-  std::shared_ptr<JobSnapshot> SnapshotHeader() const;
+  // The checkpoint of `iteration` without its chunks (its optimizer: OptimizerOf(iteration)).
+  std::shared_ptr<JobSnapshot> SnapshotHeader(std::uint64_t iteration) const;
   std::unique_ptr<CheckpointWriter> MakeCheckpointWriter();
   std::optional<proto::Error> CheckNotResumedElsewhere(const proto::Hello& hello) const;
   // Hands a gathered checkpoint to the writer, or, while it still writes the one before,
@@ -228,6 +240,11 @@ class Job : public std::enable_shared_from_this<Job> {
     double pause_ms = 0;
   } pending_checkpoint_;
   std::shared_ptr<const JobSpec> spec_;  // while running
+  // JobSpec::per_iteration_values: the ranks' values per iteration, from the start on; the
+  // timer of AwaitValues and the iteration it waits for.
+  std::optional<StepValuesLedger> values_;
+  boost::asio::steady_timer values_timer_;
+  std::uint64_t awaited_ = 0;
   JobProgress progress_;                 // from the start on (its last values after the end)
   // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).
   std::shared_ptr<Uplink> uplink_;

@@ -68,12 +68,12 @@ std::optional<proto::Error> Job::CheckNotResumedElsewhere(const proto::Hello& he
   return std::nullopt;
 }
 
-std::shared_ptr<JobSnapshot> Job::SnapshotHeader() const {
+std::shared_ptr<JobSnapshot> Job::SnapshotHeader(std::uint64_t iteration) const {
   auto snapshot = std::make_shared<JobSnapshot>();
   snapshot->tensors = spec_->table.tensors();
   snapshot->chunk_bytes = spec_->table.chunk_bytes();
   snapshot->world_size = spec_->world_size;
-  snapshot->optimizer = spec_->optimizer;
+  snapshot->optimizer = OptimizerOf(iteration);
   snapshot->chunks.resize(spec_->table.chunks().size());
   return snapshot;
 }
@@ -87,7 +87,8 @@ void Job::OnSnapshot(const ShardEvent& event) {
     }
     // The chunks' buffers go back to the job's pool when the writer is done with them.
     gathering_.snapshot =
-        SnapshotBuffers::Recycling(spec_->snapshot_buffers, std::move(*SnapshotHeader()));
+        SnapshotBuffers::Recycling(spec_->snapshot_buffers,
+                                   std::move(*SnapshotHeader(event.iteration)));
     gathering_.iteration = event.iteration;
     gathering_.cores = 0;
     gathering_.pause_ms = 0;
@@ -176,7 +177,7 @@ void Job::FlushPendingCheckpoint() {
 Status Job::CheckpointNow() {
   if (!checkpoints_ || !running_ || !spec_) return absl::OkStatus();
   pending_checkpoint_ = {};  // this one is newer
-  std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader();
+  std::shared_ptr<JobSnapshot> snapshot = SnapshotHeader(0);  // its iteration is known below
   // The data plane stops first, so that no chunk moves on while the others are copied.
   for (auto& core : host_.cores) {
     for (ChunkSnapshot& chunk : core->StopAndSnapshot(spec_->session)) {
@@ -189,6 +190,7 @@ Status Job::CheckpointNow() {
     spdlog::info("{}: no checkpoint on stop: the job has not completed an iteration", log_name_);
     return absl::OkStatus();
   }
+  snapshot->optimizer = OptimizerOf(low);
   StatusOr<std::string> path = checkpoints_->WriteNow(*snapshot);
   if (!path.ok()) {
     ++host_.counters.checkpoint_failures;

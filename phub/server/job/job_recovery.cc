@@ -127,6 +127,7 @@ void Job::Rejoin(const SessionPtr& session, const proto::Hello& hello) {
   const std::uint64_t at = ranks_[rank].resume_point;
   // The cores know before the Welcome goes out, so before the rejoiner can attach.
   for (auto& core : host_.cores) core->ExpectRejoin(spec_->session, rank, at);
+  if (values_) values_->Rejoin(rank, at);  // it sends at + 1's values again, and on
   cores_attached_ = 0;
   SendWelcome(session, /*resumed=*/true, at);
   host_.sessions.ReadNext(session);

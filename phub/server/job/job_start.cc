@@ -165,6 +165,7 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .table = std::move(*plan.table),
       .world_size = world_size_,
       .optimizer = ShardOptimizer(plan.optimizer),
+      .per_iteration_values = hello.per_iteration_values(),  // CheckHello: not for a relay
       .session = plan.session,
       .send_window_bytes = host_.data_plane.send_window_bytes,
       .wire = {.format = wire, .weights = hello.wire_weights() && wire != kernels::WireFormat::kFp32},
@@ -232,6 +233,12 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
   live_members_ = world_size_;
   ++host_.counters.formed;
   const bool resumed = plan.resume != nullptr;
+  if (spec_->per_iteration_values) {
+    // A checkpoint holds the values its iteration stepped with (SnapshotHeader).
+    values_.emplace(spec_->optimizer.kind, world_size_, spec_->resume_iteration,
+                    resumed ? std::optional(kernels::ValuesOf(plan.resume->optimizer))
+                            : std::nullopt);
+  }
   if (!role_.relays_upstream()) host_.resume = {};  // one job resumes it; the next starts afresh
   for (auto& member : members_) {
     member->state = SessionState::kInJob;
@@ -275,6 +282,7 @@ void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resu
   welcome.set_transport(transport::TransportName(host_.data_plane.transport));
   welcome.set_resumed(resumed);
   welcome.set_resume_iteration(resume_iteration);
+  DescribeValues(welcome, resumed, resume_iteration);
   welcome.set_liveness_timeout_ms(
       static_cast<std::uint32_t>(std::max(0, deadlines().liveness_timeout_ms)));
   // A core listening on its own NIC is reached at that NIC's address; one listening on every

@@ -154,7 +154,7 @@ void Uplink::State::Connect() {
     // Stop closed the others (it never sees this one): closed here, on the Uplink's thread,
     // never where the state's last reference might go.
     if (closing) {
-      (*connected)->Close();
+      (void)(*connected)->Close();  // leaving: nothing to report
       return;
     }
   }
@@ -264,7 +264,7 @@ void Uplink::Stop() {
     }
     // One still connecting when Stop came is closed by Connect itself (it sees `stopped`).
     for (client::PsClient* client : clients) {
-      if (client) client->Close();
+      if (client) (void)client->Close();  // stopping: nothing to report
     }
   }).detach();
 }

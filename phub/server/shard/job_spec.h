@@ -24,6 +24,10 @@ struct JobSpec {
   keys::KeyTable table;
   std::uint32_t world_size = 0;
   kernels::OptimizerConfig optimizer;
+  // A schedule (docs/design.md "Hyper-parameters per iteration"): each iteration steps with
+  // `optimizer`'s kind and the values the job's ranks agreed for it (Shard::StepWith), which
+  // its chunks wait for; else with `optimizer` as it is.
+  bool per_iteration_values = false;
   std::uint64_t session = 0;  // random; a data connection must present it in its ATTACH
   // Priority scheduling of each data connection's WEIGHTS (SendScheduler); 0 = in order.
   std::size_t send_window_bytes = 0;

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,9 @@ struct ShardEvent {
     kLeftEarly,   // a worker said BYE, yet another pushed a chunk that needs its copy too
     kAllAttached,  // every worker of the job has attached to this core (again, after a rejoin)
     kSnapshot,     // every chunk of this core has been copied for the checkpoint of `iteration`
+    // JobSpec::per_iteration_values: a chunk has every copy of `iteration` in, and waits for
+    // the iteration's hyper-parameters (once per iteration and core).
+    kAwaitingValues,
   };
   Kind kind;
   std::uint32_t core = 0;
@@ -143,6 +147,10 @@ class Shard final : public transport::ConnectionHandler {
   void OnRelayReady();
   void OnRelayed(std::uint32_t chunk);
 
+  // JobSpec::per_iteration_values: iteration `iteration` steps with `values` (every rank's,
+  // agreed on the control plane); its chunks that wait for them step now.
+  void StepWith(std::uint64_t iteration, const kernels::StepValues& values);
+
   // ConnectionHandler
   StatusOr<std::span<std::byte>> ResolveSlot(transport::Connection& connection,
                                              const transport::WireHeader& header) override;
@@ -173,6 +181,9 @@ class Shard final : public transport::ConnectionHandler {
   Status CheckAttach(const transport::WireHeader& header) const;
   Status Attach(transport::Connection& connection, const transport::WireHeader& header);
   void MaybeAggregate(ChunkState& state);
+  // What iteration `iteration` steps with: the job's optimizer, or with per-iteration values
+  // that iteration's; null while they have not come (the chunk waits: StepWith).
+  const kernels::OptimizerConfig* StepConfig(std::uint64_t iteration);
   // Whether the chunk's first weights can go out: it has them, every worker is attached, and
   // (JobSpec::relay) the other racks start from them too.
   bool Announceable(const ChunkState& state) const;
@@ -220,6 +231,10 @@ class Shard final : public transport::ConnectionHandler {
   std::size_t snapshot_filled_ = 0;
   double snapshot_pause_ms_ = 0;
   std::shared_ptr<std::vector<ChunkSnapshot>> snapshot_;
+  // JobSpec::per_iteration_values: the configs of iterations whose values came, until every
+  // chunk is past them; the last iteration reported waiting for its values (kAwaitingValues).
+  std::map<std::uint64_t, kernels::OptimizerConfig> step_configs_;
+  std::uint64_t reported_awaiting_ = 0;
   std::vector<const void*> inputs_;  // scratch for AggregateSlots
   std::vector<float*> state_ptrs_;
   ShardStats stats_;

@@ -178,8 +178,36 @@ bool Shard::Announceable(const ChunkState& state) const {
          (!job_->relay || state.relay_ready);
 }
 
+const kernels::OptimizerConfig* Shard::StepConfig(std::uint64_t iteration) {
+  if (!job_->per_iteration_values) return &job_->optimizer;
+  if (auto it = step_configs_.find(iteration); it != step_configs_.end()) return &it->second;
+  if (reported_awaiting_ < iteration) {
+    // The control path may simply be behind the data path; the job acts if it stays so.
+    reported_awaiting_ = iteration;
+    sink_(ShardEvent{.kind = ShardEvent::Kind::kAwaitingValues, .core = core_,
+                     .iteration = iteration});
+  }
+  return nullptr;
+}
+
+void Shard::StepWith(std::uint64_t iteration, const kernels::StepValues& values) {
+  AssertOnOwnThread();
+  if (!job_->per_iteration_values) return;
+  step_configs_[iteration] = kernels::WithValues(job_->optimizer, values);
+  std::uint64_t oldest_in_flight = UINT64_MAX;
+  for (ChunkState& state : chunks_) {
+    if (state.iteration + 1 == iteration) MaybeAggregate(state);
+    oldest_in_flight = std::min(oldest_in_flight, state.iteration + 1);
+  }
+  // Values of iterations every chunk has stepped are not needed again (a rejoiner's replayed
+  // pushes of those are dropped, never summed).
+  step_configs_.erase(step_configs_.begin(), step_configs_.lower_bound(oldest_in_flight));
+}
+
 void Shard::MaybeAggregate(ChunkState& state) {
   if (state.arrived < job_->world_size || state.pending_sends > 0) return;
+  const kernels::OptimizerConfig* config = StepConfig(state.iteration + 1);
+  if (config == nullptr) return;  // StepWith steps it
   const auto began = std::chrono::steady_clock::now();
   const std::uint32_t elements = state.chunk->elements;
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
@@ -188,7 +216,7 @@ void Shard::MaybeAggregate(ChunkState& state) {
     // waits for its weights as it waits for a send (OnRelayed).
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
                    std::as_const(state.weights).span(), job_->relay->Partial(state.chunk->id),
-                   state_ptrs_, job_->optimizer, state.iteration + 1, inputs_);
+                   state_ptrs_, *config, state.iteration + 1, inputs_);
     state.arrived = 0;
     std::fill(state.pushed.begin(), state.pushed.end(), 0);
     CountAggregation(began);
@@ -201,11 +229,11 @@ void Shard::MaybeAggregate(ChunkState& state) {
     // keeping the previous weights costs no copy (no send of either is queued: see above).
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
                    std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
-                   job_->optimizer, state.iteration + 1, inputs_);
+                   *config, state.iteration + 1, inputs_);
     std::swap(state.weights, state.previous);
   } else {
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements, {},
-                   state.weights.span(), state_ptrs_, job_->optimizer, state.iteration + 1,
+                   state.weights.span(), state_ptrs_, *config, state.iteration + 1,
                    inputs_);
   }
   ++state.iteration;

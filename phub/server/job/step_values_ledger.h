@@ -1,0 +1,76 @@
+// StepValuesLedger: a job's hyper-parameters per iteration (docs/design.md "Hyper-parameters per
+// iteration"), as its ranks give them. Each rank gives the values of each iteration, in order,
+// before pushing it (proto StepValues); once every rank has given iteration t's and they agree,
+// t's values are the job's (the shards step t's chunks with them). Pure bookkeeping, on the
+// control plane's thread: no I/O, no clock.
+//
+// Memory is bounded whatever a rank sends: a rank's values must be for its next iteration and
+// at most kAhead past the job's last agreed one (an honest worker is never more than one ahead:
+// it pushes iteration t + 1 only once t's weights came back, which needed t's values agreed),
+// so at most kAhead iterations are pending; the agreed values of the last kKept iterations are
+// kept for rejoins, Welcomes and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phub/kernels/optimizer_config.h"
+
+namespace phub::server {
+
+class StepValuesLedger {
+ public:
+  static constexpr std::uint64_t kAhead = 2;
+  static constexpr std::size_t kKept = 4;
+
+  struct Outcome {
+    enum class Kind {
+      kWaiting,    // taken: the iteration still waits for other ranks' values
+      kAgreed,     // taken, and the iteration's values are now the job's: step with `values`
+      kRefused,    // not taken: the message was wrong (`why`); the rank is refused
+      kDisagreed,  // the rank's values differ from another's for one iteration (`why` names
+                   // both): the job cannot go on
+    };
+    Kind kind = Kind::kWaiting;
+    std::uint64_t iteration = 0;
+    kernels::StepValues values{};
+    std::string why{};
+  };
+
+  // The job steps `kind` over `world_size` ranks from iteration `start` (0, or the iteration it
+  // resumed at; its values `start_values` where known).
+  StepValuesLedger(kernels::OptimizerKind kind, std::uint32_t world_size, std::uint64_t start,
+                   std::optional<kernels::StepValues> start_values = std::nullopt);
+
+  // `rank` (< world size, checked by the caller) gives `values` for `iteration`.
+  Outcome Give(std::uint32_t rank, std::uint64_t iteration, const kernels::StepValues& values);
+  // `rank` rejoins at `resume_point`: its next values are for resume_point + 1, and what it gave
+  // for later iterations is forgotten (it gives them again as it replays).
+  void Rejoin(std::uint32_t rank, std::uint64_t resume_point);
+
+  // The agreed values of `iteration`, if kept.
+  std::optional<kernels::StepValues> Agreed(std::uint64_t iteration) const;
+  std::uint64_t last_agreed() const { return last_agreed_; }
+  // The ranks that have not given `iteration`'s values (all, for an iteration nobody gave),
+  // e.g. "1, 3": for the error when a job waits on them. Empty once it is agreed.
+  std::string Missing(std::uint64_t iteration) const;
+
+ private:
+  struct Pending {
+    std::vector<std::optional<kernels::StepValues>> by_rank;
+    std::uint32_t given = 0;
+  };
+  std::string Describe(const kernels::StepValues& values) const;
+
+  kernels::OptimizerKind kind_;
+  std::uint32_t world_size_;
+  std::vector<std::uint64_t> next_;  // by rank: the iteration its next values are for
+  std::uint64_t last_agreed_;
+  std::map<std::uint64_t, Pending> pending_;               // at most kAhead
+  std::map<std::uint64_t, kernels::StepValues> agreed_;    // at most kKept
+};
+
+}  // namespace phub::server
