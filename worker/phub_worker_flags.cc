@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "phub/exchange/transport_flags.h"
+#include "absl/strings/str_cat.h"
 #include "phub/kernels/optimizer_flags.h"
 
 namespace phub::worker {
@@ -13,6 +14,7 @@ namespace {
 constexpr const char* kModelAndData = "Model and data";
 constexpr const char* kRankAndWorld = "Rank and world (phub::Membership)";
 constexpr const char* kTraining = "Training and optimizer (kernels::OptimizerConfig)";
+constexpr const char* kSchedule = "Learning-rate schedule (worker::LrScheduleOptions)";
 constexpr const char* kExchange =
     "Exchange and wire (exchange::ExchangeOptions, kernels::WireOptions)";
 constexpr const char* kNics = "NICs, transport and RDMA";
@@ -65,6 +67,35 @@ void AddModelAndDataFlags(CLI::App& app, WorkerFlags& f) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
   phub::kernels::AddOptimizerFlags(app, f.optimizer);
+
+  app.option_defaults()->group(kSchedule);
+  LrScheduleOptions& s = f.lr_schedule;
+  app.add_option_function<std::string>(
+         "--lr-schedule", [&s](const std::string& name) { s.kind = *ParseLrScheduleKind(name); },
+         "How --lr changes, step by step: constant, step (x --lr-gamma every --lr-step-every "
+         "steps) or cosine (down to --lr-min at the run's last step); after --warmup-iters. "
+         "torch's LinearLR then StepLR / CosineAnnealingLR, stepped every iteration "
+         "(docs/operations.md \"Learning-rate schedules\")")
+      ->check(CLI::IsMember({"constant", "step", "cosine"}))
+      ->default_str(LrScheduleName(s.kind));
+  app.add_option("--warmup-iters", s.warmup_iters,
+                 "Linear warm-up over the first N steps, from --warmup-start-factor x --lr up to "
+                 "--lr (not --warmup, the untimed steps)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--warmup-start-factor", s.warmup_start_factor,
+                 "The warm-up's first lr as a fraction of --lr, in (0, 1] (torch LinearLR's "
+                 "start_factor)")
+      ->capture_default_str();
+  app.add_option("--lr-step-every", s.step_every,
+                 "--lr-schedule step: multiply the lr by --lr-gamma every N steps after the "
+                 "warm-up (torch StepLR's step_size, in iterations)")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--lr-gamma", s.gamma, "--lr-schedule step: the factor of each decay")
+      ->capture_default_str();
+  app.add_option("--lr-min", s.lr_min,
+                 "--lr-schedule cosine: the lr the decay ends at (torch's eta_min)")
+      ->capture_default_str();
 }
 
 void AddExchangeFlags(CLI::App& app, WorkerFlags& f) {
@@ -156,6 +187,30 @@ void NoteOptimizerGiven(const CLI::App& app, WorkerFlags& flags) {
        {"--optimizer", "--lr", "--momentum", "--weight-decay", "--beta1", "--beta2", "--eps"}) {
     flags.optimizer_given = flags.optimizer_given || app.count(flag) > 0;
   }
+}
+
+Status CheckScheduleFlags(const CLI::App& app, const WorkerFlags& flags) {
+  const LrScheduleKind kind = flags.lr_schedule.kind;
+  const struct {
+    const char* flag;
+    bool fits;
+    const char* schedule;
+  } parameters[] = {{"--lr-step-every", kind == LrScheduleKind::kStep, "step"},
+                    {"--lr-gamma", kind == LrScheduleKind::kStep, "step"},
+                    {"--lr-min", kind == LrScheduleKind::kCosine, "cosine"},
+                    {"--warmup-start-factor", flags.lr_schedule.warmup_iters > 0, nullptr}};
+  for (const auto& p : parameters) {
+    if (app.count(p.flag) == 0 || p.fits) continue;
+    if (p.schedule == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.flag, " shapes the warm-up: give --warmup-iters N (> 0) with it"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(p.flag, " is a parameter of --lr-schedule ",
+                                                   p.schedule, ", not of --lr-schedule ",
+                                                   LrScheduleName(kind), ": drop it or give "
+                                                   "--lr-schedule ", p.schedule));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace phub::worker

@@ -13,6 +13,7 @@
 #include "phub/kernels/optimizer_config.h"
 #include "phub/topology/topology.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/train/lr_schedule.h"
 
 namespace phub::worker {
 
@@ -30,6 +31,8 @@ struct WorkerFlags {
   int iters = 20, warmup = 3, epochs = 0;
   phub::kernels::OptimizerConfig optimizer{.kind = phub::kernels::OptimizerKind::kMomentum,
                                            .lr = 0.01f};
+  // How --lr changes over the run (--lr-schedule, --warmup-iters, ...).
+  LrScheduleOptions lr_schedule;
   // An optimizer flag was on the command line: a PS job asks phubd to run that optimizer (in
   // its Hello); without one, phubd's own --optimizer flags apply.
   bool optimizer_given = false;
@@ -54,5 +57,9 @@ struct WorkerFlags {
 void AddWorkerFlags(CLI::App& app, WorkerFlags& flags);
 // Sets flags.optimizer_given from what was on the command line.
 void NoteOptimizerGiven(const CLI::App& app, WorkerFlags& flags);
+// What one flag cannot say alone: a schedule's parameter given with another schedule
+// (--lr-step-every without --lr-schedule step, ...). InvalidArgument naming both flags.
+// (Each schedule's values are checked by LrSchedule::Create once the run's length is known.)
+Status CheckScheduleFlags(const CLI::App& app, const WorkerFlags& flags);
 
 }  // namespace phub::worker

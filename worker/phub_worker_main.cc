@@ -21,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "fmt/format.h"
 #include "phub/common/logging.h"
 #include "phub/common/membership.h"
 #include "phub/common/token_file.h"
@@ -110,6 +111,18 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
   o.ps.client.deadline = deadline;
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
   if (f.optimizer_given) o.ps.client.optimizer = f.optimizer;
+  if (f.lr_schedule.Varies()) {
+    // phubd steps each iteration with the values the workers send (the schedule's), for the
+    // optimizer they name: with a schedule, the workers' optimizer flags are the job's.
+    if (o.rack && o.rack->racks > 1) {
+      return absl::InvalidArgumentError(
+          "--lr-schedule/--warmup-iters with --topology of " + std::to_string(o.rack->racks) +
+          " racks: a rack's PBox passes sums on and the home PBoxes step with fixed values; "
+          "use a constant --lr without --warmup-iters across racks, or one rack");
+    }
+    o.ps.client.per_iteration_values = true;
+    o.ps.client.optimizer = f.optimizer;
+  }
   o.ring.ring.rendezvous = f.rendezvous;
   o.ring.ring.listen_host = f.listen_host;
   o.ring.optimizer = f.optimizer;
@@ -218,6 +231,14 @@ phub::Status Run(Flags& f) {
   const std::int64_t total_steps = f.epochs > 0 && loader ? f.epochs * per_epoch : f.warmup + f.iters;
   const int log_every = f.log_every > 0 ? f.log_every
                                         : static_cast<int>(std::max<std::int64_t>(1, total_steps / 20));
+  PHUB_ASSIGN_OR_RETURN(
+      const phub::worker::LrSchedule schedule,
+      phub::worker::LrSchedule::Create(f.lr_schedule, f.optimizer.lr, total_steps));
+  // The step's values, when the schedule changes them (else the exchange's fixed ones).
+  auto values_at = [&](std::int64_t step) -> std::optional<phub::kernels::StepValues> {
+    if (!schedule.Varies()) return std::nullopt;
+    return schedule.ValuesAt(step, phub::kernels::ValuesOf(f.optimizer));
+  };
 
   PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Trainer> trainer,
                         MakeTrainer(f, me, *model, *backend));
@@ -244,6 +265,7 @@ phub::Status Run(Flags& f) {
                backend->Describe(), model->ParameterCount(), trainer->mode(), me.rank,
                me.world_size,
                f.no_overlap ? " (no overlap)" : "", total_steps);
+  if (schedule.Varies()) spdlog::info("learning rate: {}", schedule.Describe());
 
   PHUB_ASSIGN_OR_RETURN(phub::worker::Batch synthetic, phub::worker::MakeSyntheticBatch(*model));
   Tensor x;  // the batch on the device (none on the CPU: the host batch is used)
@@ -277,7 +299,7 @@ phub::Status Run(Flags& f) {
     }
     if (x.defined()) PHUB_RETURN_IF_ERROR(backend->CopyFromHost(*x_host, x));
     phub::StatusOr<phub::worker::StepTimes> stepped =
-        trainer->Step(x.defined() ? x : *x_host, *labels);
+        trainer->Step(x.defined() ? x : *x_host, *labels, values_at(step));
     if (!stepped.ok()) {
       PHUB_RETURN_IF_ERROR(reconnect(stepped.status(), step));
       --step;  // the loop's ++step lands on the step to run
@@ -290,8 +312,9 @@ phub::Status Run(Flags& f) {
       blocked_ms.push_back(t.blocked_ms);
     }
     if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
-      spdlog::info("step {}/{}: loss {:.4f}, {:.1f} ms ({:.1f} ms waiting for the exchange)",
-                   step + 1, total_steps, t.loss, t.total_ms, t.blocked_ms);
+      spdlog::info("step {}/{}: loss {:.4f}, {:.1f} ms ({:.1f} ms waiting for the exchange){}",
+                   step + 1, total_steps, t.loss, t.total_ms, t.blocked_ms,
+                   schedule.Varies() ? fmt::format(", lr {:.6g}", schedule.LrAt(step)) : "");
     }
     if (loader && (step + 1) % per_epoch == 0) {
       if (const phub::Status finished = trainer->Finish(); !finished.ok()) {
@@ -362,6 +385,10 @@ int main(int argc, char** argv) {
   phub::worker::AddWorkerFlags(app, f);
   CLI11_PARSE(app, argc, argv);
   phub::worker::NoteOptimizerGiven(app, f);
+  if (const phub::Status s = phub::worker::CheckScheduleFlags(app, f); !s.ok()) {
+    std::fprintf(stderr, "phub-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
 
   if (auto s = phub::SetUpLogging(f.log_level, "phub-worker"); !s.ok()) {
     std::fprintf(stderr, "phub-worker: %s\n", std::string(s.message()).c_str());

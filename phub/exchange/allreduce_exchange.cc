@@ -32,6 +32,7 @@ StatusOr<std::unique_ptr<AllreduceExchange>> AllreduceExchange::Create(
     std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> weights) {
   PHUB_RETURN_IF_ERROR(Check(optimizer, tensors, weights));
   std::unique_ptr<AllreduceExchange> exchange(new AllreduceExchange());
+  exchange->kind_ = optimizer.kind;
   exchange->optimizer_ = optimizer;
   exchange->tensors_ = std::vector<Tensor>(tensors.size());
   const int state_arrays = kernels::StateArrays(optimizer.kind);
@@ -66,6 +67,18 @@ Status AllreduceExchange::Init() {
   return absl::OkStatus();
 }
 
+Status AllreduceExchange::BeginIteration(const kernels::StepValues& values) {
+  if (Status valid = kernels::ValidateStepValues(kind_, values); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, " exchange: BeginIteration: ", valid.message()));
+  }
+  std::lock_guard lock(mu_);
+  if (!error_.ok()) return error_;
+  if (closed_) return absl::FailedPreconditionError("BeginIteration after Close");
+  optimizer_ = kernels::WithValues(optimizer_, values);
+  return absl::OkStatus();
+}
+
 Status AllreduceExchange::Push(std::uint32_t t, std::span<const float> grads) {
   if (t >= tensors_.size()) {
     return absl::InvalidArgumentError(
@@ -87,7 +100,7 @@ Status AllreduceExchange::Push(std::uint32_t t, std::span<const float> grads) {
   // Copied on the caller's thread: the gradient buffer is the caller's again at once.
   std::memcpy(tensor.gradient.data(), grads.data(), grads.size_bytes());
   ++tensor.pushed;
-  queue_.push_back(t);
+  queue_.push_back({t, optimizer_});
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -127,16 +140,17 @@ Status AllreduceExchange::Close() {
 
 void AllreduceExchange::Run() {
   for (;;) {
-    std::uint32_t t;
+    Pushed next;
     {
       std::unique_lock lock(mu_);
       // Drain what was pushed before Close, unless the allreduce has failed.
       cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
       if (queue_.empty() || !error_.ok()) return;
-      t = queue_.front();
+      next = queue_.front();
       queue_.pop_front();
     }
-    Status s = Step(tensors_[t]);
+    const std::uint32_t t = next.tensor;
+    Status s = Step(tensors_[t], next.optimizer);
     std::lock_guard lock(mu_);
     if (!s.ok()) {
       spdlog::error("{} exchange of tensor {} failed: {}", name_, t, s.message());
@@ -148,13 +162,13 @@ void AllreduceExchange::Run() {
   }
 }
 
-Status AllreduceExchange::Step(Tensor& tensor) {
+Status AllreduceExchange::Step(Tensor& tensor, const kernels::OptimizerConfig& optimizer) {
   if (tensor.weights.empty()) return absl::OkStatus();
   PHUB_RETURN_IF_ERROR(allreducer_->Allreduce(tensor.gradient.span(), ReduceOp::kMean));
   const float* inputs[] = {tensor.gradient.data()};
   std::vector<float*> state;
   for (AlignedBuffer& s : tensor.state) state.push_back(s.data());
-  kernels::AggregateAndStep(inputs, tensor.weights, state, optimizer_, ++tensor.steps);
+  kernels::AggregateAndStep(inputs, tensor.weights, state, optimizer, ++tensor.steps);
   return absl::OkStatus();
 }
 

@@ -6,7 +6,9 @@
 // One exchange thread takes pushed tensors in push order (every worker must push in the same
 // order: allreduce calls pair up by order), copies the gradient into a per-tensor buffer,
 // allreduces it and steps the weights. Each worker keeps its own optimizer state (the PS keeps
-// it once). Tensors are reduced one call each; fusing small tensors into buckets (Horovod-style)
+// it once). A schedule (BeginIteration) changes the values the worker steps with: each Push
+// takes the values in force when it is made, so a push of the last iteration still queued
+// steps with that iteration's values. Tensors are reduced one call each; fusing small tensors into buckets (Horovod-style)
 // is not done yet, which costs latency on models with many small tensors.
 #pragma once
 
@@ -44,6 +46,10 @@ class AllreduceExchange final : public GradientExchange {
   // Broadcasts rank 0's weights (an allreduce-sum where every other rank contributes zeros, so
   // the result is rank 0's bytes exactly). Call before the first Push, from one thread.
   Status Init() override;
+  // The values every later Push steps with (the kind stays the one Create was given).
+  // InvalidArgument for values that kind refuses (kernels::ValidateStepValues), naming them;
+  // FailedPrecondition after Close. Does not block.
+  Status BeginIteration(const kernels::StepValues& values) override;
   Status Push(std::uint32_t tensor, std::span<const float> grads) override;
   Status Wait(std::uint32_t tensor) override;
   Status WaitAll() override;
@@ -59,18 +65,24 @@ class AllreduceExchange final : public GradientExchange {
     std::uint64_t pushed = 0;           // guarded by mu_
     std::uint64_t done = 0;             // guarded by mu_
   };
+  // A pushed tensor and the optimizer it steps with (its push's iteration's values).
+  struct Pushed {
+    std::uint32_t tensor;
+    kernels::OptimizerConfig optimizer;
+  };
   AllreduceExchange() = default;
   void Run();  // the exchange thread
-  Status Step(Tensor& tensor);
+  Status Step(Tensor& tensor, const kernels::OptimizerConfig& optimizer);
 
-  kernels::OptimizerConfig optimizer_;
+  kernels::OptimizerKind kind_{};       // fixed at Create
+  kernels::OptimizerConfig optimizer_;  // guarded by mu_ (BeginIteration sets its values)
   std::unique_ptr<Allreducer> allreducer_;
   std::string name_;  // the allreducer's, kept after Close drops it
   std::vector<Tensor> tensors_;
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::uint32_t> queue_;  // pushed, not yet reduced
+  std::deque<Pushed> queue_;  // pushed, not yet reduced
   Status error_;                     // first failure; every later call returns it
   bool stopping_ = false;
   bool closed_ = false;

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "phub/common/status.h"
+#include "phub/kernels/optimizer_config.h"
 #include "phub/staging/copy_engine.h"
 
 namespace phub::exchange {
@@ -34,6 +35,8 @@ class DeviceExchange {
   // Makes every worker's device weights rank 0's (or the PS's); `stream` is the one the
   // weights were written on and will be read on. Returns once they are on the device.
   virtual Status Init(staging::Stream stream) = 0;
+  // As GradientExchange::BeginIteration: the values the next iteration steps with.
+  virtual Status BeginIteration(const kernels::StepValues& values) = 0;
   // Starts exchanging tensor t: its gradient is what `producer`'s work enqueued so far writes.
   // Does not wait for the device.
   virtual Status Push(std::uint32_t tensor, staging::Stream producer) = 0;

@@ -16,6 +16,7 @@
 //
 //   auto exchange = MakeExchange(options, tensors, weights);    // make_exchange.h
 //   exchange->Init();                                 // every worker starts from rank 0's weights
+//   a schedule, before the first Push of each iteration: exchange->BeginIteration(values);
 //   per iteration, backward order:  exchange->Push(t, grads[t]);
 //                 before forward:   exchange->Wait(t);
 //   exchange->Close();
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "phub/common/status.h"
+#include "phub/kernels/optimizer_config.h"
 
 namespace phub::exchange {
 
@@ -49,6 +51,14 @@ class GradientExchange {
   // Makes every worker's weights equal to rank 0's (or, with a PS that loaded a file, the
   // PS's). Blocks until they have landed.
   virtual Status Init() = 0;
+  // A schedule (docs/design.md "Hyper-parameters per iteration"): the hyper-parameters of the
+  // iteration whose first Push comes next. Whoever steps the weights (phubd, or this worker
+  // after the allreduce) steps that iteration with them. Call it before the iteration's first
+  // Push, with the same values on every worker; an exchange that steps with fixed values never
+  // needs it. The PS needs the exchange made for it (PsExchangeOptions::client.
+  // per_iteration_values), else FailedPrecondition. InvalidArgument for values the job's
+  // optimizer refuses (kernels::ValidateStepValues); the exchange stays usable after either.
+  virtual Status BeginIteration(const kernels::StepValues& values) = 0;
   // Starts exchanging tensor t's gradient. Does not block (beyond queueing).
   virtual Status Push(std::uint32_t tensor, std::span<const float> grads) = 0;
   // Blocks until weights[t] holds the weights that answer the last Push(t) (or Init).

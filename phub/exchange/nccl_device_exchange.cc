@@ -57,6 +57,7 @@ class NcclDeviceExchange final : public DeviceExchange {
                std::vector<keys::TensorSpec> tensors, std::vector<std::span<float>> grads,
                std::vector<std::span<float>> weights) {
     optimizer_ = options.optimizer;
+    kind_ = options.optimizer.kind;
     timeout_ms_ = options.timeout_ms;
     nccl_ = std::move(nccl);
     staging::DeviceScope scope(nccl_->device());
@@ -104,6 +105,18 @@ class NcclDeviceExchange final : public DeviceExchange {
     return absl::OkStatus();  // each Allreduce returned once the GPU had done it
   }
 
+  // The values every later Push steps with: each push takes those in force when it is made.
+  Status BeginIteration(const kernels::StepValues& values) override {
+    if (Status valid = kernels::ValidateStepValues(kind_, values); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nccl exchange: BeginIteration: ", valid.message()));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    PHUB_RETURN_IF_ERROR(RefusalLocked("BeginIteration"));
+    optimizer_ = kernels::WithValues(optimizer_, values);
+    return absl::OkStatus();
+  }
+
   Status Push(std::uint32_t tensor, staging::Stream producer) override {
     PHUB_RETURN_IF_ERROR(Check(tensor, "Push"));
     Tensor& s = tensors_[tensor];
@@ -120,7 +133,7 @@ class NcclDeviceExchange final : public DeviceExchange {
         Cuda(cudaEventRecord(s.produced.get(), static_cast<cudaStream_t>(producer)),
              "cudaEventRecord on the producer's stream"));
     ++s.pushed;
-    queue_.push_back(tensor);
+    queue_.push_back({tensor, optimizer_});
     cv_.notify_all();
     return absl::OkStatus();
   }
@@ -187,9 +200,15 @@ class NcclDeviceExchange final : public DeviceExchange {
         absl::StrCat(call, " of tensor ", tensor, ": there are ", tensors_.size()));
   }
 
+  // A pushed tensor and the optimizer it steps with (its push's iteration's values).
+  struct Pushed {
+    std::uint32_t tensor;
+    kernels::OptimizerConfig optimizer;
+  };
+
   // Enqueues t's reduction and step on NCCL's stream, after the producer's event; records
   // `watch` after them (this step's own event: `stepped` is recorded again by t's next step).
-  Status Enqueue(std::uint32_t t, cudaEvent_t watch) {
+  Status Enqueue(std::uint32_t t, const kernels::OptimizerConfig& optimizer, cudaEvent_t watch) {
     Tensor& s = tensors_[t];
     const std::uint64_t step = ++s.steps;
     return nccl_->Enqueue(
@@ -197,8 +216,8 @@ class NcclDeviceExchange final : public DeviceExchange {
           PHUB_RETURN_IF_ERROR(kernels::cuda::LaunchOptimizerStep(
               s.grads.data(), s.weights.data(), s.state.size() > 0 ? s.state[0].get() : nullptr,
               s.state.size() > 1 ? s.state[1].get() : nullptr,
-              static_cast<std::int64_t>(s.weights.size()), optimizer_.kind,
-              kernels::Prepare(1, optimizer_, step), stream));
+              static_cast<std::int64_t>(s.weights.size()), optimizer.kind,
+              kernels::Prepare(1, optimizer, step), stream));
           PHUB_RETURN_IF_ERROR(
               Cuda(cudaEventRecord(s.stepped.get(), static_cast<cudaStream_t>(stream)),
                    "cudaEventRecord after the step"));
@@ -223,7 +242,7 @@ class NcclDeviceExchange final : public DeviceExchange {
     std::vector<Event> spare;  // watch events of retired steps, recorded again
     const auto timeout = std::chrono::milliseconds(timeout_ms_);
     while (true) {
-      std::optional<std::uint32_t> next;
+      std::optional<Pushed> next;
       {
         std::unique_lock<std::mutex> lock(mu_);
         if (watched.empty()) {
@@ -248,7 +267,7 @@ class NcclDeviceExchange final : public DeviceExchange {
         } else {
           s = watch.Create();
         }
-        if (s.ok()) s = Enqueue(*next, watch.get());
+        if (s.ok()) s = Enqueue(next->tensor, next->optimizer, watch.get());
         if (s.ok()) watched.push_back({std::move(watch), Clock::now() + timeout});
       }
       while (s.ok() && !watched.empty()) {  // retire what has finished, in order
@@ -260,22 +279,24 @@ class NcclDeviceExchange final : public DeviceExchange {
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (!s.ok() && error_.ok()) {
-        error_ = next ? Status(s.code(), absl::StrCat("tensor ", *next, ": ", s.message())) : s;
+        error_ = next ? Status(s.code(), absl::StrCat("tensor ", next->tensor, ": ", s.message()))
+                      : s;
       }
-      if (next) ++tensors_[*next].enqueued;
+      if (next) ++tensors_[next->tensor].enqueued;
       cv_.notify_all();
       if (!error_.ok()) return;
     }
   }
 
   using Clock = std::chrono::steady_clock;
-  kernels::OptimizerConfig optimizer_;
+  kernels::OptimizerKind kind_{};       // fixed at Setup
+  kernels::OptimizerConfig optimizer_;  // guarded by mu_ once the thread runs (BeginIteration)
   int timeout_ms_ = 60000;
   std::unique_ptr<nccl::NcclAllreduce> nccl_;
   std::vector<Tensor> tensors_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::uint32_t> queue_;
+  std::deque<Pushed> queue_;
   Status error_;
   bool stopping_ = false;
   std::thread thread_;

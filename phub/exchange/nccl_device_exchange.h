@@ -9,6 +9,8 @@
 // it, NCCL is aborted (which releases a stream a dead peer would hold) and every call fails.
 // Each step is watched through an event of its own, so a tensor pushed again while its last
 // step is still watched does not move that step's deadline onto the new one.
+// A schedule (BeginIteration) changes the values the step uses from the next Push on: each
+// push carries the values in force when it was made to the exchange thread.
 //
 // Close enqueues what was pushed before it, joins the exchange thread and finalizes NCCL; it
 // returns the first error the exchange saw. Push and Init after Close are refused

@@ -41,6 +41,7 @@ StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOption
   }
 
   std::unique_ptr<PsExchange> exchange(new PsExchange());
+  exchange->per_iteration_values_ = options.client.per_iteration_values;
   exchange->pieces_.resize(tensors.size());
   for (const keys::TensorSpec& t : tensors) exchange->elements_.push_back(t.elements);
   for (std::uint32_t s = 0; s < num_servers; ++s) {
@@ -97,6 +98,23 @@ std::uint64_t PsExchange::start_iteration() const {
 Status PsExchange::Init() {
   // Every worker visits the servers in the same order, so no two wait on each other.
   for (auto& client : clients_) PHUB_RETURN_IF_ERROR(client->Init());
+  return absl::OkStatus();
+}
+
+Status PsExchange::BeginIteration(const kernels::StepValues& values) {
+  if (!per_iteration_values_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name(), " exchange: BeginIteration: phubd steps this job with fixed hyper-parameters; "
+        "to change them per iteration (a schedule), make the exchange with "
+        "PsExchangeOptions::client.per_iteration_values = true and the optimizer in "
+        "client.optimizer (phub-worker does for any --lr-schedule but a constant one)"));
+  }
+  for (std::uint32_t s = 0; s < clients_.size(); ++s) {
+    if (Status sent = clients_[s]->StepWith(values); !sent.ok()) {
+      if (clients_.size() == 1) return sent;
+      return Status(sent.code(), absl::StrCat("server ", s, ": ", sent.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -61,6 +61,10 @@ class PsExchange final : public GradientExchange {
 
   Status DeclareGradients(const std::vector<std::span<const float>>& grads) override;
   Status Init() override;
+  // options.client.per_iteration_values: StepWith(values) on every server's client (each
+  // steps its share of the iteration with them). Without it, FailedPrecondition naming the
+  // option: phubd steps this job with fixed values.
+  Status BeginIteration(const kernels::StepValues& values) override;
   Status Push(std::uint32_t tensor, std::span<const float> grads) override;
   Status Wait(std::uint32_t tensor) override;
   Status WaitAll() override;
@@ -83,6 +87,7 @@ class PsExchange final : public GradientExchange {
   std::vector<std::unique_ptr<client::PsClient>> clients_;
   std::vector<std::vector<Piece>> pieces_;  // by caller tensor
   std::vector<std::uint64_t> elements_;     // by caller tensor
+  bool per_iteration_values_ = false;       // options.client's
 };
 
 }  // namespace phub::exchange

@@ -110,6 +110,24 @@ Status StagedExchange::Init(staging::Stream stream) {
   return engine_->HostWait(copied, options_.copy_timeout);
 }
 
+Status StagedExchange::BeginIteration(const kernels::StepValues& values) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    PHUB_RETURN_IF_ERROR(RefusalLocked("BeginIteration"));
+    // Bounded: each queued push waits for its copy at most copy_timeout; a failure or Close
+    // wakes this.
+    cv_.wait(lock, [this] { return !error_.ok() || closed_ || handed_ == queued_; });
+    PHUB_RETURN_IF_ERROR(RefusalLocked("BeginIteration"));
+  }
+  Status begun = inner_->BeginIteration(values);
+  if (begun.ok() || absl::IsInvalidArgument(begun) || absl::IsFailedPrecondition(begun)) {
+    return begun;
+  }
+  Fail(Status(begun.code(), absl::StrCat("BeginIteration: ", begun.message())));
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_.ok() ? begun : error_;
+}
+
 Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
   if (tensor >= tensors_.size()) {
     return absl::InvalidArgumentError(
@@ -148,7 +166,10 @@ Status StagedExchange::PushThreaded(std::uint32_t tensor, staging::Stream produc
     std::lock_guard<std::mutex> lock(mu_);
     s.to_host = copied;
     closed = closed_;
-    if (!closed) to_push_.emplace_back(tensor, copied);
+    if (!closed) {
+      to_push_.emplace_back(tensor, copied);
+      ++queued_;
+    }
   }
   if (closed) {
     // Close ran while the copy was enqueued and may have missed it: it ends before the
@@ -173,6 +194,10 @@ void StagedExchange::PushLoop() {
     const std::uint32_t t = next.first;
     Status s = engine_->HostWait(next.second, options_.copy_timeout);
     if (s.ok()) s = inner_->Push(t, tensors_[t].sent);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++handed_;
+    }
     if (!s.ok()) {
       Fail(Status(s.code(),
                   absl::StrCat("tensor ", t, " (gradient to host, then pushed): ", s.message())));

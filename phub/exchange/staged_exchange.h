@@ -19,6 +19,10 @@
 // once the producer's fence has passed, and the lander makes the NIC's writes of the weights
 // visible to the device (CopyEngine::FlushRemoteWrites) before Wait lets the consumer go on.
 //
+// A schedule (BeginIteration) goes to the exchange below in push order: once every push made
+// before it has been handed down (the pusher may still hold the last iteration's), so none of
+// that iteration's steps with the next one's values.
+//
 // Bounded: each tensor is in flight at most once (a second Push before its Wait is refused);
 // the engine bounds its copies in flight; a copy that does not finish in `copy_timeout` fails
 // the exchange. The first failure (a copy the engine refuses or does not finish, the
@@ -71,6 +75,11 @@ class StagedExchange final : public DeviceExchange {
   ~StagedExchange() override;
 
   Status Init(staging::Stream stream) override;
+  // Waits (bounded by copy_timeout, like the pushes it waits for) until every earlier Push has
+  // reached the exchange below, then forwards to it. Its refusal of the values
+  // (InvalidArgument, FailedPrecondition: the caller's to fix) is returned and leaves the
+  // exchange usable; any other failure fails it.
+  Status BeginIteration(const kernels::StepValues& values) override;
   Status Push(std::uint32_t tensor, staging::Stream producer) override;
   Status Wait(std::uint32_t tensor, staging::Stream consumer) override;
   Status WaitAll(staging::Stream consumer) override;
@@ -122,6 +131,9 @@ class StagedExchange final : public DeviceExchange {
   std::condition_variable cv_;
   std::deque<std::pair<std::uint32_t, staging::Fence>> to_push_;  // copies to host queued
   std::deque<std::uint32_t> to_land_;                             // pushed, answer awaited
+  // Pushes queued for the pusher, and those it has handed to the exchange below (or given
+  // up on): BeginIteration waits until they are equal.
+  std::uint64_t queued_ = 0, handed_ = 0;
   Status error_;                                                  // the first failure
   bool stopping_ = false;
   bool closed_ = false;

@@ -24,6 +24,12 @@ StatusOr<std::unique_ptr<LocalOptimizer>> LocalOptimizer::Create(
   return o;
 }
 
+Status LocalOptimizer::SetValues(const kernels::StepValues& values) {
+  PHUB_RETURN_IF_ERROR(kernels::ValidateStepValues(config_.kind, values));
+  config_ = kernels::WithValues(config_, values);
+  return absl::OkStatus();
+}
+
 Status LocalOptimizer::Step() {
   ++step_;
   for (std::size_t k = 0; k < params_.size(); ++k) {

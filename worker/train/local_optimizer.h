@@ -23,6 +23,9 @@ class LocalOptimizer {
   static StatusOr<std::unique_ptr<LocalOptimizer>> Create(std::vector<Parameter*> params,
                                                           const kernels::OptimizerConfig& config,
                                                           Backend& backend);
+  // A schedule: the values the next Steps use (the kind stays the config's). InvalidArgument
+  // for values that kind refuses (kernels::ValidateStepValues), which leaves the last ones.
+  Status SetValues(const kernels::StepValues& values);
   // One step from every parameter's current gradient (asynchronous on a GPU: the backend's
   // next synchronisation reports a failure).
   Status Step();

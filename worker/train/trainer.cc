@@ -78,7 +78,8 @@ Status Trainer::PushLayer(Layer& layer) {
   return absl::OkStatus();
 }
 
-StatusOr<StepTimes> Trainer::Step(const Tensor& x, const Tensor& labels) {
+StatusOr<StepTimes> Trainer::Step(const Tensor& x, const Tensor& labels,
+                                  const std::optional<kernels::StepValues>& values) {
   StepTimes times;
   const auto start = Clock::now();
   Model::LayerHook wait;
@@ -89,6 +90,10 @@ StatusOr<StepTimes> Trainer::Step(const Tensor& x, const Tensor& labels) {
   }
   PHUB_RETURN_IF_ERROR(model_.Forward(x, true, wait).status());
   PHUB_ASSIGN_OR_RETURN(times.loss, model_.Loss(labels));
+  // The step's values before its first push (forward has waited for every tensor of the last
+  // step, so none of its pushes is left to take them).
+  if (values) PHUB_RETURN_IF_ERROR(exchange_ ? exchange_->BeginIteration(*values)
+                                             : local_->SetValues(*values));
   if (!exchange_) {
     PHUB_RETURN_IF_ERROR(model_.Backward(labels));
     PHUB_RETURN_IF_ERROR(local_->Step());

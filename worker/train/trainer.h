@@ -14,6 +14,10 @@
 // copy); on a GPU the backend's copy engine stages each tensor through pinned memory as
 // backward produces it, or NCCL reduces it in place and the optimizer steps it on the device.
 //
+// A schedule (worker/train/lr_schedule.h): Step's `values` are the step's hyper-parameters,
+// handed to the exchange (BeginIteration) after forward and before backward's first push, or
+// to the local optimizer; without them the step uses the last values given, or the fixed ones.
+//
 // Errors: every call returns the first failure of the model, the backend or the exchange as a
 // Status; a failed Step leaves the model and the exchange in an unspecified state (close it).
 // REQUIRES: one thread at a time.
@@ -22,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -64,8 +69,10 @@ class Trainer {
 
   // Every worker starts from the same weights (rank 0's, or the PS's).
   Status Init();
-  // One synchronous SGD step on a batch (x on the backend's device, labels on the host).
-  StatusOr<StepTimes> Step(const Tensor& x, const Tensor& labels);
+  // One synchronous SGD step on a batch (x on the backend's device, labels on the host), with
+  // `values` when a schedule changes them (the same on every worker).
+  StatusOr<StepTimes> Step(const Tensor& x, const Tensor& labels,
+                           const std::optional<kernels::StepValues>& values = std::nullopt);
   // Waits for the last step's weights (before evaluating or saving them).
   Status Finish();
   Status Close();

@@ -304,11 +304,21 @@ class LocalExchange final : public GradientExchange {
         answered_(weights_.size()) {}
 
   Status Init() override { return absl::OkStatus(); }
+  // Records the values with the number of pushes that reached this exchange before them;
+  // refuses a negative lr, as a real exchange refuses values its optimizer does not take.
+  Status BeginIteration(const kernels::StepValues& values) override {
+    if (values.lr < 0) return absl::InvalidArgumentError("local exchange: lr < 0");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return absl::FailedPreconditionError("local exchange: BeginIteration after Close");
+    begun_.push_back({values, total_pushed_});
+    return absl::OkStatus();
+  }
   Status Push(std::uint32_t t, std::span<const float> grads) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return absl::FailedPreconditionError("local exchange: Push after Close");
       ++pushed_[t];
+      ++total_pushed_;
       if (answer_) {
         for (std::size_t i = 0; i < grads.size(); ++i) weights_[t][i] = 2 * grads[i];
         ++answered_[t];
@@ -355,6 +365,11 @@ class LocalExchange final : public GradientExchange {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, limit, [this] { return waiting_ > 0; });
   }
+  // Each BeginIteration's values and the pushes that had reached this exchange before it.
+  std::vector<std::pair<kernels::StepValues, std::uint64_t>> begun() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return begun_;
+  }
   // The next tensor pushed to this exchange, in push order (nullopt after `limit`).
   std::optional<std::uint32_t> NextPush(std::chrono::milliseconds limit) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -372,6 +387,8 @@ class LocalExchange final : public GradientExchange {
   std::condition_variable cv_;
   std::vector<std::uint64_t> pushed_, answered_;
   std::deque<std::uint32_t> pushes_;
+  std::uint64_t total_pushed_ = 0;
+  std::vector<std::pair<kernels::StepValues, std::uint64_t>> begun_;
   int waiting_ = 0;
   int waits_ended_by_close_ = 0;
   int waits_timed_out_ = 0;
