@@ -7,7 +7,8 @@
 // this process: Close returns at once while the lander waits in that exchange for an answer
 // that does not come; a copy the engine refuses fails every later call; pushes on one thread
 // and waits on another land every answer. On a GPU the same through the CUDA engine, and
-// `--comm nccl` in place on the device (skipped elsewhere, saying why).
+// `--comm nccl` in place on the device (skipped elsewhere, saying why). A schedule's values
+// (BeginIteration) reach the exchange below after every push made before them.
 #include "phub/exchange/staged_exchange.h"
 
 #include <gmock/gmock.h>
@@ -21,6 +22,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -504,6 +506,126 @@ TEST(StagedExchangePushTest, ACopyTheEngineRefusesFailsEveryLaterCall) {
   EXPECT_EQ((*x)->Push(1, nullptr), refused);
   EXPECT_EQ((*x)->WaitAll(nullptr), refused);
   (void)(*x)->Close();
+}
+
+// A schedule's values reach the exchange below only after every push made before them (the
+// pusher may still hold the last iteration's, waiting for their copies to host), so none of
+// that iteration steps with the next one's values; a refusal from below comes back and the
+// exchange goes on. The same on the CPU worker's engine (pushes are made inline).
+TEST(StagedExchangeScheduleTest, ValuesReachTheExchangeBelowAfterEveryEarlierPush) {
+  constexpr int kRounds = 6;
+  for (bool staged : {true, false}) {
+    SCOPED_TRACE(staged ? "staged, one copy in flight" : "the CPU worker's engine");
+    std::vector<std::vector<float>> g, w;
+    LocalExchange* local = nullptr;
+    auto made = OverLocal(staged ? StagingHostEngine(/*max_in_flight=*/1)
+                                 : std::shared_ptr<staging::CopyEngine>(
+                                       *staging::MakeHostCopyEngine()),
+                          kTensors, g, w, /*answer=*/true, std::chrono::seconds(20), &local);
+    ASSERT_TRUE(made.ok()) << made.status();
+    StagedExchange& x = **made;
+    ASSERT_TRUE(x.Init(nullptr).ok());
+    for (int r = 0; r < kRounds; ++r) {
+      // Right after the last round's pushes, none of them waited for.
+      ASSERT_TRUE(x.BeginIteration({.lr = 0.01f * static_cast<float>(r + 1)}).ok());
+      for (std::size_t t = kTensors.size(); t-- > 0;) {
+        const auto tensor = static_cast<std::uint32_t>(t);
+        if (r > 0) ASSERT_TRUE(x.Wait(tensor, nullptr).ok());
+        ASSERT_TRUE(x.Push(tensor, nullptr).ok());
+      }
+    }
+    const Status refused = x.BeginIteration({.lr = -1.0f});
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_TRUE(x.WaitAll(nullptr).ok());
+    const auto begun = local->begun();
+    ASSERT_EQ(begun.size(), static_cast<std::size_t>(kRounds));  // the refused one is not
+    for (int r = 0; r < kRounds; ++r) {
+      EXPECT_EQ(begun[r].second, r * kTensors.size()) << "values of round " << r;
+      EXPECT_EQ(begun[r].first.lr, 0.01f * static_cast<float>(r + 1));
+    }
+    EXPECT_TRUE(x.Close().ok());
+  }
+}
+
+// The host engine whose copies to host can be held back: HostWait blocks while held (as a GPU
+// still busy with backward holds the copies a push waits for).
+class HoldingEngine final : public staging::CopyEngine {
+ public:
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+
+  std::string Describe() const override { return "holding " + base_->Describe(); }
+  bool DeviceIsHost() const override { return base_->DeviceIsHost(); }
+  StatusOr<staging::StagingBuffer> AllocateStaging(std::size_t floats) override {
+    return base_->AllocateStaging(floats);
+  }
+  StatusOr<staging::Fence> Record(staging::Stream producer) override {
+    return base_->Record(producer);
+  }
+  StatusOr<staging::Fence> ToHost(const float* device, float* host, std::size_t n,
+                                  const staging::Fence& after) override {
+    return base_->ToHost(device, host, n, after);
+  }
+  StatusOr<staging::Fence> ToDevice(const float* host, float* device, std::size_t n,
+                                    const staging::Fence& after) override {
+    return base_->ToDevice(host, device, n, after);
+  }
+  Status HostWait(const staging::Fence& fence, std::chrono::milliseconds timeout) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, timeout, [this] { return !held_; })) {
+        return absl::DeadlineExceededError("holding engine: held past the wait's limit");
+      }
+    }
+    return base_->HostWait(fence, timeout);
+  }
+  Status StreamWait(staging::Stream consumer, const staging::Fence& fence) override {
+    return base_->StreamWait(consumer, fence);
+  }
+
+ private:
+  std::shared_ptr<staging::CopyEngine> base_ = StagingHostEngine();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+};
+
+// The pusher holds every push of an iteration (their copies to host are not done): the next
+// iteration's values wait for all of them to reach the exchange below, never overtake them.
+TEST(StagedExchangeScheduleTest, ValuesWaitForPushesThePusherStillHolds) {
+  std::vector<std::vector<float>> g, w;
+  LocalExchange* local = nullptr;
+  auto engine = std::make_shared<HoldingEngine>();
+  auto made = OverLocal(engine, kTensors, g, w, /*answer=*/true, std::chrono::seconds(20), &local);
+  ASSERT_TRUE(made.ok()) << made.status();
+  StagedExchange& x = **made;
+  ASSERT_TRUE(x.Init(nullptr).ok());
+  engine->Hold();
+  for (std::size_t t = kTensors.size(); t-- > 0;) {
+    ASSERT_TRUE(x.Push(static_cast<std::uint32_t>(t), nullptr).ok());
+  }
+  std::future<Status> begun =
+      std::async(std::launch::async, [&] { return x.BeginIteration({.lr = 0.5f}); });
+  // It must still be waiting (an exchange that forwarded at once would have returned by now);
+  // then the copies finish and it goes on.
+  EXPECT_EQ(begun.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  engine->Release();
+  const Status status = begun.get();
+  EXPECT_TRUE(status.ok()) << status;
+  const auto values = local->begun();
+  ASSERT_EQ(values.size(), 1u);
+  EXPECT_EQ(values[0].second, kTensors.size()) << "the values overtook pushes made before them";
+  EXPECT_TRUE(x.WaitAll(nullptr).ok());
+  EXPECT_TRUE(x.Close().ok());
 }
 
 // phub.torch's shape: the hook's thread pushes, a waiter thread waits, each learning of the
