@@ -34,17 +34,23 @@ struct StepValues {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
-
-  friend bool operator==(const StepValues&, const StepValues&) = default;
 };
 
+// Written out, not defaulted: CUDA sources include this header as C++17.
+inline bool operator==(const StepValues& a, const StepValues& b) {
+  return a.lr == b.lr && a.momentum == b.momentum && a.weight_decay == b.weight_decay &&
+         a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps;
+}
+
 inline StepValues ValuesOf(const OptimizerConfig& config) {
-  return {.lr = config.lr,
-          .momentum = config.momentum,
-          .weight_decay = config.weight_decay,
-          .beta1 = config.beta1,
-          .beta2 = config.beta2,
-          .eps = config.eps};
+  StepValues values;
+  values.lr = config.lr;
+  values.momentum = config.momentum;
+  values.weight_decay = config.weight_decay;
+  values.beta1 = config.beta1;
+  values.beta2 = config.beta2;
+  values.eps = config.eps;
+  return values;
 }
 
 // `config` stepping with `values`: its kind and copies, their hyper-parameters.

@@ -279,5 +279,41 @@ TEST(HelloCheckTest, RefusesAWireFormatOrWeightsOtherThanTheFirstRanksNamingBoth
   EXPECT_FALSE(Check(spelled, Options(), &empty, {true, false, false, false}).has_value());
 }
 
+// Hyper-parameters per iteration (a schedule): the Hello names the optimizer (its kind), not
+// "average", not across racks; every rank asks the same; and the kind alone makes the job (a
+// worker that rejoins late starts from the schedule's values of then).
+TEST(HelloCheckTest, PerIterationValuesNeedAnOptimizerOfTheirOwnAndTheSameOnEveryRank) {
+  auto scheduled = [](proto::Hello hello) {
+    hello.set_per_iteration_values(true);
+    return hello;
+  };
+  std::optional<proto::Error> error = Check(scheduled(MakeHello(0)), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "without naming the optimizer"));
+  error = Check(scheduled(WithOptimizer(MakeHello(0), "average")), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "average, which has none"));
+  proto::Hello racks = scheduled(WithOptimizer(MakeHello(0), "sgd"));
+  racks.set_racks(2);
+  error = CheckPerIterationValues(racks, {.kind = kernels::OptimizerKind::kSgd});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "across 2 racks"));
+
+  const proto::Hello first = scheduled(WithOptimizer(MakeHello(0), "sgd"));
+  EXPECT_FALSE(Check(first, Options(), nullptr, kNoneTaken).has_value());
+  // Another lr is the same job (the values come per iteration); another kind is not.
+  proto::Hello later = scheduled(WithOptimizer(MakeHello(1), "sgd"));
+  later.mutable_optimizer()->set_lr(0.001f);
+  EXPECT_FALSE(Check(later, Options(), &first, {true, false, false, false}).has_value());
+  error = Check(scheduled(WithOptimizer(MakeHello(1), "momentum")), Options(), &first,
+                {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "momentum (hyper-parameters per iteration)"));
+  // A rank with fixed values is of another job.
+  error = Check(WithOptimizer(MakeHello(1), "sgd"), Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "rank 1's job keeps its hyper-parameters fixed, rank 0's changes"));
+}
+
 }  // namespace
 }  // namespace phub::server
