@@ -4,7 +4,10 @@
 // takes positions r, r + N, ... of each epoch's permutation, so at every step the N shards are
 // exactly the single worker's N*b examples. fashion-cnn has no BatchNorm and no dropout, so the
 // mean of the workers' mean gradients is the big batch's mean gradient (up to float rounding).
-// Workers run as threads of this process (each its own model and oneDNN backend).
+// Workers run as threads of this process (each its own model and oneDNN backend). With a
+// learning-rate schedule (worker/train/lr_schedule.h) the same: the Trainer hands each step's
+// values to the exchange (phubd or the ring steps with them) as to the single worker's own
+// optimizer.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -15,6 +18,7 @@
 #include "worker/backend/onednn/onednn_backend.h"
 #include "worker/data/batch_loader.h"
 #include "worker/nn/models/models.h"
+#include "worker/train/lr_schedule.h"
 #include "worker/train/trainer.h"
 
 namespace phub::testing {
@@ -54,9 +58,21 @@ std::vector<std::vector<float>> Snapshot(Model& m) {
   return w;
 }
 
-// Trains kSteps on rank's shard, recording the weights after every step.
+// A warm-up of 2 steps, then a cosine decay over the other 3: every step has its own lr.
+constexpr int kScheduledSteps = 5;
+worker::LrSchedule Schedule() {
+  auto s = worker::LrSchedule::Create(
+      {.kind = worker::LrScheduleKind::kCosine, .warmup_iters = 2, .warmup_start_factor = 0.2},
+      kOptimizer.lr, kScheduledSteps);
+  if (!s.ok()) std::abort();  // fixed, valid options
+  return *s;
+}
+
+// Trains `steps` on rank's shard, recording the weights after every step; with a schedule,
+// each step with its values.
 Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint32_t rank,
-          std::uint32_t world, const std::optional<exchange::ExchangeOptions>& comm) {
+          std::uint32_t world, const std::optional<exchange::ExchangeOptions>& comm,
+          const std::optional<worker::LrSchedule>& schedule = std::nullopt, int steps = kSteps) {
   Run run;
   auto error = [](const Status& s) { return Run{{}, std::string(s.message())}; };
   auto backend = worker::MakeOnednnBackend();
@@ -86,10 +102,12 @@ Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint3
     trainer = std::move(*t);
   }
   if (auto s = trainer->Init(); !s.ok()) return {{}, std::string(s.message())};
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < steps; ++step) {
     auto b = (*loader)->Next();
     if (!b.ok()) return error(b.status());
-    if (auto t = trainer->Step(b->x, b->labels); !t.ok())
+    std::optional<kernels::StepValues> values;
+    if (schedule) values = schedule->ValuesAt(step, kernels::ValuesOf(kOptimizer));
+    if (auto t = trainer->Step(b->x, b->labels, values); !t.ok())
       return {{}, std::string(t.status().message())};
     if (auto s = trainer->Finish(); !s.ok()) return {{}, std::string(s.message())};
     run.weights.push_back(Snapshot(**model));
@@ -101,7 +119,10 @@ Run Train(const worker::data::ImageDataset& data, std::int64_t batch, std::uint3
 void ExpectSameTraining(const std::vector<Run>& workers, const Run& single) {
   ASSERT_TRUE(single.error.empty()) << single.error;
   for (std::size_t r = 0; r < workers.size(); ++r) ASSERT_TRUE(workers[r].error.empty()) << workers[r].error;
-  for (int step = 0; step < kSteps; ++step) {
+  for (std::size_t r = 0; r < workers.size(); ++r) {
+    ASSERT_EQ(workers[r].weights.size(), single.weights.size()) << "worker " << r;
+  }
+  for (std::size_t step = 0; step < single.weights.size(); ++step) {
     for (std::size_t p = 0; p < single.weights[step].size(); ++p) {
       const auto& want = single.weights[step][p];
       // Every worker holds the same bytes after every step.
@@ -120,11 +141,14 @@ void ExpectSameTraining(const std::vector<Run>& workers, const Run& single) {
 }
 
 std::vector<Run> TrainTogether(const worker::data::ImageDataset& data, std::uint32_t world,
-                               const exchange::ExchangeOptions& comm) {
+                               const exchange::ExchangeOptions& comm,
+                               const std::optional<worker::LrSchedule>& schedule = std::nullopt,
+                               int steps = kSteps) {
   std::vector<Run> runs(world);
   std::vector<std::thread> threads;
   for (std::uint32_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] { runs[r] = Train(data, kBatch, r, world, comm); });
+    threads.emplace_back(
+        [&, r] { runs[r] = Train(data, kBatch, r, world, comm, schedule, steps); });
   }
   for (auto& t : threads) t.join();
   return runs;
@@ -154,6 +178,47 @@ TEST(DataParallelTest, TwoWorkersOnTheRingEqualOneWorkerWithTheirCombinedBatch) 
   comm.ring.optimizer = kOptimizer;
   const auto workers = TrainTogether(data, 2, comm);
   ExpectSameTraining(workers, Train(data, 2 * kBatch, 0, 1, std::nullopt));
+}
+
+// The single worker with the schedule: the reference the scheduled runs must match, and
+// (that the schedule is followed at all) not what the constant lr gives.
+Run ScheduledSingle(const worker::data::ImageDataset& data) {
+  Run scheduled = Train(data, 2 * kBatch, 0, 1, std::nullopt, Schedule(), kScheduledSteps);
+  const Run constant = Train(data, 2 * kBatch, 0, 1, std::nullopt, std::nullopt, kScheduledSteps);
+  EXPECT_TRUE(constant.error.empty()) << constant.error;
+  if (scheduled.error.empty() && constant.error.empty()) {
+    EXPECT_NE(scheduled.weights.front(), constant.weights.front())
+        << "the schedule's first lr did not reach the local optimizer";
+  }
+  return scheduled;
+}
+
+TEST(DataParallelTest, TwoWorkersOnTheRingFollowAScheduleLikeOneWorkerWithTheirCombinedBatch) {
+  const auto data = RandomImages(64);
+  TempDir dir;
+  exchange::ExchangeOptions comm;
+  comm.kind = exchange::ExchangeKind::kRing;
+  comm.membership.world_size = 2;
+  comm.ring.ring.rendezvous = dir.path();
+  comm.ring.optimizer = kOptimizer;
+  const auto workers = TrainTogether(data, 2, comm, Schedule(), kScheduledSteps);
+  ExpectSameTraining(workers, ScheduledSingle(data));
+}
+
+TEST(DataParallelTest, TwoWorkersThroughPhubdFollowAScheduleLikeOneWorkerWithTheirCombinedBatch) {
+  const auto data = RandomImages(64);
+  TempDir dir;
+  // phubd's own lr is not the schedule's: the workers' values must be the ones stepped with.
+  RunningPhubd phubd = StartPhubd(dir, {"--max-world-size", "2", "--cores", "2", "--one-job",
+                                        "--optimizer", "sgd", "--lr", "0.3"});
+  exchange::ExchangeOptions comm;
+  comm.kind = exchange::ExchangeKind::kPs;
+  comm.membership.world_size = 2;
+  comm.ps.servers = {{"127.0.0.1", phubd.port}};
+  comm.ps.client.per_iteration_values = true;  // as phub-worker sets it for a schedule
+  comm.ps.client.optimizer = kOptimizer;
+  const auto workers = TrainTogether(data, 2, comm, Schedule(), kScheduledSteps);
+  ExpectSameTraining(workers, ScheduledSingle(data));
 }
 
 }  // namespace

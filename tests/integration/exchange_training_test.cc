@@ -2,7 +2,10 @@
 // gradients through each GradientExchange: one real phubd (ps), one phubd per worker with the
 // model spread over them (ps-colocated), and ring allreduce with the optimizer on the worker
 // (ring). Every worker's final weights must be identical and must match an independent
-// float64 simulation of the same training.
+// float64 simulation of the same training. With a schedule (an lr per iteration, through
+// GradientExchange::BeginIteration) the same, phubd or the ring stepping each iteration with
+// its own lr; a PS exchange not made for a schedule refuses one, naming the option.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "phub/exchange/ps_exchange.h"
 #include "phub/kernels/wire_format.h"
 #include "phub/transport/verbs/verbs_device.h"
 #include "tests/integration/phubd_launcher.h"
@@ -40,7 +44,18 @@ struct TrainingCase {
   std::uint32_t racks = 1;        // ps: > 1 = racks of racks, a phubd per rack (--topology)
   // ps: phubd's --nics and every worker's (two NICs each), and phubd logs each ATTACH.
   std::vector<std::string> phubd_nics, worker_nics;
+  // A schedule: iteration it steps with lr lrs[it - 1] (the workers' --lrs), the rest of
+  // `config` as it is. Empty: `config` every iteration.
+  std::vector<std::string> lrs;
 };
+
+// The case with an lr of its own for every iteration (one of them 0: a step that moves only
+// the optimizer's state).
+TrainingCase Scheduled(TrainingCase c, std::vector<std::string> lrs) {
+  c.name += "_lr_schedule";
+  c.lrs = std::move(lrs);
+  return c;
+}
 
 // A PBox with two NICs and workers with two of their own: phubd's cores alternate over its
 // NICs, each listening on its own address, and each worker reaches the cores of phubd's NIC k
@@ -162,7 +177,10 @@ Simulated Simulate(const TrainingCase& c, const std::vector<std::uint64_t>& size
           residual[r][i] = static_cast<float>(sum - grads[r][i]);
         }
       }
-      RefStep(c.config, grads, w, v, s, it);
+      RefConfig config = c.config;
+      // The lr as the workers parse it (float), as the float64 reference takes it.
+      if (!c.lrs.empty()) config.lr = std::stof(c.lrs[it - 1]);
+      RefStep(config, grads, w, v, s, it);
       for (std::uint64_t i = 0; i < sizes[t]; ++i) {
         slack[i] = std::fabs(w[i] - view[i]);
         view[i] += OnTheWire(c.wire, static_cast<float>(w[i] - view[i]));
@@ -265,6 +283,11 @@ TEST_P(ExchangeTrainingTest, EveryWorkerEndsWithTheFloat64ReferenceWeights) {
       argv.insert(argv.end(), {"--servers", servers_csv});
     }
     if (!c.worker_nics.empty()) argv.insert(argv.end(), {"--nics", Csv(c.worker_nics)});
+    if (!c.lrs.empty()) {
+      argv.insert(argv.end(), {"--lrs", Csv(c.lrs)});
+      // The PS steps with the workers' optimizer (their Hello names it) and each iteration's lr.
+      if (c.comm != "ring") argv.insert(argv.end(), flags.begin(), flags.end());
+    }
     workers.push_back(Process::Start(argv, dir.File("worker" + std::to_string(r) + ".log")));
   }
   auto server_logs = [&] {
@@ -395,6 +418,14 @@ std::vector<TrainingCase> Cases() {
                      "ps"));
   all.push_back(With(OnTwoNics(ps[1], {"192.0.2.1", "198.51.100.1"}, {"192.0.2.1", "198.51.100.1"}, ""), "ps",
                      "verbs"));
+  // A schedule (issue 40): an lr per iteration through the ring, phubd and the colocated PS.
+  const std::vector<std::string> momentum_lrs = {"0.01", "0.05", "0", "0.025"};
+  const std::vector<std::string> adam_lrs = {"0.001", "0.01", "0.005", "0", "0.002"};
+  for (const char* comm : {"ring", "ps"}) {
+    all.push_back(With(Scheduled(ps[1], momentum_lrs), comm));
+    all.push_back(With(Scheduled(ps[4], adam_lrs), comm));
+  }
+  all.push_back(With(Scheduled(ps[3], momentum_lrs), "ps-colocated"));
   // No shared directory: rank 0 serves the rendezvous over TCP.
   all.push_back(OverTcpRendezvous(With(ps[1], "ring")));
   all.push_back(OverTcpRendezvous(With(ps[3], "ring")));
@@ -408,6 +439,28 @@ std::vector<TrainingCase> Cases() {
     all.push_back(With(c, "ring", "verbs"));
   }
   return all;
+}
+
+// A PS job made without per_iteration_values steps with fixed values: a schedule's
+// BeginIteration is refused, naming the option, and the exchange goes on with phubd's lr.
+TEST(PsExchangeScheduleTest, WithoutPerIterationValuesBeginIterationNamesTheOption) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--max-world-size", "1", "--cores", "1", "--one-job",
+                                        "--optimizer", "sgd", "--lr", "0.5"});
+  exchange::PsExchangeOptions options;
+  options.servers = {{"127.0.0.1", phubd.port}};
+  std::vector<float> w = {1, 2, 3};
+  const std::vector<float> g = {2, 2, 2};
+  auto x = exchange::PsExchange::Connect(options, {{0, 1}, {}}, {{"w", 3}}, {std::span<float>(w)});
+  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_TRUE((*x)->Init().ok());
+  const Status refused = (*x)->BeginIteration({.lr = 0.1f});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("per_iteration_values"));
+  ASSERT_TRUE((*x)->Push(0, g).ok());
+  ASSERT_TRUE((*x)->Wait(0).ok());
+  EXPECT_EQ(w, (std::vector<float>{0, 1, 2}));  // phubd's lr 0.5, not the refused 0.1
+  EXPECT_TRUE((*x)->Close().ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -20,6 +20,9 @@
 //   worker goes on from its start_iteration(); for at most N ms per loss. Anything else: exit 3.
 // --step-delay-ms D: sleeps D ms per iteration, so that a test's kills land mid-run.
 // --progress PATH: after each iteration, its number is written to PATH (atomically: a rename).
+// --lrs A,B,...: a schedule, one lr per iteration (iteration `it` steps with the it-th):
+//   BeginIteration before each iteration's first push, the optimizer flags' other values;
+//   with --comm ps the exchange is made for it (per_iteration_values, the optimizer named).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -28,6 +31,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "phub/common/logging.h"
 #include "phub/exchange/make_exchange.h"
@@ -87,6 +91,8 @@ int main(int argc, char** argv) {
                  "resumes this worker; 0: exit 3");
   app.add_option("--step-delay-ms", step_delay_ms, "sleep this long per iteration");
   app.add_option("--progress", progress_path, "write each completed iteration's number here");
+  std::string lrs_csv;
+  app.add_option("--lrs", lrs_csv, "a schedule: the lr of each iteration, comma-separated");
   phub::kernels::AddOptimizerFlags(app, options.ring.optimizer);
   phub::exchange::AddTransportFlags(app, options);
   CLI11_PARSE(app, argc, argv);
@@ -124,6 +130,24 @@ int main(int argc, char** argv) {
   }
   // Small partitions so the colocated tests spread even small tensors over every server.
   options.ps.partition_bytes = 4096;
+  std::vector<float> lrs;
+  for (const auto& text : absl::StrSplit(lrs_csv, ',', absl::SkipEmpty())) {
+    float lr = 0;
+    if (!absl::SimpleAtof(text, &lr)) {
+      std::fprintf(stderr, "--lrs: '%s' is not a number\n", std::string(text).c_str());
+      return 2;
+    }
+    lrs.push_back(lr);
+  }
+  if (!lrs.empty()) {
+    if (lrs.size() != iterations) {
+      std::fprintf(stderr, "--lrs gives %zu values for %llu --iters: give one per iteration\n",
+                   lrs.size(), static_cast<unsigned long long>(iterations));
+      return 2;
+    }
+    options.ps.client.per_iteration_values = true;
+    options.ps.client.optimizer = options.ring.optimizer;
+  }
 
   auto sizes = phub::testing::ParseSizes(sizes_csv);
   std::vector<phub::keys::TensorSpec> tensors;
@@ -198,6 +222,11 @@ int main(int argc, char** argv) {
     const std::uint64_t it = done + 1;
     if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     phub::Status status;
+    if (!lrs.empty()) {
+      phub::kernels::StepValues values = phub::kernels::ValuesOf(options.ring.optimizer);
+      values.lr = lrs[it - 1];
+      status = (*exchange)->BeginIteration(values);
+    }
     // Last tensor first, as backward produces them.
     for (std::uint32_t t = static_cast<std::uint32_t>(sizes.size()); t-- > 0 && status.ok();) {
       if (static_cast<std::int64_t>(it) == die_at && t < sizes.size() / 2) {
