@@ -7,8 +7,9 @@
 // this process: Close returns at once while the lander waits in that exchange for an answer
 // that does not come; a copy the engine refuses fails every later call; pushes on one thread
 // and waits on another land every answer. On a GPU the same through the CUDA engine, and
-// `--comm nccl` in place on the device (skipped elsewhere, saying why). A schedule's values
-// (BeginIteration) reach the exchange below after every push made before them.
+// `--comm nccl` in place on the device (skipped elsewhere, saying why), with fixed values and
+// with a schedule's. A schedule's values (BeginIteration) reach the exchange below after every
+// push made before them.
 #include "phub/exchange/staged_exchange.h"
 
 #include <gmock/gmock.h>
@@ -57,8 +58,16 @@ std::vector<float> InitialWeights(int rank, std::size_t t, std::size_t n) {
   return Gradient(rank + 7, 99, t, n);  // only rank 0's may survive Init
 }
 
-// Momentum SGD on the mean gradient in float64, from rank 0's weights.
-std::vector<std::vector<double>> Reference(int world) {
+// A schedule's values of step s (the exchange's BeginIteration): the lr warms up, the momentum
+// moves.
+kernels::StepValues ScheduledValues(int s) {
+  return {.lr = kLr * static_cast<float>(s + 1) / kSteps,
+          .momentum = kMomentum - 0.1f * static_cast<float>(s)};
+}
+
+// Momentum SGD on the mean gradient in float64, from rank 0's weights; `scheduled`: with
+// ScheduledValues(s) at step s, else kLr and kMomentum throughout.
+std::vector<std::vector<double>> Reference(int world, bool scheduled = false) {
   std::vector<std::vector<double>> w, v;
   for (std::size_t t = 0; t < kTensors.size(); ++t) {
     auto w0 = InitialWeights(0, t, kTensors[t].elements);
@@ -72,9 +81,11 @@ std::vector<std::vector<double>> Reference(int world) {
         auto g = Gradient(r, s, t, mean.size());
         for (std::size_t i = 0; i < mean.size(); ++i) mean[i] += g[i] / world;
       }
+      const kernels::StepValues values =
+          scheduled ? ScheduledValues(s) : kernels::StepValues{.lr = kLr, .momentum = kMomentum};
       for (std::size_t i = 0; i < mean.size(); ++i) {
-        v[t][i] = kMomentum * v[t][i] + mean[i];
-        w[t][i] -= kLr * v[t][i];
+        v[t][i] = double{values.momentum} * v[t][i] + mean[i];
+        w[t][i] -= double{values.lr} * v[t][i];
       }
     }
   }
@@ -157,6 +168,7 @@ class StagedExchangeTest : public ::testing::Test {
       PHUB_ASSIGN_OR_RETURN(auto x, make());
       PHUB_RETURN_IF_ERROR(x->Init(stream));
       for (int s = 0; s < kSteps; ++s) {
+        if (scheduled_) PHUB_RETURN_IF_ERROR(x->BeginIteration(ScheduledValues(s)));
         for (std::size_t t = kTensors.size(); t-- > 0;) {  // backward order
           auto host = Gradient(rank, s, t, kTensors[t].elements);
           device.copy(g[t], host.data(), host.size());
@@ -188,7 +200,7 @@ class StagedExchangeTest : public ::testing::Test {
   }
 
   void ExpectLikeReference(const std::vector<std::vector<float>>& got, int world) {
-    const auto want = Reference(world);
+    const auto want = Reference(world, scheduled_);
     for (std::size_t t = 0; t < kTensors.size(); ++t) {
       double err = 0, norm = 0;
       for (std::size_t i = 0; i < want[t].size(); ++i) {
@@ -217,6 +229,7 @@ class StagedExchangeTest : public ::testing::Test {
 
   std::string dir_;
   bool direct_ = false;
+  bool scheduled_ = false;  // BeginIteration(ScheduledValues(s)) before each step's pushes
 };
 
 TEST_F(StagedExchangeTest, StagedThroughRealCopiesOneInFlightTrainsLikeFloat64) {
@@ -232,6 +245,16 @@ TEST_F(StagedExchangeTest, StagedThroughRealCopiesOneInFlightTrainsLikeFloat64) 
 // dma-buf registration, is tested only as far as its refusals go, in gpudirect_test.)
 TEST_F(StagedExchangeTest, DirectPushesFromTheDeviceBuffersAndTrainsLikeFloat64) {
   direct_ = true;
+  TrainTwoRanks([] {
+    return std::shared_ptr<staging::CopyEngine>(
+        *staging::MakeHostCopyEngine({.max_in_flight = 1, .separate_device = true}));
+  });
+}
+
+// A schedule through the staging: each step's values reach the ring below before that step's
+// pushes, and the weights follow the float64 reference of the same schedule.
+TEST_F(StagedExchangeTest, StagedThroughRealCopiesFollowsAScheduleLikeFloat64) {
+  scheduled_ = true;
   TrainTwoRanks([] {
     return std::shared_ptr<staging::CopyEngine>(
         *staging::MakeHostCopyEngine({.max_in_flight = 1, .separate_device = true}));
@@ -724,9 +747,13 @@ TEST_F(StagedExchangeTest, OnAGpuStagedAndNcclInPlaceTrainLikeFloat64) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   for (ExchangeKind kind : {ExchangeKind::kRing, ExchangeKind::kNccl}) {
-    std::vector<std::vector<float>> w;
-    ASSERT_EQ(TrainRank(0, 1, kind, shared, CudaDevice(), stream, w), "");
-    ExpectLikeReference(w, 1);
+    for (bool scheduled : {false, true}) {  // fixed values, and a schedule's (BeginIteration)
+      SCOPED_TRACE(scheduled ? "scheduled" : "fixed values");
+      scheduled_ = scheduled;
+      std::vector<std::vector<float>> w;
+      ASSERT_EQ(TrainRank(0, 1, kind, shared, CudaDevice(), stream, w), "");
+      ExpectLikeReference(w, 1);
+    }
   }
   cudaStreamDestroy(stream);
 }
