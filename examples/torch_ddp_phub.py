@@ -145,7 +145,7 @@ def main():
     elif a.backend == "phub-optimizer":                        # or this one:
         optimizer = phub.torch.ServerOptimizer(model, optimizer, a.phub, rank=rank,
                                                world_size=world)
-        state = optimizer.state
+        state = optimizer.phub
 
     if a.data == "fashion-mnist":
         x, y = fashion_mnist(a.data_dir, "train", size)

@@ -36,7 +36,8 @@ class DeviceClient {
                const std::vector<std::pair<std::string, std::uint64_t>>& tensors,
                const std::vector<std::uintptr_t>& grads, const std::vector<std::uintptr_t>& weights,
                int device, const std::string& token, const std::optional<py::dict>& optimizer,
-               int connect_timeout_ms, const std::string& rdma_device, const std::string& job)
+               int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
+               bool per_iteration_values)
       : rank_(rank) {
     if (grads.size() != tensors.size() || weights.size() != tensors.size()) {
       throw py::value_error(absl::StrCat("grads and weights: ", grads.size(), " and ",
@@ -52,7 +53,12 @@ class DeviceClient {
       auto config = ParseOptimizer(*optimizer);
       if (!config.ok()) throw py::value_error(std::string(config.status().message()));
       options.client.optimizer = *config;
+      optimizer_ = *config;
     }
+    if (per_iteration_values && !optimizer) {
+      throw py::value_error("per_iteration_values needs the optimizer (its kind): give optimizer=");
+    }
+    options.client.per_iteration_values = per_iteration_values;
     options.servers.push_back({host, port});
     std::vector<keys::TensorSpec> specs;
     std::vector<std::span<const float>> g;
@@ -97,6 +103,14 @@ class DeviceClient {
     exchange_.reset();
   }
 
+  // As PsClient.step_with: through the staging pipeline, behind the pushes it still holds.
+  void StepWith(const py::dict& values) {
+    exchange::DeviceExchange& x = Get();
+    auto parsed = ParseStepValues(values, optimizer_);
+    if (!parsed.ok()) throw py::value_error(std::string(parsed.status().message()));
+    Blocking("step_with", [&] { return x.BeginIteration(*parsed); });
+  }
+
   void Init(std::uintptr_t stream) {
     exchange::DeviceExchange& x = Get();
     Blocking("init", [&] { return x.Init(AsStream(stream)); });
@@ -124,6 +138,7 @@ class DeviceClient {
   }
 
   std::uint32_t rank_;
+  kernels::OptimizerConfig optimizer_;  // the connect's (step_with's defaults and kind)
   std::unique_ptr<exchange::DeviceExchange> exchange_;
 };
 
@@ -142,11 +157,14 @@ the answer in weights[t].)doc")
                     const std::vector<std::pair<std::string, std::uint64_t>>&,
                     const std::vector<std::uintptr_t>&, const std::vector<std::uintptr_t>&, int,
                     const std::string&, const std::optional<py::dict>&, int, const std::string&,
-                    const std::string&>(),
+                    const std::string&, bool>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("grads"), py::arg("weights"), py::arg("device"),
            py::arg("token") = "", py::arg("optimizer") = py::none(),
-           py::arg("connect_timeout_ms") = 30000, py::arg("rdma_device") = "", py::arg("job") = "")
+           py::arg("connect_timeout_ms") = 30000, py::arg("rdma_device") = "", py::arg("job") = "",
+           py::arg("per_iteration_values") = false)
+      .def("step_with", &DeviceClient::StepWith, py::arg("values"),
+           "As PsClient.step_with: the next iteration's values, before its first push.")
       .def("init", &DeviceClient::Init, py::arg("stream"),
            "Rank 0's weights[] become everyone's; returns once they are on this device.")
       .def("push", &DeviceClient::Push, py::arg("tensor"), py::arg("stream"))

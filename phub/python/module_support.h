@@ -40,6 +40,25 @@ void Blocking(const char* what, Call call) {
   ThrowIfError(status, what);
 }
 
+// Sets `config`'s hyper-parameter `name` (a spec dict's key other than kind).
+inline Status SetHyperParameter(kernels::OptimizerConfig& config, const std::string& name,
+                                const py::handle& value) {
+  float* field = name == "lr"             ? &config.lr
+                 : name == "momentum"     ? &config.momentum
+                 : name == "weight_decay" ? &config.weight_decay
+                 : name == "beta1"        ? &config.beta1
+                 : name == "beta2"        ? &config.beta2
+                 : name == "eps"          ? &config.eps
+                                          : nullptr;
+  if (field == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: unknown key '", name,
+                     "'; the keys are kind, lr, momentum, weight_decay, beta1, beta2, eps"));
+  }
+  *field = py::cast<float>(value);
+  return absl::OkStatus();
+}
+
 // A spec dict {kind, lr, momentum, weight_decay, beta1, beta2, eps} as phubd's optimizer.
 inline StatusOr<kernels::OptimizerConfig> ParseOptimizer(const py::dict& spec) {
   kernels::OptimizerConfig config;
@@ -49,26 +68,46 @@ inline StatusOr<kernels::OptimizerConfig> ParseOptimizer(const py::dict& spec) {
       auto kind = kernels::ParseOptimizerKind(py::cast<std::string>(value));
       if (!kind.ok()) return kind.status();
       config.kind = *kind;
-    } else if (name == "lr") {
-      config.lr = py::cast<float>(value);
-    } else if (name == "momentum") {
-      config.momentum = py::cast<float>(value);
-    } else if (name == "weight_decay") {
-      config.weight_decay = py::cast<float>(value);
-    } else if (name == "beta1") {
-      config.beta1 = py::cast<float>(value);
-    } else if (name == "beta2") {
-      config.beta2 = py::cast<float>(value);
-    } else if (name == "eps") {
-      config.eps = py::cast<float>(value);
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer: unknown key '", name,
-                       "'; the keys are kind, lr, momentum, weight_decay, beta1, beta2, eps"));
+      PHUB_RETURN_IF_ERROR(SetHyperParameter(config, name, value));
     }
   }
   PHUB_RETURN_IF_ERROR(kernels::Validate(config));
   return config;
+}
+
+// One iteration's values (step_with) of a job running `job` (the connect's optimizer): a spec
+// dict without its kind (or with the job's); keys not given keep `job`'s values. lr may be 0.
+inline StatusOr<kernels::StepValues> ParseStepValues(const py::dict& values,
+                                                     const kernels::OptimizerConfig& job) {
+  kernels::OptimizerConfig config = job;
+  for (auto [key, value] : values) {
+    const std::string name = py::cast<std::string>(key);
+    if (name == "kind") {
+      if (py::cast<std::string>(value) != kernels::OptimizerName(job.kind)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step_with: kind '", py::cast<std::string>(value), "', the job runs ",
+            kernels::OptimizerName(job.kind), ": a schedule changes values, not the optimizer"));
+      }
+      continue;
+    }
+    PHUB_RETURN_IF_ERROR(SetHyperParameter(config, name, value));
+  }
+  const kernels::StepValues step = kernels::ValuesOf(config);
+  PHUB_RETURN_IF_ERROR(kernels::ValidateStepValues(job.kind, step));
+  return step;
+}
+
+// A StepValues as a spec dict of its values (resume_values).
+inline py::dict StepValuesDict(const kernels::StepValues& v) {
+  py::dict d;
+  d["lr"] = v.lr;
+  d["momentum"] = v.momentum;
+  d["weight_decay"] = v.weight_decay;
+  d["beta1"] = v.beta1;
+  d["beta2"] = v.beta2;
+  d["eps"] = v.eps;
+  return d;
 }
 
 // device_client.cc: phub._phub.DeviceClient (the staging pipeline for CUDA tensors).

@@ -68,7 +68,8 @@ class Client {
   Client(const std::string& host, std::uint16_t port, std::uint32_t rank,
          std::uint32_t world_size, const std::vector<std::pair<std::string, std::uint64_t>>& tensors,
          const py::list& weights, const std::string& token, const std::optional<py::dict>& optimizer,
-         int connect_timeout_ms, const std::string& rdma_device, const std::string& job) {
+         int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
+         bool per_iteration_values) {
     if (static_cast<std::size_t>(py::len(weights)) != tensors.size()) {
       throw py::value_error(absl::StrCat("weights: ", py::len(weights), " buffers for ",
                                          tensors.size(), " tensors; give one per tensor"));
@@ -85,6 +86,11 @@ class Client {
       if (!config.ok()) throw py::value_error(std::string(config.status().message()));
       options.optimizer = *config;
     }
+    if (per_iteration_values && !options.optimizer) {
+      throw py::value_error("per_iteration_values needs the optimizer (its kind): give optimizer=");
+    }
+    options.per_iteration_values = per_iteration_values;
+    if (options.optimizer) optimizer_ = *options.optimizer;
     std::vector<keys::TensorSpec> specs;
     std::vector<std::span<float>> spans;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
@@ -128,6 +134,19 @@ class Client {
     in_flight_[tensor] = std::move(info);
   }
 
+  void StepWith(const py::dict& values) {
+    client::PsClient& c = Get();
+    auto parsed = ParseStepValues(values, optimizer_);
+    if (!parsed.ok()) throw py::value_error(std::string(parsed.status().message()));
+    ThrowIfError(c.StepWith(*parsed), "step_with");
+  }
+
+  std::optional<py::dict> ResumeValues() {
+    auto values = Get().resume_values();
+    if (!values) return std::nullopt;
+    return StepValuesDict(*values);
+  }
+
   void Wait(std::uint32_t tensor) {
     client::PsClient& c = Get();
     CheckTensor(tensor);
@@ -167,6 +186,7 @@ class Client {
     }
   }
 
+  kernels::OptimizerConfig optimizer_;    // the connect's (step_with's defaults and kind)
   std::vector<py::buffer_info> weights_;  // held for client_'s life
   std::vector<std::uint64_t> elements_;
   std::vector<std::optional<py::buffer_info>> in_flight_;  // pushed, not yet waited for
@@ -204,20 +224,31 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
       .def(py::init<const std::string&, std::uint16_t, std::uint32_t, std::uint32_t,
                     const std::vector<std::pair<std::string, std::uint64_t>>&, const py::list&,
                     const std::string&, const std::optional<py::dict>&, int,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, bool>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("weights"), py::arg("token") = "",
            py::arg("optimizer") = py::none(), py::arg("connect_timeout_ms") = 30000,
            py::arg("rdma_device") = "", py::arg("job") = "",
+           py::arg("per_iteration_values") = false,
            "tensors: [(name, elements)], the same on every rank. optimizer: None (phubd's "
            "flags) or a dict {kind: sgd|momentum|nesterov|adam|average, lr, momentum, "
            "weight_decay, beta1, beta2, eps}. job: the job's name on a shared phubd (\"\": "
-           "\"default\").")
+           "\"default\"). per_iteration_values: the hyper-parameters may change every "
+           "iteration (step_with before each iteration's first push); needs optimizer.")
       .def("init", &Client::Init,
            "Rank 0's weights become everyone's (unless phubd has them); blocks until they land.")
       .def("push", &Client::Push, py::arg("tensor"), py::arg("grads"),
            "Starts pushing tensor's gradient (float32 buffer); returns at once. The buffer must "
            "not change until wait(tensor) returns.")
+      .def("step_with", &Client::StepWith, py::arg("values"),
+           "per_iteration_values: the values phubd steps this rank's next iteration with, a "
+           "dict of the optimizer's keys (lr, momentum, weight_decay, beta1, beta2, eps; those "
+           "not given keep the connect's). Once before each iteration's first push, the same "
+           "on every rank (else phubd stalls the job naming each rank's).")
+      .def_property_readonly("resume_values", &Client::ResumeValues,
+                             "per_iteration_values, in a job phubd resumed or this rank "
+                             "rejoined: the values phubd stepped resume_iteration with (a "
+                             "dict), or None.")
       .def("wait", &Client::Wait, py::arg("tensor"),
            "Blocks (GIL released) until the answer to the last push of tensor has landed.")
       .def("wait_all", &Client::WaitAll)

@@ -9,7 +9,9 @@ in the environment. Runs one scenario and torch.save()s what the test compares t
   train        K steps of momentum SGD: DDP + gloo vs DDP + phub hook, final parameters
   server-KIND  K steps: DDP + gloo + the local torch optimizer KIND (sgd, momentum, nesterov,
                adam) vs phub.torch.ServerOptimizer wrapping the same optimizer
-  lr-changed   ServerOptimizer, then a scheduler halves the learning rate: step() must refuse
+  scheduled-KIND  60 steps of torch's schedulers (warm-up + cosine, or step decay) and a weight
+               decay switched off halfway: local optimizer vs ServerOptimizer, the scheduler on it
+  kind-changed SGD's momentum set from 0 to 0.9 mid-job: the next backward must raise
   dead-phubd   trains until the test kills phubd; saves the error and how long it took
   dead-peer    rank 1 dies at step 3; the others save their error and how long it took
 """
@@ -115,21 +117,55 @@ def scenario_server(rank, kind):
     return {"local": params_of(reference), "server": params_of(ours)}
 
 
-def scenario_lr_changed(rank):
+SCHEDULED_STEPS = 60
+
+
+def schedule_for(kind, opt):
+    """torch's own schedulers on `opt`: a warm-up then a cosine decay (SGD kinds), or step
+    decay (Adam), and the weight decay switched off by hand at step 30."""
+    if kind == "adam":
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
+    warm_up = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.01, total_iters=5)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=SCHEDULED_STEPS - 5)
+    return torch.optim.lr_scheduler.SequentialLR(opt, [warm_up, decay], milestones=[5])
+
+
+def scenario_scheduled(rank, kind):
+    reference, ours = wrap(make_model()), wrap(make_model())
+    local = make_optimizer(kind, reference.parameters())
+    server = phub.torch.ServerOptimizer(ours, make_optimizer(kind, ours.parameters()))
+    lrs = {}
+    # The scheduler is built on the ServerOptimizer itself: torch takes it for an Optimizer.
+    for name, model, opt in (("local", reference, local), ("server", ours, server)):
+        scheduler = schedule_for(kind, opt)
+        lrs[name] = []
+        for step in range(SCHEDULED_STEPS):
+            if step == 30:
+                for group in opt.param_groups:
+                    group["weight_decay"] = 0.0
+            lrs[name].append(opt.param_groups[0]["lr"])
+            opt.zero_grad()
+            loss_of(model, rank, step).backward()
+            opt.step()
+            scheduler.step()
+    server.close()
+    return {"local": params_of(reference), "server": params_of(ours), "lrs": lrs}
+
+
+def scenario_kind_changed(rank):
     model = wrap(make_model())
-    server = phub.torch.ServerOptimizer(model, make_optimizer("momentum", model.parameters()))
-    scheduler = torch.optim.lr_scheduler.StepLR(server.optimizer, step_size=1, gamma=0.5)
+    server = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.05))
     out = {"error": None}
-    for step in range(2):
+    for step in range(3):
+        if step == 1:
+            server.param_groups[0]["momentum"] = 0.9
         server.zero_grad()
-        loss_of(model, rank, step).backward()
         try:
+            loss_of(model, rank, step).backward()
             server.step()
-        except ValueError as e:
+        except (RuntimeError, ValueError) as e:
             out = {"error": str(e), "step": step}
             break
-        scheduler.step()
-    server.close()
     return out
 
 
@@ -167,8 +203,12 @@ def main():
         out = scenario_grads(rank)
     elif scenario == "train":
         out = scenario_train(rank)
-    elif scenario == "lr-changed":
-        out = scenario_lr_changed(rank)
+    elif scenario.startswith("scheduled-"):
+        out = scenario_scheduled(rank, scenario[len("scheduled-"):])
+    elif scenario == "kind-changed":
+        out = scenario_kind_changed(rank)
+        torch.save(out, out_path)
+        os._exit(0)  # the job stalled: no orderly teardown
     elif scenario.startswith("server-"):
         out = scenario_server(rank, scenario[len("server-"):])
     elif scenario in ("dead-phubd", "dead-peer"):

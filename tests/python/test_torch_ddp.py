@@ -102,10 +102,26 @@ class ServerOptimizerTest(unittest.TestCase):
     def test_adam(self):
         self.check("adam")
 
-    def test_a_changed_learning_rate_is_refused(self):
-        for rank, r in enumerate(run("lr-changed", 2)):
+    def check_scheduled(self, kind):
+        results = run(f"scheduled-{kind}", 2)
+        for rank, r in enumerate(results):
+            # The schedule moved: lr differs along the run, and both sides saw the same.
+            self.assertEqual(r["lrs"]["server"], r["lrs"]["local"])
+            self.assertGreaterEqual(len(set(r["lrs"]["server"])), 6)
+            assert_all_close(r["server"], r["local"], 1e-4, 1e-6,
+                             f"{kind} with a schedule, rank {rank}, after 60 steps")
+            assert_all_close(r["server"], results[0]["server"], 0, 0, f"{kind} rank {rank}")
+
+    def test_momentum_follows_warm_up_and_cosine(self):
+        self.check_scheduled("momentum")
+
+    def test_adam_follows_step_decay(self):
+        self.check_scheduled("adam")
+
+    def test_a_change_of_kind_is_refused(self):
+        for rank, r in enumerate(run("kind-changed", 2)):
             self.assertEqual(r.get("step"), 1, f"rank {rank}: {r}")
-            self.assertIn("learning rate changed to 0.025", r["error"])
+            self.assertIn("the optimizer became momentum", r["error"])
 
 
 class OptimizerSpecTest(unittest.TestCase):

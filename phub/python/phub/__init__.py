@@ -24,7 +24,7 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
             rank: Optional[int] = None, world_size: Optional[int] = None,
             token: Optional[str] = None, optimizer: Optional[dict] = None,
             connect_timeout_ms: int = 30000, rdma_device: str = "",
-            job: Optional[str] = None) -> PsClient:
+            job: Optional[str] = None, per_iteration_values: bool = False) -> PsClient:
     """Joins phubd's job as `rank` of `world_size` (from torchrun's environment when not given;
     phubd's address from PHUB_ADDRESS). Blocks until every worker has joined, at most
     connect_timeout_ms for phubd to answer, then phubd's own --form-timeout-ms.
@@ -33,20 +33,24 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
     tensor, where phubd's answers land. optimizer: None (phubd's --optimizer flags) or
     {"kind": "sgd"|"momentum"|"nesterov"|"adam"|"average", "lr": ..., ...}. job: the job's
     name on a shared phubd (default: PHUB_JOB, torchrun's run id, SLURM_JOB_ID, else "").
+    per_iteration_values: the hyper-parameters may change every iteration (a schedule): call
+    client.step_with({"lr": ...}) before each iteration's first push; needs optimizer.
     """
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
     return PsClient(launch.host, launch.port, launch.rank, launch.world_size,
                     [(str(n), int(e)) for n, e in tensors], list(weights), token=launch.token,
                     optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
-                    rdma_device=rdma_device, job=launch.job)
+                    rdma_device=rdma_device, job=launch.job,
+                    per_iteration_values=per_iteration_values)
 
 
 def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[int], device: int,
                    address: Optional[str] = None, rank: Optional[int] = None,
                    world_size: Optional[int] = None, token: Optional[str] = None,
                    optimizer: Optional[dict] = None, connect_timeout_ms: int = 30000,
-                   rdma_device: str = "", job: Optional[str] = None) -> DeviceClient:
+                   rdma_device: str = "", job: Optional[str] = None,
+                   per_iteration_values: bool = False) -> DeviceClient:
     """connect() for tensors in GPU `device`'s memory: grads and weights are device pointers
     (tensor.data_ptr()) the caller keeps alive; the client stages them through pinned memory on
     its own CUDA streams (phub/exchange/staged_exchange.h). PhubError in a build without CUDA
@@ -57,4 +61,5 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                         [(str(n), int(e)) for n, e in tensors], [int(g) for g in grads],
                         [int(w) for w in weights], int(device), token=launch.token,
                         optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
-                        rdma_device=rdma_device, job=launch.job)
+                        rdma_device=rdma_device, job=launch.job,
+                        per_iteration_values=per_iteration_values)

@@ -35,7 +35,7 @@ liveness and rejoin deadlines; never a hang. Every later hook call fails with th
 import atexit
 import queue
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -75,12 +75,17 @@ class PhubState:
                  optimizer: Optional[dict] = None, address: Optional[str] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  token: Optional[str] = None, connect_timeout_ms: int = 30000,
-                 rdma_device: str = "", job: Optional[str] = None):
+                 rdma_device: str = "", job: Optional[str] = None,
+                 values_of: Optional[Callable[[], dict]] = None):
         if mode not in ("average", "optimizer"):
             raise ValueError(f"mode {mode!r}: use 'average' or 'optimizer'")
         if mode == "optimizer" and optimizer is None:
             raise ValueError("mode 'optimizer' needs the optimizer's spec (optimizer_spec())")
         self.mode = mode
+        # A schedule (optimizer mode): values_of() gives the hyper-parameters of the iteration
+        # whose first bucket comes next; they go to phubd before that bucket's pushes.
+        self._values_of = values_of
+        self._values_due = values_of is not None
         named = [(n, p) for n, p in _module_of(model).named_parameters()
                  if p.requires_grad and p.numel() > 0]
         if not named:
@@ -128,14 +133,16 @@ class PhubState:
                 tensors, [v.data_ptr() for v in self._sent_views],
                 [v.data_ptr() for v in self.received_views], self.device.index,
                 address=address, rank=rank, world_size=world_size, token=token, optimizer=spec,
-                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job)
+                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job,
+                per_iteration_values=values_of is not None)
             self._stream = torch.cuda.Stream(device=self.device)
             self.client.init(torch.cuda.current_stream(self.device).cuda_stream)
         else:
             self.client = phub.connect(
                 tensors, [v.numpy() for v in self.received_views], address=address, rank=rank,
                 world_size=world_size, token=token, optimizer=spec,
-                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job)
+                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job,
+                per_iteration_values=values_of is not None)
             self.client.init()
         self.rank = self.client.rank
         self.error: Optional[BaseException] = None
@@ -170,6 +177,9 @@ class PhubState:
             self._in_flight += 1
         grads = bucket.gradients()
         try:
+            if self._values_due:  # the iteration's first bucket: its values go first
+                self._values_due = False
+                self.client.step_with(self._values_of())
             if self.cuda:
                 stream = torch.cuda.current_stream(self.device)
                 for i, g in zip(ids, grads):
@@ -256,8 +266,10 @@ class PhubState:
             raise self.error
 
     def install_weights(self):
-        """Optimizer mode: the weights phubd sent become the parameters."""
+        """Optimizer mode: the weights phubd sent become the parameters; the next bucket is
+        the next iteration's first."""
         self.synchronize()
+        self._values_due = self._values_of is not None
         if self.cuda:  # the answers' copies were made on the waiter's stream
             torch.cuda.current_stream(self.device).wait_stream(self._stream)
         with torch.no_grad():
@@ -362,13 +374,17 @@ def check_server_steps(module: torch.nn.Module, optimizer: torch.optim.Optimizer
             "summation mode (phub.torch.connect + allreduce_hook) with this optimizer")
 
 
-class ServerOptimizer:
+class ServerOptimizer(torch.optim.Optimizer):
     """PHub's design: phubd's fused optimizer steps the weights; step() installs them.
 
-    Wraps the torch optimizer the script already builds (its hyper-parameters become phubd's)
-    and registers the hook on `model` (a DistributedDataParallel). The learning rate is fixed
-    for the job: step() raises if a scheduler changed it. The parameters' .grad hold the
-    worker's own gradient (phubd applied the mean)."""
+    Wraps the torch optimizer the script already builds and registers the hook on `model` (a
+    DistributedDataParallel). It is an Optimizer over the same parameter groups (the very
+    dicts), so torch.optim.lr_scheduler's schedulers work on it (or on the wrapped one) as they
+    are: at each iteration's first bucket, param_groups[0]'s lr, momentum, weight_decay, betas
+    and eps go to phubd, which steps that iteration with them (docs/torch.md "Schedules"). The
+    optimizer's kind is the job's: a change of kind (SGD's momentum from 0 up) is refused. Call
+    step() after every backward. The parameters' .grad hold the worker's own gradient (phubd
+    applied the mean). phubd holds the optimizer's state (momentum, Adam's moments)."""
 
     def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
                  address: Optional[str] = None, **kwargs):
@@ -376,15 +392,30 @@ class ServerOptimizer:
             raise TypeError("ServerOptimizer wraps a DistributedDataParallel model")
         self.optimizer = optimizer
         self.spec = optimizer_spec(optimizer)
-        check_server_steps(model.module, optimizer, self.spec,
-                           getattr(model, "find_unused_parameters", False))
-        self.state = PhubState(model, "optimizer", self.spec, address, **kwargs)
-        self.state.install_weights()  # rank 0's initial weights, through phubd
-        model.register_comm_hook(self.state, allreduce_hook)
+        self._find_unused = getattr(model, "find_unused_parameters", False)
+        check_server_steps(model.module, optimizer, self.spec, self._find_unused)
+        # The wrapped optimizer's group dicts themselves: a value set on either is set on both.
+        super().__init__(optimizer.param_groups, optimizer.defaults)
+        self.phub = PhubState(model, "optimizer", self.spec, address, values_of=self._values_now,
+                              **kwargs)
+        self.phub.install_weights()  # rank 0's initial weights, through phubd
+        model.register_comm_hook(self.phub, allreduce_hook)
 
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
+    def _values_now(self) -> dict:
+        """The hyper-parameters the iteration starting now steps with (the hook's thread, at
+        the iteration's first bucket: after the script's scheduler.step())."""
+        spec = optimizer_spec(self.optimizer)  # the groups still agree; nothing unsupported
+        kind = spec.pop("kind")
+        # Momentum (or Nesterov) at 0 is plain SGD, in torch and in phubd alike.
+        if kind != self.spec["kind"] and not (kind == "sgd" and self.spec["kind"] in
+                                              ("momentum", "nesterov")):
+            raise ValueError(f"the optimizer became {kind} (its hyper-parameters changed kind); "
+                             f"phubd runs {self.spec['kind']} for the whole job: change values, "
+                             "not the kind")
+        if self._find_unused and spec.get("weight_decay"):
+            raise ValueError("weight_decay set with find_unused_parameters=True: a parameter "
+                             "without a gradient would still decay on phubd; keep it 0")
+        return spec
 
     def zero_grad(self, set_to_none: bool = False):
         self.optimizer.zero_grad(set_to_none=set_to_none)
@@ -393,11 +424,25 @@ class ServerOptimizer:
         if closure is not None:
             raise ValueError("ServerOptimizer.step takes no closure: phubd steps once per "
                              "backward")
-        for g in self.optimizer.param_groups:
-            if g["lr"] != self.spec["lr"]:
-                raise ValueError(f"the learning rate changed to {g['lr']} (a scheduler?); "
-                                 f"phubd's is {self.spec['lr']} for the whole job")
-        self.state.install_weights()
+        self.phub.install_weights()
+
+    def add_param_group(self, param_group):
+        if getattr(self, "phub", None) is None:  # Optimizer.__init__ adds the wrapped groups
+            return super().add_param_group(param_group)
+        raise ValueError("ServerOptimizer cannot take a parameter group after the job started: "
+                         "phubd's tensor table is fixed; build the optimizer over every "
+                         "parameter first")
+
+    def state_dict(self):
+        raise NotImplementedError(
+            "ServerOptimizer.state_dict: phubd holds the optimizer's state (momentum, Adam's "
+            "moments) and does not hand it over yet; checkpoint the job with phubd's "
+            "--checkpoint-dir and --resume (docs/operations.md \"Recovery\")")
+
+    def load_state_dict(self, state_dict):
+        raise NotImplementedError(
+            "ServerOptimizer.load_state_dict: phubd holds the optimizer's state; resume it with "
+            "phubd's --resume (docs/operations.md \"Recovery\")")
 
     def close(self):
-        self.state.close()
+        self.phub.close()
