@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "phub/exchange/transport_flags.h"
 #include "absl/strings/str_cat.h"
+#include "phub/exchange/transport_flags.h"
 #include "phub/kernels/optimizer_flags.h"
 
 namespace phub::worker {
@@ -205,10 +205,9 @@ Status CheckScheduleFlags(const CLI::App& app, const WorkerFlags& flags) {
       return absl::InvalidArgumentError(
           absl::StrCat(p.flag, " shapes the warm-up: give --warmup-iters N (> 0) with it"));
     }
-    return absl::InvalidArgumentError(absl::StrCat(p.flag, " is a parameter of --lr-schedule ",
-                                                   p.schedule, ", not of --lr-schedule ",
-                                                   LrScheduleName(kind), ": drop it or give "
-                                                   "--lr-schedule ", p.schedule));
+    return absl::InvalidArgumentError(absl::StrCat(
+        p.flag, " is a parameter of --lr-schedule ", p.schedule, ", not of --lr-schedule ",
+        LrScheduleName(kind), ": drop it or give --lr-schedule ", p.schedule));
   }
   return absl::OkStatus();
 }

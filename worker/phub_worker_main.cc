@@ -11,11 +11,10 @@
 // the data or the environment (InvalidArgument, NotFound), 1 for anything else (a device, a
 // peer, memory).
 #include <CLI/CLI.hpp>
-#include <cstdlib>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <optional>
@@ -29,8 +28,8 @@
 #include "worker/backend/onednn/onednn_backend.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/fashion_mnist.h"
-#include "worker/phub_worker_flags.h"
 #include "worker/nn/models/models.h"
+#include "worker/phub_worker_flags.h"
 #include "worker/train/evaluate.h"
 #include "worker/train/launch_env.h"
 #include "worker/train/reconnect.h"

@@ -6,10 +6,12 @@
 // One exchange thread takes pushed tensors in push order (every worker must push in the same
 // order: allreduce calls pair up by order), copies the gradient into a per-tensor buffer,
 // allreduces it and steps the weights. Each worker keeps its own optimizer state (the PS keeps
-// it once). A schedule (BeginIteration) changes the values the worker steps with: each Push
-// takes the values in force when it is made, so a push of the last iteration still queued
-// steps with that iteration's values. Tensors are reduced one call each; fusing small tensors into buckets (Horovod-style)
-// is not done yet, which costs latency on models with many small tensors.
+// it once). Tensors are reduced one call each; fusing small tensors into buckets
+// (Horovod-style) is not done yet, which costs latency on models with many small tensors.
+//
+// A schedule (BeginIteration) changes the values the worker steps with: each Push takes the
+// values in force when it is made, so a push of the last iteration still queued steps with
+// that iteration's values.
 #pragma once
 
 #include <condition_variable>
@@ -82,7 +84,7 @@ class AllreduceExchange final : public GradientExchange {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pushed> queue_;  // pushed, not yet reduced
+  std::deque<Pushed> queue_;         // pushed, not yet reduced
   Status error_;                     // first failure; every later call returns it
   bool stopping_ = false;
   bool closed_ = false;

@@ -279,8 +279,8 @@ class NcclDeviceExchange final : public DeviceExchange {
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (!s.ok() && error_.ok()) {
-        error_ = next ? Status(s.code(), absl::StrCat("tensor ", next->tensor, ": ", s.message()))
-                      : s;
+        error_ =
+            next ? Status(s.code(), absl::StrCat("tensor ", next->tensor, ": ", s.message())) : s;
       }
       if (next) ++tensors_[next->tensor].enqueued;
       cv_.notify_all();

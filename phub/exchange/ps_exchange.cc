@@ -104,7 +104,8 @@ Status PsExchange::Init() {
 Status PsExchange::BeginIteration(const kernels::StepValues& values) {
   if (!per_iteration_values_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        name(), " exchange: BeginIteration: phubd steps this job with fixed hyper-parameters; "
+        name(),
+        " exchange: BeginIteration: phubd steps this job with fixed hyper-parameters; "
         "to change them per iteration (a schedule), make the exchange with "
         "PsExchangeOptions::client.per_iteration_values = true and the optimizer in "
         "client.optimizer (phub-worker does for any --lr-schedule but a constant one)"));

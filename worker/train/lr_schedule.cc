@@ -30,8 +30,8 @@ const char* LrScheduleName(LrScheduleKind kind) {
 StatusOr<LrSchedule> LrSchedule::Create(const LrScheduleOptions& o, double base_lr,
                                         std::int64_t total_steps) {
   if (o.warmup_iters < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--warmup-iters ", o.warmup_iters, " is negative: give 0 (no warm-up) or more"));
+    return absl::InvalidArgumentError(absl::StrCat("--warmup-iters ", o.warmup_iters,
+                                                   " is negative: give 0 (no warm-up) or more"));
   }
   if (!(o.warmup_start_factor > 0 && o.warmup_start_factor <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -52,8 +52,8 @@ StatusOr<LrSchedule> LrSchedule::Create(const LrScheduleOptions& o, double base_
   }
   if (o.kind == LrScheduleKind::kCosine) {
     if (!(o.lr_min >= 0 && o.lr_min <= base_lr)) {
-      return absl::InvalidArgumentError(absl::StrCat("--lr-min ", o.lr_min,
-                                                     " is outside [0, --lr ", base_lr,
+      return absl::InvalidArgumentError(absl::StrCat("--lr-min ", o.lr_min, " is outside [0, --lr ",
+                                                     base_lr,
                                                      "]: the cosine decays from --lr down to it"));
     }
     if (o.warmup_iters >= total_steps) {
@@ -79,8 +79,8 @@ double LrSchedule::LrAt(std::int64_t step) const {
     case LrScheduleKind::kConstant:
       return lr;
     case LrScheduleKind::kStep:
-      return lr * std::pow(options_.gamma,
-                           std::floor(t / static_cast<double>(options_.step_every)));
+      return lr *
+             std::pow(options_.gamma, std::floor(t / static_cast<double>(options_.step_every)));
     case LrScheduleKind::kCosine: {
       const double period = static_cast<double>(total_steps_) - w;
       const double lr_min = options_.lr_min;
@@ -90,8 +90,7 @@ double LrSchedule::LrAt(std::int64_t step) const {
   return lr;
 }
 
-kernels::StepValues LrSchedule::ValuesAt(std::int64_t step,
-                                         const kernels::StepValues& base) const {
+kernels::StepValues LrSchedule::ValuesAt(std::int64_t step, const kernels::StepValues& base) const {
   kernels::StepValues values = base;
   values.lr = static_cast<float>(LrAt(step));
   return values;
@@ -105,8 +104,8 @@ std::string LrSchedule::Describe() const {
       main = absl::StrCat("constant ", base_lr_);
       break;
     case LrScheduleKind::kStep:
-      main = absl::StrCat("step from ", base_lr_, ", x", o.gamma, " every ", o.step_every,
-                          " steps");
+      main =
+          absl::StrCat("step from ", base_lr_, ", x", o.gamma, " every ", o.step_every, " steps");
       break;
     case LrScheduleKind::kCosine:
       main = absl::StrCat("cosine from ", base_lr_, " to ", o.lr_min, " over ",

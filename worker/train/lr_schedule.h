@@ -45,11 +45,11 @@ const char* LrScheduleName(LrScheduleKind kind);
 // phub-worker's flags, as given (worker/phub_worker_flags.h declares them).
 struct LrScheduleOptions {
   LrScheduleKind kind = LrScheduleKind::kConstant;
-  std::int64_t warmup_iters = 0;       // W
-  double warmup_start_factor = 0.01;   // F
-  std::int64_t step_every = 0;         // S (step; 0: not given)
-  double gamma = 0.1;                  // γ (step; torch's StepLR default)
-  double lr_min = 0.0;                 // η_min (cosine; torch's default)
+  std::int64_t warmup_iters = 0;      // W
+  double warmup_start_factor = 0.01;  // F
+  std::int64_t step_every = 0;        // S (step; 0: not given)
+  double gamma = 0.1;                 // γ (step; torch's StepLR default)
+  double lr_min = 0.0;                // η_min (cosine; torch's default)
 
   // Whether the learning rate changes during the run (anything but constant without a
   // warm-up): only then is the exchange told each iteration's values.

@@ -92,8 +92,9 @@ StatusOr<StepTimes> Trainer::Step(const Tensor& x, const Tensor& labels,
   PHUB_ASSIGN_OR_RETURN(times.loss, model_.Loss(labels));
   // The step's values before its first push (forward has waited for every tensor of the last
   // step, so none of its pushes is left to take them).
-  if (values) PHUB_RETURN_IF_ERROR(exchange_ ? exchange_->BeginIteration(*values)
-                                             : local_->SetValues(*values));
+  if (values)
+    PHUB_RETURN_IF_ERROR(exchange_ ? exchange_->BeginIteration(*values)
+                                   : local_->SetValues(*values));
   if (!exchange_) {
     PHUB_RETURN_IF_ERROR(model_.Backward(labels));
     PHUB_RETURN_IF_ERROR(local_->Step());

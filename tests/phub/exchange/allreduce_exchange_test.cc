@@ -54,8 +54,13 @@ kernels::StepValues ValuesAt(int s) {
 
 RefConfig Reference(RefOptimizer kind, const kernels::StepValues& v) {
   // The float32 values the exchange steps with, exactly.
-  return {.kind = kind, .lr = v.lr, .momentum = v.momentum, .weight_decay = v.weight_decay,
-          .beta1 = v.beta1, .beta2 = v.beta2, .eps = v.eps};
+  return {.kind = kind,
+          .lr = v.lr,
+          .momentum = v.momentum,
+          .weight_decay = v.weight_decay,
+          .beta1 = v.beta1,
+          .beta2 = v.beta2,
+          .eps = v.eps};
 }
 
 // The mean gradient and the schedule's values, step by step, in float64 from rank 0's weights.
@@ -113,11 +118,10 @@ class AllreduceScheduleTest : public ::testing::TestWithParam<Case> {
       spans.emplace_back(w.back());
     }
     auto run = [&]() -> Status {
-      PHUB_ASSIGN_OR_RETURN(auto x,
-                            ConnectRingExchange(Options(),
-                                                {static_cast<std::uint32_t>(rank),
-                                                 static_cast<std::uint32_t>(world)},
-                                                kTensors, spans));
+      PHUB_ASSIGN_OR_RETURN(auto x, ConnectRingExchange(Options(),
+                                                        {static_cast<std::uint32_t>(rank),
+                                                         static_cast<std::uint32_t>(world)},
+                                                        kTensors, spans));
       PHUB_RETURN_IF_ERROR(x->Init());
       std::vector<std::vector<float>> grads(kTensors.size());
       for (int s = 0; s < kSteps; ++s) {

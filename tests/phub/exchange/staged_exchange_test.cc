@@ -541,10 +541,10 @@ TEST(StagedExchangeScheduleTest, ValuesReachTheExchangeBelowAfterEveryEarlierPus
     SCOPED_TRACE(staged ? "staged, one copy in flight" : "the CPU worker's engine");
     std::vector<std::vector<float>> g, w;
     LocalExchange* local = nullptr;
-    auto made = OverLocal(staged ? StagingHostEngine(/*max_in_flight=*/1)
-                                 : std::shared_ptr<staging::CopyEngine>(
-                                       *staging::MakeHostCopyEngine()),
-                          kTensors, g, w, /*answer=*/true, std::chrono::seconds(20), &local);
+    auto made =
+        OverLocal(staged ? StagingHostEngine(/*max_in_flight=*/1)
+                         : std::shared_ptr<staging::CopyEngine>(*staging::MakeHostCopyEngine()),
+                  kTensors, g, w, /*answer=*/true, std::chrono::seconds(20), &local);
     ASSERT_TRUE(made.ok()) << made.status();
     StagedExchange& x = **made;
     ASSERT_TRUE(x.Init(nullptr).ok());

@@ -54,7 +54,8 @@ std::vector<double> TorchLrs(const LrScheduleOptions& o, double base, std::int64
       main_step();
     } else if (epoch < w || (o.kind == LrScheduleKind::kConstant && epoch <= w)) {
       // LinearLR.get_lr, end_factor 1 (the last of it lands on base exactly in reals).
-      lr *= 1.0 + (1.0 - f) / (static_cast<double>(w) * f + static_cast<double>(epoch - 1) * (1.0 - f));
+      lr *= 1.0 +
+            (1.0 - f) / (static_cast<double>(w) * f + static_cast<double>(epoch - 1) * (1.0 - f));
     } else if (o.kind == LrScheduleKind::kConstant) {
       // LinearLR past total_iters: the group's lr as it is.
     } else if (epoch == w) {
@@ -80,15 +81,19 @@ void ExpectLikeTorch(const LrScheduleOptions& o, double base, std::int64_t steps
 
 TEST(LrScheduleTest, ConstantWithAWarmUpIsTorchsLinearLr) {
   ExpectLikeTorch({.kind = LrScheduleKind::kConstant, .warmup_iters = 10}, 0.1, 60);
-  ExpectLikeTorch({.kind = LrScheduleKind::kConstant, .warmup_iters = 7, .warmup_start_factor = 0.25},
-                  0.05, 55);
+  ExpectLikeTorch(
+      {.kind = LrScheduleKind::kConstant, .warmup_iters = 7, .warmup_start_factor = 0.25}, 0.05,
+      55);
 }
 
 TEST(LrScheduleTest, StepWithAWarmUpIsTorchsLinearThenStepLr) {
   ExpectLikeTorch({.kind = LrScheduleKind::kStep, .warmup_iters = 5, .step_every = 7, .gamma = 0.5},
                   0.1, 60);
-  ExpectLikeTorch({.kind = LrScheduleKind::kStep, .warmup_iters = 12, .warmup_start_factor = 0.1,
-                   .step_every = 10, .gamma = 0.1},
+  ExpectLikeTorch({.kind = LrScheduleKind::kStep,
+                   .warmup_iters = 12,
+                   .warmup_start_factor = 0.1,
+                   .step_every = 10,
+                   .gamma = 0.1},
                   0.4, 80);
 }
 
@@ -115,8 +120,7 @@ TEST(LrScheduleTest, TheCosineEndsTheRunJustAboveLrMin) {
 
 TEST(LrScheduleTest, ValuesAtChangesTheLrAloneRoundedToFloat) {
   const LrSchedule s = testing::ValueOrDie(LrSchedule::Create(
-      {.kind = LrScheduleKind::kStep, .warmup_iters = 3, .step_every = 2, .gamma = 0.3}, 0.1,
-      20));
+      {.kind = LrScheduleKind::kStep, .warmup_iters = 3, .step_every = 2, .gamma = 0.3}, 0.1, 20));
   const kernels::StepValues base{.lr = 0.1f, .momentum = 0.8f, .weight_decay = 1e-4f};
   for (std::int64_t step = 0; step < 20; ++step) {
     kernels::StepValues want = base;
@@ -157,8 +161,9 @@ TEST(LrScheduleTest, EachBadFlagIsRefusedByName) {
 TEST(LrScheduleTest, DescribeSaysTheScheduleAndItsWarmUp) {
   const LrSchedule s = testing::ValueOrDie(LrSchedule::Create(
       {.kind = LrScheduleKind::kCosine, .warmup_iters = 50, .lr_min = 0.0}, 0.1, 1000));
-  EXPECT_EQ(s.Describe(), "cosine from 0.1 to 0 over 950 steps after a linear warm-up of 50 "
-                          "steps from 0.001");
+  EXPECT_EQ(s.Describe(),
+            "cosine from 0.1 to 0 over 950 steps after a linear warm-up of 50 "
+            "steps from 0.001");
 }
 
 }  // namespace
