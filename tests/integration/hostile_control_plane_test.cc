@@ -387,5 +387,70 @@ TEST(HostileControlPlane, PeerStringsReachTheLogOnlyEscaped) {
   EXPECT_THAT(log, HasSubstr("'a\\n[2026-11-27")) << log;
 }
 
+// A job whose hyper-parameters change per iteration (docs/protocol.md "Hyper-parameters per
+// iteration"): a member that pushes an iteration without ever sending its values cannot hold
+// the job. Every chunk has all its copies and waits for the values; within phubd's liveness
+// timeout (1.5 s here; the forged member keeps its control connection alive with Heartbeats, so
+// this is not a silent member's loss) the job stalls, and the honest worker is told which rank
+// sent none. Then phubd serves the next job.
+TEST(HostileControlPlane, AMemberThatPushesWithoutItsValuesStallsTheJobNamingIt) {
+  TempDir dir;
+  auto phubd = StartHostilePhubd(dir, {"--cores", "1", "--liveness-timeout-ms", "1500"});
+  proto::Hello hello = MakeHello(1, 2, kHostileModel);
+  hello.set_per_iteration_values(true);
+  hello.mutable_optimizer()->set_kind("sgd");
+  hello.mutable_optimizer()->set_lr(0.5f);
+  ForgedMember forged;
+  ASSERT_TRUE(forged.SendHello(phubd.port, hello));
+  client::PsClientOptions options;
+  options.port = phubd.port;
+  options.connect_timeout_ms = 2000;
+  options.optimizer = kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 0.5f};
+  options.per_iteration_values = true;
+  InProcessWorker honest;
+  std::string welcome_error;
+  ASSERT_TRUE(RunBounded(phubd, std::chrono::seconds(10), [&] {
+    std::thread join([&] {
+      welcome_error = forged.AwaitWelcome(kHostileModel, std::chrono::seconds(8));
+      if (welcome_error.empty() && !forged.AttachAll()) welcome_error = "cannot attach";
+    });
+    honest = std::move(ConnectWorkers(options, 2, {0}, kHostileModel)[0]);
+    join.join();
+  }));
+  ASSERT_EQ(welcome_error, "");
+  ASSERT_TRUE(honest.status.ok()) << honest.status;
+  ASSERT_TRUE(forged.welcome.per_iteration_values());
+
+  Status honest_result;
+  BackgroundTask task(phubd, [&] {
+    honest_result = honest.client->Init();
+    if (honest_result.ok()) honest_result = honest.client->StepWith({.lr = 0.5f});
+    if (honest_result.ok()) honest_result = RunIteration(honest, 1);
+  });
+  // The forged rank pushes iteration 1 without StepValues; no weights may come back.
+  ASSERT_TRUE(ReadInitialWeights(forged, 0, std::chrono::seconds(5)));
+  EXPECT_FALSE(ForgedIteration(forged, 1, std::chrono::milliseconds(300)));
+  proto::ControlMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  proto::Error stalled;
+  for (int i = 0; i < 30 && stalled.code() != proto::Error::JOB_STALLED; ++i) {
+    ASSERT_TRUE(forged.control.SendMessage(heartbeat));
+    proto::ControlMessage message;
+    while (forged.control.ReadMessage(message, std::chrono::milliseconds(200)) ==
+           RawSocket::Read::kOk) {
+      if (message.has_error()) stalled = message.error();
+    }
+  }
+  ASSERT_EQ(stalled.code(), proto::Error::JOB_STALLED) << stalled.message();
+  EXPECT_THAT(stalled.message(), HasSubstr("iteration 1's pushes are in, but rank(s) 1 sent no "
+                                           "hyper-parameters for it within 1500 ms"));
+  ASSERT_TRUE(task.Finish(std::chrono::seconds(5)));
+  EXPECT_FALSE(honest_result.ok());
+  EXPECT_THAT(honest_result.message(), HasSubstr("rank(s) 1 sent no hyper-parameters"));
+  ForgedVanish(forged);
+  honest.client.reset();
+  ExpectServesAJobAndStaysSmall(phubd);
+}
+
 }  // namespace
 }  // namespace phub::testing
