@@ -142,6 +142,7 @@ void PsClient::Impl::WatchControl() {
     if (m->has_notice()) {
       spdlog::warn("rank {}: phubd: {}", membership_.rank, Bounded(m->notice().text(), 400));
     }
+    if (m->has_state_piece() || m->has_state_end()) OnStateMessage(*m);
     WatchControl();
   });
 }
@@ -308,6 +309,10 @@ Status PsClient::Init() { return impl_->Init(); }
 Status PsClient::Push(std::uint32_t t, std::span<const float> g) { return impl_->Push(t, g); }
 Status PsClient::Wait(std::uint32_t t) { return impl_->Wait(t); }
 Status PsClient::StepWith(const kernels::StepValues& values) { return impl_->StepWith(values); }
+StatusOr<OptimizerState> PsClient::FetchOptimizerState() { return impl_->FetchOptimizerState(); }
+Status PsClient::RestoreOptimizerState(const OptimizerState& state) {
+  return impl_->RestoreOptimizerState(state);
+}
 Status PsClient::WaitAll() { return impl_->WaitAll(); }
 Status PsClient::Close() { return impl_->Close(); }
 const keys::KeyTable& PsClient::key_table() const { return impl_->table(); }

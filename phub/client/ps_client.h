@@ -99,6 +99,14 @@ struct PsClientOptions {
   std::vector<std::string> nics;
 };
 
+// The optimizer's state phubd holds for the job (docs/protocol.md "The optimizer's state"):
+// kernels::StateArrays(kind) arrays (momentum's velocity; Adam's m, then s), each by tensor,
+// each tensor's elements in order; and the optimizer's steps so far (Adam's t).
+struct OptimizerState {
+  std::uint64_t steps = 0;
+  std::vector<std::vector<std::vector<float>>> arrays;  // [array][tensor][element]
+};
+
 class PsClient {
  public:
   // Connects as rank `membership.rank` of `membership.world_size`, sends the Hello and waits
@@ -137,6 +145,18 @@ class PsClient {
   // Blocks until the weights that answer the last Push(t) (or Init) are in weights[t].
   Status Wait(std::uint32_t tensor);
   Status WaitAll();
+
+  // The optimizer's state, from phubd (blocks; at most PsClient's state timeout, 120 s). Ask
+  // between an iteration's last Wait and the next Push: every chunk has then stepped the same
+  // iterations (else FailedPrecondition saying so). FailedPrecondition in summation mode.
+  StatusOr<OptimizerState> FetchOptimizerState();
+  // Starts the job's optimizer from `state`, on every rank, after Init and before the first
+  // Push: rank 0 sends its arrays (shaped as FetchOptimizerState's, for the job's optimizer),
+  // every rank gives `state.steps` (the same). Blocks until phubd has restored it on every core
+  // (or refused: FailedPrecondition naming why, nothing restored, the job goes on as it was).
+  // The job then steps as if `state.steps` steps came before its first: Adam's bias correction
+  // goes on from there.
+  Status RestoreOptimizerState(const OptimizerState& state);
 
   // Leaves the job cleanly (BYE on every data connection, Goodbye on the control connection)
   // and closes. Idempotent. Afterwards Init, Push, Wait and WaitAll return FailedPrecondition,

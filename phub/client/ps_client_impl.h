@@ -60,6 +60,8 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   Status Init();
   Status Push(std::uint32_t tensor, std::span<const float> grads);
   Status StepWith(const kernels::StepValues& values);
+  StatusOr<OptimizerState> FetchOptimizerState();
+  Status RestoreOptimizerState(const OptimizerState& state);
   Status Wait(std::uint32_t tensor);
   Status WaitAll();
   Status Close();
@@ -83,6 +85,19 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   StatusOr<std::vector<transport::LandingZone>> LandingZones(const Connection& connection,
                                                             const WireHeader* attach) override;
 
+  // The optimizer's state being fetched or restored (one at a time; ps_client_state.cc):
+  // pieces by [array][chunk] as they land, and phubd's StateEnd once it came.
+  struct StateExchange {
+    bool fetching = false;
+    std::vector<std::vector<std::vector<float>>> pieces;  // [array][chunk]
+    // Where the last piece ended: (chunk, array, offset), whether any came, whether that array
+    // is unfinished (mid), and the arrays per chunk once the second chunk began (0: not yet).
+    std::uint32_t chunk = 0, array = 0, offset = 0, arrays = 0;
+    bool any = false, mid = false;
+    bool ended = false;
+    std::uint64_t steps = 0;
+    std::string error;
+  };
  private:
   struct TensorState {
     std::uint64_t iteration = 0;         // completed pushes
@@ -99,6 +114,13 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   // options_.device_memory (GPUDirect), else as host memory. On the loop's thread.
   Status RegisterWith(transport::Transport& transport, std::span<std::byte> region);
   void WatchControl();
+  // The optimizer's state on the control connection (ps_client_state.cc), on the loop thread:
+  // a StatePiece or StateEnd phubd sent, checked against the key table and the exchange in
+  // progress (any other is a protocol error). RecordError for what cannot be.
+  void OnStateMessage(const proto::ControlMessage& message);
+  // Waits (the caller's thread) for the exchange in progress to end; its StateEnd's error, or
+  // the client's, or DeadlineExceeded.
+  Status AwaitStateEnd(std::unique_lock<std::mutex>& lock);
   // Control connection writes (Heartbeats, the Goodbye): queued, one asynchronous write at a
   // time. `done` runs once the frame is out (or failed).
   void SendControl(const proto::ControlMessage& message, std::function<void()> done = {});
@@ -167,6 +189,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   // last iteration a Push started (a Push of an iteration past values_iteration_ is refused).
   std::uint64_t values_iteration_ = 0;
   std::uint64_t pushed_iteration_ = 0;
+  std::optional<StateExchange> state_exchange_;  // guarded by mu_
   FirstError error_;                  // status() guarded by mu_
 };
 

@@ -45,6 +45,10 @@ std::string KindOf(const proto::ControlMessage& message) {
     case proto::ControlMessage::kNotice: return "Notice";
     case proto::ControlMessage::kChallenge: return "Challenge";
     case proto::ControlMessage::kStepValues: return "StepValues";
+    case proto::ControlMessage::kStateRequest: return "StateRequest";
+    case proto::ControlMessage::kStatePiece: return "StatePiece";
+    case proto::ControlMessage::kStateEnd: return "StateEnd";
+    case proto::ControlMessage::kStateRestore: return "StateRestore";
     case proto::ControlMessage::BODY_NOT_SET: return "an empty message";
   }
   return "an unknown message";
@@ -198,6 +202,16 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
         return Drop(session, absl::OkStatus());
       }
       if (message.has_heartbeat()) return ReadNext(session);  // last_heard is all it is for
+      if (message.has_state_request() || message.has_state_piece() ||
+          message.has_state_restore()) {
+        if (const std::shared_ptr<Job> job = session->job) {
+          if (message.has_state_request()) job->OnStateRequest(session);
+          if (message.has_state_piece()) job->OnStatePiece(session, message.state_piece());
+          if (message.has_state_restore()) job->OnStateRestore(session, message.state_restore());
+        }
+        if (session->state == SessionState::kInJob) ReadNext(session);
+        return;
+      }
       if (message.has_step_values()) {
         if (session->job) session->job->OnStepValues(session, message.step_values());
         // A refused message ended the session (Drop); else the next one.

@@ -277,6 +277,13 @@ std::vector<ChunkSnapshot> CoreLane::StopAndSnapshot() {
   return chunks;
 }
 
+void CoreLane::RunOnShard(const std::function<void(Shard&)>& fn) {
+  loop_.Run([&] {
+    AssertOnLoop();
+    if (Shard* shard = router_.Find(session_)) fn(*shard);
+  });
+}
+
 void CoreLane::Post(std::function<void(Shard&)> fn) {
   loop_.Post([this, fn = std::move(fn)] {
     AssertOnLoop();

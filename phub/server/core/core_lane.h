@@ -85,6 +85,9 @@ class CoreLane {
   std::vector<ChunkSnapshot> StopAndSnapshot();
   // Runs `fn` on the shard on the lane's thread, later (nothing if it is gone by then).
   void Post(std::function<void(Shard&)> fn);
+  // Runs `fn` on the job's shard on the lane's thread and waits for it (nothing if the shard is
+  // gone).
+  void RunOnShard(const std::function<void(Shard&)>& fn);
 
  private:
   CoreLane(const LaneSite& site, std::uint32_t slot, std::uint64_t session);

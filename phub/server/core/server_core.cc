@@ -176,6 +176,15 @@ std::vector<ChunkSnapshot> ServerCore::StopAndSnapshot(std::uint64_t session) {
   return lane ? lane->StopAndSnapshot() : std::vector<ChunkSnapshot>{};
 }
 
+void ServerCore::RunOnShard(std::uint64_t session, const std::function<void(Shard&)>& fn) {
+  CoreLane* lane = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    lane = Find(session);
+  }
+  if (lane) lane->RunOnShard(fn);
+}
+
 void ServerCore::Post(std::uint64_t session, std::function<void(Shard&)> fn) {
   // Under the lock: a lane being removed is either found (and posted to before it ends, where
   // the shard may be gone: then nothing runs) or not.

@@ -78,6 +78,9 @@ class ServerCore {
   // Runs `fn` on the job's shard on its lane's thread, later (does not wait; nothing if the
   // shard is gone by then). For the racks-of-racks relay (uplink.h).
   void Post(std::uint64_t session, std::function<void(Shard&)> fn);
+  // Runs `fn` on the job's shard on its lane's thread, now, and waits (nothing without a lane):
+  // the optimizer's state read or restored (job_optimizer_state.cc).
+  void RunOnShard(std::uint64_t session, const std::function<void(Shard&)>& fn);
 
  private:
   ServerCore(keys::CoreIndex index, const CorePlace& place,

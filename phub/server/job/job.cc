@@ -27,7 +27,8 @@ Job::Job(Host host, std::string name, JobRole role, std::uint64_t id, std::uint3
       members_(world_size_),
       ranks_(world_size_),
       deadline_{boost::asio::steady_timer(host_.io)},
-      values_timer_(host_.io) {}
+      values_timer_(host_.io),
+      restore_timer_(host_.io) {}
 
 Job::~Job() {
   *alive_ = false;
@@ -305,6 +306,7 @@ void Job::End() {
   ended_ = true;
   CancelDeadline();
   values_timer_.cancel();
+  restore_timer_.cancel();
   // Its checkpoints are on disk before its end is logged.
   FlushPendingCheckpoint();
   // The relay first: after Stop it posts nothing to the shards about to go.

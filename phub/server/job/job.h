@@ -119,6 +119,11 @@ class Job : public std::enable_shared_from_this<Job> {
   // A schedule (job_step_values.cc): a member's hyper-parameters for one iteration. Refuses
   // the member for a wrong message; stalls the job when the ranks disagree.
   void OnStepValues(const SessionPtr& session, const proto::StepValues& values);
+  // The optimizer's state is the user's (job_optimizer_state.cc): a member asks for it; rank 0
+  // sends the pieces of a state to restore; each member asks for the restore.
+  void OnStateRequest(const SessionPtr& session);
+  void OnStatePiece(const SessionPtr& session, const proto::StatePiece& piece);
+  void OnStateRestore(const SessionPtr& session, const proto::StateRestore& restore);
   // A member's Goodbye: its session ends (the caller drops it next).
   void OnGoodbye(const SessionPtr& session);
   // The session of a member ended (SessionEnder::Drop): the job's accounting follows.
@@ -178,6 +183,10 @@ class Job : public std::enable_shared_from_this<Job> {
   void AwaitValues(std::uint64_t iteration);
   // The Welcome's per_iteration_values and, resumed at `iteration`, its values where known.
   void DescribeValues(proto::Welcome& welcome, bool resumed, std::uint64_t iteration) const;
+  // The optimizer's state (job_optimizer_state.cc): every member that asked for the restore is
+  // answered (an error: nothing restored), and the restore forgotten.
+  void AnswerRestore(std::uint64_t steps, const std::string& error);
+  void FinishRestore();
   // Checkpoints (job_checkpoints.cc).
   void OnSnapshot(const ShardEvent& event);
   // The checkpoint of `iteration` without its chunks (its optimizer: OptimizerOf(iteration)).
@@ -245,6 +254,20 @@ class Job : public std::enable_shared_from_this<Job> {
   std::optional<StepValuesLedger> values_;
   boost::asio::steady_timer values_timer_;
   std::uint64_t awaited_ = 0;
+  // A restore of the optimizer's state in progress: rank 0's pieces so far (by chunk id, state
+  // arrays only; allocated as they come, bounded by the key table) and the next piece expected,
+  // the members that asked and for how many steps; its deadline (--form-timeout-ms).
+  struct Restore {
+    std::vector<ChunkSnapshot> chunks;
+    std::uint32_t next_chunk = 0, next_array = 0, next_offset = 0;
+    std::vector<SessionPtr> asked;  // by rank
+    std::uint32_t asking = 0;
+    std::uint64_t steps = 0;
+  };
+  std::optional<Restore> restore_;
+  boost::asio::steady_timer restore_timer_;
+  // Optimizer steps before iteration 0 (a restored state): chunks count iterations from it.
+  std::uint64_t steps_offset_ = 0;
   JobProgress progress_;                 // from the start on (its last values after the end)
   // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).
   std::shared_ptr<Uplink> uplink_;

@@ -190,7 +190,7 @@ Status Job::CheckpointNow() {
     spdlog::info("{}: no checkpoint on stop: the job has not completed an iteration", log_name_);
     return absl::OkStatus();
   }
-  snapshot->optimizer = OptimizerOf(low);
+  snapshot->optimizer = OptimizerOf(low - std::min(low, steps_offset_));  // the job's iteration
   StatusOr<std::string> path = checkpoints_->WriteNow(*snapshot);
   if (!path.ok()) {
     ++host_.counters.checkpoint_failures;

@@ -138,8 +138,15 @@ class Shard final : public transport::ConnectionHandler {
   // iteration + 1 that are already counted are dropped.
   RejoinPoint ForgetWorker(std::uint32_t rank);
   void ExpectRejoin(std::uint32_t rank, std::uint64_t iteration);
-  // Every chunk as it is now, previous weights included (a checkpoint on SIGTERM).
+  // Every chunk as it is now, previous weights included (a checkpoint on SIGTERM; the state a
+  // worker asks for). A chunk's iteration counts the optimizer's steps (RestoreState's too).
   std::vector<ChunkSnapshot> SnapshotNow() const;
+  // The job starts its optimizer from a user's state (docs/protocol.md "The optimizer's
+  // state"): `steps` steps taken (Adam's bias correction goes on from there; checkpoints count
+  // from there) and, for each of this core's chunks, chunks[id].state (StateArrays arrays of
+  // its elements; checked by the caller). FailedPrecondition, nothing changed, unless every
+  // chunk has its initial weights and no push yet.
+  Status RestoreState(std::uint64_t steps, const std::vector<ChunkSnapshot>& chunks);
 
   // Racks of racks (JobSpec::relay, chunk_relay.h). OnRelayReady: the relay holds every
   // chunk's initial weights: they go to the workers (once all attached). OnRelayed: chunk
@@ -234,6 +241,9 @@ class Shard final : public transport::ConnectionHandler {
   // JobSpec::per_iteration_values: the configs of iterations whose values came, until every
   // chunk is past them; the last iteration reported waiting for its values (kAwaitingValues).
   std::map<std::uint64_t, kernels::OptimizerConfig> step_configs_;
+  // Optimizer steps taken before this job's iteration 0 (RestoreState): iteration t steps as
+  // step t + step_offset_.
+  std::uint64_t step_offset_ = 0;
   std::uint64_t reported_awaiting_ = 0;
   std::vector<const void*> inputs_;  // scratch for AggregateSlots
   std::vector<float*> state_ptrs_;

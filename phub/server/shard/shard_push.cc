@@ -216,7 +216,7 @@ void Shard::MaybeAggregate(ChunkState& state) {
     // waits for its weights as it waits for a send (OnRelayed).
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
                    std::as_const(state.weights).span(), job_->relay->Partial(state.chunk->id),
-                   state_ptrs_, *config, state.iteration + 1, inputs_);
+                   state_ptrs_, *config, state.iteration + 1 + step_offset_, inputs_);
     state.arrived = 0;
     std::fill(state.pushed.begin(), state.pushed.end(), 0);
     CountAggregation(began);
@@ -229,12 +229,12 @@ void Shard::MaybeAggregate(ChunkState& state) {
     // keeping the previous weights costs no copy (no send of either is queued: see above).
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
                    std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
-                   *config, state.iteration + 1, inputs_);
+                   *config, state.iteration + 1 + step_offset_, inputs_);
     std::swap(state.weights, state.previous);
   } else {
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements, {},
-                   state.weights.span(), state_ptrs_, *config, state.iteration + 1,
-                   inputs_);
+                   state.weights.span(), state_ptrs_, *config,
+                   state.iteration + 1 + step_offset_, inputs_);
   }
   ++state.iteration;
   if (job_->wire.weights) UpdateView(state, /*swapped=*/state.previous.size() != 0);

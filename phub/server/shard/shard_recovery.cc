@@ -139,7 +139,7 @@ void Shard::CopyForCheckpoint(ChunkState& state) {
   ChunkSnapshot copy = job_->snapshot_buffers ? job_->snapshot_buffers->Take(state.chunk->id)
                                               : ChunkSnapshot{};
   copy.chunk = state.chunk->id;
-  copy.iteration = state.iteration;
+  copy.iteration = state.iteration + step_offset_;
   AssignOf(copy.weights, state.weights);
   copy.previous.clear();
   copy.state.resize(state.state.size());
@@ -163,13 +163,33 @@ std::vector<ChunkSnapshot> Shard::SnapshotNow() const {
   for (const ChunkState& state : chunks_) {
     ChunkSnapshot copy;
     copy.chunk = state.chunk->id;
-    copy.iteration = state.iteration;
+    copy.iteration = state.iteration + step_offset_;
     copy.weights = CopyOf(state.weights);
     if (state.previous.size() != 0 && state.iteration > 0) copy.previous = CopyOf(state.previous);
     for (const AlignedBuffer& s : state.state) copy.state.push_back(CopyOf(s));
     chunks.push_back(std::move(copy));
   }
   return chunks;
+}
+
+Status Shard::RestoreState(std::uint64_t steps, const std::vector<ChunkSnapshot>& chunks) {
+  AssertOnOwnThread();
+  for (const ChunkState& state : chunks_) {
+    if (!state.initialized || state.iteration != 0 || state.arrived != 0 ||
+        step_offset_ != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chunk ", state.chunk->id, " of job '", job_->name, "' is past its start (iteration ",
+          state.iteration + step_offset_, state.arrived ? ", pushes in" : "",
+          state.initialized ? "" : ", no initial weights yet",
+          "): an optimizer's state is restored after Init and before any push, on every rank"));
+    }
+  }
+  for (ChunkState& state : chunks_) {
+    const ChunkSnapshot& from = chunks[state.chunk->id];
+    for (std::size_t s = 0; s < state.state.size(); ++s) CopyInto(state.state[s], from.state[s]);
+  }
+  step_offset_ = steps;
+  return absl::OkStatus();
 }
 
 }  // namespace phub::server
