@@ -11,9 +11,11 @@
 // other Python threads (PyTorch's autograd thread pushing the next bucket) go on meanwhile.
 // Every error is a phub.PhubError (a RuntimeError) carrying PsClient's message: phubd's reason
 // and fix, or which peer went silent for how long. Nothing waits without a deadline.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -147,6 +149,48 @@ class Client {
     return StepValuesDict(*values);
   }
 
+  // (steps, arrays): arrays[a][t] a float32 numpy array of tensor t's elements.
+  py::tuple FetchOptimizerState() {
+    client::PsClient& c = Get();
+    StatusOr<client::OptimizerState> state = absl::UnknownError("not fetched");
+    {
+      py::gil_scoped_release release;
+      state = c.FetchOptimizerState();
+    }
+    ThrowIfError(state.status(), "fetch_optimizer_state");
+    py::list arrays;
+    for (const auto& by_tensor : state->arrays) {
+      py::list tensors;
+      for (const auto& values : by_tensor) {
+        py::array_t<float> out(static_cast<py::ssize_t>(values.size()));
+        std::copy(values.begin(), values.end(), out.mutable_data());
+        tensors.append(std::move(out));
+      }
+      arrays.append(std::move(tensors));
+    }
+    return py::make_tuple(state->steps, std::move(arrays));
+  }
+
+  void RestoreOptimizerState(std::uint64_t steps, const py::list& arrays) {
+    client::PsClient& c = Get();
+    client::OptimizerState state{.steps = steps};
+    for (std::size_t a = 0; a < static_cast<std::size_t>(py::len(arrays)); ++a) {
+      const py::list tensors = arrays[a];
+      if (static_cast<std::size_t>(py::len(tensors)) != elements_.size()) {
+        throw py::value_error(absl::StrCat("state array ", a, ": ", py::len(tensors),
+                                           " tensors; the job has ", elements_.size()));
+      }
+      auto& out = state.arrays.emplace_back();
+      for (std::size_t t = 0; t < elements_.size(); ++t) {
+        py::buffer_info info = FloatBuffer(tensors[t], elements_[t], /*writable=*/false,
+                                           absl::StrCat("state array ", a, " tensor ", t));
+        const auto* begin = static_cast<const float*>(info.ptr);
+        out.emplace_back(begin, begin + elements_[t]);
+      }
+    }
+    Blocking("restore_optimizer_state", [&] { return c.RestoreOptimizerState(state); });
+  }
+
   void Wait(std::uint32_t tensor) {
     client::PsClient& c = Get();
     CheckTensor(tensor);
@@ -249,6 +293,15 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
                              "per_iteration_values, in a job phubd resumed or this rank "
                              "rejoined: the values phubd stepped resume_iteration with (a "
                              "dict), or None.")
+      .def("fetch_optimizer_state", &Client::FetchOptimizerState,
+           "(steps, arrays): the optimizer's state phubd holds, arrays[a][t] tensor t's part of "
+           "state array a (momentum's velocity; Adam's m, then s), float32. Ask between an "
+           "iteration's last wait and the next push.")
+      .def("restore_optimizer_state", &Client::RestoreOptimizerState, py::arg("steps"),
+           py::arg("arrays"),
+           "Every rank, after init and before the first push: the job's optimizer starts from "
+           "`steps` steps and (rank 0's) `arrays`, shaped as fetch_optimizer_state's (other "
+           "ranks give []). Blocks until phubd has restored it.")
       .def("wait", &Client::Wait, py::arg("tensor"),
            "Blocks (GIL released) until the answer to the last push of tensor has landed.")
       .def("wait_all", &Client::WaitAll)

@@ -11,6 +11,8 @@ in the environment. Runs one scenario and torch.save()s what the test compares t
                adam) vs phub.torch.ServerOptimizer wrapping the same optimizer
   scheduled-KIND  60 steps of torch's schedulers (warm-up + cosine, or step decay) and a weight
                decay switched off halfway: local optimizer vs ServerOptimizer, the scheduler on it
+  state-KIND   ServerOptimizer.state_dict() after 3 of 6 steps vs the local optimizer's; a new
+               job loaded from it runs steps 3..5 and must end bitwise where the first did
   kind-changed SGD's momentum set from 0 to 0.9 mid-job: the next backward must raise
   dead-phubd   trains until the test kills phubd; saves the error and how long it took
   dead-peer    rank 1 dies at step 3; the others save their error and how long it took
@@ -152,6 +154,49 @@ def scenario_scheduled(rank, kind):
     return {"local": params_of(reference), "server": params_of(ours), "lrs": lrs}
 
 
+def scenario_state(rank, kind):
+    """ServerOptimizer's state_dict after 3 of 6 steps (checked against the local torch
+    optimizer's, and loadable into it), then a new job of a new model loaded from the saved
+    model and optimizer runs steps 3..5: its parameters end bitwise where the first job did."""
+    reference = wrap(make_model())
+    local = make_optimizer(kind, reference.parameters())
+    for step in range(3):
+        local.zero_grad()
+        loss_of(reference, rank, step).backward()
+        local.step()
+
+    first = wrap(make_model())
+    server = phub.torch.ServerOptimizer(first, make_optimizer(kind, first.parameters()),
+                                        job="first")
+    for step in range(6):
+        if step == 3:
+            saved_model = copy.deepcopy(first.module.state_dict())
+            saved_optimizer = copy.deepcopy(server.state_dict())
+        server.zero_grad()
+        loss_of(first, rank, step).backward()
+        server.step()
+    server.close()
+    # The same torch optimizer takes ServerOptimizer's state_dict as its own.
+    plain = make_optimizer(kind, make_model().parameters())
+    plain.load_state_dict(saved_optimizer)
+
+    again_model = make_model()
+    again_model.load_state_dict(saved_model)
+    again = wrap(again_model)
+    restarted = phub.torch.ServerOptimizer(again, make_optimizer(kind, again.parameters()),
+                                           job="again")
+    restarted.load_state_dict(saved_optimizer)
+    for step in range(3, 6):
+        restarted.zero_grad()
+        loss_of(again, rank, step).backward()
+        restarted.step()
+    restarted.close()
+    local_state = local.state_dict()["state"]
+    return {"first": params_of(first), "again": params_of(again),
+            "server_state": saved_optimizer["state"], "local_state": local_state,
+            "steps": saved_optimizer["phub_steps"]}
+
+
 def scenario_kind_changed(rank):
     model = wrap(make_model())
     server = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.05))
@@ -205,6 +250,8 @@ def main():
         out = scenario_train(rank)
     elif scenario.startswith("scheduled-"):
         out = scenario_scheduled(rank, scenario[len("scheduled-"):])
+    elif scenario.startswith("state-"):
+        out = scenario_state(rank, scenario[len("state-"):])
     elif scenario == "kind-changed":
         out = scenario_kind_changed(rank)
         torch.save(out, out_path)

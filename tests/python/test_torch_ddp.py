@@ -118,6 +118,30 @@ class ServerOptimizerTest(unittest.TestCase):
     def test_adam_follows_step_decay(self):
         self.check_scheduled("adam")
 
+    def check_state(self, kind):
+        results = run(f"state-{kind}", 2)
+        for rank, r in enumerate(results):
+            self.assertEqual(r["steps"], 3)
+            # phubd's state is the local torch optimizer's after the same steps (sums in
+            # another order: float32 rounding apart).
+            self.assertEqual(sorted(r["server_state"]), sorted(r["local_state"]))
+            for index, ours in r["server_state"].items():
+                theirs = r["local_state"][index]
+                for key, value in theirs.items():
+                    if torch.is_tensor(value) and value.dim() > 0:
+                        torch.testing.assert_close(ours[key], value, rtol=1e-4, atol=1e-6,
+                                                   msg=lambda m: f"{kind} {key}: {m}")
+                    else:
+                        self.assertEqual(float(ours[key]), float(value), f"{kind} {key}")
+            # The restarted job ends bitwise where the uninterrupted one did.
+            assert_all_close(r["again"], r["first"], 0, 0, f"{kind} restarted, rank {rank}")
+
+    def test_momentum_state_round_trips_bitwise(self):
+        self.check_state("momentum")
+
+    def test_adam_state_round_trips_bitwise(self):
+        self.check_state("adam")
+
     def test_a_change_of_kind_is_refused(self):
         for rank, r in enumerate(run("kind-changed", 2)):
             self.assertEqual(r.get("step"), 1, f"rank {rank}: {r}")

@@ -384,7 +384,8 @@ class ServerOptimizer(torch.optim.Optimizer):
     and eps go to phubd, which steps that iteration with them (docs/torch.md "Schedules"). The
     optimizer's kind is the job's: a change of kind (SGD's momentum from 0 up) is refused. Call
     step() after every backward. The parameters' .grad hold the worker's own gradient (phubd
-    applied the mean). phubd holds the optimizer's state (momentum, Adam's moments)."""
+    applied the mean). phubd holds the optimizer's state (momentum, Adam's moments);
+    state_dict() fetches it in torch's layout and load_state_dict() restores it there."""
 
     def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
                  address: Optional[str] = None, **kwargs):
@@ -433,16 +434,94 @@ class ServerOptimizer(torch.optim.Optimizer):
                          "phubd's tensor table is fixed; build the optimizer over every "
                          "parameter first")
 
+    def _param_order(self):
+        """(torch's index, PHub's tensor, parameter) in param_groups order: the indices torch's
+        state_dict() gives parameters, and PHub's tensors of them."""
+        order, index = [], 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                order.append((index, self.phub._index[p.data_ptr()], p))
+                index += 1
+        return order
+
     def state_dict(self):
-        raise NotImplementedError(
-            "ServerOptimizer.state_dict: phubd holds the optimizer's state (momentum, Adam's "
-            "moments) and does not hand it over yet; checkpoint the job with phubd's "
-            "--checkpoint-dir and --resume (docs/operations.md \"Recovery\")")
+        """torch's layout, with the state phubd holds (fetched now): SGD's momentum_buffer,
+        Adam's step, exp_avg and exp_avg_sq, so the same torch optimizer could load it too; and
+        "phub_steps", the optimizer's steps. Call between step() and the next backward (CPU
+        tensors: a model on a GPU raises, naming the limit)."""
+        if self.phub.cuda:
+            raise NotImplementedError("ServerOptimizer.state_dict on a GPU model: not yet "
+                                      "(the staged client does not fetch state); checkpoint the "
+                                      "job with phubd's --checkpoint-dir")
+        self.phub.synchronize()
+        steps, arrays = self.phub.client.fetch_optimizer_state()
+        kind = self.spec["kind"]
+        state = {}
+        for index, tensor, p in self._param_order():
+            def shaped(a):
+                return torch.from_numpy(arrays[a][tensor]).view_as(p).clone()
+            if kind == "adam":
+                state[index] = {"step": torch.tensor(float(steps)), "exp_avg": shaped(0),
+                                "exp_avg_sq": shaped(1)}
+            elif kind in ("momentum", "nesterov"):
+                state[index] = {"momentum_buffer": shaped(0)}
+            else:
+                state[index] = {"momentum_buffer": None}
+        groups, index = [], 0
+        for group in self.param_groups:
+            saved = {k: v for k, v in group.items() if k != "params"}
+            saved["params"] = list(range(index, index + len(group["params"])))
+            index += len(group["params"])
+            groups.append(saved)
+        return {"state": state, "param_groups": groups, "phub_steps": steps}
 
     def load_state_dict(self, state_dict):
-        raise NotImplementedError(
-            "ServerOptimizer.load_state_dict: phubd holds the optimizer's state; resume it with "
-            "phubd's --resume (docs/operations.md \"Recovery\")")
+        """Starts phubd's optimizer from `state_dict` (this class's, or the same torch
+        optimizer's): every rank, after construction and before the first backward. The
+        param_groups' values are taken too, as torch does. Then the job steps as if the saved
+        steps came before: a job restarted from torch.save()/torch.load() of the model and this
+        continues bitwise."""
+        if self.phub.cuda:
+            raise NotImplementedError("ServerOptimizer.load_state_dict on a GPU model: not yet "
+                                      "(the staged client does not restore state); resume the "
+                                      "job with phubd's --resume")
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups) or any(
+                len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups,
+                                                                      self.param_groups)):
+            raise ValueError("the state_dict's parameter groups do not match the optimizer's: "
+                             "load it into the optimizer of the same model")
+        kind = self.spec["kind"]
+        names = {"adam": ["exp_avg", "exp_avg_sq"], "momentum": ["momentum_buffer"],
+                 "nesterov": ["momentum_buffer"]}.get(kind, [])
+        saved_state = state_dict["state"]
+        order = self._param_order()
+        arrays = [[None] * len(self.phub.params) for _ in names]
+        steps = set()
+        for index, tensor, p in order:
+            entry = saved_state.get(index, {})
+            for a, name in enumerate(names):
+                value = entry.get(name)
+                if value is None:  # torch's state before any step: zero
+                    value = torch.zeros_like(p)
+                if value.shape != p.shape:
+                    raise ValueError(f"state {name} of parameter {index} is {tuple(value.shape)}; "
+                                     f"the parameter is {tuple(p.shape)}")
+                arrays[a][tensor] = value.detach().to(torch.float32).cpu().reshape(-1).numpy()
+            if kind == "adam":
+                steps.add(int(entry["step"]) if "step" in entry else 0)
+        if kind == "adam":
+            if len(steps) != 1:
+                raise ValueError(f"Adam's parameters were stepped {sorted(steps)} times: phubd "
+                                 "steps every parameter together")
+            count = steps.pop()
+        else:
+            count = int(state_dict.get("phub_steps", 0))
+        self.phub.client.restore_optimizer_state(count, arrays if self.phub.rank == 0 else [])
+        for group, saved in zip(self.param_groups, saved_groups):
+            for key, value in saved.items():
+                if key != "params":
+                    group[key] = value
 
     def close(self):
         self.phub.close()
