@@ -13,6 +13,7 @@ in the environment. Runs one scenario and torch.save()s what the test compares t
                decay switched off halfway: local optimizer vs ServerOptimizer, the scheduler on it
   state-KIND   ServerOptimizer.state_dict() after 3 of 6 steps vs the local optimizer's; a new
                job loaded from it runs steps 3..5 and must end bitwise where the first did
+  c10d         plain DDP with init_process_group("phub") vs DDP over a gloo group
   kind-changed SGD's momentum set from 0 to 0.9 mid-job: the next backward must raise
   dead-phubd   trains until the test kills phubd; saves the error and how long it took
   dead-peer    rank 1 dies at step 3; the others save their error and how long it took
@@ -28,6 +29,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import phub
+import phub.c10d  # noqa: F401 - registers the "phub" backend
 import phub.torch
 
 STEPS = 5
@@ -197,6 +199,30 @@ def scenario_state(rank, kind):
             "steps": saved_optimizer["phub_steps"]}
 
 
+def scenario_c10d(rank):
+    """Plain DDP over the default group, the "phub" backend, against DDP over a gloo group: the
+    same momentum training; and a collective the backend does not do."""
+    gloo = dist.new_group(backend="gloo")
+    reference = DDP(make_model(), bucket_cap_mb=0.25, process_group=gloo)
+    ours = DDP(make_model(), bucket_cap_mb=0.25)  # no hook, no other line
+    for model in (reference, ours):
+        opt = make_optimizer("momentum", model.parameters())
+        for step in range(STEPS):
+            opt.zero_grad()
+            loss_of(model, rank, step).backward()
+            opt.step()
+    group = dist.distributed_c10d._get_default_group()
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)  # a plain all_reduce goes through phubd as well
+    refused = ""
+    try:
+        dist.reduce_scatter(torch.zeros(2), [torch.zeros(2), torch.zeros(2)])
+    except RuntimeError as e:
+        refused = str(e)
+    return {"gloo": params_of(reference), "phub": params_of(ours), "pieces": group.pieces,
+            "backend": dist.get_backend(), "total": float(total), "refused": refused}
+
+
 def scenario_kind_changed(rank):
     model = wrap(make_model())
     server = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.05))
@@ -243,13 +269,15 @@ def main():
     rank = int(os.environ["RANK"])
     out_path = os.path.join(sys.argv[2], f"rank{rank}.pt")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("phub" if scenario == "c10d" else "gloo")
     if scenario == "grads":
         out = scenario_grads(rank)
     elif scenario == "train":
         out = scenario_train(rank)
     elif scenario.startswith("scheduled-"):
         out = scenario_scheduled(rank, scenario[len("scheduled-"):])
+    elif scenario == "c10d":
+        out = scenario_c10d(rank)
     elif scenario.startswith("state-"):
         out = scenario_state(rank, scenario[len("state-"):])
     elif scenario == "kind-changed":

@@ -5,6 +5,7 @@ local one, DDP's bucket rebuild, and failures (phubd killed, a peer dead) surfac
 exceptions. Exits 77 (ctest: skipped) when torch is not installed."""
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,7 +17,7 @@ except ImportError:
     print("SKIP: python3-torch is not installed (deploy/install-deps.sh --torch installs it)")
     sys.exit(77)
 
-from phub_testing import HERE, Phubd, launch_ranks, wait_ranks
+from phub_testing import HERE, Phubd, free_port, launch_ranks, wait_ranks
 
 WORKER = os.path.join(HERE, "ddp_worker.py")
 RUN_TIMEOUT_S = 180  # a rank still running then is a hang: killed, and the test fails
@@ -146,6 +147,32 @@ class ServerOptimizerTest(unittest.TestCase):
         for rank, r in enumerate(run("kind-changed", 2)):
             self.assertEqual(r.get("step"), 1, f"rank {rank}: {r}")
             self.assertIn("the optimizer became momentum", r["error"])
+
+
+class C10dTest(unittest.TestCase):
+    """init_process_group("phub"): plain DDP through phubd (phub/python/phub/c10d.py)."""
+
+    def test_plain_ddp_through_the_phub_backend_equals_gloo(self):
+        results = run("c10d", 2)
+        for rank, r in enumerate(results):
+            self.assertEqual(r["backend"], "phub")
+            # Every bucket of 5 iterations went through phubd (pieces counted there).
+            self.assertGreater(r["pieces"], 5)
+            assert_all_close(r["phub"], r["gloo"], 1e-5, 1e-6, f"c10d rank {rank}")
+            self.assertEqual(r["total"], 3.0)
+            self.assertIn("does not do reduce_scatter", r["refused"])
+
+    def test_phub_run_registers_the_backend_for_an_unchanged_script(self):
+        script = os.path.join(HERE, "c10d_script.py")
+        with Phubd(2) as phubd:
+            env = dict(os.environ, PHUB_ADDRESS=phubd.address, OMP_NUM_THREADS="1")
+            out = subprocess.run([sys.executable, "-m", "phub.run", "--nproc_per_node", "2",
+                                  "--master_port", str(free_port()), script], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 timeout=RUN_TIMEOUT_S)
+            self.assertEqual(out.returncode, 0, out.stdout + phubd.log())
+            self.assertIn("rank 0 of 2: backend phub, sum 3.0", out.stdout)
+            self.assertIn("rank 1 of 2: backend phub, sum 3.0", out.stdout)
 
 
 class OptimizerSpecTest(unittest.TestCase):

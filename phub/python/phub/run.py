@@ -7,6 +7,11 @@ single-bit members, so "0" (the --redirects/--tee default) and "3" are never fou
 that one lookup where it is broken, and only there, then runs torchrun unchanged:
 
     /usr/bin/python3 -m phub.run --nproc_per_node 4 examples/torch_ddp_phub.py --backend phub
+
+It also makes "phub" a torch.distributed backend in every worker (phub.c10d): a script that
+calls init_process_group("phub") runs unchanged. The training script then runs as
+`python -m phub.registered_script SCRIPT ARGS` (the same __main__, sys.argv and sys.path[0] as
+`python SCRIPT ARGS`); with torchrun's -m or --no_python the command is left as given.
 """
 import re
 
@@ -31,8 +36,14 @@ def _mend_std_lookup():
 
 def main():
     _mend_std_lookup()
-    from torch.distributed.run import main as torchrun
-    torchrun()
+    from torch.distributed import run as torchrun
+    args = torchrun.parse_args(None)
+    if not args.module and not args.no_python:
+        args.training_script_args = [args.training_script] + list(args.training_script_args)
+        args.training_script = "phub.registered_script"
+        args.module = True
+    from torch.distributed.elastic.multiprocessing.errors import record
+    record(torchrun.run)(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,236 @@
+"""PHub as a torch.distributed backend: init_process_group("phub") (docs/torch.md "A c10d
+backend").
+
+    import phub.c10d                              # registers "phub" (phub.run does it for you)
+    torch.distributed.init_process_group("phub")  # PHUB_ADDRESS, RANK, WORLD_SIZE as for gloo
+    model = DistributedDataParallel(model)        # unchanged: its gradients go through phubd
+
+Plain DDP, no hook: DDP's allreduce of each gradient bucket goes to phubd in summation mode,
+which sums it over the ranks. Everything else DDP needs at start (the broadcast of rank 0's
+parameters, an allgather of their shapes, barriers), and every allreduce that is not of float32
+CPU tensors with SUM or AVG (a loss's MAX, an int counter), runs over a gloo group on the same
+store: the calls are few and small. Collectives DDP does not use (reduce, scatter, gather,
+reduce_scatter, alltoall, send, recv) raise, naming the collective and the fix.
+
+How a bucket goes through phubd. A PS job's tensors are fixed when it forms, DDP's buckets are
+not (it rebuilds them after the first iteration). So the job is a ring of `slots` tensors of
+`slot_floats` floats each (PHUB_C10D_SLOTS, default 128; PHUB_C10D_SLOT_BYTES, default 256 KiB),
+formed at the first such allreduce, which every rank makes at once. Each allreduce cuts its
+tensors into pieces of at most a slot and hands them to the next slots in turn (every rank calls
+allreduce with the same sizes in the same order, so every rank puts the same piece in the same
+slot); a piece is copied into its slot's send buffer and pushed at once; a waiter thread waits
+for each slot's sum, copies it back into the tensor and completes the allreduce's future. A slot
+is used again only once its last sum is back (so at most slots × slot_bytes are in flight; an
+allreduce past that waits for the oldest). phubd's summation mode returns the mean of the ranks'
+copies; SUM multiplies it by the world size.
+
+Errors (phubd gone or silent, a rank dead) fail the allreduce's future with a phub.PhubError,
+which DDP raises from backward(), within phubd's liveness and rejoin deadlines: never a hang.
+"""
+import os
+import queue
+import threading
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
+
+import phub
+
+__all__ = ["ProcessGroupPhub", "register"]
+
+_STOP = object()
+DEFAULT_SLOTS = 128
+DEFAULT_SLOT_BYTES = 256 << 10
+
+
+def _env_int(name, default, low, high):
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: not an integer; give {low} to {high}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name}={value} is out of range: give {low} to {high}")
+    return value
+
+
+class ProcessGroupPhub(dist.ProcessGroup):
+    """The "phub" backend's process group (see the module's docstring)."""
+
+    def __init__(self, store, rank: int, world_size: int, timeout: timedelta):
+        super().__init__(rank, world_size)
+        # DDP's set-up collectives and what phubd does not carry.
+        self._gloo = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        self._rank = rank
+        self._world = world_size
+        self._slots = _env_int("PHUB_C10D_SLOTS", DEFAULT_SLOTS, 1, 4096)
+        self._slot_floats = _env_int("PHUB_C10D_SLOT_BYTES", DEFAULT_SLOT_BYTES, 4,
+                                     1 << 30) // 4
+        self._client = None
+        self._lock = threading.Condition()
+        self._busy = [False] * self._slots  # a slot whose sum is not back yet
+        self._next = 0
+        self._error = None
+        self._waits = queue.Queue()
+        self._waiter = None
+        self.pieces = 0  # pieces that went through phubd (for tests and logs)
+
+    # ---- what goes through phubd ----
+    def _connect(self):
+        self._sent = [np.zeros(self._slot_floats, np.float32) for _ in range(self._slots)]
+        self._summed = [np.zeros(self._slot_floats, np.float32) for _ in range(self._slots)]
+        tensors = [(f"slot{i}", self._slot_floats) for i in range(self._slots)]
+        self._client = phub.connect(tensors, self._summed, rank=self._rank,
+                                    world_size=self._world, optimizer={"kind": "average"})
+        self._client.init()
+        self._waiter = threading.Thread(target=self._wait_loop, name="phub-c10d-wait",
+                                        daemon=True)
+        self._waiter.start()
+
+    def _through_phubd(self, tensors, opts):
+        return (opts.reduceOp in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) and
+                all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+                    for t in tensors))
+
+    def allreduce(self, tensors, opts=None):
+        if opts is None:
+            opts = c10d.AllreduceOptions()
+        if not self._through_phubd(tensors, opts):
+            return self._gloo.allreduce(tensors, opts)
+        future = torch.futures.Future()
+        try:
+            if self._error is not None:
+                raise self._error
+            if self._client is None:
+                self._connect()
+            pieces = []
+            for tensor in tensors:
+                flat = tensor.view(-1)
+                for at in range(0, flat.numel(), self._slot_floats):
+                    n = min(self._slot_floats, flat.numel() - at)
+                    slot = self._take_slot()
+                    self._sent[slot][:n] = flat[at:at + n].numpy()
+                    self._client.push(slot, self._sent[slot])
+                    pieces.append((slot, flat, at, n))
+            self._waits.put((pieces, tensors, opts.reduceOp == dist.ReduceOp.SUM, future))
+        except BaseException as e:  # noqa: B902 - every failure reaches the future
+            self._fail(e)
+            future.set_exception(e)
+        return c10d._create_work_from_future(future)
+
+    def _take_slot(self):
+        with self._lock:
+            slot = self._next
+            self._lock.wait_for(lambda: not self._busy[slot] or self._error is not None)
+            if self._error is not None:
+                raise self._error
+            self._busy[slot] = True
+            self._next = (slot + 1) % self._slots
+            return slot
+
+    def _wait_loop(self):
+        while True:
+            job = self._waits.get()
+            if job is _STOP:
+                return
+            pieces, tensors, summed, future = job
+            try:
+                if self._error is not None:
+                    raise self._error
+                for slot, flat, at, n in pieces:
+                    self._client.wait(slot)
+                    values = torch.from_numpy(self._summed[slot][:n])
+                    if summed:
+                        flat[at:at + n].copy_(values * self._world)
+                    else:
+                        flat[at:at + n].copy_(values)
+                    with self._lock:
+                        self._busy[slot] = False
+                        self.pieces += 1
+                        self._lock.notify_all()
+            except BaseException as e:  # noqa: B902
+                self._fail(e)
+                future.set_exception(e)
+                continue
+            future.set_result(tensors)
+
+    def _fail(self, error):
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            self._lock.notify_all()
+
+    # ---- DDP's set-up, over gloo ----
+    def broadcast(self, tensors, opts=None):
+        return self._gloo.broadcast(tensors, opts if opts is not None else c10d.BroadcastOptions())
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        return self._gloo.allgather(output_tensors, input_tensors,
+                                    opts if opts is not None else c10d.AllgatherOptions())
+
+    def barrier(self, opts=None):
+        return self._gloo.barrier(opts if opts is not None else c10d.BarrierOptions())
+
+    # ---- the rest: refused by name ----
+    def _refuse(self, what):
+        raise RuntimeError(f"the phub backend does not do {what}: it carries DDP's allreduce "
+                           "through phubd; run it over another group "
+                           "(dist.new_group(backend='gloo'))")
+
+    def reduce(self, *args, **kwargs):
+        self._refuse("reduce")
+
+    def scatter(self, *args, **kwargs):
+        self._refuse("scatter")
+
+    def gather(self, *args, **kwargs):
+        self._refuse("gather")
+
+    def reduce_scatter(self, *args, **kwargs):
+        self._refuse("reduce_scatter")
+
+    def alltoall(self, *args, **kwargs):
+        self._refuse("alltoall")
+
+    def alltoall_base(self, *args, **kwargs):
+        self._refuse("alltoall")
+
+    def send(self, *args, **kwargs):
+        self._refuse("send")
+
+    def recv(self, *args, **kwargs):
+        self._refuse("recv")
+
+    def getBackendName(self):
+        return "phub"
+
+    def close(self):
+        """Leaves phubd's job cleanly (destroy_process_group does not call it: atexit does)."""
+        if self._waiter is not None:
+            self._waits.put(_STOP)
+            self._waiter.join()
+            self._waiter = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _create(store, rank, world_size, timeout):
+    group = ProcessGroupPhub(store, rank, world_size, timeout)
+    import atexit
+    atexit.register(group.close)
+    return group
+
+
+def register():
+    """Makes "phub" a torch.distributed backend (idempotent)."""
+    if not hasattr(dist.Backend, "PHUB"):
+        dist.Backend.register_backend("phub", _create)
+
+
+register()
