@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "phub/client/step_values_wire.h"
 #include "phub/common/token_proof.h"
 #include "phub/common/version.h"
 #include "phub/kernels/aggregate_and_step.h"
@@ -200,10 +201,7 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
                 static_cast<int>(std::min<std::uint32_t>(welcome.liveness_timeout_ms(), 3600000)),
                 std::nullopt};
   if (welcome.has_resume_values() && welcome.resume_values().iteration() == job.resume_iteration) {
-    const proto::StepValues& v = welcome.resume_values();
-    const kernels::StepValues values{.lr = v.lr(), .momentum = v.momentum(),
-                                     .weight_decay = v.weight_decay(), .beta1 = v.beta1(),
-                                     .beta2 = v.beta2(), .eps = v.eps()};
+    const kernels::StepValues values = StepValuesFromProto(welcome.resume_values());
     if (options.optimizer && kernels::ValidateStepValues(options.optimizer->kind, values).ok()) {
       job.resume_values = values;
     }

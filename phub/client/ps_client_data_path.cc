@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/client/ps_client_impl.h"
+#include "phub/client/step_values_wire.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "spdlog/spdlog.h"
 
@@ -42,14 +43,7 @@ Status PsClient::Impl::StepWith(const kernels::StepValues& values) {
           "'s first Push: one call per iteration, before its pushes"));
     }
     values_iteration_ = pushed_iteration_ + 1;
-    proto::StepValues& out = *message.mutable_step_values();
-    out.set_iteration(values_iteration_);
-    out.set_lr(values.lr);
-    out.set_momentum(values.momentum);
-    out.set_weight_decay(values.weight_decay);
-    out.set_beta1(values.beta1);
-    out.set_beta2(values.beta2);
-    out.set_eps(values.eps);
+    StepValuesToProto(values_iteration_, values, *message.mutable_step_values());
   }
   // Posted before the iteration's pushes, on the same loop: phubd has them on the control
   // connection before the pushes leave.

@@ -68,6 +68,14 @@ def make_optimizer(kind, params):
     raise ValueError(kind)
 
 
+def train_steps(model, opt, rank, steps):
+    """Steps `steps` (a range) of the rank's batches: zero_grad, backward, step."""
+    for step in steps:
+        opt.zero_grad()
+        loss_of(model, rank, step).backward()
+        opt.step()
+
+
 def params_of(model):
     return [p.detach().clone() for p in model.parameters()]
 
@@ -99,11 +107,7 @@ def scenario_train(rank):
     state = phub.torch.connect(ours)
     ours.register_comm_hook(state, phub.torch.allreduce_hook)
     for model in (reference, ours):
-        opt = make_optimizer("momentum", model.parameters())
-        for step in range(STEPS):
-            opt.zero_grad()
-            loss_of(model, rank, step).backward()
-            opt.step()
+        train_steps(model, make_optimizer("momentum", model.parameters()), rank, range(STEPS))
     state.close()
     return {"gloo": params_of(reference), "phub": params_of(ours)}
 
@@ -113,10 +117,7 @@ def scenario_server(rank, kind):
     local = make_optimizer(kind, reference.parameters())
     server = phub.torch.ServerOptimizer(ours, make_optimizer(kind, ours.parameters()))
     for model, opt in ((reference, local), (ours, server)):
-        for step in range(STEPS):
-            opt.zero_grad()
-            loss_of(model, rank, step).backward()
-            opt.step()
+        train_steps(model, opt, rank, range(STEPS))
     server.close()
     return {"local": params_of(reference), "server": params_of(ours)}
 
@@ -162,10 +163,7 @@ def scenario_state(rank, kind):
     model and optimizer runs steps 3..5: its parameters end bitwise where the first job did."""
     reference = wrap(make_model())
     local = make_optimizer(kind, reference.parameters())
-    for step in range(3):
-        local.zero_grad()
-        loss_of(reference, rank, step).backward()
-        local.step()
+    train_steps(reference, local, rank, range(3))
 
     first = wrap(make_model())
     server = phub.torch.ServerOptimizer(first, make_optimizer(kind, first.parameters()),
@@ -188,10 +186,7 @@ def scenario_state(rank, kind):
     restarted = phub.torch.ServerOptimizer(again, make_optimizer(kind, again.parameters()),
                                            job="again")
     restarted.load_state_dict(saved_optimizer)
-    for step in range(3, 6):
-        restarted.zero_grad()
-        loss_of(again, rank, step).backward()
-        restarted.step()
+    train_steps(again, restarted, rank, range(3, 6))
     restarted.close()
     local_state = local.state_dict()["state"]
     return {"first": params_of(first), "again": params_of(again),
@@ -206,11 +201,7 @@ def scenario_c10d(rank):
     reference = DDP(make_model(), bucket_cap_mb=0.25, process_group=gloo)
     ours = DDP(make_model(), bucket_cap_mb=0.25)  # no hook, no other line
     for model in (reference, ours):
-        opt = make_optimizer("momentum", model.parameters())
-        for step in range(STEPS):
-            opt.zero_grad()
-            loss_of(model, rank, step).backward()
-            opt.step()
+        train_steps(model, make_optimizer("momentum", model.parameters()), rank, range(STEPS))
     group = dist.distributed_c10d._get_default_group()
     total = torch.tensor([float(rank + 1)])
     dist.all_reduce(total)  # a plain all_reduce goes through phubd as well

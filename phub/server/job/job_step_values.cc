@@ -3,34 +3,15 @@
 // posted to every core's shard, the job's wait on ranks that never send theirs, and what
 // Welcomes and checkpoints say of them.
 #include "absl/strings/str_cat.h"
+#include "phub/client/step_values_wire.h"
 #include "phub/server/admission/hello_check.h"
 #include "phub/server/job/job.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
 
-namespace {
-
-kernels::StepValues FromProto(const proto::StepValues& v) {
-  return {.lr = v.lr(),
-          .momentum = v.momentum(),
-          .weight_decay = v.weight_decay(),
-          .beta1 = v.beta1(),
-          .beta2 = v.beta2(),
-          .eps = v.eps()};
-}
-
-void ToProto(std::uint64_t iteration, const kernels::StepValues& v, proto::StepValues& out) {
-  out.set_iteration(iteration);
-  out.set_lr(v.lr);
-  out.set_momentum(v.momentum);
-  out.set_weight_decay(v.weight_decay);
-  out.set_beta1(v.beta1);
-  out.set_beta2(v.beta2);
-  out.set_eps(v.eps);
-}
-
-}  // namespace
+using client::StepValuesFromProto;
+using client::StepValuesToProto;
 
 void Job::OnStepValues(const SessionPtr& session, const proto::StepValues& message) {
   if (!values_) {
@@ -44,7 +25,7 @@ void Job::OnStepValues(const SessionPtr& session, const proto::StepValues& messa
   }
   if (stalled_) return;  // the job cannot go on; its members are being told
   const StepValuesLedger::Outcome outcome =
-      values_->Give(session->rank, message.iteration(), FromProto(message));
+      values_->Give(session->rank, message.iteration(), StepValuesFromProto(message));
   using Kind = StepValuesLedger::Outcome::Kind;
   switch (outcome.kind) {
     case Kind::kWaiting:
@@ -108,7 +89,7 @@ void Job::DescribeValues(proto::Welcome& welcome, bool resumed, std::uint64_t it
   welcome.set_per_iteration_values(values_.has_value());
   if (!values_ || !resumed) return;
   if (auto values = values_->Agreed(iteration)) {
-    ToProto(iteration, *values, *welcome.mutable_resume_values());
+    StepValuesToProto(iteration, *values, *welcome.mutable_resume_values());
   }
 }
 

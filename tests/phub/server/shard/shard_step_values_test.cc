@@ -20,6 +20,24 @@ namespace {
 
 using transport::Op;
 
+// Every worker of the job attached to core 0's `shard`, rank 0's INIT of `initial` in, and the
+// iteration-0 WEIGHTS read by everyone: every chunk expects iteration 1.
+std::vector<RawSocket> StartOnCore0(ShardOnLoop& shard, const keys::KeyTable& table,
+                                    const Tensors& initial) {
+  const std::vector<std::uint32_t>& mine = table.chunks_on_core(0);
+  std::vector<RawSocket> workers;
+  for (std::uint32_t r = 0; r < kWorld; ++r) workers.push_back(Attached(shard, r));
+  EXPECT_TRUE(shard.AwaitEvent(ShardEvent::Kind::kAllAttached));
+  for (std::uint32_t k : mine) {
+    EXPECT_TRUE(SendChunk(workers[0], Op::kInit, 0, table.chunks()[k], 0,
+                          ChunkOf(initial, table.chunks()[k])));
+  }
+  for (std::uint32_t r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(ReadWeights(workers[r], r, mine, 0, table).size(), mine.size());
+  }
+  return workers;
+}
+
 // Three workers on core 0 of a momentum job with a schedule, for 6 iterations whose lr, momentum
 // and weight decay all change (lr 0 included, as a warm-up's first step may have). Iterations 1,
 // 3 and 5 get their values after every push is in: the chunks wait (kAwaitingValues once per
@@ -34,17 +52,8 @@ TEST(ShardStepValuesTest, EachIterationStepsWithItsOwnValuesWhicheverComesFirst)
   const std::vector<std::uint32_t>& mine = table.chunks_on_core(0);
   std::mt19937 rng(20261128);
   const Tensors initial = RandomTensors(rng, -1.0f, 1.0f);
-
-  std::vector<RawSocket> workers;
-  for (std::uint32_t r = 0; r < kWorld; ++r) workers.push_back(Attached(shard, r));
-  ASSERT_TRUE(shard.AwaitEvent(ShardEvent::Kind::kAllAttached));
-  for (std::uint32_t k : mine) {
-    ASSERT_TRUE(SendChunk(workers[0], Op::kInit, 0, table.chunks()[k], 0,
-                          ChunkOf(initial, table.chunks()[k])));
-  }
-  for (std::uint32_t r = 0; r < kWorld; ++r) {
-    ASSERT_EQ(ReadWeights(workers[r], r, mine, 0, table).size(), mine.size());
-  }
+  std::vector<RawSocket> workers = StartOnCore0(shard, table, initial);
+  if (::testing::Test::HasFailure()) return;
 
   const std::vector<kernels::StepValues> schedule = {
       {.lr = 0.0f, .momentum = 0.9f, .weight_decay = 0.0f},
@@ -113,14 +122,8 @@ TEST(ShardStepValuesTest, AJobWithFixedValuesNeverWaitsAndIgnoresStepWith) {
   const std::vector<std::uint32_t>& mine = table.chunks_on_core(0);
   std::mt19937 rng(5);
   const Tensors initial = RandomTensors(rng, -1.0f, 1.0f);
-  std::vector<RawSocket> workers;
-  for (std::uint32_t r = 0; r < kWorld; ++r) workers.push_back(Attached(shard, r));
-  ASSERT_TRUE(shard.AwaitEvent(ShardEvent::Kind::kAllAttached));
-  for (std::uint32_t k : mine) {
-    ASSERT_TRUE(SendChunk(workers[0], Op::kInit, 0, table.chunks()[k], 0,
-                          ChunkOf(initial, table.chunks()[k])));
-  }
-  for (std::uint32_t r = 0; r < kWorld; ++r) ReadWeights(workers[r], r, mine, 0, table);
+  std::vector<RawSocket> workers = StartOnCore0(shard, table, initial);
+  if (::testing::Test::HasFailure()) return;
   shard.OnLoop([](Shard& s) { s.StepWith(1, {.lr = 100.0f}); });
   const Tensors grads = RandomTensors(rng, -1.0f, 1.0f);
   for (std::uint32_t r = 0; r < kWorld; ++r) {
