@@ -7,7 +7,9 @@ phubd or through DDP's own backends: what a PyTorch user changes to use PHub (do
       --backend phub --model resnet18 --epochs 1
 
 Backends: phub (DDP hook, phubd averages, the local optimizer steps), phub-optimizer (phubd's
-fused optimizer steps, workers install the weights it returns), gloo (DDP's CPU allreduce),
+fused optimizer steps, workers install the weights it returns), phub-c10d (plain DDP over
+init_process_group("phub"): phub.c10d, no hook; phubd sums, the local optimizer steps), gloo
+(DDP's CPU allreduce),
 nccl (DDP's GPU allreduce; needs one GPU per rank). Every rank prints nothing but rank 0 prints
 time per mini-batch (median of the timed steps), images/s and, with Fashion-MNIST, the test
 accuracy per epoch; --results FILE writes them as JSON (bench/torch reads it).
@@ -33,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 HERE = os.path.dirname(os.path.abspath(__file__))
 # phub: installed, or PYTHONPATH=build/python, or else this checkout's build tree.
 sys.path.append(os.path.join(HERE, "..", "build", "python"))
+import phub.c10d  # noqa: E402,F401 - the "phub" backend, for --backend phub-c10d
 import phub.torch  # noqa: E402
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
@@ -97,7 +100,7 @@ def evaluate(model, x, y, device, batch=500):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="phub", choices=["phub", "phub-optimizer", "gloo", "nccl"])
+    p.add_argument("--backend", default="phub", choices=["phub", "phub-optimizer", "phub-c10d", "gloo", "nccl"])
     p.add_argument("--model", default="resnet18", choices=["alexnet", "resnet18", "resnet50"])
     p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--epochs", type=int, default=1)
@@ -125,14 +128,17 @@ def main():
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = a.master.rsplit(":", 1)
     if a.threads:
         torch.set_num_threads(a.threads)
-    cuda = a.backend == "nccl" or (torch.cuda.is_available() and a.backend != "gloo")
+    cuda = a.backend == "nccl" or (torch.cuda.is_available() and
+                                   a.backend not in ("gloo", "phub-c10d"))
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
     # DDP needs a process group of its own (its start-up broadcast); with phub it carries
     # nothing else.
-    dist.init_process_group("nccl" if a.backend == "nccl" else "gloo", rank=rank,
-                            world_size=world)
+    # phub-c10d: the one line that changes is the backend's name (phub.c10d, imported above,
+    # registered it; `python3 -m phub.run` registers it too).
+    backend = {"nccl": "nccl", "phub-c10d": "phub"}.get(a.backend, "gloo")
+    dist.init_process_group(backend, rank=rank, world_size=world)
 
     torch.manual_seed(0)
     model, size = make_model(a.model)

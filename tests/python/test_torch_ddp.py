@@ -23,12 +23,12 @@ WORKER = os.path.join(HERE, "ddp_worker.py")
 RUN_TIMEOUT_S = 180  # a rank still running then is a hang: killed, and the test fails
 
 
-def run(scenario, world_size, *phubd_flags, during=None):
+def run(scenario, world_size, *phubd_flags, during=None, env=None):
     """`scenario` on world_size ranks beside a fresh phubd; each rank's saved result.
     during(phubd, out_dir), if given, runs while the ranks do."""
     with tempfile.TemporaryDirectory(prefix="phub-ddp-") as out_dir, \
             Phubd(world_size, *phubd_flags) as phubd:
-        procs = launch_ranks(WORKER, [scenario, out_dir], world_size, phubd.address)
+        procs = launch_ranks(WORKER, [scenario, out_dir], world_size, phubd.address, env)
         if during:
             during(phubd, out_dir)
         for rank, (code, output) in enumerate(wait_ranks(procs, RUN_TIMEOUT_S)):
@@ -153,11 +153,14 @@ class C10dTest(unittest.TestCase):
     """init_process_group("phub"): plain DDP through phubd (phub/python/phub/c10d.py)."""
 
     def test_plain_ddp_through_the_phub_backend_equals_gloo(self):
-        results = run("c10d", 2)
+        # A ring of 4 slots of 16 KiB: every bucket (0.25 MB, the first iteration's larger) is
+        # bigger than the whole ring, so allreduces take back their own slots as they go.
+        results = run("c10d", 2, env={"PHUB_C10D_SLOTS": "4", "PHUB_C10D_SLOT_BYTES": "16384"})
         for rank, r in enumerate(results):
             self.assertEqual(r["backend"], "phub")
-            # Every bucket of 5 iterations went through phubd (pieces counted there).
-            self.assertGreater(r["pieces"], 5)
+            # Every bucket of 5 iterations went through phubd, in 16 KiB pieces: the model's
+            # 347 k floats of gradients are >= 85 pieces an iteration.
+            self.assertGreaterEqual(r["pieces"], 5 * 85)
             assert_all_close(r["phub"], r["gloo"], 1e-5, 1e-6, f"c10d rank {rank}")
             self.assertEqual(r["total"], 3.0)
             self.assertIn("does not do reduce_scatter", r["refused"])

@@ -21,8 +21,9 @@ allreduce with the same sizes in the same order, so every rank puts the same pie
 slot); a piece is copied into its slot's send buffer and pushed at once; a waiter thread waits
 for each slot's sum, copies it back into the tensor and completes the allreduce's future. A slot
 is used again only once its last sum is back (so at most slots × slot_bytes are in flight; an
-allreduce past that waits for the oldest). phubd's summation mode returns the mean of the ranks'
-copies; SUM multiplies it by the world size.
+allreduce past that waits for the oldest: pieces go to the waiter as they are pushed, so even an
+allreduce larger than the ring goes through). phubd's summation mode returns the mean of the
+ranks' copies; SUM multiplies it by the world size.
 
 Errors (phubd gone or silent, a rank dead) fail the allreduce's future with a phub.PhubError,
 which DDP raises from backward(), within phubd's liveness and rejoin deadlines: never a hang.
@@ -57,6 +58,28 @@ def _env_int(name, default, low, high):
     if not low <= value <= high:
         raise ValueError(f"{name}={value} is out of range: give {low} to {high}")
     return value
+
+
+class _Call:
+    """One allreduce through phubd: its future completes after its last piece, or fails once."""
+
+    __slots__ = ("tensors", "summed", "future", "done")
+
+    def __init__(self, tensors, summed, future):
+        self.tensors = tensors
+        self.summed = summed
+        self.future = future
+        self.done = False
+
+    def finish(self):
+        if not self.done:
+            self.done = True
+            self.future.set_result(self.tensors)
+
+    def fail(self, error):
+        if not self.done:
+            self.done = True
+            self.future.set_exception(error)
 
 
 class ProcessGroupPhub(dist.ProcessGroup):
@@ -103,24 +126,27 @@ class ProcessGroupPhub(dist.ProcessGroup):
         if not self._through_phubd(tensors, opts):
             return self._gloo.allreduce(tensors, opts)
         future = torch.futures.Future()
+        call = _Call(tensors, opts.reduceOp == dist.ReduceOp.SUM, future)
         try:
             if self._error is not None:
                 raise self._error
             if self._client is None:
                 self._connect()
-            pieces = []
-            for tensor in tensors:
-                flat = tensor.view(-1)
-                for at in range(0, flat.numel(), self._slot_floats):
-                    n = min(self._slot_floats, flat.numel() - at)
-                    slot = self._take_slot()
-                    self._sent[slot][:n] = flat[at:at + n].numpy()
-                    self._client.push(slot, self._sent[slot])
-                    pieces.append((slot, flat, at, n))
-            self._waits.put((pieces, tensors, opts.reduceOp == dist.ReduceOp.SUM, future))
+            pieces = [(tensor.view(-1), at) for tensor in tensors
+                      for at in range(0, tensor.numel(), self._slot_floats)]
+            if not pieces:
+                future.set_result(tensors)
+            for k, (flat, at) in enumerate(pieces):
+                n = min(self._slot_floats, flat.numel() - at)
+                slot = self._take_slot()
+                self._sent[slot][:n] = flat[at:at + n].numpy()
+                self._client.push(slot, self._sent[slot])
+                # Each piece to the waiter at once: an allreduce larger than the ring takes
+                # back its own first slots as the waiter frees them.
+                self._waits.put((call, slot, flat, at, n, k + 1 == len(pieces)))
         except BaseException as e:  # noqa: B902 - every failure reaches the future
             self._fail(e)
-            future.set_exception(e)
+            call.fail(e)
         return c10d._create_work_from_future(future)
 
     def _take_slot(self):
@@ -135,29 +161,25 @@ class ProcessGroupPhub(dist.ProcessGroup):
 
     def _wait_loop(self):
         while True:
-            job = self._waits.get()
-            if job is _STOP:
+            piece = self._waits.get()
+            if piece is _STOP:
                 return
-            pieces, tensors, summed, future = job
+            call, slot, flat, at, n, last = piece
             try:
                 if self._error is not None:
                     raise self._error
-                for slot, flat, at, n in pieces:
-                    self._client.wait(slot)
-                    values = torch.from_numpy(self._summed[slot][:n])
-                    if summed:
-                        flat[at:at + n].copy_(values * self._world)
-                    else:
-                        flat[at:at + n].copy_(values)
-                    with self._lock:
-                        self._busy[slot] = False
-                        self.pieces += 1
-                        self._lock.notify_all()
+                self._client.wait(slot)
+                values = torch.from_numpy(self._summed[slot][:n])
+                flat[at:at + n].copy_(values * self._world if call.summed else values)
+                with self._lock:
+                    self._busy[slot] = False
+                    self.pieces += 1
+                    self._lock.notify_all()
+                if last:
+                    call.finish()
             except BaseException as e:  # noqa: B902
                 self._fail(e)
-                future.set_exception(e)
-                continue
-            future.set_result(tensors)
+                call.fail(e)
 
     def _fail(self, error):
         with self._lock:
