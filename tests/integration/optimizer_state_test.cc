@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "phub/server/checkpoint/checkpoint_file.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/reference/optimizer_reference.h"
@@ -156,6 +157,87 @@ TEST(OptimizerStateTest, AJobStartedFromAFetchedStateContinuesBitwise) {
       << "the same weights without the state: the test would not see a lost state";
   for (auto* workers : {&first, &again, &fresh}) {
     for (auto& w : *workers) EXPECT_TRUE(w.client->Close().ok());
+  }
+}
+
+// A job restored at step 4 counts its checkpoints from there: after 2 iterations phubd's
+// checkpoint is of iteration 6, and a phubd restarted with --resume on it resumes the workers at
+// 6, Adam's bias correction right with no offset: iterations 7..8 end bitwise where a job that
+// ran 1..8 without a break does.
+TEST(OptimizerStateTest, ARestoredJobsCheckpointsResumeAtTheRightStep) {
+  TempDir dir;
+  const std::string ckpt = dir.File("ckpt");
+  const kernels::OptimizerConfig adam{.kind = kernels::OptimizerKind::kAdam, .lr = 0.01f};
+  const auto tensors = TestTensors(kSizes);
+  std::vector<std::vector<float>> weights_at_4, uninterrupted;
+  client::OptimizerState state_at_4;
+  {
+    RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "65536"});
+    auto first = ConnectWorkers(Options(phubd, adam, "first"), 2, {0, 1}, tensors, kSeed);
+    for (auto& w : first) ASSERT_TRUE(w.status.ok()) << w.status;
+    for (const Status& s : OnEveryWorker(first, [](InProcessWorker& w) {
+           PHUB_RETURN_IF_ERROR(w.client->Init());
+           return Iterations(w, 1, 4);
+         })) {
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    weights_at_4 = first[0].weights;
+    auto fetched = first[0].client->FetchOptimizerState();
+    ASSERT_TRUE(fetched.ok()) << fetched.status();
+    state_at_4 = *fetched;
+    for (const Status& s :
+         OnEveryWorker(first, [](InProcessWorker& w) { return Iterations(w, 5, 8); })) {
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    uninterrupted = first[0].weights;
+    for (auto& w : first) EXPECT_TRUE(w.client->Close().ok());
+  }
+  {
+    RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "65536",
+                                          "--checkpoint-dir", ckpt, "--checkpoint-every", "2"});
+    auto restored = ConnectWorkers(Options(phubd, adam, ""), 2, {0, 1}, tensors, kSeed);
+    for (auto& w : restored) ASSERT_TRUE(w.status.ok()) << w.status;
+    for (std::size_t t = 0; t < kSizes.size(); ++t) {
+      std::memcpy(restored[0].weights[t].data(), weights_at_4[t].data(),
+                  kSizes[t] * sizeof(float));
+    }
+    for (const Status& s : OnEveryWorker(restored, [&](InProcessWorker& w) {
+           PHUB_RETURN_IF_ERROR(w.client->Init());
+           client::OptimizerState mine{.steps = 4};
+           if (w.client->rank() == 0) mine = state_at_4;
+           PHUB_RETURN_IF_ERROR(w.client->RestoreOptimizerState(mine));
+           return Iterations(w, 5, 6);
+         })) {
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    StatusOr<server::LoadedCheckpoint> loaded;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          loaded = server::LoadNewestCheckpoint(ckpt);
+          return loaded.ok() && loaded->snapshot.chunks[0].iteration == 6;
+        },
+        std::chrono::milliseconds(20000)))
+        << (loaded.ok() ? "its chunks are not at step 6" : loaded.status().ToString());
+    for (auto& w : restored) EXPECT_TRUE(w.client->Close().ok());
+  }
+  RunningPhubd phubd =
+      StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "65536", "--resume", ckpt});
+  auto resumed = ConnectWorkers(Options(phubd, adam, ""), 2, {0, 1}, tensors, kSeed);
+  for (auto& w : resumed) {
+    ASSERT_TRUE(w.status.ok()) << w.status;
+    EXPECT_EQ(w.client->resume_iteration(), 6u);
+  }
+  for (const Status& s : OnEveryWorker(resumed, [](InProcessWorker& w) {
+         PHUB_RETURN_IF_ERROR(w.client->Init());
+         return Iterations(w, 7, 8);
+       })) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  for (std::size_t t = 0; t < kSizes.size(); ++t) {
+    EXPECT_EQ(std::memcmp(resumed[0].weights[t].data(), uninterrupted[t].data(),
+                          kSizes[t] * sizeof(float)),
+              0)
+        << "tensor " << t << ": not bitwise the uninterrupted job's";
   }
 }
 
