@@ -86,6 +86,20 @@ def make_optimizer(name, params, lr):
     return torch.optim.Adam(params, lr=lr)
 
 
+def make_schedule(a, optimizer, total):
+    """--lr-schedule cosine: warm-up (LinearLR from 0.01 x lr over --warmup-iters), then
+    CosineAnnealingLR to 0 over the rest of the run's `total` steps; on ServerOptimizer as on
+    torch's own optimizers (phubd then steps each iteration with its lr). None: constant."""
+    if a.lr_schedule == "constant":
+        return None
+    sched = torch.optim.lr_scheduler
+    decay = sched.CosineAnnealingLR(optimizer, T_max=max(1, total - a.warmup_iters))
+    if a.warmup_iters <= 0:
+        return decay
+    warm = sched.LinearLR(optimizer, start_factor=0.01, total_iters=a.warmup_iters)
+    return sched.SequentialLR(optimizer, [warm, decay], milestones=[a.warmup_iters])
+
+
 def evaluate(model, x, y, device, batch=500):
     model.eval()
     correct = 0
@@ -118,6 +132,16 @@ def main():
                    "(default: $MASTER_ADDR:$MASTER_PORT)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's choice)")
     p.add_argument("--results", default=None, help="write rank 0's figures here (JSON)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the model's initial weights and the data's order (the same for every "
+                   "backend)")
+    p.add_argument("--train-size", type=int, default=0,
+                   help="train on the first N images only (0: all); --test-size likewise")
+    p.add_argument("--test-size", type=int, default=0)
+    p.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
+                   help="cosine: torch's CosineAnnealingLR over the run, after --warmup-iters "
+                   "of LinearLR from 0.01 x lr, stepped every iteration")
+    p.add_argument("--warmup-iters", type=int, default=0)
     a = p.parse_args()
     if a.data == "synthetic" and a.iters <= 0:
         p.error("--data synthetic needs --iters")
@@ -140,7 +164,7 @@ def main():
     backend = {"nccl": "nccl", "phub-c10d": "phub"}.get(a.backend, "gloo")
     dist.init_process_group(backend, rank=rank, world_size=world)
 
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     model, size = make_model(a.model)
     model = DDP(model.to(device), device_ids=[device.index] if cuda else None)
     optimizer = make_optimizer(a.optimizer, model.parameters(), a.lr)
@@ -156,6 +180,10 @@ def main():
     if a.data == "fashion-mnist":
         x, y = fashion_mnist(a.data_dir, "train", size)
         test_x, test_y = fashion_mnist(a.data_dir, "test", size)
+        if a.train_size:
+            x, y = x[:a.train_size], y[:a.train_size]
+        if a.test_size:
+            test_x, test_y = test_x[:a.test_size], test_y[:a.test_size]
         shard = torch.arange(rank, len(x), world)  # each rank its own interleaved shard
     else:
         g = torch.Generator().manual_seed(rank)
@@ -164,10 +192,13 @@ def main():
         shard = torch.arange(len(x))
     steps_per_epoch = len(shard) // a.batch
     epochs = a.epochs if a.iters <= 0 else -(-a.iters // steps_per_epoch)
-    times, step_times, accuracy, step = [], [], [], 0
+    total = min(a.iters, epochs * steps_per_epoch) if a.iters else epochs * steps_per_epoch
+    scheduler = make_schedule(a, optimizer, total)
+    times, step_times, accuracy, losses, step = [], [], [], [], 0
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(epochs):
-        order = shard[torch.randperm(len(shard), generator=torch.Generator().manual_seed(epoch))]
+        order = shard[torch.randperm(len(shard), generator=torch.Generator().manual_seed(
+            1000 * a.seed + epoch))]
         for i in range(steps_per_epoch):
             if a.iters and step >= a.iters:
                 break
@@ -181,8 +212,11 @@ def main():
             loss.backward()  # the exchange: DDP waits for every bucket before it returns
             stepping = time.perf_counter()
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
             if cuda:
                 torch.cuda.synchronize()
+            losses.append(loss.item())
             if step >= a.warmup:
                 times.append(time.perf_counter() - started)
                 step_times.append(time.perf_counter() - stepping)
@@ -205,7 +239,7 @@ def main():
                            "batch": a.batch, "median_ms": ms, "steps": len(times),
                            "optimizer_step_ms": 1000 * statistics.median(step_times)
                            if step_times else None,
-                           "accuracy": accuracy}, f)
+                           "accuracy": accuracy, "losses": losses}, f)
     dist.destroy_process_group()
 
 
