@@ -17,7 +17,7 @@ this box's CPUs: read the times as a ratio of the same invocation.
 """
 import json
 import os
-import statistics
+import socket
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,6 +32,14 @@ from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noq
 EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
 PYTHON = "/usr/bin/python3"  # Debian's, the one python3-torch belongs to
 BACKENDS = ("phub-optimizer", "gloo")
+
+
+def free_port():
+    """A port the kernel just gave out on loopback (DDP's rendezvous; two runs of this script,
+    or run_torch.py's fixed port, do not meet)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_one(a, backend, run_dir, master_port):
@@ -87,9 +95,9 @@ def main():
     start_load = machine.load_average()
     results = {}
     try:
-        for k, backend in enumerate(BACKENDS):
+        for backend in BACKENDS:
             log(f"{backend}: training ({a.epochs} epochs of {a.train_size} images, N={a.n})")
-            results[backend] = run_one(a, backend, run_dir, 29600 + k)
+            results[backend] = run_one(a, backend, run_dir, free_port())
             log(f"{backend}: {results[backend]['median_ms']:.1f} ms per mini-batch, accuracy "
                 f"{results[backend]['accuracy']}")
     except BenchError as e:
