@@ -30,6 +30,22 @@ using transport::Connection;
 using transport::Op;
 using transport::WireHeader;
 
+// The optimizer's state being fetched or restored by a PsClient (one at a time;
+// ps_client_state.cc): pieces by [array][chunk] as they land, and phubd's StateEnd once it came.
+// (At namespace scope: clang cannot default-construct a nested class with member initializers
+// inside std::optional.)
+struct StateExchange {
+  bool fetching = false;
+  std::vector<std::vector<std::vector<float>>> pieces;  // [array][chunk]
+  // Where the last piece ended: (chunk, array, offset), whether any came, whether that array
+  // is unfinished (mid), and the arrays per chunk once the second chunk began (0: not yet).
+  std::uint32_t chunk = 0, array = 0, offset = 0, arrays = 0;
+  bool any = false, mid = false;
+  bool ended = false;
+  std::uint64_t steps = 0;
+  std::string error;
+};
+
 // All network I/O runs on one event-loop thread; the caller's threads only post work to it and
 // wait on `cv_` for tensors to complete.
 class PsClient::Impl final : public transport::ConnectionHandler {
@@ -85,19 +101,6 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   StatusOr<std::vector<transport::LandingZone>> LandingZones(const Connection& connection,
                                                             const WireHeader* attach) override;
 
-  // The optimizer's state being fetched or restored (one at a time; ps_client_state.cc):
-  // pieces by [array][chunk] as they land, and phubd's StateEnd once it came.
-  struct StateExchange {
-    bool fetching = false;
-    std::vector<std::vector<std::vector<float>>> pieces;  // [array][chunk]
-    // Where the last piece ended: (chunk, array, offset), whether any came, whether that array
-    // is unfinished (mid), and the arrays per chunk once the second chunk began (0: not yet).
-    std::uint32_t chunk = 0, array = 0, offset = 0, arrays = 0;
-    bool any = false, mid = false;
-    bool ended = false;
-    std::uint64_t steps = 0;
-    std::string error;
-  };
  private:
   struct TensorState {
     std::uint64_t iteration = 0;         // completed pushes

@@ -25,7 +25,7 @@ constexpr std::chrono::seconds kStateTimeout{120};
 // filled, else the next array of the same chunk or the first array of the next chunk (every
 // chunk has as many arrays as the first). Returns what is wrong with it, or empty.
 std::string TakePiece(const std::vector<keys::Chunk>& chunks,
-                      PsClient::Impl::StateExchange& x, const proto::StatePiece& piece) {
+                      StateExchange& x, const proto::StatePiece& piece) {
   const std::size_t floats = piece.floats().size() / sizeof(float);
   bool in_order;
   if (x.mid) {
@@ -63,7 +63,7 @@ std::string TakePiece(const std::vector<keys::Chunk>& chunks,
 }
 
 // Whether `x` holds every array of every chunk.
-bool Whole(const std::vector<keys::Chunk>& chunks, const PsClient::Impl::StateExchange& x) {
+bool Whole(const std::vector<keys::Chunk>& chunks, const StateExchange& x) {
   if (!x.any) return true;  // an optimizer without state
   const std::uint32_t arrays = x.arrays != 0 ? x.arrays : x.array + 1;
   return !x.mid && x.chunk + 1 == chunks.size() && x.array + 1 == arrays;

@@ -65,6 +65,18 @@ struct JobCounters {
   std::uint64_t checkpoint_failures = 0;
 };
 
+// A restore of a job's optimizer state in progress (job_optimizer_state.cc): rank 0's pieces so
+// far (by chunk id, state arrays only; allocated as they come, bounded by the key table) and the
+// next piece expected, the members that asked and for how many steps. (At namespace scope: clang
+// cannot default-construct a nested class with member initializers inside std::optional.)
+struct OptimizerStateRestore {
+  std::vector<ChunkSnapshot> chunks;
+  std::uint32_t next_chunk = 0, next_array = 0, next_offset = 0;
+  std::vector<SessionPtr> asked;  // by rank
+  std::uint32_t asking = 0;
+  std::uint64_t steps = 0;
+};
+
 class Job : public std::enable_shared_from_this<Job> {
  public:
   // What a job uses of the daemon; all of it outlives the job.
@@ -254,17 +266,9 @@ class Job : public std::enable_shared_from_this<Job> {
   std::optional<StepValuesLedger> values_;
   boost::asio::steady_timer values_timer_;
   std::uint64_t awaited_ = 0;
-  // A restore of the optimizer's state in progress: rank 0's pieces so far (by chunk id, state
-  // arrays only; allocated as they come, bounded by the key table) and the next piece expected,
-  // the members that asked and for how many steps; its deadline (--form-timeout-ms).
-  struct Restore {
-    std::vector<ChunkSnapshot> chunks;
-    std::uint32_t next_chunk = 0, next_array = 0, next_offset = 0;
-    std::vector<SessionPtr> asked;  // by rank
-    std::uint32_t asking = 0;
-    std::uint64_t steps = 0;
-  };
-  std::optional<Restore> restore_;
+  // A restore of the optimizer's state in progress (OptimizerStateRestore, above), and its
+  // deadline.
+  std::optional<OptimizerStateRestore> restore_;
   boost::asio::steady_timer restore_timer_;
   // Optimizer steps before iteration 0 (a restored state): chunks count iterations from it.
   std::uint64_t steps_offset_ = 0;

@@ -94,7 +94,7 @@ void Job::OnStatePiece(const SessionPtr& session, const proto::StatePiece& piece
     restore_->chunks.resize(table_chunks.size());
     restore_->asked.resize(world_size_);
   }
-  Restore& r = *restore_;
+  OptimizerStateRestore& r = *restore_;
   if (r.next_chunk >= table_chunks.size() || arrays == 0) {
     return refuse("a piece of optimizer state past the job's last chunk (or for an optimizer "
                   "without state)");
@@ -134,7 +134,7 @@ void Job::OnStateRestore(const SessionPtr& session, const proto::StateRestore& m
     restore_->chunks.resize(spec_->table.chunks().size());
     restore_->asked.resize(world_size_);
   }
-  Restore& r = *restore_;
+  OptimizerStateRestore& r = *restore_;
   const auto rank = static_cast<std::uint32_t>(session->rank);
   if (r.asked[rank]) {
     return Refuse(session, MakeError(proto::Error::BAD_REQUEST,
@@ -177,7 +177,7 @@ void Job::OnStateRestore(const SessionPtr& session, const proto::StateRestore& m
 }
 
 void Job::FinishRestore() {
-  Restore& r = *restore_;
+  OptimizerStateRestore& r = *restore_;
   std::uint32_t applied = 0;
   Status failed;
   for (auto& core : host_.cores) {
