@@ -173,7 +173,7 @@ class Client {
 
   void RestoreOptimizerState(std::uint64_t steps, const py::list& arrays) {
     client::PsClient& c = Get();
-    client::OptimizerState state{.steps = steps};
+    client::OptimizerState state{.steps = steps, .arrays = {}};
     for (std::size_t a = 0; a < static_cast<std::size_t>(py::len(arrays)); ++a) {
       const py::list tensors = arrays[a];
       if (static_cast<std::size_t>(py::len(tensors)) != elements_.size()) {

@@ -131,7 +131,7 @@ TEST(OptimizerStateTest, AJobStartedFromAFetchedStateContinuesBitwise) {
     for (const Status& s : OnEveryWorker(again, [&](InProcessWorker& w) {
            PHUB_RETURN_IF_ERROR(w.client->Init());
            if (restore) {
-             client::OptimizerState mine{.steps = state_at_4->steps};
+             client::OptimizerState mine{.steps = state_at_4->steps, .arrays = {}};
              if (w.client->rank() == 0) mine = *state_at_4;
              PHUB_RETURN_IF_ERROR(w.client->RestoreOptimizerState(mine));
            }
@@ -203,7 +203,7 @@ TEST(OptimizerStateTest, ARestoredJobsCheckpointsResumeAtTheRightStep) {
     }
     for (const Status& s : OnEveryWorker(restored, [&](InProcessWorker& w) {
            PHUB_RETURN_IF_ERROR(w.client->Init());
-           client::OptimizerState mine{.steps = 4};
+           client::OptimizerState mine{.steps = 4, .arrays = {}};
            if (w.client->rank() == 0) mine = state_at_4;
            PHUB_RETURN_IF_ERROR(w.client->RestoreOptimizerState(mine));
            return Iterations(w, 5, 6);
@@ -270,7 +270,7 @@ TEST(OptimizerStateTest, WhatCannotBeFetchedOrRestoredIsRefusedNamingWhy) {
   }
   for (const Status& s : OnEveryWorker(workers, [](InProcessWorker& w) {
          PHUB_RETURN_IF_ERROR(RunIteration(w, 1, kSeed));
-         Status late = w.client->RestoreOptimizerState({.steps = 1});
+         Status late = w.client->RestoreOptimizerState({.steps = 1, .arrays = {}});
          return late.ok() ? absl::InternalError("a restore after a push was taken") : late;
        })) {
     EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
