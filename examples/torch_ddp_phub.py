@@ -12,7 +12,13 @@ init_process_group("phub"): phub.c10d, no hook; phubd sums, the local optimizer 
 (DDP's CPU allreduce),
 nccl (DDP's GPU allreduce; needs one GPU per rank). Every rank prints nothing but rank 0 prints
 time per mini-batch (median of the timed steps), images/s and, with Fashion-MNIST, the test
-accuracy per epoch; --results FILE writes them as JSON (bench/torch reads it).
+accuracy per epoch; --results FILE writes them as JSON (bench/torch reads it), with every step's
+loss (rank 0's and the mean over ranks) and learning rate.
+
+A schedule: --lr-schedule cosine --warmup-iters W (torch's LinearLR from 0.01 x lr over W steps,
+then CosineAnnealingLR to 0 over the rest of the run, stepped every iteration, on
+ServerOptimizer as on torch's optimizers); --seed S gives every backend the same initial weights
+and data order (bench/torch/run_recipe.py compares them step by step).
 
 Without torchrun: RANK, WORLD_SIZE (and MASTER_ADDR/MASTER_PORT for DDP's own process group)
 in the environment, or --rank/--world-size and --master.
@@ -185,6 +191,7 @@ def main():
         if a.test_size:
             test_x, test_y = test_x[:a.test_size], test_y[:a.test_size]
         shard = torch.arange(rank, len(x), world)  # each rank its own interleaved shard
+        shard = shard[:len(x) // world]  # every rank as many images (and steps) as the others
     else:
         g = torch.Generator().manual_seed(rank)
         x = torch.randn(a.batch * 4, 1, size, size, generator=g)
@@ -194,7 +201,7 @@ def main():
     epochs = a.epochs if a.iters <= 0 else -(-a.iters // steps_per_epoch)
     total = min(a.iters, epochs * steps_per_epoch) if a.iters else epochs * steps_per_epoch
     scheduler = make_schedule(a, optimizer, total)
-    times, step_times, accuracy, losses, step = [], [], [], [], 0
+    times, step_times, accuracy, losses, lrs, step = [], [], [], [], [], 0
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(epochs):
         order = shard[torch.randperm(len(shard), generator=torch.Generator().manual_seed(
@@ -211,6 +218,7 @@ def main():
             loss = loss_fn(model(xb), yb)
             loss.backward()  # the exchange: DDP waits for every bucket before it returns
             stepping = time.perf_counter()
+            lrs.append(optimizer.param_groups[0]["lr"])  # this step's (sent to phubd as well)
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
@@ -229,6 +237,12 @@ def main():
                 print(f"epoch {epoch + 1}: test accuracy {100 * accuracy[-1]:.2f} %", flush=True)
     if state is not None:
         state.close()
+    # Every rank's losses, for their mean per step (over DDP's own group: gloo, or nccl; the
+    # phub c10d backend sends an allgather over its gloo group).
+    mine = torch.tensor(losses, dtype=torch.float64, device=device)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    mean_losses = torch.stack(every).mean(0).tolist()
     ms = 1000 * statistics.median(times) if times else float("nan")
     if rank == 0:
         print(f"{a.backend} {a.model} N={world} batch {a.batch}: {ms:.1f} ms per mini-batch, "
@@ -239,7 +253,8 @@ def main():
                            "batch": a.batch, "median_ms": ms, "steps": len(times),
                            "optimizer_step_ms": 1000 * statistics.median(step_times)
                            if step_times else None,
-                           "accuracy": accuracy, "losses": losses}, f)
+                           "accuracy": accuracy, "losses": losses, "losses_mean": mean_losses,
+                           "lrs": lrs}, f)
     dist.destroy_process_group()
 
 

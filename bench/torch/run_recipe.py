@@ -3,17 +3,21 @@
 
 ResNet-18 on Fashion-MNIST (examples/torch_ddp_phub.py), momentum SGD with weight decay, a
 linear warm-up then a cosine decay of the learning rate (torch's LinearLR + CosineAnnealingLR,
-stepped every iteration), N ranks on loopback, the same seed (initial weights, data order):
-once with phub.torch.ServerOptimizer (phubd steps with each iteration's lr) and once with DDP +
-gloo and torch's own optimizer (the reference, same run). Reports rank 0's loss at every step of
-both, the largest difference, the test accuracy after each epoch, and the time per mini-batch
-and its ratio.
+stepped every iteration), N ranks on loopback, the same seed (initial weights, data order) for
+every run: phub-optimizer (phub.torch.ServerOptimizer: phubd steps the weights with each
+iteration's lr), gloo (DDP + gloo and torch's own SGD: the reference, same invocation) and, by
+default, phub (DDP's hook: phubd averages, torch's SGD steps locally), the control that tells
+the exchange's part of a difference from the optimizer's. Reports every step's loss (the mean
+over ranks; rank 0's in the TSV too) and lr, the first step where each run leaves gloo's, the
+largest difference (also of rank 0's own loss), the test accuracy after each epoch and the time
+per mini-batch (median of the timed steps) with its ratio to gloo's.
 
-  bench/torch/run_recipe.py                       # N = 2, 4096 images, 2 epochs: ~10 min
-  bench/torch/run_recipe.py --train-size 60000 --epochs 1
+  bench/torch/run_recipe.py                       # N = 2, 4096 images, 2 epochs: ~8 min
+  bench/torch/run_recipe.py --train-size 60000 --epochs 1 --backends phub-optimizer,gloo
 
-Writes OUT/recipe.tsv (every step), OUT/recipe.md and OUT/recipe_loss.png. Both runs share
-this box's CPUs: read the times as a ratio of the same invocation.
+Writes OUT/recipe.tsv (every step), OUT/recipe.md and OUT/recipe_loss.png (without matplotlib:
+no PNG, said in the log). All runs share this box's CPUs, one after the other: read the times
+as a ratio of the same invocation.
 """
 import json
 import os
@@ -25,13 +29,16 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from benchlib import BenchError, machine, outdir, plots, tables  # noqa: E402
-from benchlib.cli import parser  # noqa: E402
+from benchlib.cli import parse_list, parser  # noqa: E402
 from benchlib.log import log  # noqa: E402
 from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
 PYTHON = "/usr/bin/python3"  # Debian's, the one python3-torch belongs to
-BACKENDS = ("phub-optimizer", "gloo")
+LABELS = {"phub-optimizer": "ServerOptimizer (phubd steps)",
+          "phub": "hook + torch's SGD (phubd averages)",
+          "phub-c10d": "DDP over \"phub\" + torch's SGD",
+          "gloo": "DDP + gloo (torch's SGD)"}
 
 
 def free_port():
@@ -74,23 +81,34 @@ def run_one(a, backend, run_dir, master_port):
         return json.load(f)
 
 
-def plot_losses(results, path):
-    """Both runs' loss per step on one axis (a line each; the plot_tsv helper draws steps as
-    categories, far too wide for 100+ steps)."""
+def plot_losses(results, backends, path):
+    """Every run's mean loss per step on one axis (a line each; the plot_tsv helper draws steps
+    as categories, far too wide for 100+ steps)."""
     plt = plots.import_pyplot()
     if plt is None:
+        log(f"no {path}: matplotlib missing (apt-get install python3-matplotlib)")
         return
     fig, ax = plt.subplots(figsize=(8, 4))
-    for backend, label in (("phub-optimizer", "ServerOptimizer (phubd steps)"),
-                           ("gloo", "DDP + gloo (torch's SGD)")):
-        losses = results[backend]["losses"]
-        ax.plot(range(1, len(losses) + 1), losses, label=label, linewidth=1)
+    for b in backends:
+        losses = results[b]["losses_mean"]
+        ax.plot(range(1, len(losses) + 1), losses, label=LABELS[b], linewidth=1)
     ax.set_xlabel("step")
-    ax.set_ylabel("rank 0's training loss")
+    ax.set_ylabel("training loss (mean over ranks)")
     ax.set_title("ResNet-18, Fashion-MNIST, warm-up + cosine")
     ax.legend()
     plots.save(plt, fig, path, 120)
     log(f"wrote {path}")
+
+
+def first_difference(xs, ys):
+    """The 1-based step where xs and ys first differ (None: equal throughout)."""
+    return next((i + 1 for i, (x, y) in enumerate(zip(xs, ys)) if x != y), None)
+
+
+def difference(x, y):
+    """x - y as a cell: 0 where equal to the last bit, else 3 significant digits (rounding-sized
+    differences show)."""
+    return "0" if x == y else f"{x - y:.2e}"
 
 
 def main():
@@ -103,18 +121,28 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--warmup-iters", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--backends", default="phub-optimizer,phub,gloo",
+                   help="runs, in this order; gloo (the reference) is added if left out")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per run")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "recipe"))
     a = p.parse_args()
+    backends = parse_list(a.backends, str)
+    unknown = [b for b in backends if b not in LABELS]
+    if unknown:
+        raise SystemExit(f"run_recipe.py: --backends {','.join(unknown)}: use "
+                         f"{', '.join(LABELS)}")
+    if "gloo" not in backends:
+        backends.append("gloo")
     a.phubd = os.path.join(a.build, "phub", "server", "phubd")
     if not os.access(a.phubd, os.X_OK):
-        raise SystemExit(f"run_recipe.py: {a.phubd} missing: run deploy/build.sh first")
+        raise SystemExit(f"run_recipe.py: {a.phubd} missing: build it first (deploy/build.sh, "
+                         f"or ninja -C {a.build} phubd phub_python)")
     run_dir = outdir.with_raw(a.out)
     start_load = machine.load_average()
     results = {}
     try:
-        for backend in BACKENDS:
+        for backend in backends:
             log(f"{backend}: training ({a.epochs} epochs of {a.train_size} images, N={a.n})")
             results[backend] = run_one(a, backend, run_dir, free_port())
             log(f"{backend}: {results[backend]['median_ms']:.1f} ms per mini-batch, accuracy "
@@ -123,34 +151,69 @@ def main():
         log(f"a run failed:\n{e}")
         return 1
 
-    ours, ref = results["phub-optimizer"], results["gloo"]
-    if len(ours["losses"]) != len(ref["losses"]):
-        log(f"the runs took {len(ours['losses'])} and {len(ref['losses'])} steps")
-        return 1
-    rows = [{"step": i + 1, "loss_phub_optimizer": f"{x:.6f}", "loss_gloo": f"{y:.6f}",
-             "difference": f"{x - y:.6f}"}
-            for i, (x, y) in enumerate(zip(ours["losses"], ref["losses"]))]
+    ref = results["gloo"]
+    others = [b for b in backends if b != "gloo"]
+    steps = len(ref["losses"])
+    for b in others:
+        if len(results[b]["losses"]) != steps:
+            log(f"{b} took {len(results[b]['losses'])} steps and gloo {steps}: the runs are not "
+                f"the same recipe (see the logs in {run_dir})")
+            return 1
+        if results[b]["lrs"] != ref["lrs"]:
+            step = first_difference(results[b]["lrs"], ref["lrs"])
+            log(f"{b}'s lr differs from gloo's at step {step}: the schedule did not run the same "
+                f"on both (examples/torch_ddp_phub.py make_schedule)")
+            return 1
+    keys = ["step", "lr"]
+    rows = []
+    for i in range(steps):
+        row = {"step": i + 1, "lr": f"{ref['lrs'][i]:.6g}"}
+        for b in backends:
+            row[f"loss_{b}"] = f"{results[b]['losses_mean'][i]:.6f}"
+            row[f"loss_{b}_rank0"] = f"{results[b]['losses'][i]:.6f}"
+        for b in others:
+            row[f"diff_{b}"] = difference(results[b]["losses_mean"][i], ref["losses_mean"][i])
+        rows.append(row)
+    keys += [f"loss_{b}" for b in backends] + [f"loss_{b}_rank0" for b in backends]
+    keys += [f"diff_{b}" for b in others]
     tsv = os.path.join(a.out, "recipe.tsv")
-    tables.write_tsv(tsv, rows, ["step", "loss_phub_optimizer", "loss_gloo", "difference"])
-    worst = max(abs(x - y) for x, y in zip(ours["losses"], ref["losses"]))
-    every = max(1, len(rows) // 12)
-    shown = [r for r in rows if r["step"] % every == 0 or r["step"] in (1, len(rows))]
+    tables.write_tsv(tsv, rows, keys)
+
+    every = max(1, steps // 12)
+    shown = [r for r in rows if r["step"] % every == 0 or r["step"] in (1, 2, 3, steps)]
     lines = [f"ResNet-18, Fashion-MNIST (first {a.train_size} training images, {a.test_size} "
              f"test), N = {a.n} on loopback, batch {a.batch} per rank, {a.epochs} epochs = "
-             f"{len(rows)} steps; SGD momentum 0.9, weight decay 5e-4, lr {a.lr} with a "
-             f"{a.warmup_iters}-step linear warm-up from 0.01 x lr and a cosine decay to 0; seed "
-             f"{a.seed}. {machine.describe(start_load)}", ""]
-    lines += tables.md_table(["step", "loss, ServerOptimizer", "loss, DDP + gloo", "difference"],
-                             [[str(r["step"]), r["loss_phub_optimizer"], r["loss_gloo"],
-                               r["difference"]] for r in shown], "rrrr")
-    lines += ["", f"Largest |loss difference| over all {len(rows)} steps: {worst:.6f}.", ""]
-    lines += tables.md_table(
-        ["backend", "test accuracy per epoch", "ms / mini-batch (median)", "vs gloo"],
-        [[b, ", ".join(f"{100 * x:.2f} %" for x in results[b]["accuracy"]),
-          f"{results[b]['median_ms']:.1f}",
-          f"{ref['median_ms'] / results[b]['median_ms']:.2f}×"] for b in BACKENDS], "lrrr")
+             f"{steps} steps, --threads 1 per rank; SGD momentum 0.9, weight decay 5e-4, lr "
+             f"{a.lr} with a {a.warmup_iters}-step linear warm-up from 0.01 x lr and a cosine "
+             f"decay to 0; seed {a.seed}. Loss: the mean over the ranks' mini-batches. "
+             f"{machine.describe(start_load)}", ""]
+    head = ["step", "lr"] + [f"loss, {LABELS[b]}" for b in backends]
+    head += [f"{b} − gloo" for b in others]
+    lines += tables.md_table(head, [[str(r["step"]), r["lr"]] +
+                                    [r[f"loss_{b}"] for b in backends] +
+                                    [r[f"diff_{b}"] for b in others] for r in shown],
+                             "r" * len(head))
+    lines += ["", f"The lr was the same in every run at every step ({steps} steps).", ""]
+    summary = []
+    for b in backends:
+        r = results[b]
+        if b == "gloo":
+            first = worst = worst0 = "(reference)"
+        else:
+            step = first_difference(r["losses_mean"], ref["losses_mean"])
+            first = "none: equal throughout" if step is None else str(step)
+            worst = f"{max(abs(x - y) for x, y in zip(r['losses_mean'], ref['losses_mean'])):.2e}"
+            worst0 = f"{max(abs(x - y) for x, y in zip(r['losses'], ref['losses'])):.2e}"
+        summary.append([LABELS[b], first, worst, worst0,
+                        ", ".join(f"{100 * x:.2f} %" for x in r["accuracy"]),
+                        f"{r['median_ms']:.1f} ({r['steps']} steps)",
+                        f"{ref['median_ms'] / r['median_ms']:.2f}×"])
+    lines += tables.md_table(["run", "first step whose loss differs from gloo's",
+                              "largest difference from gloo's loss (mean over ranks)", "the same, rank 0's loss",
+                              "test accuracy per epoch", "ms / mini-batch (median)",
+                              "speed vs gloo"], summary, "lrrrrrr")
     tables.write_markdown(os.path.join(a.out, "recipe.md"), lines)
-    plot_losses(results, os.path.join(a.out, "recipe_loss.png"))
+    plot_losses(results, backends, os.path.join(a.out, "recipe_loss.png"))
     print("\n".join(lines))
     return 0
 
