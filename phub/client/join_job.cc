@@ -124,6 +124,8 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   hello.set_job(options.job);
   hello.set_rank(membership.rank);
   hello.set_world_size(membership.world_size);
+  hello.set_min_workers(options.min_workers);
+  hello.set_start_workers(options.start_workers);
   hello.set_forming_heartbeat_ms(
       static_cast<std::uint32_t>(std::max(1, options.hello_answer_timeout_ms / 4)));
   if (role.racks > 1) {
@@ -206,7 +208,28 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
       job.resume_values = values;
     }
   }
-  if (job.resumed) {
+  job.rank = membership.rank;
+  if (options.min_workers > 0) {
+    if (welcome.rank() >= membership.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "phubd's Welcome gives rank ", welcome.rank(), " in an elastic job of at most ",
+          membership.world_size, " workers"));
+    }
+    job.rank = welcome.rank();
+    job.joining = welcome.joining();
+    if (!job.joining) {
+      if (!welcome.has_membership()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rank ", membership.rank, " asked for an elastic job but phubd's Welcome has no "
+            "membership: a phubd older than elastic jobs; update phubd or give no --min-workers"));
+      }
+      job.membership = welcome.membership();
+    }
+    if (job.rank != membership.rank) {
+      spdlog::info("rank {}: phubd gave this worker rank {} (its own was taken)", membership.rank,
+                   job.rank);
+    }
+  } else if (job.resumed) {
     spdlog::info("rank {}: phubd resumes this worker at iteration {}", membership.rank,
                  job.resume_iteration);
   }

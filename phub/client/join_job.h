@@ -14,6 +14,7 @@
 #include "phub/common/status.h"
 #include "phub/keys/key_table.h"
 #include "phub/transport/transport_kind.h"
+#include "proto/phub.pb.h"
 
 namespace phub::client {
 
@@ -37,6 +38,11 @@ struct JoinedJob {
   // PsClientOptions::per_iteration_values, resumed: the values of resume_iteration, if phubd
   // knows them.
   std::optional<kernels::StepValues> resume_values;
+  // An elastic job: this worker's rank (phubd's choice), the members when it starts with the
+  // job (a Membership), or joining: its first Membership comes once it has attached.
+  std::uint32_t rank = 0;
+  bool joining = false;
+  std::optional<proto::Membership> membership;
 };
 
 // `timeout_ms`, or what is left of options.deadline if that is less (0 when it has passed).

@@ -51,6 +51,12 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   PHUB_ASSIGN_OR_RETURN(JoinedJob job, JoinJob(loop_.context(), options_, membership_, role_,
                                                std::move(tensors), control_));
   table_ = std::move(job.table);
+  membership_.rank = job.rank;  // an elastic job's slot, phubd's choice
+  {
+    std::lock_guard lock(mu_);
+    joining_ = job.joining;
+    if (job.membership) KeepMembership(*job.membership);
+  }
   weights_from_server_ = job.weights_from_server;
   session_ = job.session;
   resumed_ = job.resumed;
@@ -66,7 +72,11 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
   landed_.assign(table_->chunks().size(), resume_iteration_);
   for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
     tensors_[t].pending = static_cast<std::uint32_t>(table_->chunks_of_tensor(t).size());
+    // A joiner learns the iteration of its first weights from its first Membership: nothing
+    // may land before (OnMembership sets it).
+    if (job.joining) tensors_[t].expect_iteration = UINT64_MAX;
   }
+  if (job.joining) landed_.assign(table_->chunks().size(), UINT64_MAX);
 
   if (compact_pushes()) {
     // Staging for the compact wire, sized once per tensor (WireBytes per element, rounded up
@@ -143,6 +153,7 @@ void PsClient::Impl::WatchControl() {
       spdlog::warn("rank {}: phubd: {}", membership_.rank, Bounded(m->notice().text(), 400));
     }
     if (m->has_state_piece() || m->has_state_end()) OnStateMessage(*m);
+    if (m->has_membership()) OnMembership(m->membership());
     WatchControl();
   });
 }
@@ -324,5 +335,10 @@ std::optional<kernels::StepValues> PsClient::resume_values() const {
   return impl_->resume_values();
 }
 std::uint64_t PsClient::iteration(std::uint32_t t) const { return impl_->iteration(t); }
+IterationMembers PsClient::MembersOf(std::uint64_t iteration) const {
+  return impl_->MembersOf(iteration);
+}
+Status PsClient::RequestLeave() { return impl_->RequestLeave(); }
+bool PsClient::elastic() const { return impl_->elastic(); }
 
 }  // namespace phub::client

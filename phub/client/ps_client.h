@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/common/member_schedule.h"
 #include "phub/common/membership.h"
 #include "phub/common/status.h"
 #include "phub/kernels/optimizer_config.h"
@@ -93,6 +94,15 @@ struct PsClientOptions {
   // --gpudirect off, where that cannot be: a compact wire (its conversions run on the CPU),
   // phubd on TCP, an RDMA device or driver without dma-buf support.
   std::function<StatusOr<transport::DeviceMemory>(std::span<std::byte>)> device_memory;
+  // An elastic job (docs/design.md "Elastic jobs"): the job runs with min_workers to
+  // Connect's membership.world_size workers, starting once ranks 0..start_workers-1 (0:
+  // min_workers) have connected. Connect then joins a running job of that name too (Init
+  // returns once its first weights, of the iteration before it joins, are in: resume_iteration()).
+  // This worker's rank is the one it asked for if free, else the lowest free one (rank()); each
+  // iteration's members and this worker's place among them come from MembersOf. The same on
+  // every worker. 0: a job of world_size workers, fixed.
+  std::uint32_t min_workers = 0;
+  std::uint32_t start_workers = 0;
   // This worker's NICs (--nics: interfaces or addresses; empty: the kernel's choice): the
   // connection to a phubd core serving phubd's NIC k leaves from NIC k % nics.size(), so a
   // worker with as many NICs as the PBox uses each one for the cores of "its" PBox NIC.
@@ -157,6 +167,19 @@ class PsClient {
   // The job then steps as if `state.steps` steps came before its first: Adam's bias correction
   // goes on from there.
   Status RestoreOptimizerState(const OptimizerState& state);
+
+  // Elastic jobs: who the members of `iteration` are and this worker's place among them (its
+  // index and their count shard that iteration's data; member_iterations_before is the job's
+  // batches so far). Known for every iteration this worker may begin: phubd tells every member
+  // a change before any worker can begin its first iteration. In a fixed job: rank, world
+  // size, (iteration - 1) x world size. `member` false: this worker left before `iteration`
+  // (RequestLeave) and must not push it: WaitAll, then Close.
+  IterationMembers MembersOf(std::uint64_t iteration) const;
+  // Elastic jobs: asks phubd to let this worker leave at the next iteration boundary (a
+  // scheduler's SIGTERM). Does not block; MembersOf says from which iteration it is no longer
+  // a member. FailedPrecondition in a fixed job.
+  Status RequestLeave();
+  bool elastic() const;
 
   // Leaves the job cleanly (BYE on every data connection, Goodbye on the control connection)
   // and closes. Idempotent. Afterwards Init, Push, Wait and WaitAll return FailedPrecondition,

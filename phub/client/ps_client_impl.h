@@ -81,6 +81,10 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   Status Wait(std::uint32_t tensor);
   Status WaitAll();
   Status Close();
+  // Elastic jobs (ps_client_membership.cc).
+  IterationMembers MembersOf(std::uint64_t iteration) const;
+  Status RequestLeave();
+  bool elastic() const { return options_.min_workers > 0; }
 
   const keys::KeyTable& table() const { return *table_; }
   bool weights_from_server() const { return weights_from_server_; }
@@ -121,6 +125,12 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   // a StatePiece or StateEnd phubd sent, checked against the key table and the exchange in
   // progress (any other is a protocol error). RecordError for what cannot be.
   void OnStateMessage(const proto::ControlMessage& message);
+  // A Membership phubd sent (elastic jobs; ps_client_membership.cc), on the loop thread:
+  // checked, kept (a joiner's first sets the iteration its weights are of), acknowledged.
+  // RecordError for one that cannot be.
+  void OnMembership(const proto::Membership& membership);
+  // The Welcome's (or the first) Membership into schedule_; REQUIRES mu_ held.
+  void KeepMembership(const proto::Membership& membership);
   // Waits (the caller's thread) for the exchange in progress to end; its StateEnd's error, or
   // the client's, or DeadlineExceeded.
   Status AwaitStateEnd(std::unique_lock<std::mutex>& lock);
@@ -147,7 +157,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   }
 
   const PsClientOptions options_;
-  const Membership membership_;
+  Membership membership_;  // its rank may be phubd's choice in an elastic job (Handshake)
   const detail::RackRole role_;  // racks of racks; {} in a flat job
   transport::EventLoop loop_;
   boost::asio::ip::tcp::socket control_;
@@ -193,6 +203,10 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   std::uint64_t values_iteration_ = 0;
   std::uint64_t pushed_iteration_ = 0;
   std::optional<StateExchange> state_exchange_;  // guarded by mu_
+  // Elastic jobs, guarded by mu_: every iteration's members as phubd announced them, and
+  // whether this worker still awaits its first Membership (it joined a running job).
+  MemberSchedule schedule_;
+  bool joining_ = false;
   FirstError error_;                  // status() guarded by mu_
 };
 

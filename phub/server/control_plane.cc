@@ -49,6 +49,9 @@ std::string KindOf(const proto::ControlMessage& message) {
     case proto::ControlMessage::kStatePiece: return "StatePiece";
     case proto::ControlMessage::kStateEnd: return "StateEnd";
     case proto::ControlMessage::kStateRestore: return "StateRestore";
+    case proto::ControlMessage::kMembership: return "Membership";
+    case proto::ControlMessage::kMembershipAck: return "MembershipAck";
+    case proto::ControlMessage::kLeaveRequest: return "LeaveRequest";
     case proto::ControlMessage::BODY_NOT_SET: return "an empty message";
   }
   return "an unknown message";
@@ -208,6 +211,14 @@ void ControlPlane::OnMessage(const SessionPtr& session, proto::ControlMessage me
           if (message.has_state_request()) job->OnStateRequest(session);
           if (message.has_state_piece()) job->OnStatePiece(session, message.state_piece());
           if (message.has_state_restore()) job->OnStateRestore(session, message.state_restore());
+        }
+        if (session->state == SessionState::kInJob) ReadNext(session);
+        return;
+      }
+      if (message.has_membership_ack() || message.has_leave_request()) {
+        if (const std::shared_ptr<Job> job = session->job) {
+          if (message.has_membership_ack()) job->OnMembershipAck(session, message.membership_ack());
+          if (message.has_leave_request()) job->OnLeaveRequest(session);
         }
         if (session->state == SessionState::kInJob) ReadNext(session);
         return;

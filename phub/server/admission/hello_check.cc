@@ -85,6 +85,33 @@ std::optional<proto::Error> CheckPerIterationValues(const proto::Hello& hello,
   return std::nullopt;
 }
 
+std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
+  if (hello.min_workers() == 0) {
+    if (hello.start_workers() == 0) return std::nullopt;
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " gives start_workers ",
+                                  hello.start_workers(), " without min_workers"),
+                     "give --min-workers (and --max-workers) for an elastic job, or neither");
+  }
+  const std::uint32_t start = hello.start_workers() ? hello.start_workers() : hello.min_workers();
+  if (hello.min_workers() > start || start > hello.world_size()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " asks for an elastic job of ",
+                                  hello.min_workers(), " to ", hello.world_size(),
+                                  " workers that starts with ", start),
+                     "give --min-workers <= the start size <= --max-workers");
+  }
+  if (hello.per_iteration_values() || hello.racks() > 1) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " asks for an elastic job ",
+                                  hello.racks() > 1 ? "across racks" : "with a schedule",
+                                  ": not supported yet"),
+                     hello.racks() > 1 ? "run the elastic job in one rack"
+                                       : "give the job fixed hyper-parameters, or a fixed size");
+  }
+  return std::nullopt;
+}
+
 std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOptions& options) {
   if (hello.racks() <= 1) {
     if (hello.rack() == 0 && hello.rack_workers() == 0) return std::nullopt;
@@ -201,7 +228,21 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
   }
   if (std::optional<proto::Error> error = CheckRacks(hello, options.racks)) return error;
   if (std::optional<proto::Error> error = CheckPerIterationValues(hello, *optimizer)) return error;
+  if (std::optional<proto::Error> error = CheckElastic(hello)) return error;
   if (first == nullptr) return std::nullopt;
+  if (hello.min_workers() != first->min_workers() ||
+      hello.start_workers() != first->start_workers()) {
+    const auto says = [](const proto::Hello& h) {
+      return h.min_workers() == 0
+                 ? absl::StrCat("a fixed job of ", h.world_size())
+                 : absl::StrCat("an elastic job of ", h.min_workers(), " to ", h.world_size(),
+                                " (starting with ", h.start_workers(), ")");
+    };
+    return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
+                     absl::StrCat("rank ", hello.rank(), " asks for ", says(hello), ", rank ",
+                                  first->rank(), " for ", says(*first)),
+                     "give every worker of the job the same --min-workers and --max-workers");
+  }
   // (The homes' part has a PBox of each rack as members: their racks differ, CheckRacks checked
   // each. The workers of one rack's part are all of that rack.)
   if (!JobRole::Of(hello).SamePartAs(JobRole::Of(*first))) {

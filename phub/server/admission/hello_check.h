@@ -38,6 +38,10 @@ std::string OptimizerIdentity(const proto::Hello& hello, const kernels::Optimize
 std::optional<proto::Error> CheckPerIterationValues(const proto::Hello& hello,
                                                     const kernels::OptimizerConfig& optimizer);
 
+// An elastic job's sizes (min_workers <= start <= world_size, its maximum), and what it does
+// not combine with yet (per_iteration_values, racks).
+std::optional<proto::Error> CheckElastic(const proto::Hello& hello);
+
 // `first` is any Hello already accepted for this job (nullptr if none); `rank_taken[r]` says
 // whether rank r already joined. Returns the Error to send, or nullopt to accept.
 // The Hello's wire format ("" means fp32); InvalidArgument naming the accepted ones.

@@ -28,7 +28,8 @@ Job::Job(Host host, std::string name, JobRole role, std::uint64_t id, std::uint3
       ranks_(world_size_),
       deadline_{boost::asio::steady_timer(host_.io)},
       values_timer_(host_.io),
-      restore_timer_(host_.io) {}
+      restore_timer_(host_.io),
+      elastic_timer_(host_.io) {}
 
 Job::~Job() {
   *alive_ = false;
@@ -65,6 +66,7 @@ std::uint64_t Job::model_bytes() const {
 
 void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
   if (IsRejoin(hello)) return Rejoin(session, hello);
+  if (elastic_.enabled && running_ && !stalled_ && !ended_) return ElasticJoin(session, hello);
   if (running_ || ended_) {
     return Refuse(session,
                   MakeError(proto::Error::BAD_REQUEST,
@@ -94,6 +96,7 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
     error = CheckNotResumedElsewhere(hello);
   }
   if (!error) error = CheckJobLimits(hello, host_.admission);
+  if (!error && !started_ && joined_ == 0) ConfigureElastic(hello);
   if (error) {
     spdlog::warn("{}: refusing a worker from {}: {}", log_name_, session->peer, error->message());
     Refuse(session, *error);
@@ -115,25 +118,29 @@ void Job::Join(const SessionPtr& session, const proto::Hello& hello) {
   ++joined_;
   // Which host is which rank: the line an operator greps for when a rank misbehaves.
   spdlog::info("{}: rank {} joined from {} ({}/{})", log_name_, hello.rank(),
-               Escaped(session->peer), joined_, world_size_);
+               Escaped(session->peer), joined_,
+               elastic_.enabled ? elastic_.start : world_size_);
   if (joined_ == 1) {
     ArmDeadline(Deadline::kForming, deadlines().form_timeout_ms, [this] {
       std::string missing;
       int listed = 0;
-      for (std::uint32_t r = 0; r < world_size_ && listed < 16; ++r) {
+      const std::uint32_t needed = elastic_.enabled ? elastic_.start : world_size_;
+      for (std::uint32_t r = 0; r < needed && listed < 16; ++r) {
         if (!members_[r]) absl::StrAppend(&missing, listed++ ? ", " : "", r);
       }
-      if (world_size_ - joined_ > 16) absl::StrAppend(&missing, ", ...");
+      if (listed >= 16) absl::StrAppend(&missing, ", ...");
       FailForming(MakeError(
           proto::Error::TIMEOUT,
           absl::StrCat(log_name_, " did not form within ", deadlines().form_timeout_ms,
-                       " ms: ", joined_, " of ", world_size_, " workers joined (missing ranks: ",
+                       " ms: ", joined_, " of ",
+                       elastic_.enabled ? elastic_.start : world_size_,
+                       " workers joined (missing ranks: ",
                        missing, ")"),
           "start every worker within --form-timeout-ms of the first, or raise it"));
     });
   }
   host_.sessions.ReadNext(session);  // notices a worker that leaves, or misbehaves, meanwhile
-  if (joined_ == world_size_) return Start();
+  if (ReadyToStart()) return Start();
   BeatWhileForming(session);
 }
 
@@ -175,6 +182,15 @@ void Job::MemberGone(const SessionPtr& session, SessionState was, const Status& 
   }
   // In the running job.
   --live_members_;
+  if (elastic_.enabled && !host_.stopping && running_) {
+    if (was == SessionState::kInJob) {
+      ElasticLoss(rank, absl::StrCat("disconnected without goodbye: ", why.message()));
+    } else if (was == SessionState::kLeaving) {
+      ElasticGoodbye(rank);
+    }
+    if (running_ && live_members_ == 0) End();
+    return;
+  }
   if (was == SessionState::kInJob && !host_.stopping) {
     MemberLost(rank, absl::StrCat("disconnected without goodbye: ", why.message()));
   } else if (was == SessionState::kLeaving && running_) {
@@ -245,6 +261,10 @@ void Job::OnShardEvent(const ShardEvent& event) {
   if (event.kind == ShardEvent::Kind::kAwaitingValues) return AwaitValues(event.iteration);
   if (event.kind == ShardEvent::Kind::kAllAttached) {
     if (++cores_attached_ < host_.cores.size()) return;
+    if (elastic_.enabled && !elastic_.joiners_attached) {
+      elastic_.joiners_attached = true;
+      BeginChange();
+    }
     if (deadline_.kind == Deadline::kAttaching) CancelDeadline();
     if (deadline_.kind == Deadline::kRejoin && missing_count_ == 0) {
       CancelDeadline();
@@ -257,6 +277,14 @@ void Job::OnShardEvent(const ShardEvent& event) {
     return Stall(absl::StrCat("core ", event.core, ": ", event.reason));
   }
   if (event.kind != ShardEvent::Kind::kWorkerLost) return;
+  if (elastic_.enabled) {
+    // A connection of a rank dropped already (a late report), or of one that said Goodbye and
+    // whose BYE never came: no chunk must wait for it.
+    if (event.epoch != ranks_[event.rank].forgets || !members_[event.rank]) {
+      if (event.epoch == ranks_[event.rank].forgets) DropOnCores(static_cast<std::uint32_t>(event.rank));
+      return;
+    }
+  }
   if (ranks_[event.rank].left_cleanly) return;  // its data connections close after its Goodbye
   // A connection of the rank's earlier life, closed before phubd forgot it but handled after:
   // not the rejoined worker's.
@@ -307,6 +335,7 @@ void Job::End() {
   CancelDeadline();
   values_timer_.cancel();
   restore_timer_.cancel();
+  elastic_timer_.cancel();
   // Its checkpoints are on disk before its end is logged.
   FlushPendingCheckpoint();
   // The relay first: after Stop it posts nothing to the shards about to go.

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/common/member_schedule.h"
 #include "phub/server/admission/admission_options.h"
 #include "phub/server/admission/job_role.h"
 #include "phub/server/checkpoint/checkpoint_writer.h"
@@ -136,6 +137,11 @@ class Job : public std::enable_shared_from_this<Job> {
   void OnStateRequest(const SessionPtr& session);
   void OnStatePiece(const SessionPtr& session, const proto::StatePiece& piece);
   void OnStateRestore(const SessionPtr& session, const proto::StateRestore& restore);
+  // Elastic jobs (job_membership.cc): a member's answer to a Membership; a member asking to
+  // leave at the next iteration boundary.
+  void OnMembershipAck(const SessionPtr& session, const proto::MembershipAck& ack);
+  void OnLeaveRequest(const SessionPtr& session);
+  bool elastic() const { return elastic_.enabled; }
   // A member's Goodbye: its session ends (the caller drops it next).
   void OnGoodbye(const SessionPtr& session);
   // The session of a member ended (SessionEnder::Drop): the job's accounting follows.
@@ -195,6 +201,24 @@ class Job : public std::enable_shared_from_this<Job> {
   void AwaitValues(std::uint64_t iteration);
   // The Welcome's per_iteration_values and, resumed at `iteration`, its values where known.
   void DescribeValues(proto::Welcome& welcome, bool resumed, std::uint64_t iteration) const;
+  // Elastic jobs (job_membership.cc). ConfigureElastic: from the job's first Hello.
+  // ReadyToStart: every worker the job starts with has said Hello. ElasticJoin: a Hello of the
+  // running job takes a free slot and attaches; once every joiner has attached to every core
+  // (kAllAttached), BeginChange freezes the cores, decides the next membership and its first
+  // iteration, tells every member and waits for their MembershipAcks (FinishChange then
+  // applies it on every core). ElasticLoss: a member gone without Goodbye is dropped at once.
+  void ConfigureElastic(const proto::Hello& hello);
+  bool ReadyToStart() const;
+  void ElasticJoin(const SessionPtr& session, const proto::Hello& hello);
+  void BeginChange();
+  void FinishChange();
+  void ElasticLoss(std::uint32_t rank, const std::string& why);
+  void ElasticGoodbye(std::uint32_t rank);
+  void DropOnCores(std::uint32_t rank);
+  // Below --min-workers: the cores stay frozen until joins bring it back, or the job stalls
+  // after --rejoin-timeout-ms.
+  void CheckMinimum();
+  void DescribeMembership(proto::Membership& membership) const;
   // The optimizer's state (job_optimizer_state.cc): every member that asked for the restore is
   // answered (an error: nothing restored), and the restore forgotten.
   void AnswerRestore(std::uint64_t steps, const std::string& error);
@@ -273,6 +297,24 @@ class Job : public std::enable_shared_from_this<Job> {
   // Optimizer steps before iteration 0 (a restored state): chunks count iterations from it.
   std::uint64_t steps_offset_ = 0;
   JobProgress progress_;                 // from the start on (its last values after the end)
+  // Elastic jobs (job_membership.cc; docs/design.md "Elastic jobs"). max = world_size_.
+  struct ElasticState {
+    bool enabled = false;
+    std::uint32_t min = 0, start = 0;
+    MemberSchedule schedule;             // as announced to the members
+    std::vector<std::uint32_t> members;  // as of the latest change, ascending
+    std::vector<std::uint32_t> joiners;  // welcomed, not yet members
+    std::vector<std::uint32_t> leavers;  // asked to leave, still members
+    bool joiners_attached = true;        // every joiner attached to every core
+    bool frozen = false;                 // below min (CheckMinimum)
+    // The change in progress: its first iteration, its members, the joiners it makes members,
+    // and by rank whose MembershipAck is awaited; `again`: another is due once it is done.
+    bool changing = false, again = false;
+    std::uint64_t from = 0;
+    std::vector<std::uint32_t> next, joining;
+    std::vector<bool> awaiting;
+  } elastic_;
+  boost::asio::steady_timer elastic_timer_;
   // Racks of racks: this job's part on this rack's PBox passes its sums on (uplink.h).
   std::shared_ptr<Uplink> uplink_;
   // Shards' events and timers may come after the job is gone: guard them.

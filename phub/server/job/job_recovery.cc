@@ -70,7 +70,8 @@ void Job::MemberLost(std::uint32_t rank, const std::string& why) {
 }
 
 bool Job::IsRejoin(const proto::Hello& hello) const {
-  if (!running_ || stalled_ || hello.rank() >= ranks_.size()) return false;
+  // An elastic job takes a worker back as a joiner (ElasticJoin).
+  if (!running_ || stalled_ || elastic_.enabled || hello.rank() >= ranks_.size()) return false;
   // A member of the job says Hello again: its worker restarted (or gave phubd up while phubd
   // was paused) before phubd noticed the old connection is gone.
   const SessionPtr& member = members_[hello.rank()];

@@ -54,6 +54,11 @@ std::uint64_t NewSessionSecret() {
 
 void Job::Start() {
   CancelDeadline();
+  if (elastic_.enabled) {
+    // Ranks 0..start-1 start it (ReadyToStart); any other that said Hello joins at once.
+    elastic_.members.clear();
+    for (std::uint32_t r = 0; r < elastic_.start; ++r) elastic_.members.push_back(r);
+  }
   if (auto refusal = host_.reserve(*this)) return FailForming(*refusal);
   const proto::Hello& hello = members_[0]->hello;
   const bool steps = !role_.relays_upstream();  // a rack's part sums; the homes step
@@ -181,7 +186,9 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .resume_iteration = plan.resume ? host_.resume.iteration : 0,
       .relay = plan.uplink,
       .weights_from_upstream = role_.weights_from_upstream(),
-      .traffic = std::make_shared<JobTraffic>(host_.cores.size())});
+      .traffic = std::make_shared<JobTraffic>(host_.cores.size()),
+      .elastic = elastic_.enabled,
+      .initial_members = elastic_.enabled ? elastic_.members : std::vector<std::uint32_t>{}});
 }
 
 std::optional<proto::Error> Job::InstallShards(const std::shared_ptr<const JobSpec>& spec) {
@@ -230,7 +237,8 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
   started_ = true;
   stalled_ = false;
   cores_attached_ = 0;
-  live_members_ = world_size_;
+  live_members_ = 0;
+  for (const auto& member : members_) live_members_ += member ? 1 : 0;
   ++host_.counters.formed;
   const bool resumed = plan.resume != nullptr;
   if (spec_->per_iteration_values) {
@@ -240,9 +248,23 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
                             : std::nullopt);
   }
   if (!role_.relays_upstream()) host_.resume = {};  // one job resumes it; the next starts afresh
-  for (auto& member : members_) {
+  if (elastic_.enabled) {
+    elastic_.schedule.Reset(spec_->resume_iteration + 1, elastic_.members, 0);
+  }
+  for (std::uint32_t rank = 0; rank < world_size_; ++rank) {
+    const SessionPtr& member = members_[rank];
+    if (!member) continue;
     member->state = SessionState::kInJob;
     member->last_heard = std::chrono::steady_clock::now();
+    if (elastic_.enabled && !std::binary_search(elastic_.members.begin(), elastic_.members.end(),
+                                                rank)) {
+      // Said Hello while the job formed, beyond the workers it starts with: it joins.
+      elastic_.joiners.push_back(rank);
+      elastic_.joiners_attached = false;
+      for (auto& core : host_.cores) {
+        core->RunOnShard(spec_->session, [rank](Shard& shard) { shard.ExpectJoin(rank); });
+      }
+    }
     SendWelcome(member, resumed, spec_->resume_iteration);
   }
   // A member that took its Welcome but never attaches would hold the job for good.
@@ -253,9 +275,11 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
                        " cores have all their workers; --attach-timeout-ms)"));
   });
   spdlog::info(
-      "{} started: {} workers, {} tensors, {} chunks of {} bytes over {} cores, {}, weight "
+      "{} started: {} workers{}, {} tensors, {} chunks of {} bytes over {} cores, {}, weight "
       "{}{}{}",
-      log_name_, world_size_, spec_->table.tensors().size(), spec_->table.chunks().size(),
+      log_name_, elastic_.enabled ? elastic_.members.size() : world_size_,
+      elastic_.enabled ? absl::StrCat(" (elastic: ", elastic_.min, " to ", world_size_, ")") : "",
+      spec_->table.tensors().size(), spec_->table.chunks().size(),
       spec_->table.chunk_bytes(), host_.cores.size(), kernels::Describe(plan.optimizer), weight_,
       spec_->wire.format == kernels::WireFormat::kFp32
           ? std::string()
@@ -280,9 +304,23 @@ void Job::SendWelcome(const SessionPtr& member, bool resumed, std::uint64_t resu
   welcome.set_wire(kernels::WireFormatName(spec_->wire.format));
   welcome.set_wire_weights(spec_->wire.weights);
   welcome.set_transport(transport::TransportName(host_.data_plane.transport));
-  welcome.set_resumed(resumed);
+  const bool joining = elastic_.enabled &&
+                       !std::binary_search(elastic_.members.begin(), elastic_.members.end(),
+                                           static_cast<std::uint32_t>(member->rank));
+  // A joiner sends no initial weights: its first are the job's, of the iteration before it
+  // joins (its Membership's from_iteration - 1).
+  welcome.set_resumed(resumed || joining);
   welcome.set_resume_iteration(resume_iteration);
   DescribeValues(welcome, resumed, resume_iteration);
+  welcome.set_rank(static_cast<std::uint32_t>(member->rank));
+  if (elastic_.enabled) {
+    const auto rank = static_cast<std::uint32_t>(member->rank);
+    if (std::binary_search(elastic_.members.begin(), elastic_.members.end(), rank)) {
+      DescribeMembership(*welcome.mutable_membership());
+    } else {
+      welcome.set_joining(true);  // its Membership comes once it has attached
+    }
+  }
   welcome.set_liveness_timeout_ms(
       static_cast<std::uint32_t>(std::max(0, deadlines().liveness_timeout_ms)));
   // A core listening on its own NIC is reached at that NIC's address; one listening on every

@@ -59,6 +59,11 @@ struct JobSpec {
   // The job's bytes and aggregations per core (its per-job series); null in tests and fuzzers
   // that count nothing. Each shard writes its core's slot only.
   std::shared_ptr<JobTraffic> traffic{};
+  // An elastic job (docs/design.md "Elastic jobs"): world_size is its slots, of which
+  // initial_members are the members from iteration resume_iteration + 1 on; the control plane
+  // changes them at iteration boundaries (Shard::ChangeMembership). Not with relay.
+  bool elastic = false;
+  std::vector<std::uint32_t> initial_members{};
 };
 
 }  // namespace phub::server

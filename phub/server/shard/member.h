@@ -47,6 +47,12 @@ struct ShardMember {
   std::uint64_t start_at = 0;
   // ResolveSlot's decision about its push in flight, for OnReceived; set on every PUSH.
   PushKind push_kind = PushKind::kCount;
+  // Elastic jobs (shard_membership.cc). joining: admitted by the control plane, may attach,
+  // is sent nothing until a membership change makes it a member. excused_below: iterations
+  // below this need not hold its copy (it was dropped: UINT64_MAX while it is gone; the
+  // iteration it joined at again once it comes back).
+  bool joining = false;
+  std::uint64_t excused_below = 0;
 };
 
 }  // namespace phub::server

@@ -80,6 +80,7 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     member.start_at = job_->resume_iteration;
   }
   members_.assign(world, member);
+  if (job_->elastic) schedule_.Reset(job_->resume_iteration + 1, job_->initial_members, 0);
 
   inputs_.resize(world);
   state_ptrs_.resize(state_arrays);
@@ -183,7 +184,13 @@ Status Shard::CheckAttach(const WireHeader& header) const {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", header.worker, " is already attached to core ", core_));
   }
-  if (member.seen && member.resume_at == ShardMember::kNoResume) {
+  if (job_->elastic && !member.joining &&
+      !(schedule_.Contains(schedule_.LatestFrom(), header.worker) && !member.seen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", header.worker, " attaches to core ", core_,
+        " but is not a member of the elastic job, nor joining it: say Hello first"));
+  }
+  if (member.seen && member.resume_at == ShardMember::kNoResume && !member.joining) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", header.worker, " attaches to core ", core_,
         " again without rejoining: a worker that lost its connection says Hello again"));

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "phub/common/aligned_buffer.h"
+#include "phub/common/member_schedule.h"
 #include "phub/server/checkpoint/checkpoint_file.h"
 #include "phub/server/shard/chunk_relay.h"
 #include "phub/server/shard/chunk_state.h"
@@ -158,6 +159,23 @@ class Shard final : public transport::ConnectionHandler {
   // agreed on the control plane); its chunks that wait for them step now.
   void StepWith(std::uint64_t iteration, const kernels::StepValues& values);
 
+  // Elastic jobs (JobSpec::elastic; shard_membership.cc, docs/design.md "Elastic jobs").
+  // Freeze: no chunk completes an iteration past the latest any chunk here has completed,
+  // which is returned, until ChangeMembership; the control plane freezes every core, takes the
+  // maximum M and changes the membership from M + 2 on, so that no worker has begun that
+  // iteration and every chunk still has M + 1 to complete (the joiners' first weights).
+  // ChangeMembership: `ranks` are the members from `from_iteration` on; `joiners` (attached,
+  // ExpectJoin) get each chunk's weights of from_iteration - 1 as it completes it; unfreezes.
+  // With stay_frozen (fewer members than the job's minimum) the freeze holds until the next
+  // change. ExpectJoin: `rank` may attach (its slot's earlier worker, if any, was dropped). Drop:
+  // `rank` is gone for good: its connection closes, and no chunk waits for its copy any more
+  // (the copies it pushed still count); a chunk that waited only for it steps now.
+  std::uint64_t Freeze();
+  void ChangeMembership(std::uint64_t from_iteration, const std::vector<std::uint32_t>& ranks,
+                        const std::vector<std::uint32_t>& joiners, bool stay_frozen = false);
+  void ExpectJoin(std::uint32_t rank);
+  void Drop(std::uint32_t rank);
+
   // ConnectionHandler
   StatusOr<std::span<std::byte>> ResolveSlot(transport::Connection& connection,
                                              const transport::WireHeader& header) override;
@@ -188,6 +206,21 @@ class Shard final : public transport::ConnectionHandler {
   Status CheckAttach(const transport::WireHeader& header) const;
   Status Attach(transport::Connection& connection, const transport::WireHeader& header);
   void MaybeAggregate(ChunkState& state);
+  // Every copy the chunk's next iteration needs is in: all world_size (fixed), or (elastic)
+  // every member of the iteration not excused, and at least one.
+  bool Complete(const ChunkState& state) const;
+  // Elastic: whether `rank` may push iteration `iteration` (a member of it), and whether the
+  // weights of `iteration` go to it (a member of it or of the next).
+  bool MemberOf(std::uint64_t iteration, std::uint32_t rank) const {
+    return !job_->elastic || schedule_.Contains(iteration, rank);
+  }
+  bool Receives(std::uint64_t iteration, std::uint32_t rank) const {
+    return !job_->elastic || schedule_.Contains(iteration, rank) ||
+           schedule_.Contains(iteration + 1, rank);
+  }
+  void AggregateAll();
+  // The slots a chunk's aggregation reads: empty (every one) or a mask by rank.
+  std::span<const std::uint8_t> Copies(const ChunkState& state) const;  // MaybeAggregate on every chunk (a membership change, a drop)
   // What iteration `iteration` steps with: the job's optimizer, or with per-iteration values
   // that iteration's; null while they have not come (the chunk waits: StepWith).
   const kernels::OptimizerConfig* StepConfig(std::uint64_t iteration);
@@ -214,7 +247,9 @@ class Shard final : public transport::ConnectionHandler {
   std::optional<PushKind> ReplayOf(std::uint32_t rank, const transport::WireHeader& header,
                                    const ChunkState& state) const;
   void CopyForCheckpoint(ChunkState& state);
-  bool all_attached() const { return attached_ == job_->world_size; }
+  // Every worker that should be attached is: all world_size (fixed), or (elastic) every
+  // member of the latest iteration not dropped, and every joiner.
+  bool all_attached() const;
   // What the shard counts, in stats_ (the job-end log line) and the exported series
   // (shard_counters.cc).
   void CountReceived(std::uint64_t bytes, bool push);
@@ -245,6 +280,10 @@ class Shard final : public transport::ConnectionHandler {
   // step t + step_offset_.
   std::uint64_t step_offset_ = 0;
   std::uint64_t reported_awaiting_ = 0;
+  // Elastic jobs: the members of each iteration (from the earliest a chunk still needs), and
+  // the iteration no chunk completes past while frozen (UINT64_MAX: not frozen).
+  MemberSchedule schedule_;
+  std::uint64_t frozen_at_ = UINT64_MAX;
   std::vector<const void*> inputs_;  // scratch for AggregateSlots
   std::vector<float*> state_ptrs_;
   ShardStats stats_;

@@ -100,6 +100,12 @@ StatusOr<std::span<std::byte>> Shard::ResolvePush(std::uint32_t rank, const Wire
         "PUSH of chunk ", header.chunk, " for iteration ", header.iteration,
         "; the chunk expects iteration ", state->iteration + 1));
   }
+  if (!MemberOf(header.iteration, rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PUSH of chunk ", header.chunk, " for iteration ", header.iteration, " from rank ", rank,
+        ", which is not a member of that iteration (it left the elastic job before it, or "
+        "joins after it)"));
+  }
   if (state->pushed[rank]) {
     return absl::InvalidArgumentError(absl::StrCat("second PUSH of chunk ", header.chunk,
                                                    " in iteration ", header.iteration));
@@ -165,6 +171,12 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
     }
     case Op::kBye:
       members_[rank].said_bye = true;
+      if (job_->elastic) {
+        // A member of an elastic job that leaves: no chunk waits for it (what it pushed counts).
+        members_[rank].excused_below = UINT64_MAX;
+        AggregateAll();
+        return absl::OkStatus();
+      }
       for (const ChunkState& state : chunks_) CheckCompletable(state);
       return absl::OkStatus();
     default:
@@ -204,8 +216,15 @@ void Shard::StepWith(std::uint64_t iteration, const kernels::StepValues& values)
   step_configs_.erase(step_configs_.begin(), step_configs_.lower_bound(oldest_in_flight));
 }
 
+std::span<const std::uint8_t> Shard::Copies(const ChunkState& state) const {
+  // Elastic: the copies in (members of the iteration, and what a dropped one pushed first);
+  // fixed: every slot (all are in).
+  return job_->elastic ? std::span<const std::uint8_t>(state.pushed)
+                       : std::span<const std::uint8_t>();
+}
+
 void Shard::MaybeAggregate(ChunkState& state) {
-  if (state.arrived < job_->world_size || state.pending_sends > 0) return;
+  if (state.pending_sends > 0 || !Complete(state) || state.iteration >= frozen_at_) return;
   const kernels::OptimizerConfig* config = StepConfig(state.iteration + 1);
   if (config == nullptr) return;  // StepWith steps it
   const auto began = std::chrono::steady_clock::now();
@@ -214,7 +233,7 @@ void Shard::MaybeAggregate(ChunkState& state) {
   if (job_->relay) {
     // The rack's sum (kAverage over one copy) goes on to the chunk's home PBox; the chunk
     // waits for its weights as it waits for a send (OnRelayed).
-    AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
+    AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state), elements,
                    std::as_const(state.weights).span(), job_->relay->Partial(state.chunk->id),
                    state_ptrs_, *config, state.iteration + 1 + step_offset_, inputs_);
     state.arrived = 0;
@@ -227,12 +246,12 @@ void Shard::MaybeAggregate(ChunkState& state) {
   if (state.previous.size() != 0) {
     // Kept for a rejoin: the new weights go to the other buffer and the two trade places, so
     // keeping the previous weights costs no copy (no send of either is queued: see above).
-    AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements,
+    AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state), elements,
                    std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
                    *config, state.iteration + 1 + step_offset_, inputs_);
     std::swap(state.weights, state.previous);
   } else {
-    AggregateSlots(job_->wire.format, state.slots, job_->world_size, elements, {},
+    AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state), elements, {},
                    state.weights.span(), state_ptrs_, *config,
                    state.iteration + 1 + step_offset_, inputs_);
   }
@@ -273,7 +292,8 @@ void Shard::OnRelayed(std::uint32_t chunk) {
 }
 
 void Shard::CheckCompletable(const ChunkState& state) {
-  if (reported_left_early_ || state.arrived == 0) return;
+  // An elastic job goes on without a member that left (Complete excuses it).
+  if (job_->elastic || reported_left_early_ || state.arrived == 0) return;
   for (std::uint32_t w = 0; w < job_->world_size; ++w) {
     if (!members_[w].said_bye || state.pushed[w]) continue;
     reported_left_early_ = true;

@@ -59,6 +59,8 @@ bool Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
                    std::uint64_t iteration, std::function<void()> sent) {
   ShardMember& member = members_[rank];
   if (!member.connection || member.connection->closed()) return false;
+  // Elastic: a joiner gets nothing before its first weights; a leaver nothing after its last.
+  if (!Receives(iteration, rank)) return false;
   // Answered when its replay arrives.
   if (state.replay[rank] == ReplayState::kHeld) return false;
   Op op = Op::kWeights;

@@ -31,14 +31,16 @@ std::span<std::byte> SlotOf(AlignedBuffer& slots, std::uint32_t rank, std::uint3
 }
 
 void AggregateSlots(kernels::WireFormat format, const AlignedBuffer& slots, std::uint32_t world,
-                    std::uint32_t elements, std::span<const float> weights_in,
+                    std::span<const std::uint8_t> which, std::uint32_t elements, std::span<const float> weights_in,
                     std::span<float> weights_out, std::span<float* const> state,
                     const kernels::OptimizerConfig& config, std::uint64_t step,
                     std::vector<const void*>& scratch) {
   const std::size_t bytes = std::size_t{elements} * kernels::WireBytes(format);
   const auto* base = reinterpret_cast<const std::byte*>(slots.data());
-  scratch.resize(world);
-  for (std::uint32_t w = 0; w < world; ++w) scratch[w] = base + w * bytes;
+  scratch.clear();
+  for (std::uint32_t w = 0; w < world; ++w) {
+    if (which.empty() || which[w]) scratch.push_back(base + w * bytes);
+  }
   switch (format) {
     case kernels::WireFormat::kFp32:
       return Step<float>(scratch, weights_in, weights_out, state, config, step);

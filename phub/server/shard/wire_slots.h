@@ -22,10 +22,11 @@ AlignedBuffer MakeSlots(std::uint32_t world, std::uint32_t elements, kernels::Wi
 std::span<std::byte> SlotOf(AlignedBuffer& slots, std::uint32_t rank, std::uint32_t elements,
                             kernels::WireFormat format);
 
-// The fused step over the `world` copies in `slots`: in place (weights_in empty) or out of
-// place (old weights read from weights_in). `scratch` holds one pointer per worker.
+// The fused step over the `world` copies in `slots` (or, with `which` by rank, those whose
+// entry is non-zero, in rank order: their mean): in place (weights_in empty) or out of place
+// (old weights read from weights_in). `scratch` holds one pointer per worker.
 void AggregateSlots(kernels::WireFormat format, const AlignedBuffer& slots, std::uint32_t world,
-                    std::uint32_t elements, std::span<const float> weights_in,
+                    std::span<const std::uint8_t> which, std::uint32_t elements, std::span<const float> weights_in,
                     std::span<float> weights_out, std::span<float* const> state,
                     const kernels::OptimizerConfig& config, std::uint64_t step,
                     std::vector<const void*>& scratch);

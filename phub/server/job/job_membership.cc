@@ -1,0 +1,322 @@
+// A job's elastic membership (docs/design.md "Elastic jobs"), on the control plane's thread:
+// workers join a running job and leave it at iteration boundaries, and the others go on.
+//
+// One announcement, one truth: phubd alone decides who the members of each iteration are
+// (MemberSchedule), one change at a time. A change freezes every core (no chunk completes an
+// iteration past the latest any chunk has completed, M), takes effect at M + 2 (no worker has
+// begun it: nobody has the weights of M + 1), is sent to every member and joiner, and is
+// applied on the cores once each has acknowledged it, so every worker knows an iteration's
+// members before it computes that iteration and every chunk sums that iteration over them.
+// A member lost without Goodbye is dropped at once (no chunk waits for it; what it pushed
+// counts) and a change then tells the others; one that leaves with Goodbye is excused at its
+// BYE the same way; one that asks to leave (LeaveRequest) is removed by a change and pushes up
+// to the iteration before it.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "phub/server/admission/hello_check.h"
+#include "phub/server/job/job.h"
+#include "spdlog/spdlog.h"
+
+namespace phub::server {
+namespace {
+
+bool Has(const std::vector<std::uint32_t>& ranks, std::uint32_t rank) {
+  return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+}
+void Remove(std::vector<std::uint32_t>& ranks, std::uint32_t rank) {
+  ranks.erase(std::remove(ranks.begin(), ranks.end(), rank), ranks.end());
+}
+std::string RanksText(const std::vector<std::uint32_t>& ranks) {
+  std::string text;
+  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i) {
+    absl::StrAppend(&text, i ? ", " : "", ranks[i]);
+  }
+  if (ranks.size() > 16) absl::StrAppend(&text, ", ...");
+  return text;
+}
+
+}  // namespace
+
+void Job::ConfigureElastic(const proto::Hello& hello) {
+  elastic_.enabled = hello.min_workers() > 0;
+  if (!elastic_.enabled) return;
+  elastic_.min = hello.min_workers();
+  elastic_.start = hello.start_workers() > 0 ? hello.start_workers() : hello.min_workers();
+}
+
+bool Job::ReadyToStart() const {
+  if (!elastic_.enabled) return joined_ == world_size_;
+  for (std::uint32_t r = 0; r < elastic_.start; ++r) {
+    if (!members_[r]) return false;
+  }
+  return true;
+}
+
+void Job::DescribeMembership(proto::Membership& membership) const {
+  membership.set_from_iteration(elastic_.schedule.LatestFrom());
+  for (std::uint32_t rank : elastic_.schedule.Latest().ranks) membership.add_ranks(rank);
+  membership.set_member_iterations_before(elastic_.schedule.Latest().member_iterations_before);
+}
+
+void Job::ElasticJoin(const SessionPtr& session, const proto::Hello& hello) {
+  // Its own rank if that slot is free, else the lowest free one.
+  const auto free = [&](std::uint32_t r) { return r < world_size_ && !members_[r]; };
+  std::optional<std::uint32_t> slot;
+  if (free(hello.rank())) slot = hello.rank();
+  for (std::uint32_t r = 0; !slot && r < world_size_; ++r) {
+    if (free(r)) slot = r;
+  }
+  if (!slot) {
+    return Refuse(session,
+                  MakeError(proto::Error::BAD_REQUEST,
+                            absl::StrCat(log_name_, " has its most workers already (",
+                                         world_size_, ", the Hello's world size)"),
+                            "start this worker once a member has left, or give the job a "
+                            "larger --max-workers when it is next started"));
+  }
+  proto::Hello as_slot = hello;
+  as_slot.set_rank(*slot);
+  const std::vector<bool> taken(world_size_, false);
+  if (std::optional<proto::Error> error =
+          CheckHello(as_slot, host_.admission, &job_hello_, taken)) {
+    spdlog::warn("{}: refusing a worker from {} that would join: {}", log_name_, session->peer,
+                 error->message());
+    return Refuse(session, *error);
+  }
+  const std::uint32_t rank = *slot;
+  session->deadline.cancel();
+  session->state = SessionState::kInJob;
+  session->rank = rank;
+  session->hello = as_slot;
+  session->job = shared_from_this();
+  session->last_heard = std::chrono::steady_clock::now();
+  members_[rank] = session;
+  const std::uint64_t forgets = ranks_[rank].forgets;
+  ranks_[rank] = Rank{};
+  ranks_[rank].forgets = forgets;
+  ++live_members_;
+  ++host_.counters.rejoins;
+  elastic_.joiners.push_back(rank);
+  elastic_.joiners_attached = false;
+  cores_attached_ = 0;
+  // The cores know before the Welcome goes out, so before the joiner can attach.
+  for (auto& core : host_.cores) {
+    core->RunOnShard(spec_->session, [rank](Shard& shard) { shard.ExpectJoin(rank); });
+  }
+  SendWelcome(session, /*resumed=*/true, 0);
+  host_.sessions.ReadNext(session);
+  spdlog::info("{}: a worker from {} joins as rank {}{}; it becomes a member at the next "
+               "iteration boundary once attached",
+               log_name_, session->peer, rank,
+               rank == hello.rank() ? "" : absl::StrCat(" (it asked for ", hello.rank(), ")"));
+}
+
+void Job::BeginChange() {
+  if (!elastic_.enabled || !running_ || stalled_ || ended_) return;
+  if (elastic_.changing) {
+    elastic_.again = true;
+    return;
+  }
+  std::vector<std::uint32_t> next;
+  for (std::uint32_t rank : elastic_.members) {
+    if (!Has(elastic_.leavers, rank)) next.push_back(rank);
+  }
+  std::vector<std::uint32_t> joining;
+  if (elastic_.joiners_attached) joining = elastic_.joiners;
+  next.insert(next.end(), joining.begin(), joining.end());
+  std::sort(next.begin(), next.end());
+  if (next.empty() || (joining.empty() && next == elastic_.schedule.Latest().ranks)) return;
+
+  // Nobody has begun latest + 2: its weights of latest + 1 do not exist yet, and no chunk
+  // completes latest + 1 until the change is applied.
+  std::uint64_t latest = 0;
+  for (auto& core : host_.cores) {
+    core->RunOnShard(spec_->session,
+                     [&latest](Shard& shard) { latest = std::max(latest, shard.Freeze()); });
+  }
+  const std::uint64_t from = latest + 2;
+  elastic_.schedule.Change(from, next);
+  elastic_.changing = true;
+  elastic_.from = from;
+  elastic_.next = next;
+  elastic_.joining = joining;
+  elastic_.awaiting.assign(world_size_, false);
+  proto::ControlMessage message;
+  DescribeMembership(*message.mutable_membership());
+  std::uint32_t waiting = 0;
+  for (std::uint32_t rank = 0; rank < world_size_; ++rank) {
+    const SessionPtr& member = members_[rank];
+    if (!member || member->state != SessionState::kInJob) continue;
+    if (!Has(elastic_.members, rank) && !Has(joining, rank)) continue;
+    Send(member, message);
+    elastic_.awaiting[rank] = true;
+    ++waiting;
+  }
+  spdlog::info("{}: members from iteration {}: {} (ranks {}){}{}", log_name_, from, next.size(),
+               RanksText(next),
+               joining.empty() ? "" : absl::StrCat("; joining: ", RanksText(joining)),
+               elastic_.leavers.empty() ? ""
+                                        : absl::StrCat("; leaving: ", RanksText(elastic_.leavers)));
+  if (waiting == 0) return FinishChange();
+  // A member that does not answer is treated as lost: the job must not wait on it for good.
+  const int timeout_ms = deadlines().liveness_timeout_ms > 0 ? deadlines().liveness_timeout_ms
+                                                             : 10000;
+  elastic_timer_.expires_after(std::chrono::milliseconds(timeout_ms));
+  elastic_timer_.async_wait([this, from, timeout_ms, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec || !elastic_.changing || elastic_.from != from) return;
+    auto members = members_;
+    for (std::uint32_t rank = 0; rank < world_size_; ++rank) {
+      if (!elastic_.awaiting[rank] || !members[rank]) continue;
+      Refuse(members[rank],
+             MakeError(proto::Error::PEER_SILENT,
+                       absl::StrCat("rank ", rank, " did not acknowledge the membership of ",
+                                    log_name_, " from iteration ", from, " within ", timeout_ms,
+                                    " ms (--liveness-timeout-ms)"),
+                       "restart the worker: it joins the job again"));
+    }
+    if (elastic_.changing && elastic_.from == from) FinishChange();
+  });
+}
+
+void Job::OnMembershipAck(const SessionPtr& session, const proto::MembershipAck& ack) {
+  if (!elastic_.enabled) {
+    return Refuse(session, MakeError(proto::Error::BAD_REQUEST,
+                                     absl::StrCat("MembershipAck from rank ", session->rank,
+                                                  " in ", log_name_, ", which is not elastic"),
+                                     "connect with PsClient"));
+  }
+  // An answer to a change since replaced, or a late one: nothing to do.
+  if (!elastic_.changing || ack.from_iteration() != elastic_.from) return;
+  const auto rank = static_cast<std::uint32_t>(session->rank);
+  if (!elastic_.awaiting[rank]) return;
+  elastic_.awaiting[rank] = false;
+  if (std::none_of(elastic_.awaiting.begin(), elastic_.awaiting.end(), [](bool b) { return b; })) {
+    FinishChange();
+  }
+}
+
+void Job::FinishChange() {
+  elastic_timer_.cancel();
+  elastic_.changing = false;
+  // A member lost meanwhile is in `next` (the cores excuse it); the next change removes it.
+  const bool below = elastic_.next.size() < elastic_.min;
+  for (auto& core : host_.cores) {
+    core->RunOnShard(spec_->session, [this, below](Shard& shard) {
+      shard.ChangeMembership(elastic_.from, elastic_.next, elastic_.joining, below);
+    });
+  }
+  elastic_.members.clear();
+  for (std::uint32_t rank : elastic_.next) {
+    if (members_[rank]) elastic_.members.push_back(rank);
+  }
+  for (std::uint32_t rank : elastic_.joining) Remove(elastic_.joiners, rank);
+  std::vector<std::uint32_t> leaving;
+  for (std::uint32_t rank : elastic_.leavers) {
+    if (!Has(elastic_.next, rank)) leaving.push_back(rank);
+  }
+  for (std::uint32_t rank : leaving) Remove(elastic_.leavers, rank);
+  const std::string text = absl::StrCat(
+      "from iteration ", elastic_.from, " the job has ", elastic_.next.size(), " members (ranks ",
+      RanksText(elastic_.next), ")",
+      elastic_.joining.empty() ? "" : absl::StrCat("; joined: ", RanksText(elastic_.joining)),
+      leaving.empty() ? "" : absl::StrCat("; leaving after iteration ", elastic_.from - 1, ": ",
+                                          RanksText(leaving)));
+  spdlog::info("{}: {}", log_name_, text);
+  Notify(text);
+  elastic_.frozen = below;
+  CheckMinimum();
+  if (elastic_.again) {
+    elastic_.again = false;
+    BeginChange();
+  }
+}
+
+void Job::CheckMinimum() {
+  if (!running_ || stalled_) return;
+  if (!elastic_.frozen) {
+    if (deadline_.kind == Deadline::kRejoin) CancelDeadline();
+    return;
+  }
+  if (deadline_.kind == Deadline::kRejoin) return;
+  const std::string text = absl::StrCat(
+      log_name_, " has fewer members than its minimum (", elastic_.min,
+      "): it waits up to ", deadlines().rejoin_timeout_ms,
+      " ms (--rejoin-timeout-ms) for workers to join");
+  spdlog::warn("{}", text);
+  Notify(text);
+  ArmDeadline(Deadline::kRejoin, std::max(0, deadlines().rejoin_timeout_ms), [this] {
+    Stall(absl::StrCat("fewer than ", elastic_.min, " members (the job's minimum) for ",
+                       deadlines().rejoin_timeout_ms, " ms (--rejoin-timeout-ms)"));
+    if (running_ && live_members_ == 0) End();
+  });
+}
+
+void Job::DropOnCores(std::uint32_t rank) {
+  ++ranks_[rank].forgets;
+  for (auto& core : host_.cores) {
+    core->RunOnShard(spec_->session, [rank](Shard& shard) { shard.Drop(rank); });
+  }
+}
+
+void Job::ElasticLoss(std::uint32_t rank, const std::string& why) {
+  ++host_.counters.losses;
+  DropOnCores(rank);
+  const bool was_member = Has(elastic_.members, rank);
+  Remove(elastic_.members, rank);
+  Remove(elastic_.joiners, rank);
+  Remove(elastic_.leavers, rank);
+  const std::string text = absl::StrCat(
+      "rank ", rank, " was lost (", why, ")",
+      was_member ? absl::StrCat("; the others go on without it (", elastic_.members.size(),
+                                " members), no wait")
+                 : " before it had joined");
+  spdlog::warn("{}: {}", log_name_, text);
+  Notify(text);
+  if (elastic_.changing && elastic_.awaiting[rank]) {
+    elastic_.awaiting[rank] = false;
+    if (std::none_of(elastic_.awaiting.begin(), elastic_.awaiting.end(),
+                     [](bool b) { return b; })) {
+      FinishChange();
+    }
+  }
+  if (elastic_.joiners.empty()) elastic_.joiners_attached = true;
+  BeginChange();
+}
+
+void Job::ElasticGoodbye(std::uint32_t rank) {
+  // It left through a change (LeaveRequest) if the members no longer have it.
+  const bool announced = !Has(elastic_.members, rank);
+  Remove(elastic_.members, rank);
+  Remove(elastic_.joiners, rank);
+  Remove(elastic_.leavers, rank);
+  if (elastic_.joiners.empty()) elastic_.joiners_attached = true;
+  if (elastic_.changing && elastic_.awaiting[rank]) {
+    elastic_.awaiting[rank] = false;
+    if (std::none_of(elastic_.awaiting.begin(), elastic_.awaiting.end(),
+                     [](bool b) { return b; })) {
+      FinishChange();
+    }
+  }
+  if (announced) return;
+  // Its BYE excuses it on every core (the copies it pushed count).
+  if (elastic_.members.size() >= elastic_.min) return BeginChange();
+  // Fewer than the minimum left by Goodbye: the job is ending, the others must follow.
+  ArmLeaveDeadline(rank);
+}
+
+void Job::OnLeaveRequest(const SessionPtr& session) {
+  if (!elastic_.enabled) {
+    return Refuse(session, MakeError(proto::Error::BAD_REQUEST,
+                                     absl::StrCat("LeaveRequest from rank ", session->rank,
+                                                  " in ", log_name_, ", which is not elastic"),
+                                     "end the worker with Goodbye (PsClient::Close)"));
+  }
+  const auto rank = static_cast<std::uint32_t>(session->rank);
+  if (!Has(elastic_.members, rank) || Has(elastic_.leavers, rank)) return;
+  elastic_.leavers.push_back(rank);
+  spdlog::info("{}: rank {} asks to leave at the next iteration boundary", log_name_, rank);
+  BeginChange();
+}
+
+}  // namespace phub::server
