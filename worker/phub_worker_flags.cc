@@ -51,6 +51,18 @@ void AddModelAndDataFlags(CLI::App& app, WorkerFlags& f) {
   app.option_defaults()->group(kRankAndWorld);
   app.add_option("--rank", f.rank, "This worker's rank (default: from mpirun/srun, else 0)");
   app.add_option("--world", f.world, "Number of workers (default: from mpirun/srun, else 1)");
+  app.add_option("--min-workers", f.min_workers,
+                 "--comm ps: an elastic job: it runs while at least this many workers are "
+                 "members; workers join it (up to --max-workers) and leave it (SIGTERM: at the "
+                 "next iteration boundary) while it runs, and the data is re-sharded over the "
+                 "members of each iteration (docs/operations.md \"Elastic jobs\")")
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--max-workers", f.max_workers,
+                 "Elastic job: the most members it may have (its world size; default --world)")
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--start-workers", f.start_workers,
+                 "Elastic job: ranks 0..N-1 start it (default --min-workers); others join")
+      ->check(CLI::Range(1u, 1u << 20));
   app.add_option("--topology", f.topology,
                  "Racks of racks (--comm ps): the racks file; this worker's rank, world and "
                  "phubd (its rack's PBox) come from it (docs/operations.md \"Racks of racks\")");

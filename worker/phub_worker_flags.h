@@ -26,6 +26,9 @@ struct WorkerFlags {
   bool tf32 = false, describe = false;
   // Rank and world: flags, else the launcher's environment, else the --topology file.
   std::optional<std::uint32_t> rank, world;
+  // An elastic job (--comm ps): --min-workers .. --max-workers members, starting with
+  // --start-workers (0: min); 0: a fixed job of --world.
+  std::uint32_t min_workers = 0, max_workers = 0, start_workers = 0;
   std::string topology, hostname = phub::topology::ThisHostName();  // racks of racks
   // Training.
   int iters = 20, warmup = 3, epochs = 0;

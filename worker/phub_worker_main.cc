@@ -12,10 +12,13 @@
 // peer, memory).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -27,6 +30,7 @@
 #include "phub/exchange/make_exchange.h"
 #include "worker/backend/onednn/onednn_backend.h"
 #include "worker/data/batch_loader.h"
+#include "worker/data/elastic_batches.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/nn/models/models.h"
 #include "worker/phub_worker_flags.h"
@@ -47,6 +51,10 @@ using phub::worker::Tensor;
 using Clock = std::chrono::steady_clock;
 
 using Flags = phub::worker::WorkerFlags;
+
+// An elastic job's SIGTERM (a scheduler's preemption): leave at the next iteration boundary.
+std::atomic<bool> g_leave_asked{false};
+extern "C" void AskToLeave(int) { g_leave_asked = true; }
 
 // --device: cpu (oneDNN) or cuda (cuDNN on GPU 0).
 phub::StatusOr<std::unique_ptr<phub::worker::Backend>> MakeBackend(const std::string& device,
@@ -109,6 +117,8 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
   o.ps.client.hello_answer_timeout_ms = f.hello_answer_timeout_ms;
   o.ps.client.deadline = deadline;
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
+  o.ps.client.min_workers = f.min_workers;
+  o.ps.client.start_workers = f.start_workers;
   if (f.optimizer_given) o.ps.client.optimizer = f.optimizer;
   if (f.lr_schedule.Varies()) {
     // phubd steps each iteration with the values the workers send (the schedule's), for the
@@ -156,6 +166,8 @@ phub::StatusOr<phub::Membership> DecideMembership(const Flags& f) {
     rank = placement.rank;
     world = placement.world_size;
   }
+  // An elastic job's world is its most members: --rank alone is enough.
+  if (rank && !world && f.min_workers > 0 && f.max_workers > 0) world = f.max_workers;
   phub::Membership me;
   if (rank || world) {
     if (!rank || !world) {
@@ -168,6 +180,25 @@ phub::StatusOr<phub::Membership> DecideMembership(const Flags& f) {
       me = {env->rank, env->world};
       spdlog::info("rank {} of {} from {}", me.rank, me.world_size, env->source);
     }
+  }
+  if (f.min_workers > 0 || f.max_workers > 0 || f.start_workers > 0) {
+    // An elastic job: its world size is its most members; a rank beyond the launcher's world
+    // (a worker added later) is fine, phubd gives it a free one.
+    if (f.min_workers == 0) {
+      return absl::InvalidArgumentError("--max-workers/--start-workers need --min-workers");
+    }
+    const std::uint32_t max = f.max_workers > 0 ? f.max_workers : me.world_size;
+    if (f.comm != "ps") {
+      return absl::InvalidArgumentError("--min-workers: an elastic job needs --comm ps (phubd "
+                                        "keeps the weights while members come and go)");
+    }
+    if (max < f.min_workers) {
+      return absl::InvalidArgumentError("--max-workers " + std::to_string(max) +
+                                        " is below --min-workers " +
+                                        std::to_string(f.min_workers));
+    }
+    me.world_size = max;
+    if (me.rank >= max) me.rank = 0;  // asks for a slot; phubd gives a free one
   }
   if (me.world_size < 1 || me.rank >= me.world_size) {
     return absl::InvalidArgumentError("--rank " + std::to_string(me.rank) +
@@ -204,6 +235,9 @@ phub::Status Run(Flags& f) {
   // Data: Fashion-MNIST (train shard + test set) or synthetic batches.
   std::optional<phub::worker::data::ImageDataset> train, test;
   std::unique_ptr<phub::worker::data::BatchLoader> loader;
+  // An elastic job takes the job's batches by global number (elastic_batches.h) instead.
+  const bool elastic_job = f.min_workers > 0;
+  std::optional<phub::worker::data::ElasticBatches> elastic_batches;
   if (f.data == "fashion-mnist") {
     if (model->input_shape() != phub::worker::Shape{f.batch, 1, 28, 28}) {
       return absl::InvalidArgumentError(
@@ -214,22 +248,37 @@ phub::Status Run(Flags& f) {
                               std::pair{phub::worker::data::Split::kTest, &test}}) {
       PHUB_ASSIGN_OR_RETURN(*out, phub::worker::data::LoadFashionMnist(f.data_dir, split));
     }
-    PHUB_ASSIGN_OR_RETURN(
-        loader, phub::worker::data::BatchLoader::Create(*train, f.batch, me.rank, me.world_size,
-                                                        f.seed));
+    if (elastic_job) {
+      PHUB_ASSIGN_OR_RETURN(elastic_batches,
+                            phub::worker::data::ElasticBatches::Create(*train, f.batch, f.seed));
+    } else {
+      PHUB_ASSIGN_OR_RETURN(
+          loader, phub::worker::data::BatchLoader::Create(*train, f.batch, me.rank, me.world_size,
+                                                          f.seed));
+    }
   }
   // The batches of `step` onwards: the very ones an uninterrupted run would have had.
   auto seek = [&](std::int64_t step) -> phub::Status {
-    if (!train) return absl::OkStatus();
+    if (!train || elastic_job) return absl::OkStatus();
     loader.reset();
     PHUB_ASSIGN_OR_RETURN(loader, phub::worker::data::BatchLoader::Create(
                                       *train, f.batch, me.rank, me.world_size, f.seed, true, step));
     return absl::OkStatus();
   };
   const std::int64_t per_epoch = loader ? loader->batches_per_epoch() : 0;
-  const std::int64_t total_steps = f.epochs > 0 && loader ? f.epochs * per_epoch : f.warmup + f.iters;
-  const int log_every = f.log_every > 0 ? f.log_every
-                                        : static_cast<int>(std::max<std::int64_t>(1, total_steps / 20));
+  // An elastic job's epochs end at a global batch count (whoever the members are); its
+  // iterations end there, or at --iters.
+  const std::int64_t global_per_epoch = elastic_batches ? elastic_batches->batches_per_epoch() : 0;
+  const std::int64_t total_steps =
+      f.epochs > 0 && loader ? f.epochs * per_epoch
+      : f.epochs > 0 && elastic_batches
+          ? std::numeric_limits<std::int64_t>::max()
+          : f.warmup + f.iters;
+  const int log_every =
+      f.log_every > 0 ? f.log_every
+      : elastic_batches && f.epochs > 0
+          ? static_cast<int>(std::max<std::int64_t>(1, global_per_epoch / 10))
+          : static_cast<int>(std::max<std::int64_t>(1, total_steps / 20));
   PHUB_ASSIGN_OR_RETURN(
       const phub::worker::LrSchedule schedule,
       phub::worker::LrSchedule::Create(f.lr_schedule, f.optimizer.lr, total_steps));
@@ -275,9 +324,42 @@ phub::Status Run(Flags& f) {
   struct EpochRecord { std::int64_t epoch; double seconds, accuracy, test_loss, train_loss; };
   std::vector<EpochRecord> epochs;
   double epoch_loss = 0;
+  std::int64_t last_epoch_step = 0;  // an elastic job's: the step its last epoch ended after
+  // An elastic job's record: each iteration this worker trained, its member count and the
+  // global batch it took (--results), so that a run can be checked for batches taken twice.
+  struct Trained { std::int64_t iteration; std::uint32_t world; std::int64_t batch; };
+  std::vector<Trained> trained;
   const auto start = Clock::now();
+  if (elastic_job) {
+    if (trainer->elastic() == nullptr) {
+      return absl::InternalError("--min-workers: the exchange is not elastic");
+    }
+    std::signal(SIGTERM, AskToLeave);
+  }
+  bool asked_to_leave = false;
+  phub::IterationMembers members{.member = true, .index = me.rank, .world = me.world_size};
   for (std::int64_t step = first_step;; ++step) {
-    if (step == total_steps) {  // the last step's weights in, before saving or evaluating
+    bool elastic_done = false;
+    if (elastic_job) {
+      // Who trains iteration step + 1, and on which batch: phubd told every member before any
+      // of them could begin it.
+      phub::exchange::ElasticMembership* elastic = trainer->elastic();
+      if (g_leave_asked && !asked_to_leave) {
+        asked_to_leave = true;
+        spdlog::info("rank {}: SIGTERM: leaving the job at the next iteration boundary", me.rank);
+        PHUB_RETURN_IF_ERROR(elastic->RequestLeave());
+      }
+      members = elastic->MembersOf(static_cast<std::uint64_t>(step) + 1);
+      elastic_done =
+          !members.member ||
+          (f.epochs > 0 && elastic_batches &&
+           members.member_iterations_before >=
+               static_cast<std::uint64_t>(f.epochs * global_per_epoch));
+      if (!members.member) {
+        spdlog::info("rank {}: leaves the job after iteration {}", me.rank, step);
+      }
+    }
+    if (step == total_steps || elastic_done) {  // the last step's weights in, before saving or evaluating
       const phub::Status finished = trainer->Finish();
       if (finished.ok()) break;
       PHUB_RETURN_IF_ERROR(reconnect(finished, step));
@@ -287,7 +369,12 @@ phub::Status Run(Flags& f) {
     phub::worker::data::LabeledBatch real;
     const Tensor* x_host;
     const Tensor* labels;
-    if (loader) {
+    if (elastic_batches) {
+      PHUB_ASSIGN_OR_RETURN(real, elastic_batches->At(members.member_iterations_before +
+                                                      members.index));
+      x_host = &real.x;
+      labels = &real.labels;
+    } else if (loader) {
       PHUB_ASSIGN_OR_RETURN(real, loader->Next());
       x_host = &real.x;
       labels = &real.labels;
@@ -306,16 +393,34 @@ phub::Status Run(Flags& f) {
     }
     const phub::worker::StepTimes t = *stepped;
     epoch_loss += t.loss;
-    if (step >= (loader ? 1 : f.warmup)) {  // Fashion-MNIST runs time all but the first step
+    if (elastic_job) {
+      trained.push_back({step + 1, members.world,
+                         static_cast<std::int64_t>(members.member_iterations_before +
+                                                   members.index)});
+    }
+    if (step >= (loader || elastic_batches ? 1 : f.warmup)) {  // Fashion-MNIST runs time all but the first step
       step_ms.push_back(t.total_ms);
       blocked_ms.push_back(t.blocked_ms);
     }
     if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
-      spdlog::info("step {}/{}: loss {:.4f}, {:.1f} ms ({:.1f} ms waiting for the exchange){}",
-                   step + 1, total_steps, t.loss, t.total_ms, t.blocked_ms,
-                   schedule.Varies() ? fmt::format(", lr {:.6g}", schedule.LrAt(step)) : "");
+      spdlog::info("step {}/{}: loss {:.4f}, {:.1f} ms ({:.1f} ms waiting for the exchange){}{}",
+                   step + 1,
+                   total_steps == std::numeric_limits<std::int64_t>::max()
+                       ? std::string("?")
+                       : std::to_string(total_steps),
+                   t.loss, t.total_ms, t.blocked_ms,
+                   schedule.Varies() ? fmt::format(", lr {:.6g}", schedule.LrAt(step)) : "",
+                   elastic_job ? fmt::format(", {} members", members.world) : "");
     }
-    if (loader && (step + 1) % per_epoch == 0) {
+    // An elastic job's epoch ends where the job's global batch count crosses it.
+    const bool epoch_ends =
+        loader ? (step + 1) % per_epoch == 0
+        : elastic_batches
+            ? (members.member_iterations_before + members.world) /
+                      static_cast<std::uint64_t>(global_per_epoch) >
+                  members.member_iterations_before / static_cast<std::uint64_t>(global_per_epoch)
+            : false;
+    if (epoch_ends) {
       if (const phub::Status finished = trainer->Finish(); !finished.ok()) {
         PHUB_RETURN_IF_ERROR(reconnect(finished, step));
         --step;
@@ -324,8 +429,16 @@ phub::Status Run(Flags& f) {
       PHUB_ASSIGN_OR_RETURN(const phub::worker::Accuracy acc,
                             phub::worker::Evaluate(*model, *backend, *test));
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      epochs.push_back({(step + 1) / per_epoch, seconds, acc.fraction(), acc.loss,
-                        epoch_loss / static_cast<double>(per_epoch)});
+      const std::int64_t epoch =
+          loader ? (step + 1) / per_epoch
+                 : static_cast<std::int64_t>((members.member_iterations_before + members.world) /
+                                             static_cast<std::uint64_t>(global_per_epoch));
+      const std::int64_t epoch_steps =
+          loader ? per_epoch
+                 : std::max<std::int64_t>(1, step + 1 - (epochs.empty() ? first_step : last_epoch_step));
+      last_epoch_step = step + 1;
+      epochs.push_back({epoch, seconds, acc.fraction(), acc.loss,
+                        epoch_loss / static_cast<double>(epoch_steps)});
       epoch_loss = 0;
       spdlog::info("epoch {}: test accuracy {:.2f} % ({} images), test loss {:.4f}, {:.1f} s",
                    epochs.back().epoch, 100 * acc.fraction(), acc.examples, acc.loss, seconds);
@@ -361,7 +474,17 @@ phub::Status Run(Flags& f) {
           << ", \"test_accuracy\": " << e.accuracy << ", \"test_loss\": " << e.test_loss
           << ", \"train_loss\": " << e.train_loss << "}";
     }
-    out << "]}\n";
+    out << "]";
+    if (elastic_job) {
+      out << ", \"elastic\": {\"iterations\": [";
+      for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].iteration;
+      out << "], \"worlds\": [";
+      for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].world;
+      out << "], \"batches\": [";
+      for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].batch;
+      out << "], \"left\": " << (members.member ? "false" : "true") << "}";
+    }
+    out << "}\n";
     out.flush();
     if (!out) return absl::InternalError("writing --results '" + f.results + "' failed");
   }

@@ -171,7 +171,8 @@ class PsClient {
   // Elastic jobs: who the members of `iteration` are and this worker's place among them (its
   // index and their count shard that iteration's data; member_iterations_before is the job's
   // batches so far). Known for every iteration this worker may begin: phubd tells every member
-  // a change before any worker can begin its first iteration. In a fixed job: rank, world
+  // a change before any chunk completes the iteration before it, so once this worker has pushed
+  // iteration - 1, this waits until weights of iteration - 1 (any chunk's) have landed. In a fixed job: rank, world
   // size, (iteration - 1) x world size. `member` false: this worker left before `iteration`
   // (RequestLeave) and must not push it: WaitAll, then Close.
   IterationMembers MembersOf(std::uint64_t iteration) const;

@@ -207,6 +207,10 @@ Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& head
   {
     std::lock_guard lock(mu_);
     ++landed_[header.chunk];
+    if (header.iteration > weights_seen_) {
+      weights_seen_ = header.iteration;
+      done = true;  // MembersOf may wait for it
+    }
     TensorState& state = tensors_[chunk.tensor];
     if (--state.pending == 0) {
       state.iteration = state.expect_iteration;

@@ -195,7 +195,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   bool started_ = false;  // the data connections were started (Handshake completed)
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;  // mutable: MembersOf (const) waits on it
   std::vector<TensorState> tensors_;  // guarded by mu_
   std::vector<std::uint64_t> landed_; // guarded by mu_; per chunk: weights received so far
   // per_iteration_values, guarded by mu_: the last iteration StepWith gave values for, and the
@@ -207,6 +207,9 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   // whether this worker still awaits its first Membership (it joined a running job).
   MemberSchedule schedule_;
   bool joining_ = false;
+  // The latest iteration whose weights of any chunk have landed (guarded by mu_): once one
+  // has, every change from the iteration after it on is known here (MembersOf waits for it).
+  std::uint64_t weights_seen_ = 0;
   FirstError error_;                  // status() guarded by mu_
 };
 

@@ -49,6 +49,7 @@ void PsClient::Impl::OnMembership(const proto::Membership& membership) {
         state.iteration = state.expect_iteration = from - 1;
       }
       landed_.assign(landed_.size(), from - 1);
+      weights_seen_ = 0;
     } else {
       // phubd announces a change before any worker can begin its first iteration.
       if (from <= pushed_iteration_) {
@@ -76,7 +77,16 @@ IterationMembers PsClient::Impl::MembersOf(std::uint64_t iteration) const {
             .member_iterations_before =
                 (iteration > 0 ? iteration - 1 : 0) * std::uint64_t{membership_.world_size}};
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  // A change from `iteration` on is announced, and acknowledged here, before any chunk
+  // completes iteration - 1: once weights of iteration - 1 have landed, it is known. (A caller
+  // that has not pushed iteration - 1 gets what is known now: nothing would come.)
+  if (iteration >= 2 && pushed_iteration_ >= iteration - 1) {
+    cv_.wait(lock, [&] {
+      return weights_seen_ >= iteration - 1 || resume_iteration_ >= iteration - 1 ||
+             !error_.status().ok();
+    });
+  }
   return schedule_.Of(iteration, membership_.rank);
 }
 

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "phub/common/status.h"
+#include "phub/exchange/elastic_membership.h"
 #include "phub/kernels/optimizer_config.h"
 #include "phub/staging/copy_engine.h"
 
@@ -48,6 +49,8 @@ class DeviceExchange {
   virtual Status Close() = 0;
   // As GradientExchange::start_iteration.
   virtual std::uint64_t start_iteration() const { return 0; }
+  // As GradientExchange::elastic.
+  virtual ElasticMembership* elastic() { return nullptr; }
   // The system's name ("ps", "ring", "nccl"), for logs and result files.
   virtual std::string name() const = 0;
 };

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "phub/common/status.h"
+#include "phub/exchange/elastic_membership.h"
 #include "phub/kernels/optimizer_config.h"
 
 namespace phub::exchange {
@@ -71,6 +72,8 @@ class GradientExchange {
   // rejoined a running job, or phubd resumed a checkpoint): the caller's next step is then
   // start_iteration() + 1 (0-based step start_iteration()), with that step's data.
   virtual std::uint64_t start_iteration() const { return 0; }
+  // An elastic job's membership (elastic_membership.h), or null: a job of fixed size.
+  virtual ElasticMembership* elastic() { return nullptr; }
 
   // "ps", "ps-colocated", "ring" or "nccl": for logs and result files.
   virtual std::string name() const = 0;

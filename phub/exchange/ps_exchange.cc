@@ -28,6 +28,11 @@ StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOption
                                                    " tensors: give one buffer per tensor"));
   }
   const auto num_servers = static_cast<std::uint32_t>(options.servers.size());
+  if (options.client.min_workers > 0 && num_servers > 1) {
+    return absl::InvalidArgumentError(
+        "PsExchange: an elastic job (--min-workers) on several servers (ps-colocated): not "
+        "supported: each phubd would decide its own members; use one PS (--comm ps)");
+  }
   PHUB_ASSIGN_OR_RETURN(std::vector<keys::ServerShare> shares,
                         keys::SpreadOverServers(tensors, options.partition_bytes, num_servers));
   for (std::uint32_t s = 0; s < num_servers; ++s) {
@@ -90,6 +95,14 @@ StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOption
 }
 
 PsExchange::~PsExchange() { (void)Close(); }
+
+ElasticMembership* PsExchange::elastic() {
+  return clients_.size() == 1 && clients_[0]->elastic() ? this : nullptr;
+}
+IterationMembers PsExchange::MembersOf(std::uint64_t iteration) const {
+  return clients_[0]->MembersOf(iteration);
+}
+Status PsExchange::RequestLeave() { return clients_[0]->RequestLeave(); }
 
 std::uint64_t PsExchange::start_iteration() const {
   return clients_.empty() ? 0 : clients_[0]->resume_iteration();

@@ -47,7 +47,7 @@ struct PsSeat {
 // (placement.rank): only the PS connection uses the seat returned.
 PsSeat JoinRackPbox(const topology::Placement& placement, PsExchangeOptions& options);
 
-class PsExchange final : public GradientExchange {
+class PsExchange final : public GradientExchange, public ElasticMembership {
  public:
   // Connects to every server in order, as `seat` (each answers once all workers have joined
   // it).
@@ -71,6 +71,10 @@ class PsExchange final : public GradientExchange {
   Status Close() override;
   std::string name() const override { return clients_.size() == 1 ? "ps" : "ps-colocated"; }
   std::uint64_t start_iteration() const override;
+  // options.client.min_workers (one server only): the client's membership.
+  ElasticMembership* elastic() override;
+  IterationMembers MembersOf(std::uint64_t iteration) const override;
+  Status RequestLeave() override;
 
   std::size_t num_servers() const { return clients_.size(); }
 

@@ -85,6 +85,7 @@ class StagedExchange final : public DeviceExchange {
   Status WaitAll(staging::Stream consumer) override;
   Status Close() override;
   std::uint64_t start_iteration() const override { return inner_->start_iteration(); }
+  ElasticMembership* elastic() override { return inner_->elastic(); }
   std::string name() const override { return inner_->name(); }
 
   // The number of tensors pushed and not yet waited for.

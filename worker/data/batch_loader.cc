@@ -72,23 +72,33 @@ BatchLoader::~BatchLoader() {
   if (thread_.joinable()) thread_.join();
 }
 
-StatusOr<LabeledBatch> BatchLoader::Make(const std::vector<std::int64_t>& order, std::int64_t epoch,
-                                         std::int64_t step) const {
-  const std::int64_t per_image = d_.channels * d_.rows * d_.cols;
+void EpochOrder(const ImageDataset& dataset, std::uint64_t seed, std::int64_t epoch, bool shuffle,
+                std::vector<std::int64_t>& order) {
+  order.resize(static_cast<std::size_t>(dataset.count));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) {
+    std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+}
+
+StatusOr<LabeledBatch> MakeBatch(const ImageDataset& d, const std::vector<std::int64_t>& order,
+                                 std::int64_t batch, std::int64_t first, std::int64_t stride,
+                                 std::int64_t epoch, std::int64_t step) {
+  const std::int64_t per_image = d.channels * d.rows * d.cols;
   LabeledBatch b{{}, {}, epoch, step};
-  PHUB_ASSIGN_OR_RETURN(b.x, Tensor::Allocate({batch_, d_.channels, d_.rows, d_.cols}));
-  PHUB_ASSIGN_OR_RETURN(b.labels, Tensor::Allocate({batch_}));
-  for (std::int64_t i = 0; i < batch_; ++i) {
-    const std::int64_t pos = (step * batch_ + i) * world_ + rank_;  // this worker's stride
-    const std::int64_t src = order[static_cast<std::size_t>(pos)];
-    const float label = d_.labels[static_cast<std::size_t>(src)];
+  PHUB_ASSIGN_OR_RETURN(b.x, Tensor::Allocate({batch, d.channels, d.rows, d.cols}));
+  PHUB_ASSIGN_OR_RETURN(b.labels, Tensor::Allocate({batch}));
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const std::int64_t src = order[static_cast<std::size_t>(first + i * stride)];
+    const float label = d.labels[static_cast<std::size_t>(src)];
     // The loss would refuse it too, but here the message can say which example it is.
-    if (!(label >= 0 && label < static_cast<float>(d_.classes)) || label != std::floor(label)) {
+    if (!(label >= 0 && label < static_cast<float>(d.classes)) || label != std::floor(label)) {
       return absl::InvalidArgumentError(absl::StrCat("BatchLoader: example ", src, " has label ",
-                                                     label, ", not a class in [0, ", d_.classes,
+                                                     label, ", not a class in [0, ", d.classes,
                                                      "): a corrupt dataset?"));
     }
-    std::memcpy(b.x.data() + i * per_image, d_.images.data() + src * per_image,
+    std::memcpy(b.x.data() + i * per_image, d.images.data() + src * per_image,
                 static_cast<std::size_t>(per_image) * sizeof(float));
     b.labels.data()[i] = label;
   }
@@ -101,17 +111,15 @@ void BatchLoader::Produce() noexcept {
   // still throw (std::bad_alloc from the permutation), so that nothing ends the process from
   // this thread: the consumer gets it as a Status instead.
   try {
-    std::vector<std::int64_t> order(static_cast<std::size_t>(d_.count));
+    std::vector<std::int64_t> order;
     // A batch depends only on (seed, rank, epoch, step): starting later skips to it.
     for (std::int64_t epoch = start_step_ / per_epoch_; failed.ok(); ++epoch) {
-      std::iota(order.begin(), order.end(), 0);
-      if (shuffle_) {
-        std::mt19937_64 rng(seed_ * 1000003u + static_cast<std::uint64_t>(epoch));
-        std::shuffle(order.begin(), order.end(), rng);
-      }
+      EpochOrder(d_, seed_, epoch, shuffle_, order);
       const std::int64_t first = epoch == start_step_ / per_epoch_ ? start_step_ % per_epoch_ : 0;
       for (std::int64_t step = first; step < per_epoch_; ++step) {
-        StatusOr<LabeledBatch> b = Make(order, epoch, step);
+        // This worker's stride: positions (step * batch + i) * world + rank.
+        StatusOr<LabeledBatch> b =
+            MakeBatch(d_, order, batch_, step * batch_ * world_ + rank_, world_, epoch, step);
         if (!b.ok()) {
           failed = b.status();
           break;

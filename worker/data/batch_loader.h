@@ -35,6 +35,16 @@ struct LabeledBatch {
   std::int64_t epoch = 0, step = 0;  // step within the epoch
 };
 
+// Epoch `epoch`'s order of the dataset's examples: a permutation drawn from (seed, epoch), the
+// same on every worker, or (shuffle = false) the dataset's own order. Into `order`.
+void EpochOrder(const ImageDataset& dataset, std::uint64_t seed, std::int64_t epoch, bool shuffle,
+                std::vector<std::int64_t>& order);
+// The batch of `batch` examples at positions first, first + stride, ... of `order`, labelled
+// (epoch, step). InvalidArgument naming an example whose label is not a class.
+StatusOr<LabeledBatch> MakeBatch(const ImageDataset& dataset, const std::vector<std::int64_t>& order,
+                                 std::int64_t batch, std::int64_t first, std::int64_t stride,
+                                 std::int64_t epoch, std::int64_t step);
+
 class BatchLoader {
  public:
   // `dataset` must outlive the loader. shuffle = false keeps the dataset's order (evaluation).
@@ -63,8 +73,6 @@ class BatchLoader {
   // The background thread's body: returns when stopped or when a batch fails (recorded in
   // error_). Never throws.
   void Produce() noexcept;
-  StatusOr<LabeledBatch> Make(const std::vector<std::int64_t>& order, std::int64_t epoch,
-                              std::int64_t step) const;
 
   const ImageDataset& d_;
   std::int64_t batch_, per_epoch_;

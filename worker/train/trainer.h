@@ -81,6 +81,8 @@ class Trainer {
   // The iteration Init's weights are of: 0, or where the PS resumed this worker (a rejoin, a
   // phubd resumed from a checkpoint). The next Step is 0-based step start_iteration().
   std::uint64_t start_iteration() const { return exchange_ ? exchange_->start_iteration() : 0; }
+  // An elastic job's membership (exchange/elastic_membership.h), or null.
+  exchange::ElasticMembership* elastic() { return exchange_ ? exchange_->elastic() : nullptr; }
 
  private:
   Trainer(Model& model, Backend& backend);
