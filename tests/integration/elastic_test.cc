@@ -214,5 +214,172 @@ TEST(ElasticTest, JoinsAndLeavesMatchAFloat64ReferenceOverEachIterationsMembers)
   for (std::uint32_t k = 0; k < 2; ++k) EXPECT_TRUE(workers[k].client->Close().ok());
 }
 
+// A worker in a child process that the test can SIGKILL (a crash leaves no Goodbye and no BYE).
+// Forked before the test makes any thread; it waits for phubd's port on `commands`, joins the
+// job as `rank`, then runs each iteration number it reads and answers "ok" (or an error line)
+// on `answers`.
+struct ChildWorker {
+  pid_t pid = -1;
+  int commands = -1, answers = -1;
+
+  static ChildWorker Fork(std::uint32_t rank, std::uint32_t max, std::uint32_t min_workers,
+                          std::uint32_t start_workers) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) return {};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(to_child[1]);
+      close(from_child[0]);
+      FILE* in = fdopen(to_child[0], "r");
+      FILE* out = fdopen(from_child[1], "w");
+      unsigned port = 0;
+      if (std::fscanf(in, "%u", &port) != 1) _exit(2);
+      RunningPhubd fake;
+      fake.port = static_cast<std::uint16_t>(port);
+      InProcessWorker w;
+      Connect(w, Elastic(fake, min_workers, start_workers), rank, max);
+      Status s = w.status.ok() ? w.client->Init() : w.status;
+      std::fprintf(out, "%s %llu\n", s.ok() ? "joined" : "error",
+                   s.ok() ? static_cast<unsigned long long>(w.client->resume_iteration()) : 0ull);
+      std::fflush(out);
+      unsigned long long it = 0;
+      while (s.ok() && std::fscanf(in, "%llu", &it) == 1) {
+        s = RunIteration(w, it, kSeed);
+        std::fprintf(out, "%s\n", s.ok() ? "ok" : std::string(s.message()).c_str());
+        std::fflush(out);
+      }
+      _exit(s.ok() ? 0 : 1);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    return {pid, to_child[1], from_child[0]};
+  }
+  void Say(const std::string& line) const {
+    const std::string text = line + "\n";
+    ASSERT_EQ(write(commands, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+  std::string Hear() const {
+    std::string line;
+    char c;
+    while (read(answers, &c, 1) == 1 && c != '\n') line.push_back(c);
+    return line;
+  }
+  void Kill() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+    close(commands);
+    close(answers);
+  }
+};
+
+// Polls `member`'s view until iteration `it` has `world` members (the change was announced).
+bool AwaitWorld(client::PsClient& member, std::uint64_t it, std::uint32_t world) {
+  for (int i = 0; i < 5000; ++i) {
+    if (member.MembersOf(it).world == world) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// One run of a fixed schedule, every worker in lock-step (each change decided at a boundary
+// where every chunk has completed the same iteration k, so it takes effect at k + 2): ranks 0
+// and 1 start; after 8, rank 2 (a thread) and rank 3 (a child process) join; after 16, rank 2
+// asks to leave; after 24, rank 3 is SIGKILLed; 40 iterations. Returns rank 0's weights and
+// records who pushed what.
+std::vector<std::vector<float>> RunSchedule(Record& record) {
+  ChildWorker child = ChildWorker::Fork(3, 4, 2, 2);  // before any thread
+  EXPECT_GT(child.pid, 0);
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256"});
+  const client::PsClientOptions options = Elastic(phubd, 2, 2);
+  std::vector<InProcessWorker> w(3);
+  {
+    auto starters = ConnectWorkers(options, 4, {0, 1}, TestTensors(kSizes), kSeed);
+    for (auto& s : starters) EXPECT_TRUE(s.status.ok()) << s.status;
+    w[0] = std::move(starters[0]);
+    w[1] = std::move(starters[1]);
+  }
+  if (!w[0].client || !w[1].client) return {};
+  std::vector<std::thread> inits;
+  for (int k = 0; k < 2; ++k) inits.emplace_back([&, k] { EXPECT_TRUE(w[k].client->Init().ok()); });
+  for (auto& t : inits) t.join();
+  bool child_in = false;
+  bool rank2_in = false;
+  // One iteration by every member (threads, and the child through its pipe).
+  const auto iterate = [&](std::uint64_t it) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(3);
+    for (int k = 0; k < 3; ++k) {
+      if (k == 2 && !rank2_in) continue;
+      const IterationMembers m = w[k].client->MembersOf(it);
+      if (!m.member) continue;
+      threads.emplace_back([&, k, m] {
+        results[k] = RunIteration(w[k], it, kSeed);
+        if (results[k].ok()) record.Pushed(it, w[k].client->rank(), m);
+      });
+    }
+    if (child_in) child.Say(std::to_string(it));
+    for (auto& t : threads) t.join();
+    for (int k = 0; k < 3; ++k) EXPECT_TRUE(results[k].ok()) << "rank " << k << ": " << results[k];
+    if (child_in) {
+      EXPECT_EQ(child.Hear(), "ok") << "iteration " << it;
+      record.Pushed(it, 3, IterationMembers{.member = true});
+    }
+  };
+  for (std::uint64_t it = 1; it <= 8; ++it) iterate(it);
+  // Joins: both announced at a boundary where every chunk has completed 8 take effect at 10.
+  std::thread joiner([&] {
+    Connect(w[2], options, 2, 4);
+    if (w[2].status.ok()) w[2].status = w[2].client->Init();
+  });
+  child.Say(std::to_string(phubd.port));
+  EXPECT_TRUE(AwaitWorld(*w[0].client, 10, 4)) << "the joins were not announced";
+  iterate(9);  // the joiners' first weights (of 9) come from this one
+  joiner.join();
+  EXPECT_TRUE(w[2].status.ok()) << w[2].status;
+  EXPECT_EQ(w[2].client->resume_iteration(), 9u);
+  EXPECT_EQ(child.Hear(), "joined 9");
+  rank2_in = child_in = true;
+  for (std::uint64_t it = 10; it <= 16; ++it) iterate(it);
+  EXPECT_TRUE(w[2].client->RequestLeave().ok());
+  EXPECT_TRUE(AwaitWorld(*w[0].client, 18, 3)) << "the leave was not announced";
+  for (std::uint64_t it = 17; it <= 24; ++it) iterate(it);
+  EXPECT_FALSE(w[2].client->MembersOf(18).member);
+  EXPECT_TRUE(w[2].client->Close().ok());
+  rank2_in = false;
+  child_in = false;
+  child.Kill();  // at a boundary: it pushed 24 whole, nothing of 25
+  EXPECT_TRUE(AwaitWorld(*w[0].client, 26, 2)) << "the loss was not announced";
+  for (std::uint64_t it = 25; it <= 40; ++it) iterate(it);
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(w[k].client->Close().ok());
+  return w[0].weights;
+}
+
+// The same schedule of joins, a leave and a SIGKILL twice: each run ends with the float64
+// reference's weights (iteration 25 averages only ranks 0 and 1: rank 3 was dropped, no wait),
+// and the two runs end bitwise equal: aggregation is deterministic for a given schedule.
+TEST(ElasticTest, TheSameScheduleTwiceEndsBitwiseEqualAndLikeTheReference) {
+  std::vector<std::vector<std::vector<float>>> ends;
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(absl::StrCat("run ", run));
+    Record record;
+    ends.push_back(RunSchedule(record));
+    ASSERT_FALSE(ends.back().empty());
+    const std::vector<std::size_t> expected = {2, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4,
+                                               3, 3, 3, 3, 3, 3, 3, 2};
+    for (std::uint64_t it = 1; it <= 40; ++it) {
+      ASSERT_EQ(record.pushed.at(it).size(), it <= expected.size() ? expected[it - 1] : 2u)
+          << "iteration " << it;
+    }
+    InProcessWorker as_worker;
+    as_worker.weights = ends.back();
+    ExpectNear(as_worker, Reference(record, 40), "rank 0");
+  }
+  EXPECT_EQ(ends[0], ends[1]) << "the same schedule ended with different weights";
+}
+
 }  // namespace
 }  // namespace phub::testing
