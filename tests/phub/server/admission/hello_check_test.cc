@@ -315,5 +315,43 @@ TEST(HelloCheckTest, PerIterationValuesNeedAnOptimizerOfTheirOwnAndTheSameOnEver
   EXPECT_TRUE(Names(*error, "rank 1's job keeps its hyper-parameters fixed, rank 0's changes"));
 }
 
+// An elastic job: min <= start <= world size (its most members), not with a schedule or across
+// racks, and every worker's sizes the same.
+TEST(HelloCheckTest, ElasticSizesAreOrderedAndTheSameOnEveryWorker) {
+  auto elastic = [](proto::Hello hello, std::uint32_t min, std::uint32_t start) {
+    hello.set_min_workers(min);
+    hello.set_start_workers(start);
+    return hello;
+  };
+  EXPECT_FALSE(Check(elastic(MakeHello(0), 2, 3), Options(), nullptr, kNoneTaken).has_value());
+  EXPECT_FALSE(Check(elastic(MakeHello(0), 2, 0), Options(), nullptr, kNoneTaken).has_value());
+  std::optional<proto::Error> error =
+      Check(elastic(MakeHello(0), 3, 2), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "an elastic job of 3 to 4 workers that starts with 2"));
+  error = Check(elastic(MakeHello(0), 2, 5), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "--min-workers <= the start size <= --max-workers"));
+  error = Check(elastic(MakeHello(0), 0, 2), Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "start_workers 2 without min_workers"));
+  proto::Hello scheduled = elastic(WithOptimizer(MakeHello(0), "sgd"), 2, 2);
+  scheduled.set_per_iteration_values(true);
+  error = Check(scheduled, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "with a schedule: not supported yet"));
+
+  const proto::Hello first = elastic(MakeHello(0), 2, 2);
+  EXPECT_FALSE(
+      Check(elastic(MakeHello(3), 2, 2), Options(), &first, {true, false, false, false}).has_value());
+  error = Check(elastic(MakeHello(1), 1, 2), Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "rank 1 asks for an elastic job of 1 to 4 (starting with 2), rank 0 "
+                            "for an elastic job of 2 to 4"));
+  error = Check(MakeHello(1), Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "a fixed job of 4"));
+}
+
 }  // namespace
 }  // namespace phub::server
