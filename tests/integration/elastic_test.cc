@@ -381,5 +381,62 @@ TEST(ElasticTest, TheSameScheduleTwiceEndsBitwiseEqualAndLikeTheReference) {
   EXPECT_EQ(ends[0], ends[1]) << "the same schedule ended with different weights";
 }
 
+// Below its minimum the job waits: rank 1 (a child process) dies, leaving rank 0 alone in a job
+// of at least 2; rank 0's next iteration is held (not summed over one worker) until a new worker
+// joins in rank 1's slot (a worker that left and comes back), and then completes. The weights
+// follow the reference: iteration 6 is rank 0's alone, as rank 1 was dropped before pushing it.
+TEST(ElasticTest, BelowTheMinimumTheJobWaitsForAJoinInTheFreedSlot) {
+  ChildWorker child = ChildWorker::Fork(1, 3, 2, 2);
+  ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RunningPhubd phubd =
+      StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256", "--rejoin-timeout-ms", "30000"});
+  const client::PsClientOptions options = Elastic(phubd, 2, 2);
+  child.Say(std::to_string(phubd.port));
+  std::vector<InProcessWorker> w(2);
+  w[0] = std::move(ConnectWorkers(options, 3, {0}, TestTensors(kSizes), kSeed)[0]);
+  ASSERT_TRUE(w[0].status.ok()) << w[0].status;
+  ASSERT_TRUE(w[0].client->Init().ok());
+  EXPECT_EQ(child.Hear(), "joined 0");
+  Record record;
+  for (std::uint64_t it = 1; it <= 5; ++it) {
+    child.Say(std::to_string(it));
+    ASSERT_TRUE(RunIteration(w[0], it, kSeed).ok());
+    ASSERT_EQ(child.Hear(), "ok");
+    record.Pushed(it, 0, {});
+    record.Pushed(it, 1, {});
+  }
+  child.Kill();
+  ASSERT_TRUE(AwaitWorld(*w[0].client, 7, 1)) << "the loss was not announced";
+  Status sixth;
+  std::thread alone([&] { sixth = RunIteration(w[0], 6, kSeed); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(w[0].client->iteration(0), 5u) << "iteration 6 was summed over fewer than the minimum";
+  Connect(w[1], options, 1, 3);
+  ASSERT_TRUE(w[1].status.ok()) << w[1].status;
+  EXPECT_EQ(w[1].client->rank(), 1u);
+  ASSERT_TRUE(w[1].client->Init().ok());
+  alone.join();
+  ASSERT_TRUE(sixth.ok()) << sixth;
+  record.Pushed(6, 0, {});
+  EXPECT_EQ(w[1].client->resume_iteration(), 6u);
+  for (std::uint64_t it = 7; it <= 12; ++it) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(2);
+    for (int k = 0; k < 2; ++k) {
+      threads.emplace_back([&, k] { results[k] = RunIteration(w[k], it, kSeed); });
+    }
+    for (auto& t : threads) t.join();
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_TRUE(results[k].ok()) << results[k];
+      record.Pushed(it, static_cast<std::uint32_t>(k), {});
+    }
+  }
+  const auto reference = Reference(record, 12);
+  ExpectNear(w[0], reference, "rank 0");
+  ExpectNear(w[1], reference, "the worker that joined");
+  for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
+}
+
 }  // namespace
 }  // namespace phub::testing
