@@ -8,9 +8,10 @@
 # iteration's batches follow the last one's: no batch is taken twice or skipped while members
 # come and go (the killed worker's are not recorded: its iterations are checked for no repeat
 # only).
-# Usage: elastic_workers.sh PHUBD PHUB_WORKER
+# Usage: elastic_workers.sh PHUBD PHUB_WORKER [ITERATIONS] (200; the sanitizer builds run fewer:
+# the joins come at a tenth of them, the SIGTERM at 40 %, the SIGKILL at 60 %).
 set -euo pipefail
-phubd=$1 worker=$2
+phubd=$1 worker=$2 iters=${3:-200}
 dir=$(mktemp -d /tmp/phub-elastic-test.XXXXXX)
 trap 'kill -9 $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 
@@ -22,7 +23,7 @@ until [[ -s $dir/port ]]; do
   sleep 0.05
 done
 common=(--comm ps --ps "127.0.0.1:$(cat "$dir/port")" --model fashion-cnn --batch 16
-        --data fashion-mnist --iters 200 --warmup 0 --log-every 1 --optimizer momentum --lr 0.02
+        --data fashion-mnist --iters "$iters" --warmup 0 --log-every 1 --optimizer momentum --lr 0.02
         --min-workers 2 --max-workers 4 --start-workers 2 --reconnect-timeout-ms 0)
 declare -A pid
 start() {
@@ -41,11 +42,19 @@ wait_step() {
   done
 }
 start 0; start 1
-wait_step 20
+wait_step $((iters / 10))
 start 2; start 3
-wait_step 80
+# Both have joined and trained (their handlers for SIGTERM are in place) before anyone leaves.
+for r in 2 3; do
+  deadline=$((SECONDS + 120))
+  until grep -q 'step [0-9]*/' "$dir/w$r.log" 2>/dev/null; do
+    ((SECONDS < deadline)) || { echo "FAIL: rank $r did not join: $(tail -5 "$dir/w$r.log")"; exit 1; }
+    sleep 0.02
+  done
+done
+wait_step $((iters * 2 / 5))
 kill -TERM "${pid[3]}"
-wait_step 120
+wait_step $((iters * 3 / 5))
 kill -KILL "${pid[2]}"
 for r in 0 1 3; do
   wait "${pid[$r]}" || { echo "FAIL: rank $r exited $?: $(tail -5 "$dir/w$r.log")"; exit 1; }
@@ -54,16 +63,16 @@ wait "${pid[2]}" 2>/dev/null || true
 grep -q "leaves the job after iteration" "$dir/w3.log" || { echo "FAIL: rank 3 did not leave at a boundary: $(tail -5 "$dir/w3.log")"; exit 1; }
 grep -q "rank 2 was lost" "$dir/phubd.log" || { echo "FAIL: phubd did not report rank 2's loss"; exit 1; }
 
-python3 - "$dir" <<'EOF'
+python3 - "$dir" "$iters" <<'EOF'
 import json, sys
-d = sys.argv[1]
+d, iters = sys.argv[1], int(sys.argv[2])
 runs = {r: json.load(open(f"{d}/r{r}.json"))["elastic"] for r in (0, 1, 3)}
 by_it = {}
 for r, e in runs.items():
     for it, world, batch in zip(e["iterations"], e["worlds"], e["batches"]):
         by_it.setdefault(it, []).append((r, world, batch))
-assert runs[0]["iterations"] == list(range(1, 201)), "rank 0 did not train iterations 1..200"
-assert runs[1]["iterations"] == list(range(1, 201)), "rank 1 did not train iterations 1..200"
+assert runs[0]["iterations"] == list(range(1, iters + 1)), f"rank 0 did not train iterations 1..{iters}"
+assert runs[1]["iterations"] == list(range(1, iters + 1)), f"rank 1 did not train iterations 1..{iters}"
 assert runs[3]["left"], "rank 3 was not let go"
 seen, worlds, start_of = set(), [], {}
 for it in sorted(by_it):
@@ -81,13 +90,13 @@ for it in sorted(by_it):
     start_of[it] = (lo, world, len(rows) == world)
     if not worlds or worlds[-1] != world:
         worlds.append(world)
-for it in range(2, 201):
+for it in range(2, iters + 1):
     (lo0, w0, full0), (lo1, _, full1) = start_of[it - 1], start_of[it]
     if full0 and full1:
         assert lo1 == lo0 + w0, f"iteration {it} starts at batch {lo1}, not {lo0 + w0}: skipped or repeated"
 if worlds not in ([2, 4, 3, 2], [2, 3, 4, 3, 2]):
     sys.exit(f"FAIL: the members went {worlds}, not 2 -> 4 -> 3 -> 2")
-print(f"PASS: 200 iterations, members {' -> '.join(map(str, worlds))}, {len(seen)} batches, "
+print(f"PASS: {iters} iterations, members {' -> '.join(map(str, worlds))}, {len(seen)} batches, "
       f"none taken twice, none skipped")
 EOF
 kill -TERM "$phubd_pid" 2>/dev/null || true
