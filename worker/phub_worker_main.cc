@@ -327,7 +327,9 @@ phub::Status Run(Flags& f) {
   std::int64_t last_epoch_step = 0;  // an elastic job's: the step its last epoch ended after
   // An elastic job's record: each iteration this worker trained, its member count and the
   // global batch it took (--results), so that a run can be checked for batches taken twice.
-  struct Trained { std::int64_t iteration; std::uint32_t world; std::int64_t batch; };
+  // `at`: when the step returned, in seconds of the system clock (a benchmark lines it up
+  // with when it started or killed a worker: bench/elastic).
+  struct Trained { std::int64_t iteration; std::uint32_t world; std::int64_t batch; double at; };
   std::vector<Trained> trained;
   const auto start = Clock::now();
   if (elastic_job) {
@@ -394,9 +396,11 @@ phub::Status Run(Flags& f) {
     const phub::worker::StepTimes t = *stepped;
     epoch_loss += t.loss;
     if (elastic_job) {
-      trained.push_back({step + 1, members.world,
-                         static_cast<std::int64_t>(members.member_iterations_before +
-                                                   members.index)});
+      trained.push_back(
+          {step + 1, members.world,
+           static_cast<std::int64_t>(members.member_iterations_before + members.index),
+           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+               .count()});
     }
     if (step >= (loader || elastic_batches ? 1 : f.warmup)) {  // Fashion-MNIST runs time all but the first step
       step_ms.push_back(t.total_ms);
@@ -482,6 +486,10 @@ phub::Status Run(Flags& f) {
       for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].world;
       out << "], \"batches\": [";
       for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].batch;
+      out << "], \"at\": [";
+      for (std::size_t i = 0; i < trained.size(); ++i) {
+        out << (i ? ", " : "") << fmt::format("{:.6f}", trained[i].at);
+      }
       out << "], \"left\": " << (members.member ? "false" : "true") << "}";
     }
     out << "}\n";
