@@ -288,6 +288,26 @@ phub::Status Run(Flags& f) {
     return schedule.ValuesAt(step, phub::kernels::ValuesOf(f.optimizer));
   };
 
+  if (elastic_job && me.rank != 0) {
+    // A worker joining a running job holds the others for its first iteration (they wait for
+    // its copy): the backend's first step (oneDNN's or cuDNN's primitives, first touches) is
+    // taken here, before it joins, on a synthetic batch and a local optimizer. Its weights are
+    // replaced by the job's (rank 0's own, which it sends, are left alone).
+    PHUB_ASSIGN_OR_RETURN(
+        std::unique_ptr<phub::worker::Trainer> warm,
+        phub::worker::Trainer::Local(*model, *backend,
+                                     {.kind = phub::kernels::OptimizerKind::kSgd, .lr = 1e-12f}));
+    PHUB_ASSIGN_OR_RETURN(phub::worker::Batch batch, phub::worker::MakeSyntheticBatch(*model));
+    phub::worker::FillSynthetic(*model, batch, f.seed);
+    Tensor on_device;
+    if (backend->device() != phub::worker::Device::kCpu) {
+      PHUB_ASSIGN_OR_RETURN(on_device, backend->Allocate(model->input_shape()));
+      PHUB_RETURN_IF_ERROR(backend->CopyFromHost(batch.x, on_device));
+    }
+    PHUB_RETURN_IF_ERROR(
+        warm->Step(on_device.defined() ? on_device : batch.x, batch.labels).status());
+    PHUB_RETURN_IF_ERROR(warm->Finish());
+  }
   PHUB_ASSIGN_OR_RETURN(std::unique_ptr<phub::worker::Trainer> trainer,
                         MakeTrainer(f, me, *model, *backend));
   PHUB_RETURN_IF_ERROR(trainer->Init());

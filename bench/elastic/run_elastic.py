@@ -15,7 +15,7 @@ on synthetic data (one OpenMP thread each):
 
 Iterations of progress lost, in rank 0's own iteration time: for a change of the elastic job,
 over the iterations from 5 before the change's first iteration E to 10 after, the sum of
-(interval - steady interval) / steady interval, the steady interval being the median of the 20
+(interval - steady interval) / steady interval, the steady interval being the median of the 30
 iterations before the window (before E) or after it (from E on). The bar (issue 41): <= 1
 iteration for a join and for a leave by SIGKILL (on loopback and the rack a SIGKILL closes the
 connections at once: detection is immediate; a stopped worker would add --liveness-timeout-ms).
@@ -49,6 +49,7 @@ from benchlib.log import log  # noqa: E402
 from benchlib.procs import kill_children, start, tail, wait_all, wait_port_file  # noqa: E402
 
 STEP = re.compile(r"^\[(\d+):(\d+):(\d+)\.(\d+)\].*step (\d+)/")
+HELD = re.compile(r"from iteration (\d+) the job has .*the cores were held ([\d.]+) ms")
 
 
 def worker_argv(a, extra):
@@ -98,7 +99,7 @@ def steady(intervals, lo, hi):
 
 def run_elastic(a, net, run_dir, tag):
     """Returns rank 0's record (iterations, worlds, at) and the changes: [(kind, E)]."""
-    _, _, ps = start_phubd(a, net, run_dir, tag)
+    _, phubd_log, ps = start_phubd(a, net, run_dir, tag)
     elastic = ["--ps", ps, "--min-workers", "2", "--max-workers", "4", "--start-workers", "2"]
     procs, logs = {}, {}
 
@@ -136,7 +137,12 @@ def run_elastic(a, net, run_dir, tag):
     for i in range(1, len(worlds)):
         if worlds[i] != worlds[i - 1]:
             changes.append((next(kinds, "change"), record["iterations"][i]))
-    return record, changes
+    # phubd's own account: how long each change held the cores, by its first iteration.
+    held = {}
+    with open(phubd_log, errors="replace") as f:
+        for m in filter(None, map(HELD.search, f)):
+            held[int(m.group(1))] = float(m.group(2))
+    return record, changes, held
 
 
 def lost_at(record, e):
@@ -146,8 +152,8 @@ def lost_at(record, e):
     index = {it: i for i, it in enumerate(its)}
     ie = index[e]
     lo, hi = ie - 5, ie + 10
-    before = steady(intervals, lo - 1 - 20, lo - 1)
-    after = steady(intervals, hi, hi + 20)
+    before = steady(intervals, lo - 1 - 30, lo - 1)
+    after = steady(intervals, hi, hi + 30)
     if before is None or after is None:
         return None, after
     lost = 0.0
@@ -230,21 +236,22 @@ def main():
             try:
                 for rep in range(a.repeats):
                     tag = f"{topo}_{rep}"
-                    record, changes = run_elastic(a, net, run_dir, tag + "_elastic")
+                    record, changes, held = run_elastic(a, net, run_dir, tag + "_elastic")
                     traces.setdefault(topo, (record, changes))
                     for kind, e in changes:
                         lost, base = lost_at(record, e)
                         rows.append({"topology": topo, "repeat": rep + 1, "event": kind,
                                      "iteration": e,
                                      "lost_iterations": "" if lost is None else round(lost, 2),
-                                     "iteration_ms": "" if base is None else round(1000 * base, 1)})
+                                     "iteration_ms": "" if base is None else round(1000 * base, 1),
+                                     "held_ms": held.get(e, "")})
                         log(f"{topo} #{rep + 1}: {kind} from iteration {e}: "
                             f"{'-' if lost is None else f'{lost:.2f}'} iterations lost")
                     lost, base, resumed_at = run_restart(a, net, run_dir, tag + "_restart")
                     rows.append({"topology": topo, "repeat": rep + 1,
                                  "event": "restart from a checkpoint (fixed job)",
                                  "iteration": resumed_at, "lost_iterations": round(lost, 2),
-                                 "iteration_ms": round(1000 * base, 1)})
+                                 "iteration_ms": round(1000 * base, 1), "held_ms": ""})
                     log(f"{topo} #{rep + 1}: restart from a checkpoint: {lost:.1f} iterations lost")
             finally:
                 net.close()
@@ -256,7 +263,7 @@ def main():
         nets.cleanup()
         tables.write_tsv(os.path.join(a.out, "elastic.tsv"), rows,
                          ["topology", "repeat", "event", "iteration", "lost_iterations",
-                          "iteration_ms"])
+                          "iteration_ms", "held_ms"])
     lines = [f"Elastic job vs restart, phub-worker {a.model} b{a.batch} on synthetic data, "
              f"{a.iters} iterations, 1 OpenMP thread per worker; iterations lost in rank 0's "
              f"steady iteration time (median of {a.repeats} runs; each run's in brackets).", ""]
@@ -269,9 +276,12 @@ def main():
                 continue
             med = statistics.median(values)
             bar = "" if event.startswith("restart") else ("yes" if med <= 1 else "no")
-            summary.append([topo, event, f"{med:.2f}", ", ".join(f"{v:.2f}" for v in values), bar])
-    lines += tables.md_table(["topology", "event", "iterations lost", "runs", "<= 1"],
-                             summary, "llrrl")
+            helds = [r["held_ms"] for r in rows if r["topology"] == topo and r["event"] == event
+                     and r["held_ms"] != ""]
+            summary.append([topo, event, f"{med:.2f}", ", ".join(f"{v:.2f}" for v in values),
+                            f"{statistics.median(helds):.2f}" if helds else "-", bar])
+    lines += tables.md_table(["topology", "event", "iterations lost (median)", "each",
+                              "cores held (ms)", "<= 1"], summary, "llrrrl")
     table = tables.write_markdown(os.path.join(a.out, "elastic.md"), lines)
     plt = plots.import_pyplot()
     if plt is not None:

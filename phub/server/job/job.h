@@ -311,6 +311,7 @@ class Job : public std::enable_shared_from_this<Job> {
     // and by rank whose MembershipAck is awaited; `again`: another is due once it is done.
     bool changing = false, again = false;
     std::uint64_t from = 0;
+    std::chrono::steady_clock::time_point frozen_since{};  // the change's Freeze
     std::vector<std::uint32_t> next, joining;
     std::vector<bool> awaiting;
   } elastic_;

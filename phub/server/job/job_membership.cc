@@ -136,6 +136,7 @@ void Job::BeginChange() {
                      [&latest](Shard& shard) { latest = std::max(latest, shard.Freeze()); });
   }
   const std::uint64_t from = latest + 2;
+  elastic_.frozen_since = std::chrono::steady_clock::now();
   elastic_.schedule.Change(from, next);
   elastic_.changing = true;
   elastic_.from = from;
@@ -222,7 +223,11 @@ void Job::FinishChange() {
       elastic_.joining.empty() ? "" : absl::StrCat("; joined: ", RanksText(elastic_.joining)),
       leaving.empty() ? "" : absl::StrCat("; leaving after iteration ", elastic_.from - 1, ": ",
                                           RanksText(leaving)));
-  spdlog::info("{}: {}", log_name_, text);
+  // What the change cost the others: how long no chunk could complete an iteration.
+  const double frozen_ms = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - elastic_.frozen_since)
+                               .count();
+  spdlog::info("{}: {} (the cores were held {:.2f} ms for it)", log_name_, text, frozen_ms);
   Notify(text);
   elastic_.frozen = below;
   CheckMinimum();
