@@ -71,7 +71,7 @@ class Client {
          std::uint32_t world_size, const std::vector<std::pair<std::string, std::uint64_t>>& tensors,
          const py::list& weights, const std::string& token, const std::optional<py::dict>& optimizer,
          int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
-         bool per_iteration_values) {
+         bool per_iteration_values, std::uint32_t min_workers, std::uint32_t start_workers) {
     if (static_cast<std::size_t>(py::len(weights)) != tensors.size()) {
       throw py::value_error(absl::StrCat("weights: ", py::len(weights), " buffers for ",
                                          tensors.size(), " tensors; give one per tensor"));
@@ -92,6 +92,8 @@ class Client {
       throw py::value_error("per_iteration_values needs the optimizer (its kind): give optimizer=");
     }
     options.per_iteration_values = per_iteration_values;
+    options.min_workers = min_workers;
+    options.start_workers = start_workers;
     if (options.optimizer) optimizer_ = *options.optimizer;
     std::vector<keys::TensorSpec> specs;
     std::vector<std::span<float>> spans;
@@ -212,6 +214,22 @@ class Client {
   std::uint32_t rank() { return Get().rank(); }
   std::size_t tensors() const { return elements_.size(); }
   std::uint64_t resume_iteration() { return Get().resume_iteration(); }
+  // Elastic jobs: iteration's members and this rank's place (may wait: GIL released).
+  py::dict MembersOf(std::uint64_t iteration) {
+    client::PsClient& c = Get();
+    IterationMembers m;
+    {
+      py::gil_scoped_release release;
+      m = c.MembersOf(iteration);
+    }
+    py::dict d;
+    d["member"] = m.member;
+    d["index"] = m.index;
+    d["world"] = m.world;
+    d["member_iterations_before"] = m.member_iterations_before;
+    return d;
+  }
+  void RequestLeave() { ThrowIfError(Get().RequestLeave(), "request_leave"); }
   bool weights_from_server() { return Get().weights_from_server(); }
   std::uint64_t iteration(std::uint32_t tensor) {
     CheckTensor(tensor);
@@ -268,17 +286,21 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
       .def(py::init<const std::string&, std::uint16_t, std::uint32_t, std::uint32_t,
                     const std::vector<std::pair<std::string, std::uint64_t>>&, const py::list&,
                     const std::string&, const std::optional<py::dict>&, int,
-                    const std::string&, const std::string&, bool>(),
+                    const std::string&, const std::string&, bool, std::uint32_t,
+                    std::uint32_t>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("weights"), py::arg("token") = "",
            py::arg("optimizer") = py::none(), py::arg("connect_timeout_ms") = 30000,
            py::arg("rdma_device") = "", py::arg("job") = "",
-           py::arg("per_iteration_values") = false,
+           py::arg("per_iteration_values") = false, py::arg("min_workers") = 0,
+           py::arg("start_workers") = 0,
            "tensors: [(name, elements)], the same on every rank. optimizer: None (phubd's "
            "flags) or a dict {kind: sgd|momentum|nesterov|adam|average, lr, momentum, "
            "weight_decay, beta1, beta2, eps}. job: the job's name on a shared phubd (\"\": "
            "\"default\"). per_iteration_values: the hyper-parameters may change every "
-           "iteration (step_with before each iteration's first push); needs optimizer.")
+           "iteration (step_with before each iteration's first push); needs optimizer. "
+           "min_workers > 0: an elastic job of min_workers to world_size workers, started by "
+           "ranks 0..start_workers-1 (0: min_workers); later clients join it (members_of).")
       .def("init", &Client::Init,
            "Rank 0's weights become everyone's (unless phubd has them); blocks until they land.")
       .def("push", &Client::Push, py::arg("tensor"), py::arg("grads"),
@@ -307,6 +329,14 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
       .def("wait_all", &Client::WaitAll)
       .def("close", &Client::Close, "Leaves the job cleanly. Idempotent.")
       .def("iteration", &Client::iteration, py::arg("tensor"), "Completed pushes of tensor.")
+      .def("members_of", &Client::MembersOf, py::arg("iteration"),
+           "Elastic jobs: {member, index, world, member_iterations_before} of iteration (this "
+           "rank's place among its members shards its data). Once this rank has pushed "
+           "iteration - 1, waits (GIL released) until weights of it have landed: by then phubd "
+           "has told it any change from iteration on.")
+      .def("request_leave", &Client::RequestLeave,
+           "Elastic jobs: leave at the next iteration boundary; members_of(t)['member'] turns "
+           "False from the first iteration without this rank: wait_all, then close.")
       .def_property_readonly("rank", &Client::rank)
       .def_property_readonly("tensors", &Client::tensors)
       .def_property_readonly("resume_iteration", &Client::resume_iteration)

@@ -121,6 +121,81 @@ class SummationTest(unittest.TestCase):
                 np.testing.assert_allclose(results[rank][t], w[t], rtol=1e-5, atol=1e-6)
 
 
+class ElasticTest(unittest.TestCase):
+    def test_a_joiner_and_a_leaver_average_over_each_iterations_members(self):
+        """Summation mode in an elastic job of 2 to 3: ranks 0 and 1 start, rank 2 joins after
+        iteration 3 (lock-step: the change takes effect at 5), rank 1 asks to leave after 8 (from
+        10). Every landed mean equals the float64 mean of that iteration's members' gradients,
+        and members_of tells each the same members."""
+        rng = np.random.default_rng(11)
+        steps = 14
+        grads = [[[rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
+                  for _ in range(3)] for _ in range(steps + 1)]
+        with Phubd(3) as phubd:
+            weights = [[np.zeros(e, np.float32) for _, e in SIZES] for _ in range(3)]
+            clients = [None] * 3
+
+            def connect(rank):
+                clients[rank] = phub.connect(SIZES, weights[rank], address=phubd.address,
+                                             rank=rank, world_size=3, min_workers=1,
+                                             start_workers=2, optimizer={"kind": "average"})
+                clients[rank].init()
+
+            run_ranks(2, phubd.address, connect)
+            means, told = {}, {}
+
+            def iterate(it, ranks):
+                def body(k):
+                    rank = ranks[k]
+                    m = clients[rank].members_of(it)
+                    if not m["member"]:
+                        return None
+                    for t in range(len(SIZES)):
+                        clients[rank].push(t, grads[it][rank][t])
+                    clients[rank].wait_all()
+                    told.setdefault(it, {})[rank] = m
+                    means.setdefault(it, {})[rank] = [w.copy() for w in weights[rank]]
+                    return rank
+                return [r for r in run_ranks(len(ranks), phubd.address, body) if r is not None]
+
+            pushed = {}
+            for it in range(1, 4):
+                pushed[it] = iterate(it, [0, 1])
+            joiner = threading.Thread(target=connect, args=(2,))
+            joiner.start()
+            deadline = time.monotonic() + 30
+            while clients[0].members_of(5)["world"] != 3:
+                self.assertLess(time.monotonic(), deadline, "the join was not announced")
+                time.sleep(0.005)
+            pushed[4] = iterate(4, [0, 1])
+            joiner.join(timeout=30)
+            self.assertEqual(clients[2].resume_iteration, 4)
+            for it in range(5, 9):
+                pushed[it] = iterate(it, [0, 1, 2])
+            clients[1].request_leave()
+            while clients[0].members_of(10)["world"] != 2:
+                self.assertLess(time.monotonic(), deadline + 30, "the leave was not announced")
+                time.sleep(0.005)
+            for it in range(9, steps + 1):
+                pushed[it] = iterate(it, [0, 1, 2])
+            self.assertFalse(clients[1].members_of(10)["member"])
+            for c in clients:
+                c.close()
+        self.assertEqual([len(pushed[it]) for it in range(1, steps + 1)],
+                         [2, 2, 2, 2, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2])
+        for it in range(1, steps + 1):
+            ranks = sorted(pushed[it])
+            places = sorted(told[it][r]["index"] for r in ranks)
+            self.assertEqual(places, list(range(len(ranks))), f"iteration {it}")
+            for r in ranks:
+                self.assertEqual(told[it][r]["world"], len(ranks))
+            for t in range(len(SIZES)):
+                reference = np.mean([grads[it][r][t].astype(np.float64) for r in ranks], axis=0)
+                for r in ranks:
+                    np.testing.assert_allclose(means[it][r][t], reference, rtol=1e-6, atol=1e-7,
+                                               err_msg=f"iteration {it} tensor {t} rank {r}")
+
+
 class SharedPboxTest(unittest.TestCase):
     def test_two_named_jobs_at_once_each_get_their_own_mean(self):
         # Jobs "a" (2 ranks) and "b" (3 ranks) through one phubd at once, summation mode: each

@@ -24,7 +24,8 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
             rank: Optional[int] = None, world_size: Optional[int] = None,
             token: Optional[str] = None, optimizer: Optional[dict] = None,
             connect_timeout_ms: int = 30000, rdma_device: str = "",
-            job: Optional[str] = None, per_iteration_values: bool = False) -> PsClient:
+            job: Optional[str] = None, per_iteration_values: bool = False,
+            min_workers: int = 0, start_workers: int = 0) -> PsClient:
     """Joins phubd's job as `rank` of `world_size` (from torchrun's environment when not given;
     phubd's address from PHUB_ADDRESS). Blocks until every worker has joined, at most
     connect_timeout_ms for phubd to answer, then phubd's own --form-timeout-ms.
@@ -35,6 +36,9 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
     name on a shared phubd (default: PHUB_JOB, torchrun's run id, SLURM_JOB_ID, else "").
     per_iteration_values: the hyper-parameters may change every iteration (a schedule): call
     client.step_with({"lr": ...}) before each iteration's first push; needs optimizer.
+    min_workers > 0: an elastic job (docs/operations.md "Elastic jobs") of min_workers to
+    world_size workers that ranks 0..start_workers-1 start; a later connect joins it running,
+    and client.members_of(t) says each iteration's members and this rank's place among them.
     """
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
@@ -42,7 +46,8 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
                     [(str(n), int(e)) for n, e in tensors], list(weights), token=launch.token,
                     optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
                     rdma_device=rdma_device, job=launch.job,
-                    per_iteration_values=per_iteration_values)
+                    per_iteration_values=per_iteration_values, min_workers=min_workers,
+                    start_workers=start_workers)
 
 
 def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[int], device: int,
