@@ -33,7 +33,7 @@ from benchlib import BenchError, outdir, tables  # noqa: E402
 from benchlib.cli import parse_list, parser  # noqa: E402
 from benchlib.log import log  # noqa: E402
 from benchlib.procs import kill_children, start, wait_all, wait_port_file  # noqa: E402
-from run_elastic import wait_step  # noqa: E402
+from run_elastic import find_binaries, wait_step  # noqa: E402
 
 TRAIN_IMAGES = 60000
 
@@ -86,8 +86,7 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "elastic_accuracy"))
     a = p.parse_args()
-    a.worker = os.path.join(a.build, "worker", "phub-worker")
-    a.phubd = os.path.join(a.build, "phub", "server", "phubd")
+    find_binaries(a)
     run_dir = outdir.with_raw(a.out)
     rows = []
     try:

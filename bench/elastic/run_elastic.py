@@ -53,6 +53,15 @@ STEP = re.compile(r"^\[(\d+):(\d+):(\d+)\.(\d+)\].*step (\d+)/")
 HELD = re.compile(r"from iteration (\d+) the job has .*the cores were held ([\d.]+) ms")
 
 
+def find_binaries(a):
+    """a.worker and a.phubd from a.build (both drivers of this folder), or SystemExit."""
+    a.worker = os.path.join(a.build, "worker", "phub-worker")
+    a.phubd = os.path.join(a.build, "phub", "server", "phubd")
+    for b in (a.worker, a.phubd):
+        if not os.access(b, os.X_OK):
+            raise SystemExit(f"{b} missing: run deploy/build.sh first")
+
+
 def worker_argv(a, extra):
     return [a.worker, "--model", a.model, "--batch", str(a.batch), "--iters", str(a.iters),
             "--warmup", "0", "--lr", "0.01", "--optimizer", "momentum", "--log-every", "1",
@@ -223,8 +232,7 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "results", "elastic"))
     a = p.parse_args()
-    a.worker = os.path.join(a.build, "worker", "phub-worker")
-    a.phubd = os.path.join(a.build, "phub", "server", "phubd")
+    find_binaries(a)
     topologies = parse_list(a.topologies, str)
     if any(t != "loopback" for t in topologies) and nets.rack_problem():
         raise SystemExit("run_elastic.py: " + nets.rack_problem())

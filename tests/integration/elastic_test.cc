@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "phub/server/checkpoint/checkpoint_file.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/reference/optimizer_reference.h"
@@ -436,6 +437,94 @@ TEST(ElasticTest, BelowTheMinimumTheJobWaitsForAJoinInTheFreedSlot) {
   ExpectNear(w[0], reference, "rank 0");
   ExpectNear(w[1], reference, "the worker that joined");
   for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
+}
+
+// Checkpoints and resumes: a join while phubd checkpoints every iteration, then phubd restarted
+// on the checkpoint of iteration 8 with ranks 0 and 1, one of which asks to leave at once while
+// rank 2 joins again. The weights through the restart follow the reference over each
+// iteration's pushers (the optimizer's state came back with the checkpoint).
+TEST(ElasticTest, AJoinDuringCheckpointsAndALeaveRightAfterAResume) {
+  TempDir dir;
+  const std::string ckpt = dir.File("ckpt");
+  Record record;
+  const auto lockstep = [&record](std::vector<InProcessWorker*> members, std::uint64_t it) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(members.size());
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      threads.emplace_back([&, k] {
+        const IterationMembers m = members[k]->client->MembersOf(it);
+        if (!m.member) return;
+        results[k] = RunIteration(*members[k], it, kSeed);
+        if (results[k].ok()) record.Pushed(it, members[k]->client->rank(), m);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Status& r : results) EXPECT_TRUE(r.ok()) << "iteration " << it << ": " << r;
+  };
+  {
+    RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
+                                          "--checkpoint-dir", ckpt, "--checkpoint-every", "1"});
+    const client::PsClientOptions options = Elastic(phubd, 1, 2);
+    auto w = ConnectWorkers(options, 3, {0, 1}, TestTensors(kSizes), kSeed);
+    w.emplace_back();
+    for (int k = 0; k < 2; ++k) ASSERT_TRUE(w[k].status.ok()) << w[k].status;
+    std::vector<std::thread> inits;
+    for (int k = 0; k < 2; ++k) inits.emplace_back([&, k] { EXPECT_TRUE(w[k].client->Init().ok()); });
+    for (auto& t : inits) t.join();
+    for (std::uint64_t it = 1; it <= 4; ++it) lockstep({&w[0], &w[1]}, it);
+    std::thread joiner([&] {
+      Connect(w[2], options, 2, 3);
+      if (w[2].status.ok()) w[2].status = w[2].client->Init();
+    });
+    ASSERT_TRUE(AwaitWorld(*w[0].client, 6, 3));
+    lockstep({&w[0], &w[1]}, 5);
+    joiner.join();
+    ASSERT_TRUE(w[2].status.ok()) << w[2].status;
+    for (std::uint64_t it = 6; it <= 8; ++it) lockstep({&w[0], &w[1], &w[2]}, it);
+    StatusOr<server::LoadedCheckpoint> loaded;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          loaded = server::LoadNewestCheckpoint(ckpt);
+          return loaded.ok() && loaded->snapshot.chunks[0].iteration == 8;
+        },
+        std::chrono::milliseconds(20000)))
+        << (loaded.ok() ? "no checkpoint of iteration 8" : loaded.status().ToString());
+    for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
+  }
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256", "--resume", ckpt});
+  const client::PsClientOptions options = Elastic(phubd, 1, 2);
+  auto w = ConnectWorkers(options, 3, {0, 1}, TestTensors(kSizes), kSeed);
+  w.emplace_back();
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(w[k].status.ok()) << w[k].status;
+  std::vector<std::thread> inits;
+  for (int k = 0; k < 2; ++k) inits.emplace_back([&, k] { EXPECT_TRUE(w[k].client->Init().ok()); });
+  for (auto& t : inits) t.join();
+  EXPECT_EQ(w[0].client->resume_iteration(), 8u);
+  ASSERT_TRUE(w[1].client->RequestLeave().ok());  // at once after the resume
+  std::thread joiner([&] {
+    Connect(w[2], options, 2, 3);
+    if (w[2].status.ok()) w[2].status = w[2].client->Init();
+  });
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return !w[1].client->MembersOf(10).member && w[0].client->MembersOf(10).world == 2;
+      },
+      std::chrono::milliseconds(20000)))
+      << "the leave and the join were not both announced";
+  lockstep({&w[0], &w[1]}, 9);
+  joiner.join();
+  ASSERT_TRUE(w[2].status.ok()) << w[2].status;
+  EXPECT_EQ(w[2].client->resume_iteration(), 9u);
+  EXPECT_TRUE(w[1].client->Close().ok());
+  for (std::uint64_t it = 10; it <= 14; ++it) lockstep({&w[0], &w[2]}, it);
+  const std::vector<std::size_t> expected = {2, 2, 2, 2, 2, 3, 3, 3, 2, 2, 2, 2, 2, 2};
+  for (std::uint64_t it = 1; it <= 14; ++it) {
+    ASSERT_EQ(record.pushed.at(it).size(), expected[it - 1]) << "iteration " << it;
+  }
+  EXPECT_EQ(record.pushed.at(10), (std::set<std::uint32_t>{0, 2}));
+  ExpectNear(w[0], Reference(record, 14), "rank 0");
+  ExpectNear(w[2], Reference(record, 14), "rank 2");
+  for (int k : {0, 2}) EXPECT_TRUE(w[k].client->Close().ok());
 }
 
 }  // namespace

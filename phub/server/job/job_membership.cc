@@ -106,6 +106,23 @@ void Job::ElasticJoin(const SessionPtr& session, const proto::Hello& hello) {
   }
   SendWelcome(session, /*resumed=*/true, 0);
   host_.sessions.ReadNext(session);
+  // A joiner that never attaches must not hold its slot (nor the next change) for good.
+  const int attach_ms = deadlines().attach_timeout_ms;
+  session->deadline.expires_after(std::chrono::milliseconds(attach_ms));
+  session->deadline.async_wait([this, rank, attach_ms, weak = std::weak_ptr<Session>(session),
+                                alive = alive_](const boost::system::error_code& ec) {
+    SessionPtr joiner = weak.lock();
+    if (!*alive || ec || !joiner || members_[rank] != joiner || !Has(elastic_.joiners, rank) ||
+        Has(elastic_.joining, rank)) {
+      return;
+    }
+    Refuse(joiner, MakeError(proto::Error::TIMEOUT,
+                             absl::StrCat("rank ", rank, " did not attach to every core of ",
+                                          log_name_, " within ", attach_ms,
+                                          " ms of its Welcome (--attach-timeout-ms)"),
+                             "check that the worker reaches phubd's data ports; then start it "
+                             "again"));
+  });
   spdlog::info("{}: a worker from {} joins as rank {}{}; it becomes a member at the next "
                "iteration boundary once attached",
                log_name_, session->peer, rank,
@@ -229,6 +246,7 @@ void Job::FinishChange() {
                                .count();
   spdlog::info("{}: {} (the cores were held {:.2f} ms for it)", log_name_, text, frozen_ms);
   Notify(text);
+  elastic_.joining.clear();  // applied: no joiner is in a change in progress now
   elastic_.frozen = below;
   CheckMinimum();
   if (elastic_.again) {
@@ -273,8 +291,9 @@ void Job::ElasticLoss(std::uint32_t rank, const std::string& why) {
   Remove(elastic_.leavers, rank);
   const std::string text = absl::StrCat(
       "rank ", rank, " was lost (", why, ")",
-      was_member ? absl::StrCat("; the others go on without it (", elastic_.members.size(),
-                                " members), no wait")
+      was_member ? absl::StrCat("; the others go on without it, no wait (",
+                                elastic_.members.size(),
+                                elastic_.members.size() == 1 ? " member)" : " members)")
                  : " before it had joined");
   spdlog::warn("{}: {}", log_name_, text);
   Notify(text);
