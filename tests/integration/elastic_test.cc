@@ -18,6 +18,7 @@
 #include "phub/server/checkpoint/checkpoint_file.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
+#include "tests/support/forged_client.h"
 #include "tests/reference/optimizer_reference.h"
 
 namespace phub::testing {
@@ -525,6 +526,94 @@ TEST(ElasticTest, AJoinDuringCheckpointsAndALeaveRightAfterAResume) {
   ExpectNear(w[0], Reference(record, 14), "rank 0");
   ExpectNear(w[2], Reference(record, 14), "rank 2");
   for (int k : {0, 2}) EXPECT_TRUE(w[k].client->Close().ok());
+}
+
+// What phubd refuses of an elastic job, the others going on: a joiner that never attaches (its
+// slot is freed after --attach-timeout-ms), a Hello past the most workers, and a MembershipAck
+// in a fixed job.
+TEST(ElasticTest, ASilentJoinerAHelloPastTheMaximumAndAnAckInAFixedJobAreRefused) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--attach-timeout-ms", "500"});
+  const client::PsClientOptions options = Elastic(phubd, 2, 2);
+  auto w = ConnectWorkers(options, 3, {0, 1}, TestTensors(kSizes), kSeed);
+  for (auto& worker : w) ASSERT_TRUE(worker.status.ok()) << worker.status;
+  std::vector<std::thread> threads;
+  for (auto& worker : w) threads.emplace_back([&worker] { EXPECT_TRUE(worker.client->Init().ok()); });
+  for (auto& t : threads) t.join();
+  const auto forged_hello = [&](std::uint32_t rank, std::uint32_t world, std::uint32_t min) {
+    proto::Hello hello = MakeHello(rank, world, TestTensors(kSizes));
+    hello.set_min_workers(min);
+    hello.set_start_workers(min);
+    proto::OptimizerSpec& o = *hello.mutable_optimizer();
+    o.set_kind("momentum");
+    o.set_lr(kLr);
+    o.set_momentum(kMomentum);
+    return hello;
+  };
+  RawSocket silent = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(silent.SendMessage(Wrap(forged_hello(2, 3, 2))));
+  proto::ControlMessage reply;
+  ASSERT_EQ(silent.ReadMessage(reply, Millis(5000)), RawSocket::Read::kOk);
+  while (reply.has_heartbeat()) ASSERT_EQ(silent.ReadMessage(reply, Millis(5000)), RawSocket::Read::kOk);
+  ASSERT_TRUE(reply.has_welcome()) << reply.DebugString();
+  EXPECT_TRUE(reply.welcome().joining());
+  EXPECT_EQ(reply.welcome().rank(), 2u);
+  // Every slot is held now: one more is refused, naming the maximum.
+  RawSocket extra = RawSocket::Connect(phubd.port);
+  ASSERT_TRUE(extra.SendMessage(Wrap(forged_hello(0, 3, 2))));
+  ASSERT_EQ(extra.ReadMessage(reply, Millis(5000)), RawSocket::Read::kOk);
+  while (reply.has_heartbeat()) ASSERT_EQ(extra.ReadMessage(reply, Millis(5000)), RawSocket::Read::kOk);
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_THAT(reply.error().message(), HasSubstr("has its most workers already (3"));
+  // The others train on meanwhile; the silent joiner is refused once its attach time is up.
+  Record record;
+  for (std::uint64_t it = 1; it <= 4; ++it) {
+    std::vector<std::thread> step;
+    for (auto& worker : w) step.emplace_back([&, it] { EXPECT_TRUE(RunIteration(worker, it, kSeed).ok()); });
+    for (auto& t : step) t.join();
+  }
+  bool refused = false;
+  for (int i = 0; i < 50 && !refused; ++i) {
+    const RawSocket::Read r = silent.ReadMessage(reply, Millis(200));
+    if (r == RawSocket::Read::kOk && reply.has_error()) refused = true;
+    if (r == RawSocket::Read::kClosed) break;
+  }
+  ASSERT_TRUE(refused) << "the joiner that never attached was not refused";
+  EXPECT_EQ(reply.error().code(), proto::Error::TIMEOUT);
+  EXPECT_THAT(reply.error().message(), HasSubstr("--attach-timeout-ms"));
+  // Its slot is free again: a real worker joins in it and the job grows.
+  InProcessWorker joiner;
+  Connect(joiner, options, 2, 3);
+  ASSERT_TRUE(joiner.status.ok()) << joiner.status;
+  std::thread init([&] { EXPECT_TRUE(joiner.client->Init().ok()); });
+  EXPECT_TRUE(AwaitWorld(*w[0].client, 6, 3));
+  {
+    std::vector<std::thread> step;
+    for (auto& worker : w) step.emplace_back([&] { EXPECT_TRUE(RunIteration(worker, 5, kSeed).ok()); });
+    for (auto& t : step) t.join();
+  }
+  init.join();
+  EXPECT_EQ(joiner.client->resume_iteration(), 5u);
+  for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
+  EXPECT_TRUE(joiner.client->Close().ok());
+
+  // A fixed job's member may not acknowledge memberships.
+  RawSocket fixed = RawSocket::Connect(phubd.port);
+  proto::Hello hello = forged_hello(0, 1, 0);
+  hello.set_job("fixed");
+  ASSERT_TRUE(fixed.SendMessage(Wrap(hello)));
+  do {
+    ASSERT_EQ(fixed.ReadMessage(reply, Millis(5000)), RawSocket::Read::kOk);
+  } while (reply.has_heartbeat());
+  ASSERT_TRUE(reply.has_welcome());
+  proto::ControlMessage ack;
+  ack.mutable_membership_ack()->set_from_iteration(3);
+  ASSERT_TRUE(fixed.SendMessage(ack));
+  do {
+    ASSERT_EQ(fixed.ReadMessage(reply, Millis(5000)), RawSocket::Read::kOk);
+  } while (reply.has_heartbeat());
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_THAT(reply.error().message(), HasSubstr("which is not elastic"));
 }
 
 }  // namespace
