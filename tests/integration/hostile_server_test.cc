@@ -243,5 +243,55 @@ TEST(HostileServerControl, CorrectWeightsOfEveryChunkCompleteInitWithExactlyThos
   EXPECT_EQ(client.thread.weights(), ExpectedWeights(sent));
 }
 
+// A Membership no phubd would send (elastic jobs: ps_client_membership.cc's one check) fails
+// the client's waiting call, naming what is wrong, and is not kept.
+TEST(HostileServerControl, AMembershipNoPhubdWouldSendFailsInitNamingIt) {
+  struct Attack {
+    std::string name;
+    bool elastic;
+    std::uint64_t from;
+    std::vector<std::uint32_t> ranks;
+    std::string reason;
+  };
+  const std::vector<Attack> attacks = {
+      {"InAFixedJob", false, 3, {0, 1}, "this worker's fixed job cannot have"},
+      {"FromIterationZero", true, 0, {0, 1}, "starts at iteration 0"},
+      {"RanksNotAscending", true, 3, {1, 0}, "lists ranks out of range or not ascending"},
+      {"RankPastTheMaximum", true, 3, {0, 5}, "lists ranks out of range or not ascending"},
+      {"MoreMembersThanSlots", true, 3, {0, 1, 2}, "lists 3 members (the job has at most 2)"},
+      {"NoMembers", true, 3, {}, "lists 0 members"},
+  };
+  for (const Attack& attack : attacks) {
+    SCOPED_TRACE(attack.name);
+    ForgedPhubd phubd(HostileJob());
+    ASSERT_TRUE(phubd.listening());
+    client::PsClientOptions options = HostileClient::Options(phubd.port());
+    if (attack.elastic) options.min_workers = 1;
+    PsClientThread thread(options, {kRank, kWorld}, kModel, ExpectedWeights({}),
+                          [&phubd] { phubd.CloseAll(); });
+    PsClientThread::Call connect = thread.Connect();
+    PsClientThread::Call init = thread.Run([](client::PsClient& c) { return c.Init(); });
+    PsClientThread::Call close = thread.Destroy();
+    proto::Welcome welcome = phubd.MakeWelcome();
+    if (attack.elastic) {
+      welcome.set_rank(kRank);
+      proto::Membership& m = *welcome.mutable_membership();
+      m.set_from_iteration(1);
+      m.add_ranks(0);
+      m.add_ranks(1);
+    }
+    ASSERT_TRUE(phubd.Handshake(welcome));
+    proto::ControlMessage message;
+    message.mutable_membership()->set_from_iteration(attack.from);
+    for (std::uint32_t r : attack.ranks) message.mutable_membership()->add_ranks(r);
+    ASSERT_TRUE(phubd.Reply(message));
+    ASSERT_TRUE(PsClientThread::Done(init, kStep)) << "Init still blocked 5 s after the Membership";
+    ASSERT_TRUE(connect.get().ok()) << connect.get();
+    EXPECT_FALSE(init.get().ok());
+    EXPECT_THAT(std::string(init.get().message()), HasSubstr(attack.reason));
+    ASSERT_TRUE(PsClientThread::Done(close, kStep)) << "PsClient did not close within 5 s";
+  }
+}
+
 }  // namespace
 }  // namespace phub::testing
