@@ -4,7 +4,9 @@
 # the end through sbatch --wait. Checked: both exit 0; within each job every rank ends with the
 # same weights (bitwise); the PS and the ring end with the same weights within float32 rounding
 # (two mechanisms, one result); phubd aggregated every chunk of every step and exited with the
-# job (--one-job). NCCL needs a GPU per rank: its variant is not run here (said so).
+# job (--one-job). An elastic PS job (PHUB_MAX_WORKERS): a job step added with srun --jobid joins
+# it running and leaves on scancel --signal=TERM, the job's workers training to the end. NCCL
+# needs a GPU per rank: its variant is not run here (said so).
 # Usage: slurm_test.sh PHUBD PHUB_WORKER. Exit 77 (skipped) where a cluster cannot start.
 set -euo pipefail
 phubd=$(realpath "$1")
@@ -51,6 +53,48 @@ chunks=$(grep -oP "job '[0-9]+' started: .*?, \K[0-9]+(?= chunks)" "$dir/out/ps.
 grep -qP "job '[0-9]+' ended: $((chunks * steps)) chunk aggregations" "$dir/out/ps.log" ||
   { echo "FAIL: phubd did not log $((chunks * steps)) aggregations ($chunks chunks x $steps steps)"; exit 1; }
 grep -q "phubd stopped" "$dir/out/ps.log" || { echo "FAIL: phubd did not exit with the job"; exit 1; }
+
+# An elastic PS job (PHUB_MAX_WORKERS): 2 workers start it; a job step added from outside
+# (srun --jobid) joins it running; scancel --signal=TERM of that step makes its worker leave at
+# an iteration boundary (exit 0); the job's own workers train to the end.
+echo "== sbatch elastic ps job, a step added, then TERMed"
+port=$(free_port)
+elastic=(--model fashion-cnn --batch 8 --warmup 0 --iters 150 --log-every 1 --min-workers 1
+         --max-workers 3 --start-workers 2 --reconnect-timeout-ms 0)
+# Submitted from $dir: the job's token file is $dir/.phub-token-JOB (SLURM_SUBMIT_DIR).
+job=$(cd "$dir" && PHUB_COMM=ps PHUBD=$phubd PHUB_WORKER=$worker PHUB_PORT=$port \
+  PHUB_MAX_WORKERS=3 PHUBD_ARGS="--cores 2 --no-pin" sbatch --parsable --ntasks=2 --overcommit \
+  --job-name=phub-elastic --output="$dir/out/elastic.log" "$repo/deploy/slurm/phub.sbatch" \
+  "${elastic[@]}")
+job=${job%%;*}
+deadline=$((SECONDS + 120))
+until grep -q 'step 20/' "$dir/out/elastic.log" 2>/dev/null; do
+  ((SECONDS < deadline)) || { sed 's/^/   | /' "$dir/out/elastic.log"; echo "FAIL: the elastic job did not train"; exit 1; }
+  sleep 0.2
+done
+timeout 200 srun --jobid="$job" --overlap --ntasks=1 "$worker" --comm ps --ps "127.0.0.1:$port" \
+  --token-file "$dir/.phub-token-$job" --rank 2 "${elastic[@]}" >"$dir/out/added.log" 2>&1 &
+added=$!
+deadline=$((SECONDS + 120))
+until grep -q 'step [0-9]*/' "$dir/out/added.log" 2>/dev/null; do
+  ((SECONDS < deadline)) || { cat "$dir/out/added.log"; echo "FAIL: the added step did not join"; exit 1; }
+  sleep 0.2
+done
+scancel --signal=TERM "$job.2"
+wait "$added" || { cat "$dir/out/added.log"; echo "FAIL: the added step did not exit 0 on TERM"; exit 1; }
+grep -q "leaves the job after iteration" "$dir/out/added.log" ||
+  { cat "$dir/out/added.log"; echo "FAIL: the added step did not leave at a boundary"; exit 1; }
+deadline=$((SECONDS + 200))
+while squeue -h -j "$job" 2>/dev/null | grep -q .; do
+  ((SECONDS < deadline)) || { echo "FAIL: the elastic job did not end"; exit 1; }
+  sleep 0.5
+done
+sed 's/^/   | /' "$dir/out/elastic.log" | grep -E "joined|leaving|started|ended|error" || true
+grep -q "joined: 2" "$dir/out/elastic.log" || { echo "FAIL: phubd did not log rank 2 joining"; exit 1; }
+grep -q "leaving after iteration" "$dir/out/elastic.log" || { echo "FAIL: phubd did not log the leave"; exit 1; }
+[[ $(grep -c "step 150/" "$dir/out/elastic.log") == 2 ]] ||
+  { echo "FAIL: the job's 2 workers did not both train 150 iterations"; exit 1; }
+echo "   elastic: a step joined and left by TERM; the job's workers trained all 150 iterations"
 
 run_job ring ring
 python3 - "$dir/out/ps-0.bin" "$dir/out/ring-0.bin" <<'PY'
