@@ -38,7 +38,7 @@ void ControlPlane::AddMetrics(metrics::Registry& registry) {
           [](const Job& job) { return job.running() ? 1.0 : 0.0; });
   per_job("phub_job_stalled", "1 while the job is stalled (it cannot go on and is ending).",
           [](const Job& job) { return job.running() && job.stalled() ? 1.0 : 0.0; });
-  per_job("phub_job_world_size", "Workers of the job.",
+  per_job("phub_job_world_size", "Workers of the job (an elastic job: the most it may have).",
           [](const Job& job) { return static_cast<double>(job.world_size()); });
   per_job("phub_job_model_bytes", "Bytes of the running job's model, float32 (0 while forming).",
           [](const Job& job) { return static_cast<double>(job.model_bytes()); });
