@@ -185,6 +185,32 @@ void ShardInputs(const fs::path& dir) {
   w.Message(1, Op::kAttach, 1, kCore, 0, {});
   w.Message(2, Op::kAttach, 0, kCore, 0, {});  // a second rank 0
   Write(dir, "worker_lost_and_back", w.bytes());
+
+  // An elastic job: both train an iteration; rank 1 is dropped, rank 0 pushes alone; rank 1's
+  // slot is given to a joiner that attaches and becomes a member from the frozen iteration + 2.
+  const std::uint8_t elastic = 64;
+  ShardInputWriter e(elastic);
+  e.Message(0, Op::kAttach, 0, kCore, 0, {});
+  e.Message(1, Op::kAttach, 1, kCore, 0, {});
+  for (std::uint32_t id : job->table.chunks_on_core(kCore)) {
+    e.Message(0, Op::kInit, 0, id, 0, Floats(job->table.chunks()[id].elements, 1.0f));
+  }
+  for (std::uint32_t id : job->table.chunks_on_core(kCore)) {
+    for (std::uint32_t rank = 0; rank < kWorld; ++rank) {
+      e.Message(rank, Op::kPush, rank, id, 1, Floats(job->table.chunks()[id].elements, 0.5f));
+    }
+  }
+  e.CompleteSends(0, 8);
+  e.MembershipStep(3 | 1 << 7);  // drop rank 1
+  for (std::uint32_t id : job->table.chunks_on_core(kCore)) {
+    e.Message(0, Op::kPush, 0, id, 2, Floats(job->table.chunks()[id].elements, 0.25f));
+  }
+  e.CompleteSends(0, 8);
+  e.MembershipStep(2 | 1 << 7);  // rank 1's slot: a joiner
+  e.Reconnect(1);
+  e.Message(1, Op::kAttach, 1, kCore, 0, {});
+  e.MembershipStep(1 | 4 | 8);  // ranks 0 and 1 from the frozen iteration + 2
+  Write(dir, "elastic_drop_and_join", e.bytes());
 }
 
 // Small whole checkpoint files (chunks of 2 floats): each optimizer's state arrays, with and

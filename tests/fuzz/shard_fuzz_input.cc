@@ -30,6 +30,11 @@ std::shared_ptr<const server::JobSpec> MakeShardFuzzJob(std::uint8_t flags) {
       break;
   }
   job->keep_previous = (flags & 32) != 0;
+  // Bit 6: an elastic job of both ranks (its membership changed by the steps, as phubd would).
+  if (flags & 64) {
+    job->elastic = true;
+    job->initial_members = {0, 1};
+  }
   if (flags & 4) {
     job->initial_weights.resize(job->table.total_elements());
     for (std::size_t i = 0; i < job->initial_weights.size(); ++i) {

@@ -2,8 +2,8 @@
 // fuzz_seed_writer.cc writes seeds in it (a real ATTACH, INIT, PUSH sequence).
 //
 // Input: byte 0 = flags (bits 0-1 the optimizer, bit 2: phubd loaded initial weights, bits 3-4
-// the wire: fp32, bf16 or fp16 pushes, bf16 both ways; bit 5: previous weights kept), then
-// steps. A step is an action byte, (connection << 4) | what, with what:
+// the wire: fp32, bf16 or fp16 pushes, bf16 both ways; bit 5: previous weights kept; bit 6: an
+// elastic job), then steps. A step is an action byte, (connection << 4) | what, with what:
 //   0-3  the peer's next bytes on that connection: the payload it still owes, if any; else a
 //        header (below), then — when it has a payload — one byte whose bit 0 says whether the
 //        payload comes now (1) or later (0), then the payload (zero-filled past the input's end)
@@ -12,6 +12,11 @@
 //   5    one byte n: up to (n & 7) + 1 of the connection's queued sends complete
 //   6    the peer closes the connection
 //   7    a closed connection is replaced by a fresh one (a reconnecting worker), at most 8 times
+// In an elastic job an action byte with bit 3 set is a membership step instead, as phubd's
+// control plane makes them (job_membership.cc), from one more byte b: b % 4 = 0 freezes the
+// shard; 1 changes the members from the frozen iteration + 2 to the ranks of bits 2-3 of b (at
+// least one), making joiners of those ranks that ExpectJoin admitted; 2 admits rank b >> 7 as a
+// joiner (ExpectJoin); 3 drops rank b >> 7.
 // A header is a mode byte: below 6, the 32 raw bytes follow; otherwise op, worker, chunk,
 // iteration, size and damage bytes, each mapped towards valid values (shard_fuzzer.cc,
 // NextHeader), the damage byte below 4 flipping bits of one byte of the encoded header.
@@ -63,6 +68,11 @@ class ShardInputWriter {
   void CompleteSends(std::size_t connection, std::uint8_t n);
   void PeerCloses(std::size_t connection);
   void Reconnect(std::size_t connection);
+  // Elastic jobs: a membership step, `b` as the format above says.
+  void MembershipStep(std::uint8_t b) {
+    Put(8);
+    Put(b);
+  }
 
   const std::string& bytes() const { return bytes_; }
 

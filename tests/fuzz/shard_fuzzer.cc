@@ -78,6 +78,7 @@ class Harness {
 
   void Step(Input& in) {
     const std::uint8_t action = in.Byte();
+    if (job_->elastic && (action & 8)) return Membership(in.Byte());
     Link& link = links_[((action >> 4) & 3) % kConnections];
     switch (const std::uint8_t what = action & 7) {
       case kCompleteSends:
@@ -121,6 +122,40 @@ class Harness {
   }
 
  private:
+  // A membership step (shard_fuzz_input.h), only in the orders phubd's control plane makes them.
+  void Membership(std::uint8_t b) {
+    const auto rank = static_cast<std::uint32_t>(b >> 7);
+    switch (b % 4) {
+      case 0:
+        frozen_ = shard_.Freeze();
+        break;
+      case 1: {
+        if (!frozen_) frozen_ = shard_.Freeze();
+        std::vector<std::uint32_t> ranks, joiners;
+        for (std::uint32_t r = 0; r < kWorld; ++r) {
+          if (b & (4u << r)) ranks.push_back(r);
+        }
+        if (ranks.empty()) ranks.push_back(0);
+        for (std::uint32_t r : ranks) {
+          if (joining_[r]) joiners.push_back(r);
+        }
+        const bool below = (b & 16) != 0;  // fewer than the job's minimum: stays frozen
+        shard_.ChangeMembership(*frozen_ + 2, ranks, joiners, below);
+        for (std::uint32_t r : joiners) joining_[r] = false;
+        if (!below) frozen_.reset();
+        break;
+      }
+      case 2:
+        shard_.ExpectJoin(rank);
+        joining_[rank] = true;
+        break;
+      case 3:
+        shard_.Drop(rank);
+        joining_[rank] = false;
+        break;
+    }
+  }
+
   void Connect(std::size_t i) {
     auto connection = std::make_shared<FakeConnection>(&shard_, absl::StrCat("fuzz-peer-", i));
     links_[i] = Link{connection, std::nullopt, {}};
@@ -262,6 +297,10 @@ class Harness {
   std::vector<std::shared_ptr<FakeConnection>> adopted_;
   int reconnects_ = 0;
   std::size_t events_ = 0;
+  // Elastic jobs: the iteration of the last Freeze not yet followed by a change, and the ranks
+  // ExpectJoin admitted that no change has made members yet.
+  std::optional<std::uint64_t> frozen_;
+  bool joining_[kWorld] = {};
 };
 
 }  // namespace
