@@ -440,6 +440,23 @@ TEST(ElasticTest, BelowTheMinimumTheJobWaitsForAJoinInTheFreedSlot) {
   for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
 }
 
+// Ranks 0 and 1 connect (they start the job) and take its first weights; `extra` empty
+// workers follow, for the test's joiners.
+std::vector<InProcessWorker> StartPair(const client::PsClientOptions& options, std::uint32_t max,
+                                       std::size_t extra = 0) {
+  auto w = ConnectWorkers(options, max, {0, 1}, TestTensors(kSizes), kSeed);
+  for (auto& worker : w) EXPECT_TRUE(worker.status.ok()) << worker.status;
+  std::vector<std::thread> inits;
+  for (auto& worker : w) {
+    inits.emplace_back([&worker] {
+      if (worker.client) EXPECT_TRUE(worker.client->Init().ok());
+    });
+  }
+  for (auto& t : inits) t.join();
+  w.resize(w.size() + extra);
+  return w;
+}
+
 // Checkpoints and resumes: a join while phubd checkpoints every iteration, then phubd restarted
 // on the checkpoint of iteration 8 with ranks 0 and 1, one of which asks to leave at once while
 // rank 2 joins again. The weights through the restart follow the reference over each
@@ -466,12 +483,8 @@ TEST(ElasticTest, AJoinDuringCheckpointsAndALeaveRightAfterAResume) {
     RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
                                           "--checkpoint-dir", ckpt, "--checkpoint-every", "1"});
     const client::PsClientOptions options = Elastic(phubd, 1, 2);
-    auto w = ConnectWorkers(options, 3, {0, 1}, TestTensors(kSizes), kSeed);
-    w.emplace_back();
-    for (int k = 0; k < 2; ++k) ASSERT_TRUE(w[k].status.ok()) << w[k].status;
-    std::vector<std::thread> inits;
-    for (int k = 0; k < 2; ++k) inits.emplace_back([&, k] { EXPECT_TRUE(w[k].client->Init().ok()); });
-    for (auto& t : inits) t.join();
+    auto w = StartPair(options, 3, 1);
+    ASSERT_TRUE(w[0].client && w[1].client);
     for (std::uint64_t it = 1; it <= 4; ++it) lockstep({&w[0], &w[1]}, it);
     std::thread joiner([&] {
       Connect(w[2], options, 2, 3);
@@ -494,12 +507,8 @@ TEST(ElasticTest, AJoinDuringCheckpointsAndALeaveRightAfterAResume) {
   }
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256", "--resume", ckpt});
   const client::PsClientOptions options = Elastic(phubd, 1, 2);
-  auto w = ConnectWorkers(options, 3, {0, 1}, TestTensors(kSizes), kSeed);
-  w.emplace_back();
-  for (int k = 0; k < 2; ++k) ASSERT_TRUE(w[k].status.ok()) << w[k].status;
-  std::vector<std::thread> inits;
-  for (int k = 0; k < 2; ++k) inits.emplace_back([&, k] { EXPECT_TRUE(w[k].client->Init().ok()); });
-  for (auto& t : inits) t.join();
+  auto w = StartPair(options, 3, 1);
+  ASSERT_TRUE(w[0].client && w[1].client);
   EXPECT_EQ(w[0].client->resume_iteration(), 8u);
   ASSERT_TRUE(w[1].client->RequestLeave().ok());  // at once after the resume
   std::thread joiner([&] {
@@ -535,11 +544,8 @@ TEST(ElasticTest, ASilentJoinerAHelloPastTheMaximumAndAnAckInAFixedJobAreRefused
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--attach-timeout-ms", "500"});
   const client::PsClientOptions options = Elastic(phubd, 2, 2);
-  auto w = ConnectWorkers(options, 3, {0, 1}, TestTensors(kSizes), kSeed);
-  for (auto& worker : w) ASSERT_TRUE(worker.status.ok()) << worker.status;
-  std::vector<std::thread> threads;
-  for (auto& worker : w) threads.emplace_back([&worker] { EXPECT_TRUE(worker.client->Init().ok()); });
-  for (auto& t : threads) t.join();
+  auto w = StartPair(options, 3);
+  ASSERT_TRUE(w[0].client && w[1].client);
   const auto forged_hello = [&](std::uint32_t rank, std::uint32_t world, std::uint32_t min) {
     proto::Hello hello = MakeHello(rank, world, TestTensors(kSizes));
     hello.set_min_workers(min);
