@@ -90,7 +90,11 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   bool weights_from_server() const { return weights_from_server_; }
   std::uint32_t rank() const { return membership_.rank; }
   bool resumed() const { return resumed_; }
-  std::uint64_t resume_iteration() const { return resume_iteration_; }
+  // A joiner's is set by its first Membership on the loop thread (ps_client_membership.cc).
+  std::uint64_t resume_iteration() const {
+    std::lock_guard lock(mu_);
+    return resume_iteration_;
+  }
   std::optional<kernels::StepValues> resume_values() const { return resume_values_; }
   std::uint64_t iteration(std::uint32_t t) const {
     std::lock_guard lock(mu_);
@@ -181,6 +185,8 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   std::vector<std::shared_ptr<transport::SendScheduler>> senders_;
   bool weights_from_server_ = false;
   bool resumed_ = false;                 // the Welcome's: no INIT, weights of resume_iteration_
+  // Written on the loop thread (Handshake before it starts, a joiner's first Membership under
+  // mu_); read there, and elsewhere under mu_ (resume_iteration()).
   std::uint64_t resume_iteration_ = 0;
   std::optional<kernels::StepValues> resume_values_;  // the Welcome's (per_iteration_values)
   int liveness_timeout_ms_ = 0;          // phubd's; 0: no heartbeats

@@ -22,8 +22,8 @@ void PsClient::Impl::OnMembership(const proto::Membership& membership) {
   };
   if (!elastic()) return refuse("this worker's fixed job cannot have");
   if (membership.from_iteration() == 0) return refuse("starts at iteration 0");
-  if (membership.ranks_size() == 0 ||
-      static_cast<std::uint32_t>(membership.ranks_size()) > membership_.world_size) {
+  // No ranks: every member leaves after from_iteration - 1 (a whole job asked to leave).
+  if (static_cast<std::uint32_t>(membership.ranks_size()) > membership_.world_size) {
     return refuse(absl::StrCat("lists ", membership.ranks_size(), " members (the job has at most ",
                                membership_.world_size, ")"));
   }

@@ -15,7 +15,8 @@
 // In an elastic job an action byte with bit 3 set is a membership step instead, as phubd's
 // control plane makes them (job_membership.cc), from one more byte b: b % 4 = 0 freezes the
 // shard; 1 changes the members from the frozen iteration + 2 to the ranks of bits 2-3 of b (at
-// least one), making joiners of those ranks that ExpectJoin admitted; 2 admits rank b >> 7 as a
+// least one), making joiners of those ranks that ExpectJoin admitted (bit 4: fewer than the
+// minimum, held at the frozen iteration, or the next with bit 5); 2 admits rank b >> 7 as a
 // joiner (ExpectJoin); 3 drops rank b >> 7.
 // A header is a mode byte: below 6, the 32 raw bytes follow; otherwise op, worker, chunk,
 // iteration, size and damage bytes, each mapped towards valid values (shard_fuzzer.cc,

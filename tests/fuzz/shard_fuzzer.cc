@@ -139,8 +139,10 @@ class Harness {
         for (std::uint32_t r : ranks) {
           if (joining_[r]) joiners.push_back(r);
         }
-        const bool below = (b & 16) != 0;  // fewer than the job's minimum: stays frozen
-        shard_.ChangeMembership(*frozen_ + 2, ranks, joiners, below);
+        // Fewer than the job's minimum: held at the frozen iteration or the next.
+        const bool below = (b & 16) != 0;
+        const std::uint64_t hold_at = below ? *frozen_ + ((b >> 5) & 1) : UINT64_MAX;
+        shard_.ChangeMembership(*frozen_ + 2, ranks, joiners, hold_at);
         for (std::uint32_t r : joiners) joining_[r] = false;
         if (!below) frozen_.reset();
         break;

@@ -259,7 +259,6 @@ TEST(HostileServerControl, AMembershipNoPhubdWouldSendFailsInitNamingIt) {
       {"RanksNotAscending", true, 3, {1, 0}, "lists ranks out of range or not ascending"},
       {"RankPastTheMaximum", true, 3, {0, 5}, "lists ranks out of range or not ascending"},
       {"MoreMembersThanSlots", true, 3, {0, 1, 2}, "lists 3 members (the job has at most 2)"},
-      {"NoMembers", true, 3, {}, "lists 0 members"},
   };
   for (const Attack& attack : attacks) {
     SCOPED_TRACE(attack.name);

@@ -143,7 +143,10 @@ void Job::BeginChange() {
   if (elastic_.joiners_attached) joining = elastic_.joiners;
   next.insert(next.end(), joining.begin(), joining.end());
   std::sort(next.begin(), next.end());
-  if (next.empty() || (joining.empty() && next == elastic_.schedule.Latest().ranks)) return;
+  // No member left and none leaving: nothing to tell (the job ends as its members go). Every
+  // member leaving (a whole job preempted): they are told so, all after the same iteration.
+  if (next.empty() && elastic_.leavers.empty()) return;
+  if (joining.empty() && next == elastic_.schedule.Latest().ranks) return;
 
   // Nobody has begun latest + 2: its weights of latest + 1 do not exist yet, and no chunk
   // completes latest + 1 until the change is applied.
@@ -218,10 +221,24 @@ void Job::FinishChange() {
   elastic_timer_.cancel();
   elastic_.changing = false;
   // A member lost meanwhile is in `next` (the cores excuse it); the next change removes it.
+  // Below the minimum from `from` on, the job holds: nothing from `from` on is summed, and
+  // `from` - 1 only if at least the minimum of its members are still there (members that leave
+  // after it finish it; a loss that leaves it short holds it too, until workers join). A job
+  // every member leaves finishes what is in flight instead: it is ending, nobody would join.
   const bool below = elastic_.next.size() < elastic_.min;
+  std::uint64_t hold_at = UINT64_MAX;
+  if (elastic_.next.empty()) {
+    hold_at = elastic_.from - 1;
+  } else if (below) {
+    std::uint32_t present = 0;
+    if (const MemberSchedule::Entry* last = elastic_.schedule.At(elastic_.from - 1)) {
+      for (std::uint32_t rank : last->ranks) present += members_[rank] ? 1 : 0;
+    }
+    hold_at = present >= elastic_.min ? elastic_.from - 1 : elastic_.from - 2;
+  }
   for (auto& core : host_.cores) {
-    core->RunOnShard(spec_->session, [this, below](Shard& shard) {
-      shard.ChangeMembership(elastic_.from, elastic_.next, elastic_.joining, below);
+    core->RunOnShard(spec_->session, [this, hold_at](Shard& shard) {
+      shard.ChangeMembership(elastic_.from, elastic_.next, elastic_.joining, hold_at);
     });
   }
   elastic_.members.clear();

@@ -166,13 +166,14 @@ class Shard final : public transport::ConnectionHandler {
   // iteration and every chunk still has M + 1 to complete (the joiners' first weights).
   // ChangeMembership: `ranks` are the members from `from_iteration` on; `joiners` (attached,
   // ExpectJoin) get each chunk's weights of from_iteration - 1 as it completes it; unfreezes.
-  // With stay_frozen (fewer members than the job's minimum) the freeze holds until the next
-  // change. ExpectJoin: `rank` may attach (its slot's earlier worker, if any, was dropped). Drop:
+  // `hold_at` (fewer members than the job's minimum): no chunk completes an iteration past it
+  // until the next change; UINT64_MAX: unfrozen. ExpectJoin: `rank` may attach (its slot's earlier worker, if any, was dropped). Drop:
   // `rank` is gone for good: its connection closes, and no chunk waits for its copy any more
   // (the copies it pushed still count); a chunk that waited only for it steps now.
   std::uint64_t Freeze();
   void ChangeMembership(std::uint64_t from_iteration, const std::vector<std::uint32_t>& ranks,
-                        const std::vector<std::uint32_t>& joiners, bool stay_frozen = false);
+                        const std::vector<std::uint32_t>& joiners,
+                        std::uint64_t hold_at = UINT64_MAX);
   void ExpectJoin(std::uint32_t rank);
   void Drop(std::uint32_t rank);
 

@@ -53,7 +53,7 @@ std::uint64_t Shard::Freeze() {
 }
 
 void Shard::ChangeMembership(std::uint64_t from_iteration, const std::vector<std::uint32_t>& ranks,
-                             const std::vector<std::uint32_t>& joiners, bool stay_frozen) {
+                             const std::vector<std::uint32_t>& joiners, std::uint64_t hold_at) {
   AssertOnOwnThread();
   if (!job_->elastic) return;
   schedule_.Change(from_iteration, ranks);
@@ -67,7 +67,7 @@ void Shard::ChangeMembership(std::uint64_t from_iteration, const std::vector<std
     member.start_at = from_iteration - 1;
     member.excused_below = from_iteration;
   }
-  if (!stay_frozen) frozen_at_ = UINT64_MAX;
+  frozen_at_ = hold_at;
   // Entries no chunk will read again.
   std::uint64_t oldest = UINT64_MAX;
   for (const ChunkState& state : chunks_) oldest = std::min(oldest, state.iteration + 1);
