@@ -261,7 +261,8 @@ void Job::OnShardEvent(const ShardEvent& event) {
   if (event.kind == ShardEvent::Kind::kAwaitingValues) return AwaitValues(event.iteration);
   if (event.kind == ShardEvent::Kind::kAllAttached) {
     if (++cores_attached_ < host_.cores.size()) return;
-    if (elastic_.enabled && !elastic_.joiners_attached) {
+    // Events are posted: one may be older than the latest join. Ask every core now.
+    if (elastic_.enabled && !elastic_.joiners_attached && JoinersAttached()) {
       elastic_.joiners_attached = true;
       BeginChange();
     }

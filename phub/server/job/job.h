@@ -212,6 +212,7 @@ class Job : public std::enable_shared_from_this<Job> {
   void ElasticJoin(const SessionPtr& session, const proto::Hello& hello);
   void BeginChange();
   void FinishChange();
+  bool JoinersAttached();  // every core has every member and joiner attached, now
   void ElasticLoss(std::uint32_t rank, const std::string& why);
   void ElasticGoodbye(std::uint32_t rank);
   void DropOnCores(std::uint32_t rank);
@@ -312,6 +313,7 @@ class Job : public std::enable_shared_from_this<Job> {
     bool changing = false, again = false;
     std::uint64_t from = 0;
     std::chrono::steady_clock::time_point frozen_since{};  // the change's Freeze
+    std::uint64_t generation = 0;  // of the change in progress (its ack deadline's)
     std::vector<std::uint32_t> next, joining;
     std::vector<bool> awaiting;
   } elastic_;

@@ -100,7 +100,9 @@ void Job::ElasticJoin(const SessionPtr& session, const proto::Hello& hello) {
   elastic_.joiners.push_back(rank);
   elastic_.joiners_attached = false;
   cores_attached_ = 0;
-  // The cores know before the Welcome goes out, so before the joiner can attach.
+  // The cores know before the Welcome goes out, so before the joiner can attach. Whatever the
+  // slot's earlier worker left there (a connection after its BYE) goes first.
+  DropOnCores(rank);
   for (auto& core : host_.cores) {
     core->RunOnShard(spec_->session, [rank](Shard& shard) { shard.ExpectJoin(rank); });
   }
@@ -127,6 +129,14 @@ void Job::ElasticJoin(const SessionPtr& session, const proto::Hello& hello) {
                "iteration boundary once attached",
                log_name_, session->peer, rank,
                rank == hello.rank() ? "" : absl::StrCat(" (it asked for ", hello.rank(), ")"));
+}
+
+bool Job::JoinersAttached() {
+  bool all = true;
+  for (auto& core : host_.cores) {
+    core->RunOnShard(spec_->session, [&all](Shard& shard) { all = all && shard.EveryoneAttached(); });
+  }
+  return all;
 }
 
 void Job::BeginChange() {
@@ -184,19 +194,27 @@ void Job::BeginChange() {
   const int timeout_ms = deadlines().liveness_timeout_ms > 0 ? deadlines().liveness_timeout_ms
                                                              : 10000;
   elastic_timer_.expires_after(std::chrono::milliseconds(timeout_ms));
-  elastic_timer_.async_wait([this, from, timeout_ms, alive = alive_](const boost::system::error_code& ec) {
-    if (!*alive || ec || !elastic_.changing || elastic_.from != from) return;
-    auto members = members_;
+  const std::uint64_t generation = ++elastic_.generation;
+  elastic_timer_.async_wait([this, from, timeout_ms, generation,
+                             alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec || !elastic_.changing || elastic_.generation != generation) return;
+    // Who is silent now: refusing one may finish this change and begin another (ElasticLoss),
+    // whose members must not be taken for this one's.
+    std::vector<SessionPtr> silent;
     for (std::uint32_t rank = 0; rank < world_size_; ++rank) {
-      if (!elastic_.awaiting[rank] || !members[rank]) continue;
-      Refuse(members[rank],
+      if (elastic_.awaiting[rank] && members_[rank]) silent.push_back(members_[rank]);
+    }
+    for (const SessionPtr& member : silent) {
+      const auto rank = static_cast<std::uint32_t>(member->rank);
+      if (members_[rank] != member) continue;
+      Refuse(member,
              MakeError(proto::Error::PEER_SILENT,
                        absl::StrCat("rank ", rank, " did not acknowledge the membership of ",
                                     log_name_, " from iteration ", from, " within ", timeout_ms,
                                     " ms (--liveness-timeout-ms)"),
                        "restart the worker: it joins the job again"));
     }
-    if (elastic_.changing && elastic_.from == from) FinishChange();
+    if (elastic_.changing && elastic_.generation == generation) FinishChange();
   });
 }
 
@@ -321,13 +339,17 @@ void Job::ElasticLoss(std::uint32_t rank, const std::string& why) {
       FinishChange();
     }
   }
-  if (elastic_.joiners.empty()) elastic_.joiners_attached = true;
+  if (elastic_.joiners.empty() || (!elastic_.joiners_attached && JoinersAttached())) {
+    elastic_.joiners_attached = true;
+  }
   BeginChange();
 }
 
 void Job::ElasticGoodbye(std::uint32_t rank) {
-  // It left through a change (LeaveRequest) if the members no longer have it.
-  const bool announced = !Has(elastic_.members, rank);
+  // It left through a change (LeaveRequest) if neither the members nor the joiners (of the
+  // change in progress too) have it.
+  const bool announced = !Has(elastic_.members, rank) && !Has(elastic_.joiners, rank) &&
+                         !(elastic_.changing && Has(elastic_.joining, rank));
   Remove(elastic_.members, rank);
   Remove(elastic_.joiners, rank);
   Remove(elastic_.leavers, rank);

@@ -171,6 +171,9 @@ class Shard final : public transport::ConnectionHandler {
   // `rank` is gone for good: its connection closes, and no chunk waits for its copy any more
   // (the copies it pushed still count); a chunk that waited only for it steps now.
   std::uint64_t Freeze();
+  // Elastic: every member and joiner is attached here now (the control plane asks each core
+  // before it admits joiners: kAllAttached events may be stale by then).
+  bool EveryoneAttached() const { return all_attached(); }
   void ChangeMembership(std::uint64_t from_iteration, const std::vector<std::uint32_t>& ranks,
                         const std::vector<std::uint32_t>& joiners,
                         std::uint64_t hold_at = UINT64_MAX);
@@ -216,8 +219,9 @@ class Shard final : public transport::ConnectionHandler {
     return !job_->elastic || schedule_.Contains(iteration, rank);
   }
   bool Receives(std::uint64_t iteration, std::uint32_t rank) const {
-    return !job_->elastic || schedule_.Contains(iteration, rank) ||
-           schedule_.Contains(iteration + 1, rank);
+    return !job_->elastic ||
+           (!members_[rank].joining && (schedule_.Contains(iteration, rank) ||
+                                        schedule_.Contains(iteration + 1, rank)));
   }
   void AggregateAll();
   // The slots a chunk's aggregation reads: empty (every one) or a mask by rank.

@@ -174,6 +174,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
       if (job_->elastic) {
         // A member of an elastic job that leaves: no chunk waits for it (what it pushed counts).
         members_[rank].excused_below = UINT64_MAX;
+        members_[rank].joining = false;  // a joiner that leaves before its change: never a member
         AggregateAll();
         return absl::OkStatus();
       }
