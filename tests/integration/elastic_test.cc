@@ -622,5 +622,42 @@ TEST(ElasticTest, ASilentJoinerAHelloPastTheMaximumAndAnAckInAFixedJobAreRefused
   EXPECT_THAT(reply.error().message(), HasSubstr("which is not elastic"));
 }
 
+// A worker that left by Goodbye frees its slot for good: a new worker asking for the same rank
+// joins in it, attaches and trains (the slot's old connection, kept after its BYE, is dropped
+// first).
+TEST(ElasticTest, ASlotLeftByGoodbyeTakesANewWorker) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--attach-timeout-ms", "5000"});
+  const client::PsClientOptions options = Elastic(phubd, 1, 2);
+  auto w = StartPair(options, 3, 1);
+  ASSERT_TRUE(w[0].client && w[1].client);
+  std::uint64_t it = 0;
+  const auto both = [&](std::vector<InProcessWorker*> members) {
+    ++it;
+    std::vector<std::thread> threads;
+    for (InProcessWorker* m : members) {
+      threads.emplace_back([&, m] { EXPECT_TRUE(RunIteration(*m, it, kSeed).ok()) << it; });
+    }
+    for (auto& t : threads) t.join();
+  };
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(absl::StrCat("joiner ", round));
+    std::thread joiner([&] {
+      Connect(w[2], options, 2, 3);
+      if (w[2].status.ok()) w[2].status = w[2].client->Init();
+    });
+    ASSERT_TRUE(AwaitWorld(*w[0].client, it + 2, 3)) << "the join was not announced";
+    both({&w[0], &w[1]});
+    joiner.join();
+    ASSERT_TRUE(w[2].status.ok()) << w[2].status;
+    EXPECT_EQ(w[2].client->rank(), 2u);
+    for (int k = 0; k < 3; ++k) both({&w[0], &w[1], &w[2]});
+    EXPECT_TRUE(w[2].client->Close().ok());  // Goodbye after an iteration
+    ASSERT_TRUE(AwaitWorld(*w[0].client, it + 2, 2)) << "the leave was not announced";
+    w[2] = InProcessWorker{};
+  }
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(w[k].client->Close().ok());
+}
+
 }  // namespace
 }  // namespace phub::testing
