@@ -168,6 +168,7 @@ void Job::BeginChange() {
   const std::uint64_t from = latest + 2;
   elastic_.frozen_since = std::chrono::steady_clock::now();
   elastic_.schedule.Change(from, next);
+  elastic_.schedule.ForgetBefore(from - 1);  // bounded: what this change and the hold read
   elastic_.changing = true;
   elastic_.from = from;
   elastic_.next = next;

@@ -68,9 +68,10 @@ void Shard::ChangeMembership(std::uint64_t from_iteration, const std::vector<std
     member.excused_below = from_iteration;
   }
   frozen_at_ = hold_at;
-  // Entries no chunk will read again.
+  // Entries no chunk will read again: a chunk reads its next iteration's (Complete) and, for
+  // a broadcast still queued, its current one's (Receives).
   std::uint64_t oldest = UINT64_MAX;
-  for (const ChunkState& state : chunks_) oldest = std::min(oldest, state.iteration + 1);
+  for (const ChunkState& state : chunks_) oldest = std::min(oldest, state.iteration);
   if (oldest != UINT64_MAX) schedule_.ForgetBefore(oldest);
   AggregateAll();
 }
