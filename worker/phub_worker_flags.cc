@@ -63,6 +63,12 @@ void AddModelAndDataFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--start-workers", f.start_workers,
                  "Elastic job: ranks 0..N-1 start it (default --min-workers); others join")
       ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--lr-scaling", f.lr_scaling,
+                 "Elastic job: the learning rate (--lr, or the schedule's) is the rate at "
+                 "--start-workers members and follows each iteration's member count: linear "
+                 "(SGD's linear-scaling rule), sqrt (Adam), or none")
+      ->check(CLI::IsMember({"none", "linear", "sqrt"}))
+      ->capture_default_str();
   app.add_option("--topology", f.topology,
                  "Racks of racks (--comm ps): the racks file; this worker's rank, world and "
                  "phubd (its rack's PBox) come from it (docs/operations.md \"Racks of racks\")");

@@ -29,6 +29,7 @@ struct WorkerFlags {
   // An elastic job (--comm ps): --min-workers .. --max-workers members, starting with
   // --start-workers (0: min); 0: a fixed job of --world.
   std::uint32_t min_workers = 0, max_workers = 0, start_workers = 0;
+  std::string lr_scaling = "none";  // elastic: kernels::ParseLrScaling
   std::string topology, hostname = phub::topology::ThisHostName();  // racks of racks
   // Training.
   int iters = 20, warmup = 3, epochs = 0;

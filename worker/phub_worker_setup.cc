@@ -67,6 +67,11 @@ phub::StatusOr<phub::Membership> DecideMembership(const Flags& f) {
       spdlog::info("rank {} of {} from {}", me.rank, me.world_size, env->source);
     }
   }
+  if (f.lr_scaling != "none" && f.min_workers == 0) {
+    return absl::InvalidArgumentError("--lr-scaling " + f.lr_scaling +
+                                      ": only an elastic job's member count changes; give "
+                                      "--min-workers and --max-workers, or no --lr-scaling");
+  }
   if (f.min_workers > 0 || f.max_workers > 0 || f.start_workers > 0) {
     // An elastic job: its world size is its most members; a rank beyond the launcher's world
     // (a worker added later) is fine, phubd gives it a free one.
@@ -129,6 +134,7 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
   o.ps.client.socket_buffer_bytes = f.socket_buffer_bytes;
   o.ps.client.min_workers = f.min_workers;
   o.ps.client.start_workers = f.start_workers;
+  PHUB_ASSIGN_OR_RETURN(o.ps.client.lr_scaling, phub::kernels::ParseLrScaling(f.lr_scaling));
   if (f.optimizer_given) o.ps.client.optimizer = f.optimizer;
   if (f.lr_schedule.Varies()) {
     // phubd steps each iteration with the values the workers send (the schedule's), for the

@@ -125,6 +125,7 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
   hello.set_rank(membership.rank);
   hello.set_world_size(membership.world_size);
   hello.set_min_workers(options.min_workers);
+  hello.set_lr_scaling(static_cast<proto::Hello::LrScaling>(options.lr_scaling));
   hello.set_start_workers(options.start_workers);
   hello.set_forming_heartbeat_ms(
       static_cast<std::uint32_t>(std::max(1, options.hello_answer_timeout_ms / 4)));

@@ -36,6 +36,7 @@
 
 #include "phub/common/member_schedule.h"
 #include "phub/common/membership.h"
+#include "phub/kernels/lr_scaling.h"
 #include "phub/common/status.h"
 #include "phub/kernels/optimizer_config.h"
 #include "phub/kernels/wire_options.h"
@@ -103,6 +104,10 @@ struct PsClientOptions {
   // every worker. 0: a job of world_size workers, fixed.
   std::uint32_t min_workers = 0;
   std::uint32_t start_workers = 0;
+  // Elastic jobs: the optimizer's lr (or each iteration's StepValues lr) is the lr at
+  // start_workers members, and phubd scales it with each iteration's member count
+  // (kernels::ScaledLr). The same on every worker.
+  kernels::LrScaling lr_scaling = kernels::LrScaling::kFixed;
   // This worker's NICs (--nics: interfaces or addresses; empty: the kernel's choice): the
   // connection to a phubd core serving phubd's NIC k leaves from NIC k % nics.size(), so a
   // worker with as many NICs as the PBox uses each one for the cores of "its" PBox NIC.

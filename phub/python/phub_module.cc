@@ -71,7 +71,8 @@ class Client {
          std::uint32_t world_size, const std::vector<std::pair<std::string, std::uint64_t>>& tensors,
          const py::list& weights, const std::string& token, const std::optional<py::dict>& optimizer,
          int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
-         bool per_iteration_values, std::uint32_t min_workers, std::uint32_t start_workers) {
+         bool per_iteration_values, std::uint32_t min_workers, std::uint32_t start_workers,
+         const std::string& lr_scaling) {
     if (static_cast<std::size_t>(py::len(weights)) != tensors.size()) {
       throw py::value_error(absl::StrCat("weights: ", py::len(weights), " buffers for ",
                                          tensors.size(), " tensors; give one per tensor"));
@@ -94,6 +95,9 @@ class Client {
     options.per_iteration_values = per_iteration_values;
     options.min_workers = min_workers;
     options.start_workers = start_workers;
+    auto scaling = kernels::ParseLrScaling(lr_scaling);
+    if (!scaling.ok()) throw py::value_error(std::string(scaling.status().message()));
+    options.lr_scaling = *scaling;
     if (options.optimizer) optimizer_ = *options.optimizer;
     std::vector<keys::TensorSpec> specs;
     std::vector<std::span<float>> spans;
@@ -287,20 +291,22 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
                     const std::vector<std::pair<std::string, std::uint64_t>>&, const py::list&,
                     const std::string&, const std::optional<py::dict>&, int,
                     const std::string&, const std::string&, bool, std::uint32_t,
-                    std::uint32_t>(),
+                    std::uint32_t, const std::string&>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("weights"), py::arg("token") = "",
            py::arg("optimizer") = py::none(), py::arg("connect_timeout_ms") = 30000,
            py::arg("rdma_device") = "", py::arg("job") = "",
            py::arg("per_iteration_values") = false, py::arg("min_workers") = 0,
-           py::arg("start_workers") = 0,
+           py::arg("start_workers") = 0, py::arg("lr_scaling") = "none",
            "tensors: [(name, elements)], the same on every rank. optimizer: None (phubd's "
            "flags) or a dict {kind: sgd|momentum|nesterov|adam|average, lr, momentum, "
            "weight_decay, beta1, beta2, eps}. job: the job's name on a shared phubd (\"\": "
            "\"default\"). per_iteration_values: the hyper-parameters may change every "
            "iteration (step_with before each iteration's first push); needs optimizer. "
            "min_workers > 0: an elastic job of min_workers to world_size workers, started by "
-           "ranks 0..start_workers-1 (0: min_workers); later clients join it (members_of).")
+           "ranks 0..start_workers-1 (0: min_workers); later clients join it (members_of). "
+           "lr_scaling: linear or sqrt: the lr is the rate at start_workers members and "
+           "phubd scales it with each iteration's member count; none: it does not.")
       .def("init", &Client::Init,
            "Rank 0's weights become everyone's (unless phubd has them); blocks until they land.")
       .def("push", &Client::Push, py::arg("tensor"), py::arg("grads"),

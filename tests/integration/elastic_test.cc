@@ -56,14 +56,19 @@ struct Record {
 };
 
 // The weights after `last` iterations of momentum SGD from TestValue(kInitRank) with, in each
-// iteration, the mean of the gradients of the ranks that pushed it; float64.
-std::vector<std::vector<double>> Reference(const Record& record, std::uint64_t last) {
+// iteration, the mean of the gradients of the ranks that pushed it, at lr_of(iteration) (kLr);
+// an iteration nobody pushed changes nothing. float64.
+std::vector<std::vector<double>> Reference(
+    const Record& record, std::uint64_t last,
+    const std::function<double(std::uint64_t)>& lr_of = [](std::uint64_t) { return kLr; }) {
   std::vector<std::vector<double>> weights;
   for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
     std::vector<double> w(kSizes[t]), v, s;
     for (std::uint64_t i = 0; i < kSizes[t]; ++i) w[i] = TestValue(kSeed, kInitRank, 0, t, i);
-    const RefConfig config{.kind = RefOptimizer::kMomentum, .lr = kLr, .momentum = kMomentum};
+    RefConfig config{.kind = RefOptimizer::kMomentum, .lr = kLr, .momentum = kMomentum};
     for (std::uint64_t it = 1; it <= last; ++it) {
+      if (!record.pushed.contains(it)) continue;
+      config.lr = lr_of(it);
       std::vector<std::vector<double>> grads;
       for (std::uint32_t rank : record.pushed.at(it)) {
         grads.emplace_back(kSizes[t]);
@@ -657,6 +662,148 @@ TEST(ElasticTest, ASlotLeftByGoodbyeTakesANewWorker) {
     w[2] = InProcessWorker{};
   }
   for (int k = 0; k < 2; ++k) EXPECT_TRUE(w[k].client->Close().ok());
+}
+
+}  // namespace
+}  // namespace phub::testing
+
+namespace phub::testing {
+namespace {
+
+// A schedule with a learning rate that follows the members (linear scaling) in an elastic job:
+// ranks 0 and 1 start (min 1, max 3), each iteration's lr comes from the workers (StepWith,
+// a schedule), rank 2 joins, rank 1 asks to leave. Iteration t steps with
+// lr(t) x members(t) / 2 over the mean of t's copies, like the float64 reference; without the
+// scaling the weights would be far from it (checked: the test can fail).
+TEST(ElasticTest, ASchedulesLrFollowsTheMemberCountWithLinearScaling) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256"});
+  client::PsClientOptions options = Elastic(phubd, 1, 2);
+  options.per_iteration_values = true;
+  options.lr_scaling = kernels::LrScaling::kLinear;
+  const auto lr_of = [](std::uint64_t it) { return kLr * (1.0f + 0.05f * static_cast<float>(it % 5)); };
+  std::vector<InProcessWorker> w = StartPair(options, 3, /*extra=*/1);
+  Record record;
+  std::vector<bool> in = {true, true, false};
+  // One iteration by every member: its values, then its pushes.
+  const auto iterate = [&](std::uint64_t it) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(3);
+    for (int k = 0; k < 3; ++k) {
+      if (!in[k]) continue;
+      const IterationMembers m = w[k].client->MembersOf(it);
+      if (!m.member) {
+        in[k] = false;
+        continue;
+      }
+      threads.emplace_back([&, k, m] {
+        kernels::StepValues values = kernels::ValuesOf(*options.optimizer);
+        values.lr = lr_of(it);
+        results[k] = w[k].client->StepWith(values);
+        if (results[k].ok()) results[k] = RunIteration(w[k], it, kSeed);
+        if (results[k].ok()) record.Pushed(it, w[k].client->rank(), m);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int k = 0; k < 3; ++k) ASSERT_TRUE(results[k].ok()) << "rank " << k << ": " << results[k];
+  };
+  for (std::uint64_t it = 1; it <= 6; ++it) iterate(it);
+  std::thread joiner([&] {
+    Connect(w[2], options, 2, 3);
+    if (w[2].status.ok()) w[2].status = w[2].client->Init();
+  });
+  ASSERT_TRUE(AwaitWorld(*w[0].client, 8, 3)) << "the join was not announced";
+  iterate(7);  // the joiner's first weights are of 7
+  joiner.join();
+  ASSERT_TRUE(w[2].status.ok()) << w[2].status;
+  ASSERT_EQ(w[2].client->resume_iteration(), 7u);
+  in[2] = true;
+  for (std::uint64_t it = 8; it <= 14; ++it) iterate(it);
+  ASSERT_TRUE(w[1].client->RequestLeave().ok());
+  ASSERT_TRUE(AwaitWorld(*w[0].client, 16, 2)) << "the leave was not announced";
+  for (std::uint64_t it = 15; it <= 24; ++it) iterate(it);
+  EXPECT_FALSE(in[1]);
+  std::map<std::uint64_t, std::uint32_t> world;
+  for (const auto& [it, told] : record.told) world[it] = told.begin()->second.world;
+  EXPECT_EQ(world.at(6), 2u);
+  EXPECT_EQ(world.at(10), 3u);
+  EXPECT_EQ(world.at(20), 2u);
+  for (int k : {0, 2}) {
+    ExpectNear(w[k], Reference(record, 24, [&](std::uint64_t it) {
+                 return static_cast<double>(lr_of(it)) * world.at(it) / 2.0;
+               }), absl::StrCat("rank ", k));
+  }
+  const auto unscaled = Reference(record, 24, [&](std::uint64_t it) { return lr_of(it); });
+  double gap = 0;
+  for (std::size_t i = 0; i < kSizes[0]; ++i) {
+    gap = std::max(gap, std::abs(w[0].weights[0][i] - unscaled[0][i]));
+  }
+  EXPECT_GT(gap, 1e-3) << "the lr was not scaled with the member count";
+  for (int k : {0, 1, 2}) EXPECT_TRUE(w[k].client->Close().ok());
+}
+
+// Every member lost at once (a torchrun restart kills them all): the job is not ended but
+// held, below its minimum, with its weights and optimizer state; workers that join then start
+// from where it was (the iterations nobody pushed change nothing) and the weights go on like
+// the reference.
+TEST(ElasticTest, AJobWhoseMembersAreAllLostHoldsItsWeightsForJoiners) {
+  std::vector<ChildWorker> children = {ChildWorker::Fork(0, 2, 1, 2), ChildWorker::Fork(1, 2, 1, 2)};
+  for (const auto& child : children) ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
+                                        "--rejoin-timeout-ms", "30000"});
+  for (auto& child : children) child.Say(std::to_string(phubd.port));
+  for (auto& child : children) ASSERT_EQ(child.Hear(), "joined 0");
+  Record record;
+  for (std::uint64_t it = 1; it <= 5; ++it) {
+    for (auto& child : children) child.Say(std::to_string(it));
+    for (std::uint32_t k = 0; k < 2; ++k) {
+      ASSERT_EQ(children[k].Hear(), "ok");
+      record.Pushed(it, k, {});
+    }
+  }
+  for (auto& child : children) child.Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // phubd sees both lost
+  const client::PsClientOptions options = Elastic(phubd, 1, 2);
+  std::vector<InProcessWorker> w(2);
+  Connect(w[0], options, 0, 2);
+  ASSERT_TRUE(w[0].status.ok()) << w[0].status;
+  ASSERT_TRUE(w[0].client->Init().ok());
+  const std::uint64_t resumed = w[0].client->resume_iteration();
+  EXPECT_GE(resumed, 5u) << "the joiner did not start from where the job was";
+  // The second joins while the first trains (its first weights come from the first's pushes).
+  std::thread second([&] {
+    Connect(w[1], options, 1, 2);
+    if (w[1].status.ok()) w[1].status = w[1].client->Init();
+  });
+  std::vector<std::uint64_t> first = {resumed + 1, 0};
+  std::uint64_t it = first[0];
+  for (; w[0].client->MembersOf(it).world < 2 && it < first[0] + 200; ++it) {
+    ASSERT_TRUE(RunIteration(w[0], it, kSeed).ok());
+    record.Pushed(it, 0, {});
+  }
+  second.join();
+  ASSERT_TRUE(w[1].status.ok()) << w[1].status;
+  first[1] = w[1].client->resume_iteration() + 1;
+  ASSERT_EQ(first[1], it) << "the second joiner starts where the job's change put it";
+  const std::uint64_t last = it + 6;
+  for (; it <= last; ++it) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(2);
+    for (std::uint32_t k = 0; k < 2; ++k) {
+      if (!w[k].client->MembersOf(it).member) continue;
+      threads.emplace_back([&, k] {
+        results[k] = RunIteration(w[k], it, kSeed);
+        if (results[k].ok()) record.Pushed(it, w[k].client->rank(), {});
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& r : results) ASSERT_TRUE(r.ok()) << r;
+  }
+  const auto reference = Reference(record, last);
+  ExpectNear(w[0], reference, "rank 0 after the restart");
+  ExpectNear(w[1], reference, "rank 1 after the restart");
+  for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
 }
 
 }  // namespace

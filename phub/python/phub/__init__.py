@@ -25,7 +25,8 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
             token: Optional[str] = None, optimizer: Optional[dict] = None,
             connect_timeout_ms: int = 30000, rdma_device: str = "",
             job: Optional[str] = None, per_iteration_values: bool = False,
-            min_workers: int = 0, start_workers: int = 0) -> PsClient:
+            min_workers: int = 0, start_workers: int = 0,
+            lr_scaling: str = "none") -> PsClient:
     """Joins phubd's job as `rank` of `world_size` (from torchrun's environment when not given;
     phubd's address from PHUB_ADDRESS). Blocks until every worker has joined, at most
     connect_timeout_ms for phubd to answer, then phubd's own --form-timeout-ms.
@@ -39,6 +40,8 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
     min_workers > 0: an elastic job (docs/operations.md "Elastic jobs") of min_workers to
     world_size workers that ranks 0..start_workers-1 start; a later connect joins it running,
     and client.members_of(t) says each iteration's members and this rank's place among them.
+    lr_scaling ("linear", "sqrt"; elastic jobs): the optimizer's lr (or step_with's) is the rate
+    at start_workers members, and phubd scales it with each iteration's member count.
     """
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
@@ -47,7 +50,7 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
                     optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
                     rdma_device=rdma_device, job=launch.job,
                     per_iteration_values=per_iteration_values, min_workers=min_workers,
-                    start_workers=start_workers)
+                    start_workers=start_workers, lr_scaling=lr_scaling)
 
 
 def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[int], device: int,

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
 #include "phub/common/version.h"
+#include "phub/kernels/lr_scaling.h"
 
 namespace phub::server {
 proto::Error MakeError(proto::Error::Code code, std::string message, std::string fix) {
@@ -86,6 +87,19 @@ std::optional<proto::Error> CheckPerIterationValues(const proto::Hello& hello,
 }
 
 std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
+  if (!proto::Hello::LrScaling_IsValid(hello.lr_scaling())) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " asks for lr scaling ",
+                                  static_cast<int>(hello.lr_scaling()), ", which phubd does not know"),
+                     "give --lr-scaling none, linear or sqrt");
+  }
+  if (hello.min_workers() == 0 && hello.lr_scaling() != proto::Hello::LR_FIXED) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("rank ", hello.rank(), " asks for a learning rate that follows "
+                                  "the member count in a job of a fixed size"),
+                     "give --min-workers (and --max-workers) for an elastic job, or no "
+                     "--lr-scaling");
+  }
   if (hello.min_workers() == 0) {
     if (hello.start_workers() == 0) return std::nullopt;
     return MakeError(proto::Error::BAD_REQUEST,
@@ -101,13 +115,11 @@ std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
                                   " workers that starts with ", start),
                      "give --min-workers <= the start size <= --max-workers");
   }
-  if (hello.per_iteration_values() || hello.racks() > 1) {
+  if (hello.racks() > 1) {
     return MakeError(proto::Error::BAD_REQUEST,
-                     absl::StrCat("rank ", hello.rank(), " asks for an elastic job ",
-                                  hello.racks() > 1 ? "across racks" : "with a schedule",
-                                  ": not supported yet"),
-                     hello.racks() > 1 ? "run the elastic job in one rack"
-                                       : "give the job fixed hyper-parameters, or a fixed size");
+                     absl::StrCat("rank ", hello.rank(),
+                                  " asks for an elastic job across racks: not supported yet"),
+                     "run the elastic job in one rack");
   }
   return std::nullopt;
 }
@@ -231,17 +243,21 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
   if (std::optional<proto::Error> error = CheckElastic(hello)) return error;
   if (first == nullptr) return std::nullopt;
   if (hello.min_workers() != first->min_workers() ||
-      hello.start_workers() != first->start_workers()) {
+      hello.start_workers() != first->start_workers() ||
+      hello.lr_scaling() != first->lr_scaling()) {
     const auto says = [](const proto::Hello& h) {
       return h.min_workers() == 0
                  ? absl::StrCat("a fixed job of ", h.world_size())
                  : absl::StrCat("an elastic job of ", h.min_workers(), " to ", h.world_size(),
-                                " (starting with ", h.start_workers(), ")");
+                                " (starting with ", h.start_workers(), ", lr scaling ",
+                                kernels::LrScalingName(static_cast<kernels::LrScaling>(h.lr_scaling())),
+                                ")");
     };
     return MakeError(proto::Error::WORLD_SIZE_MISMATCH,
                      absl::StrCat("rank ", hello.rank(), " asks for ", says(hello), ", rank ",
                                   first->rank(), " for ", says(*first)),
-                     "give every worker of the job the same --min-workers and --max-workers");
+                     "give every worker of the job the same --min-workers, --max-workers, "
+                     "--start-workers and --lr-scaling");
   }
   // (The homes' part has a PBox of each rack as members: their racks differ, CheckRacks checked
   // each. The workers of one rack's part are all of that rack.)

@@ -188,7 +188,9 @@ void Job::MemberGone(const SessionPtr& session, SessionState was, const Status& 
     } else if (was == SessionState::kLeaving) {
       ElasticGoodbye(rank);
     }
-    if (running_ && live_members_ == 0) End();
+    // The last member gone by Goodbye ends the job; a job whose members were all lost holds
+    // its weights for joiners (a torchrun restart) until --rejoin-timeout-ms (CheckMinimum).
+    if (running_ && live_members_ == 0 && was == SessionState::kLeaving) End();
     return;
   }
   if (was == SessionState::kInJob && !host_.stopping) {

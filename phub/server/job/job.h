@@ -199,6 +199,11 @@ class Job : public std::enable_shared_from_this<Job> {
   // within the liveness timeout, the job stalls naming the ranks that never sent theirs.
   kernels::OptimizerConfig OptimizerOf(std::uint64_t iteration) const;
   void AwaitValues(std::uint64_t iteration);
+  // Each agreed iteration's values go to every core.
+  void StepWithAgreed(const StepValuesLedger::Outcome& outcome);
+  // Elastic: who gives the values changed (`left` gives no more; none: the schedule changed,
+  // a joiner entered); iterations that waited only on it are agreed.
+  void ValuesMembersChanged(std::optional<std::uint32_t> left);
   // The Welcome's per_iteration_values and, resumed at `iteration`, its values where known.
   void DescribeValues(proto::Welcome& welcome, bool resumed, std::uint64_t iteration) const;
   // Elastic jobs (job_membership.cc). ConfigureElastic: from the job's first Hello.

@@ -153,9 +153,9 @@ void Job::BeginChange() {
   if (elastic_.joiners_attached) joining = elastic_.joiners;
   next.insert(next.end(), joining.begin(), joining.end());
   std::sort(next.begin(), next.end());
-  // No member left and none leaving: nothing to tell (the job ends as its members go). Every
-  // member leaving (a whole job preempted): they are told so, all after the same iteration.
-  if (next.empty() && elastic_.leavers.empty()) return;
+  // Every member leaving (a whole job preempted): they are told so, all after the same
+  // iteration. Every member lost: a change to none holds the job (below its minimum) for
+  // joiners, which start from where it was.
   if (joining.empty() && next == elastic_.schedule.Latest().ranks) return;
 
   // Nobody has begun latest + 2: its weights of latest + 1 do not exist yet, and no chunk
@@ -265,6 +265,13 @@ void Job::FinishChange() {
     if (members_[rank]) elastic_.members.push_back(rank);
   }
   for (std::uint32_t rank : elastic_.joining) Remove(elastic_.joiners, rank);
+  if (values_) {
+    // A joiner gives values from its first iteration on; a schedule's change may settle one.
+    for (std::uint32_t rank : elastic_.joining) {
+      if (members_[rank]) values_->Enter(rank, elastic_.from);
+    }
+    ValuesMembersChanged(std::nullopt);
+  }
   std::vector<std::uint32_t> leaving;
   for (std::uint32_t rank : elastic_.leavers) {
     if (!Has(elastic_.next, rank)) leaving.push_back(rank);
@@ -321,6 +328,7 @@ void Job::DropOnCores(std::uint32_t rank) {
 void Job::ElasticLoss(std::uint32_t rank, const std::string& why) {
   ++host_.counters.losses;
   DropOnCores(rank);
+  ValuesMembersChanged(rank);
   const bool was_member = Has(elastic_.members, rank);
   Remove(elastic_.members, rank);
   Remove(elastic_.joiners, rank);
@@ -354,6 +362,7 @@ void Job::ElasticGoodbye(std::uint32_t rank) {
   Remove(elastic_.members, rank);
   Remove(elastic_.joiners, rank);
   Remove(elastic_.leavers, rank);
+  ValuesMembersChanged(rank);
   if (elastic_.joiners.empty()) elastic_.joiners_attached = true;
   if (elastic_.changing && elastic_.awaiting[rank]) {
     elastic_.awaiting[rank] = false;

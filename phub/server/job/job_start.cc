@@ -188,7 +188,9 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .weights_from_upstream = role_.weights_from_upstream(),
       .traffic = std::make_shared<JobTraffic>(host_.cores.size()),
       .elastic = elastic_.enabled,
-      .initial_members = elastic_.enabled ? elastic_.members : std::vector<std::uint32_t>{}});
+      .initial_members = elastic_.enabled ? elastic_.members : std::vector<std::uint32_t>{},
+      .lr_scaling = static_cast<kernels::LrScaling>(hello.lr_scaling()),
+      .lr_start_members = elastic_.start});
 }
 
 std::optional<proto::Error> Job::InstallShards(const std::shared_ptr<const JobSpec>& spec) {
@@ -250,6 +252,17 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
   if (!role_.relays_upstream()) host_.resume = {};  // one job resumes it; the next starts afresh
   if (elastic_.enabled) {
     elastic_.schedule.Reset(spec_->resume_iteration + 1, elastic_.members, 0);
+    if (values_) {
+      // An iteration's values are its members' (a change decided before anybody gave any).
+      values_->MakeElastic(
+          [this](std::uint32_t rank, std::uint64_t iteration) {
+            const MemberSchedule::Entry* entry = elastic_.schedule.At(iteration);
+            // Before the oldest entry kept (never asked: pending iterations are past it): wait.
+            return entry == nullptr ||
+                   std::binary_search(entry->ranks.begin(), entry->ranks.end(), rank);
+          },
+          elastic_.members);
+    }
   }
   for (std::uint32_t rank = 0; rank < world_size_; ++rank) {
     const SessionPtr& member = members_[rank];

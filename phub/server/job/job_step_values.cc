@@ -39,19 +39,30 @@ void Job::OnStepValues(const SessionPtr& session, const proto::StepValues& messa
       return Stall(absl::StrCat(outcome.why,
                                 "; every worker must step with the same schedule"));
     case Kind::kAgreed:
-      for (auto& core : host_.cores) {
-        core->Post(spec_->session, [iteration = outcome.iteration,
-                                    values = outcome.values](Shard& shard) {
-          shard.StepWith(iteration, values);
-        });
-      }
-      if (awaited_ != 0 && outcome.iteration >= awaited_) {
-        awaited_ = 0;
-        values_timer_.cancel();
-      }
-      spdlog::debug("{}: iteration {} steps with {}", log_name_, outcome.iteration,
-                    kernels::Describe(spec_->optimizer.kind, outcome.values));
-      return;
+      return StepWithAgreed(outcome);
+  }
+}
+
+void Job::StepWithAgreed(const StepValuesLedger::Outcome& outcome) {
+  for (auto& core : host_.cores) {
+    core->Post(spec_->session, [iteration = outcome.iteration,
+                                values = outcome.values](Shard& shard) {
+      shard.StepWith(iteration, values);
+    });
+  }
+  if (awaited_ != 0 && outcome.iteration >= awaited_) {
+    awaited_ = 0;
+    values_timer_.cancel();
+  }
+  spdlog::debug("{}: iteration {} steps with {}", log_name_, outcome.iteration,
+                kernels::Describe(spec_->optimizer.kind, outcome.values));
+}
+
+void Job::ValuesMembersChanged(std::optional<std::uint32_t> left) {
+  if (!values_ || stalled_) return;
+  for (const StepValuesLedger::Outcome& outcome :
+       left ? values_->Leave(*left) : values_->Settle()) {
+    StepWithAgreed(outcome);
   }
 }
 

@@ -12,7 +12,12 @@ using Kind = StepValuesLedger::Outcome::Kind;
 StepValuesLedger::StepValuesLedger(kernels::OptimizerKind kind, std::uint32_t world_size,
                                    std::uint64_t start,
                                    std::optional<kernels::StepValues> start_values)
-    : kind_(kind), world_size_(world_size), next_(world_size, start + 1), last_agreed_(start) {
+    : kind_(kind),
+      world_size_(world_size),
+      next_(world_size, start + 1),
+      in_(world_size, true),
+      first_(world_size, 0),
+      last_agreed_(start) {
   if (start_values) agreed_[start] = *start_values;
 }
 
@@ -28,6 +33,11 @@ StepValuesLedger::Outcome StepValuesLedger::Give(std::uint32_t rank, std::uint64
   if (Status valid = kernels::ValidateStepValues(kind_, values); !valid.ok()) {
     return refuse(absl::StrCat("rank ", rank, "'s hyper-parameters for iteration ", iteration,
                                " are invalid: ", valid.message()));
+  }
+  if (!in_[rank]) {
+    return refuse(absl::StrCat("rank ", rank, " sent hyper-parameters for iteration ", iteration,
+                               " before it is a member of the job (a joiner sends its first "
+                               "iteration's once its Membership said which)"));
   }
   if (iteration != next_[rank]) {
     return refuse(absl::StrCat("rank ", rank, " sent hyper-parameters for iteration ", iteration,
@@ -65,24 +75,85 @@ StepValuesLedger::Outcome StepValuesLedger::Give(std::uint32_t rank, std::uint64
     }
   }
   pending.by_rank[rank] = values;
-  if (++pending.given < world_size_) {
-    return Outcome{.kind = Kind::kWaiting, .iteration = iteration, .values = values};
+  // Iterations are agreed in order: a rank gives t + 1 only once t's weights came back, which
+  // needed t's values (an elastic member of t + 1 alone may give it while t waits for others).
+  if (std::optional<Outcome> agreed = AgreeNext(); agreed && agreed->iteration == iteration) {
+    return *agreed;
   }
-  // A rank gives t + 1 only after t, so iterations are agreed in order.
-  pending_.erase(iteration);
+  return Outcome{.kind = Kind::kWaiting, .iteration = iteration, .values = values};
+}
+
+bool StepValuesLedger::Awaits(std::uint32_t rank, std::uint64_t iteration) const {
+  return in_[rank] && iteration >= first_[rank] && (!member_of_ || member_of_(rank, iteration));
+}
+
+std::optional<StepValuesLedger::Outcome> StepValuesLedger::AgreeNext() {
+  std::uint64_t iteration = last_agreed_ + 1;
+  auto it = pending_.find(iteration);
+  while (it == pending_.end()) {
+    // An iteration nobody will push (an elastic job whose members were all lost) before a
+    // joiner's first: it has no values, and the cores pass it without a step.
+    bool before_a_joiner = false;
+    for (std::uint32_t r = 0; r < world_size_; ++r) {
+      if (Awaits(r, iteration)) return std::nullopt;
+      before_a_joiner = before_a_joiner || (in_[r] && first_[r] > iteration);
+    }
+    if (!before_a_joiner) return std::nullopt;
+    last_agreed_ = iteration++;
+    it = pending_.find(iteration);
+  }
+  const std::vector<std::optional<kernels::StepValues>>& by_rank = it->second.by_rank;
+  const std::optional<kernels::StepValues>* given = nullptr;
+  for (std::uint32_t r = 0; r < world_size_; ++r) {
+    if (by_rank[r]) {
+      given = &by_rank[r];
+    } else if (Awaits(r, iteration)) {
+      return std::nullopt;
+    }
+  }
+  if (given == nullptr) return std::nullopt;
+  const kernels::StepValues values = **given;  // they all agree (Give checked)
+  pending_.erase(it);
   last_agreed_ = iteration;
   agreed_[iteration] = values;
   while (agreed_.size() > kKept) agreed_.erase(agreed_.begin());
   return Outcome{.kind = Kind::kAgreed, .iteration = iteration, .values = values};
 }
 
+void StepValuesLedger::MakeElastic(MemberOf member_of, const std::vector<std::uint32_t>& starting) {
+  member_of_ = std::move(member_of);
+  std::fill(in_.begin(), in_.end(), false);
+  for (std::uint32_t rank : starting) {
+    if (rank < world_size_) in_[rank] = true;
+  }
+}
+
+void StepValuesLedger::Enter(std::uint32_t rank, std::uint64_t first) {
+  if (rank >= world_size_) return;
+  in_[rank] = true;
+  first_[rank] = first;
+  next_[rank] = first;
+  // What the slot's earlier worker gave for iterations before `first` still counts.
+  for (auto& [iteration, pending] : pending_) {
+    if (iteration >= first) pending.by_rank[rank].reset();
+  }
+}
+
+std::vector<StepValuesLedger::Outcome> StepValuesLedger::Leave(std::uint32_t rank) {
+  if (rank < world_size_) in_[rank] = false;
+  return Settle();
+}
+
+std::vector<StepValuesLedger::Outcome> StepValuesLedger::Settle() {
+  std::vector<Outcome> agreed;
+  while (std::optional<Outcome> next = AgreeNext()) agreed.push_back(*next);
+  return agreed;
+}
+
 void StepValuesLedger::Rejoin(std::uint32_t rank, std::uint64_t resume_point) {
   next_[rank] = resume_point + 1;
   for (auto& [iteration, pending] : pending_) {
-    if (iteration > resume_point && pending.by_rank[rank]) {
-      pending.by_rank[rank].reset();
-      --pending.given;
-    }
+    if (iteration > resume_point) pending.by_rank[rank].reset();
   }
 }
 
@@ -96,7 +167,7 @@ std::string StepValuesLedger::Missing(std::uint64_t iteration) const {
   auto it = pending_.find(iteration);
   std::string ranks;
   for (std::uint32_t r = 0; r < world_size_; ++r) {
-    if (it != pending_.end() && it->second.by_rank[r]) continue;
+    if (!Awaits(r, iteration) || (it != pending_.end() && it->second.by_rank[r])) continue;
     absl::StrAppend(&ranks, ranks.empty() ? "" : ", ", r);
     if (ranks.size() > 200) return absl::StrCat(ranks, ", ...");
   }

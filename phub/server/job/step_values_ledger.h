@@ -8,10 +8,12 @@
 // at most kAhead past the job's last agreed one (an honest worker is never more than one ahead:
 // it pushes iteration t + 1 only once t's weights came back, which needed t's values agreed),
 // so at most kAhead iterations are pending; the agreed values of the last kKept iterations are
-// kept for rejoins, Welcomes and checkpoints.
+// kept for rejoins, Welcomes and checkpoints. In an elastic job an iteration is agreed once
+// each of its members still in the job has given its values (MakeElastic).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -51,6 +53,19 @@ class StepValuesLedger {
   // for later iterations is forgotten (it gives them again as it replays).
   void Rejoin(std::uint32_t rank, std::uint64_t resume_point);
 
+  // Elastic jobs (docs/design.md "Elastic jobs"): iteration t waits for the values of the
+  // ranks that are members of t (`member_of`, the job's schedule) and are in the ledger:
+  // `starting` from the start, a joiner from its first iteration (Enter), until it leaves
+  // (Leave). Values a rank gave before it left still count. Unset (a fixed job): every rank.
+  using MemberOf = std::function<bool(std::uint32_t rank, std::uint64_t iteration)>;
+  void MakeElastic(MemberOf member_of, const std::vector<std::uint32_t>& starting);
+  // `rank` gives values from iteration `first` on (its first push).
+  void Enter(std::uint32_t rank, std::uint64_t first);
+  // `rank` gives no more: no iteration waits for it. Returns the iterations agreed now that
+  // it does not (in order); so does Settle, after the schedule changed.
+  std::vector<Outcome> Leave(std::uint32_t rank);
+  std::vector<Outcome> Settle();
+
   // The agreed values of `iteration`, if kept.
   std::optional<kernels::StepValues> Agreed(std::uint64_t iteration) const;
   std::uint64_t last_agreed() const { return last_agreed_; }
@@ -61,13 +76,19 @@ class StepValuesLedger {
  private:
   struct Pending {
     std::vector<std::optional<kernels::StepValues>> by_rank;
-    std::uint32_t given = 0;
   };
   std::string Describe(const kernels::StepValues& values) const;
+  // Whether `iteration` waits for `rank`'s values.
+  bool Awaits(std::uint32_t rank, std::uint64_t iteration) const;
+  // last_agreed_ + 1, if every rank it awaits has given its values (and somebody has).
+  std::optional<Outcome> AgreeNext();
 
   kernels::OptimizerKind kind_;
   std::uint32_t world_size_;
   std::vector<std::uint64_t> next_;  // by rank: the iteration its next values are for
+  std::vector<bool> in_;             // by rank: it gives values (elastic: a member, or joining)
+  std::vector<std::uint64_t> first_; // by rank: the first iteration it gives
+  MemberOf member_of_;               // elastic: the job's schedule
   std::uint64_t last_agreed_;
   std::map<std::uint64_t, Pending> pending_;               // at most kAhead
   std::map<std::uint64_t, kernels::StepValues> agreed_;    // at most kKept

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/kernels/lr_scaling.h"
 #include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
 #include "phub/server/shard/job_traffic.h"
@@ -64,6 +65,10 @@ struct JobSpec {
   // changes them at iteration boundaries (Shard::ChangeMembership). Not with relay.
   bool elastic = false;
   std::vector<std::uint32_t> initial_members{};
+  // Elastic: iteration t steps with the lr scaled by members(t) / lr_start_members
+  // (kernels::ScaledLr), the lr given being the lr at lr_start_members.
+  kernels::LrScaling lr_scaling = kernels::LrScaling::kFixed;
+  std::uint32_t lr_start_members = 0;
 };
 
 }  // namespace phub::server

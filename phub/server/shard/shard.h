@@ -213,6 +213,15 @@ class Shard final : public transport::ConnectionHandler {
   // Every copy the chunk's next iteration needs is in: all world_size (fixed), or (elastic)
   // every member of the iteration not excused, and at least one.
   bool Complete(const ChunkState& state) const;
+  // Elastic: the chunk's next iteration will never have a copy (every member of it was dropped
+  // before pushing it: the whole job was lost) and a change after it is decided. PassIteration
+  // completes it without a step (the weights stay, nothing was summed), so the chunk reaches
+  // the iteration a joiner starts from.
+  bool Unpushed(const ChunkState& state) const;
+  void PassIteration(ChunkState& state);
+  // Elastic with JobSpec::lr_scaling: `config` with iteration's lr scaled by its member count.
+  kernels::OptimizerConfig ScaledConfig(kernels::OptimizerConfig config,
+                                        std::uint64_t iteration) const;
   // Elastic: whether `rank` may push iteration `iteration` (a member of it), and whether the
   // weights of `iteration` go to it (a member of it or of the next).
   bool MemberOf(std::uint64_t iteration, std::uint32_t rank) const {

@@ -28,6 +28,54 @@ bool Shard::Complete(const ChunkState& state) const {
   return true;
 }
 
+bool Shard::Unpushed(const ChunkState& state) const {
+  if (!job_->elastic || state.arrived != 0) return false;
+  const std::uint64_t next = state.iteration + 1;
+  // Only before a change that brings somebody who will push (a joiner): the latest entry's
+  // members may yet come, and a job whose members all said BYE is ending, not waiting.
+  const std::uint64_t latest = schedule_.LatestFrom();
+  if (next >= latest) return false;
+  const std::vector<std::uint32_t>& coming = schedule_.Latest().ranks;
+  if (std::none_of(coming.begin(), coming.end(), [&](std::uint32_t rank) {
+        return latest >= members_[rank].excused_below;
+      })) {
+    return false;
+  }
+  const MemberSchedule::Entry* members = schedule_.At(next);
+  if (members == nullptr) return false;
+  for (std::uint32_t rank : members->ranks) {
+    if (next >= members_[rank].excused_below) return false;
+  }
+  return true;
+}
+
+void Shard::PassIteration(ChunkState& state) {
+  if (state.previous.size() != 0) {
+    std::copy(state.weights.data(), state.weights.data() + state.chunk->elements,
+              state.previous.data());
+  }
+  ++state.iteration;
+  if (job_->wire.weights) UpdateView(state, /*swapped=*/false);
+  if (job_->checkpoint_every > 0 && state.iteration % job_->checkpoint_every == 0) {
+    CopyForCheckpoint(state);
+  }
+  Broadcast(state);
+  MaybeAggregate(state);  // the next may pass too: at most up to the change's iteration
+}
+
+kernels::OptimizerConfig Shard::ScaledConfig(kernels::OptimizerConfig config,
+                                             std::uint64_t iteration) const {
+  // The members the schedule gives the iteration, not the copies in: every chunk steps an
+  // iteration with one lr, and a worker can tell which (MembersOf) — a member lost during it
+  // changes the copies summed, not the lr.
+  const MemberSchedule::Entry* members = schedule_.At(iteration);
+  if (members == nullptr) return config;
+  config.lr = kernels::ScaledLr(job_->lr_scaling, config.lr,
+                                static_cast<std::uint32_t>(members->ranks.size()),
+                                job_->lr_start_members);
+  return config;
+}
+
 bool Shard::all_attached() const {
   if (!job_->elastic) return attached_ == job_->world_size;
   for (std::uint32_t rank = 0; rank < job_->world_size; ++rank) {

@@ -225,9 +225,15 @@ std::span<const std::uint8_t> Shard::Copies(const ChunkState& state) const {
 }
 
 void Shard::MaybeAggregate(ChunkState& state) {
-  if (state.pending_sends > 0 || !Complete(state) || state.iteration >= frozen_at_) return;
+  if (state.pending_sends > 0 || state.iteration >= frozen_at_) return;
+  if (Unpushed(state)) return PassIteration(state);
+  if (!Complete(state)) return;
   const kernels::OptimizerConfig* config = StepConfig(state.iteration + 1);
   if (config == nullptr) return;  // StepWith steps it
+  kernels::OptimizerConfig scaled;
+  if (job_->lr_scaling != kernels::LrScaling::kFixed) {
+    config = &(scaled = ScaledConfig(*config, state.iteration + 1));
+  }
   const auto began = std::chrono::steady_clock::now();
   const std::uint32_t elements = state.chunk->elements;
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();

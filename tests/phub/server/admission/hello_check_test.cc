@@ -315,8 +315,9 @@ TEST(HelloCheckTest, PerIterationValuesNeedAnOptimizerOfTheirOwnAndTheSameOnEver
   EXPECT_TRUE(Names(*error, "rank 1's job keeps its hyper-parameters fixed, rank 0's changes"));
 }
 
-// An elastic job: min <= start <= world size (its most members), not with a schedule or across
-// racks, and every worker's sizes the same.
+// An elastic job: min <= start <= world size (its most members), with a schedule too but not
+// across racks; an lr that follows the members only in an elastic job; every worker's sizes
+// and lr scaling the same.
 TEST(HelloCheckTest, ElasticSizesAreOrderedAndTheSameOnEveryWorker) {
   auto elastic = [](proto::Hello hello, std::uint32_t min, std::uint32_t start) {
     hello.set_min_workers(min);
@@ -337,17 +338,32 @@ TEST(HelloCheckTest, ElasticSizesAreOrderedAndTheSameOnEveryWorker) {
   EXPECT_TRUE(Names(*error, "start_workers 2 without min_workers"));
   proto::Hello scheduled = elastic(WithOptimizer(MakeHello(0), "sgd"), 2, 2);
   scheduled.set_per_iteration_values(true);
-  error = Check(scheduled, Options(), nullptr, kNoneTaken);
+  scheduled.set_lr_scaling(proto::Hello::LR_LINEAR);
+  EXPECT_FALSE(Check(scheduled, Options(), nullptr, kNoneTaken).has_value());
+  proto::Hello fixed_scaled = MakeHello(0);
+  fixed_scaled.set_lr_scaling(proto::Hello::LR_SQRT);
+  error = Check(fixed_scaled, Options(), nullptr, kNoneTaken);
   ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(Names(*error, "with a schedule: not supported yet"));
+  EXPECT_TRUE(Names(*error, "follows the member count in a job of a fixed size"));
+  proto::Hello unknown = elastic(MakeHello(0), 2, 2);
+  unknown.set_lr_scaling(static_cast<proto::Hello::LrScaling>(7));
+  error = Check(unknown, Options(), nullptr, kNoneTaken);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "lr scaling 7, which phubd does not know"));
 
   const proto::Hello first = elastic(MakeHello(0), 2, 2);
   EXPECT_FALSE(
       Check(elastic(MakeHello(3), 2, 2), Options(), &first, {true, false, false, false}).has_value());
   error = Check(elastic(MakeHello(1), 1, 2), Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(Names(*error, "rank 1 asks for an elastic job of 1 to 4 (starting with 2), rank 0 "
-                            "for an elastic job of 2 to 4"));
+  EXPECT_TRUE(Names(*error, "rank 1 asks for an elastic job of 1 to 4 (starting with 2, lr "
+                            "scaling none), rank 0 for an elastic job of 2 to 4"));
+  proto::Hello linear = elastic(MakeHello(1), 2, 2);
+  linear.set_lr_scaling(proto::Hello::LR_LINEAR);
+  error = Check(linear, Options(), &first, {true, false, false, false});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "lr scaling linear), rank 0 for an elastic job of 2 to 4 (starting "
+                            "with 2, lr scaling none)"));
   error = Check(MakeHello(1), Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(Names(*error, "a fixed job of 4"));

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "phub/common/member_schedule.h"
+
 namespace phub::server {
 namespace {
 
@@ -45,6 +47,50 @@ TEST(StepValuesLedgerTest, RanksThatDisagreeAreNamedWithTheirValues) {
   EXPECT_THAT(outcome.why, HasSubstr("rank 1 gives lr=0.2, momentum=0.9"));
   EXPECT_THAT(outcome.why, HasSubstr("rank 0 lr=0.1, momentum=0.9"));
   EXPECT_NE(ledger.last_agreed(), 1u);
+}
+
+// An elastic job (MakeElastic): iteration t waits for the members of t still in the job. Ranks
+// 0 and 1 start in a job of 3 slots; rank 1 leaves after giving iteration 2's values (they
+// count: 2 is agreed with them once rank 0 gives its); rank 2 joins from iteration 4 (never
+// awaited before it, refused before it enters); after every member is lost, iterations nobody
+// pushes are passed without values up to a joiner's first.
+TEST(StepValuesLedgerTest, AnElasticIterationWaitsForItsMembersStillInTheJob) {
+  MemberSchedule schedule;
+  schedule.Reset(1, {0, 1}, 0);
+  StepValuesLedger ledger(kernels::OptimizerKind::kMomentum, 3, 0);
+  ledger.MakeElastic([&](std::uint32_t rank, std::uint64_t it) { return schedule.Contains(it, rank); },
+                     {0, 1});
+  EXPECT_EQ(ledger.Missing(1), "0, 1");
+  EXPECT_EQ(ledger.Give(1, 1, Lr(0.1f)).kind, Kind::kWaiting);
+  EXPECT_EQ(ledger.Give(0, 1, Lr(0.1f)).kind, Kind::kAgreed);
+  EXPECT_EQ(ledger.Give(1, 2, Lr(0.2f)).kind, Kind::kWaiting);
+  EXPECT_TRUE(ledger.Leave(1).empty());  // 2 still waits for rank 0
+  const auto refused = ledger.Give(2, 4, Lr(0.4f));
+  EXPECT_EQ(refused.kind, Kind::kRefused);
+  EXPECT_THAT(refused.why, HasSubstr("before it is a member of the job"));
+  EXPECT_EQ(ledger.Missing(2), "0");
+  EXPECT_EQ(ledger.Give(0, 2, Lr(0.2f)).kind, Kind::kAgreed);
+  schedule.Change(4, {0, 2});
+  ledger.Enter(2, 4);
+  EXPECT_EQ(ledger.Missing(3), "0") << "rank 2 is not awaited before its first iteration";
+  EXPECT_EQ(ledger.Give(0, 3, Lr(0.3f)).kind, Kind::kAgreed);
+  EXPECT_EQ(ledger.Give(2, 4, Lr(0.4f)).kind, Kind::kWaiting);
+  EXPECT_EQ(ledger.Missing(4), "0");
+  // Rank 0 is lost before giving 4: rank 2's values settle it.
+  const auto settled = ledger.Leave(0);
+  ASSERT_EQ(settled.size(), 1u);
+  EXPECT_EQ(settled[0].iteration, 4u);
+  EXPECT_EQ(settled[0].values, Lr(0.4f));
+  // Every member lost; a joiner's first is 8: 5, 6 and 7 are passed, nobody pushes them.
+  EXPECT_TRUE(ledger.Leave(2).empty());
+  EXPECT_EQ(ledger.last_agreed(), 4u);
+  schedule.Change(6, {});
+  schedule.Change(8, {1});
+  ledger.Enter(1, 8);
+  EXPECT_TRUE(ledger.Settle().empty());
+  EXPECT_EQ(ledger.last_agreed(), 7u);
+  EXPECT_FALSE(ledger.Agreed(6));
+  EXPECT_EQ(ledger.Give(1, 8, Lr(0.8f)).kind, Kind::kAgreed);
 }
 
 TEST(StepValuesLedgerTest, WrongMessagesAreRefusedNamingWhatIsWrong) {
