@@ -806,5 +806,57 @@ TEST(ElasticTest, AJobWhoseMembersAreAllLostHoldsItsWeightsForJoiners) {
   for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
 }
 
+// A joiner that asks to leave before it is a member (SIGTERM while it starts): it becomes a
+// member, trains its first iteration, and leaves at the next boundary like any member; the
+// others' weights follow the reference throughout.
+TEST(ElasticTest, AJoinerThatAsksToLeaveLeavesAfterItsFirstIteration) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256"});
+  const client::PsClientOptions options = Elastic(phubd, 1, 2);
+  std::vector<InProcessWorker> w = StartPair(options, 3, /*extra=*/1);
+  Record record;
+  std::vector<bool> in = {true, true, false};
+  const auto iterate = [&](std::uint64_t it) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(3);
+    for (int k = 0; k < 3; ++k) {
+      if (!in[k]) continue;
+      const IterationMembers m = w[k].client->MembersOf(it);
+      if (!m.member) {
+        in[k] = false;
+        continue;
+      }
+      threads.emplace_back([&, k, m] {
+        results[k] = RunIteration(w[k], it, kSeed);
+        if (results[k].ok()) record.Pushed(it, w[k].client->rank(), m);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int k = 0; k < 3; ++k) ASSERT_TRUE(results[k].ok()) << "rank " << k << ": " << results[k];
+  };
+  for (std::uint64_t it = 1; it <= 3; ++it) iterate(it);
+  Connect(w[2], options, 2, 3);
+  ASSERT_TRUE(w[2].status.ok()) << w[2].status;
+  ASSERT_TRUE(w[2].client->RequestLeave().ok());
+  std::thread joiner([&] { w[2].status = w[2].client->Init(); });
+  std::uint64_t it = 4;
+  for (; w[0].client->MembersOf(it).world < 3 && it < 200; ++it) iterate(it);
+  joiner.join();
+  ASSERT_TRUE(w[2].status.ok()) << w[2].status;
+  const std::uint64_t first = w[2].client->resume_iteration() + 1;
+  EXPECT_EQ(first, it);
+  in[2] = true;
+  for (std::uint64_t end = it + 8; it <= end; ++it) iterate(it);
+  EXPECT_FALSE(in[2]) << "the joiner that asked to leave was never let go";
+  std::uint64_t pushed_by_joiner = 0;
+  for (const auto& [iteration, ranks] : record.pushed) pushed_by_joiner += ranks.contains(2);
+  EXPECT_GE(pushed_by_joiner, 1u);
+  EXPECT_LE(pushed_by_joiner, 3u) << "it stayed on well after the boundary it asked for";
+  EXPECT_TRUE(w[2].client->Close().ok());
+  const auto reference = Reference(record, it - 1);
+  ExpectNear(w[0], reference, "rank 0");
+  for (int k : {0, 1}) EXPECT_TRUE(w[k].client->Close().ok());
+}
+
 }  // namespace
 }  // namespace phub::testing

@@ -277,6 +277,10 @@ void Job::FinishChange() {
     if (!Has(elastic_.next, rank)) leaving.push_back(rank);
   }
   for (std::uint32_t rank : leaving) Remove(elastic_.leavers, rank);
+  // A joiner that asked to leave before it was a member: now it is, the next change lets it go.
+  for (std::uint32_t rank : elastic_.leavers) {
+    if (Has(elastic_.joining, rank)) elastic_.again = true;
+  }
   const std::string text = absl::StrCat(
       "from iteration ", elastic_.from, " the job has ", elastic_.next.size(), " members (ranks ",
       RanksText(elastic_.next), ")",
@@ -386,7 +390,16 @@ void Job::OnLeaveRequest(const SessionPtr& session) {
                                      "end the worker with Goodbye (PsClient::Close)"));
   }
   const auto rank = static_cast<std::uint32_t>(session->rank);
-  if (!Has(elastic_.members, rank) || Has(elastic_.leavers, rank)) return;
+  if (Has(elastic_.leavers, rank)) return;
+  if (!Has(elastic_.members, rank)) {
+    // A joiner (its change may be on its way): it leaves by the change after the one that
+    // makes it a member, so that it goes as every member does, after a whole iteration.
+    if (!Has(elastic_.joiners, rank)) return;
+    elastic_.leavers.push_back(rank);
+    spdlog::info("{}: rank {}, joining, asks to leave: it leaves at the boundary after its first "
+                 "iteration", log_name_, rank);
+    return;
+  }
   elastic_.leavers.push_back(rank);
   spdlog::info("{}: rank {} asks to leave at the next iteration boundary", log_name_, rank);
   BeginChange();
