@@ -1,0 +1,294 @@
+"""phub.torch in elastic jobs (docs/torch.md "Elastic jobs and torchrun --nnodes=MIN:MAX"):
+ElasticBatches against a naive reference on random member schedules, the refusals, and a real
+torchrun --nnodes=1:2 whose second node joins while the first trains: the restarted workers
+carry on phubd's job (iteration, weights, data position). Exits 77 (skipped) without torch."""
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+import unittest
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+import phub
+import phub.torch
+from phub.elastic import ElasticBatches, elastic_size
+from phub_testing import REPO, Phubd, free_port
+
+
+class FakeJob:
+    """phubd's side of ElasticBatches, from a member schedule: members[t] = the slots of
+    iteration t (1-based); a slot's place is its index among them in slot order, and before(t)
+    the sum of the earlier iterations' member counts."""
+
+    def __init__(self, members):
+        self.members = members
+
+    def members_of(self, slot, t):
+        ranks = sorted(self.members[t]) if t < len(self.members) else []
+        before = sum(len(self.members[u]) for u in range(1, min(t, len(self.members))))
+        if slot not in ranks:
+            return {"member": False, "index": 0, "world": len(ranks),
+                    "member_iterations_before": before}
+        return {"member": True, "index": ranks.index(slot), "world": len(ranks),
+                "member_iterations_before": before}
+
+
+class Worker:
+    """One worker's client and step counter over a FakeJob."""
+
+    def __init__(self, job, slot, first_iteration):
+        self.job, self.slot, self.next = job, slot, first_iteration
+
+    def members_of(self, t):
+        return self.job.members_of(self.slot, t)
+
+
+class ElasticBatchesTest(unittest.TestCase):
+    def reference(self, n, b, seed, epochs, global_batch):
+        """Naive: the job's sample stream, epoch after epoch, cut into batches of b."""
+        per_epoch = n // b
+        stream = []
+        for e in range(global_batch // per_epoch + 1):
+            perm = np.random.default_rng([seed, e]).permutation(n)
+            stream.extend(int(i) for i in perm[:per_epoch * b])
+        return stream[global_batch * b:(global_batch + 1) * b]
+
+    def test_random_schedules_take_every_batch_once_in_order(self):
+        rng = random.Random(41)
+        for case in range(60):
+            n = rng.randint(1, 50)
+            b = rng.randint(1, n)
+            epochs = rng.randint(1, 3)
+            seed = rng.randint(0, 2 ** 31)
+            slots = rng.randint(1, 5)
+            per_epoch = n // b
+            # A random schedule: each iteration a random non-empty set of slots; a slot that
+            # leaves may come back (a new worker in its slot), as torchrun's restarts do.
+            members = [set()]
+            total = 0
+            while total < epochs * per_epoch + 10:
+                s = set(rng.sample(range(slots), rng.randint(1, slots)))
+                members.append(s)
+                total += len(s)
+            job = FakeJob(members)
+            # One ElasticBatches per (slot, stint): a stint starts where the slot joins.
+            taken = {}  # global batch -> (slot, iteration, indices)
+            stop_at = set()
+            iters = {}
+            for t in range(1, len(members)):
+                for slot in members[t]:
+                    if slot not in iters or iters[slot][0].next != t:
+                        w = Worker(job, slot, t)
+                        iters[slot] = (w, ElasticBatches(w, lambda w=w: w.next, n, b, seed,
+                                                         epochs))
+                    w, it = iters[slot]
+                    try:
+                        indices = next(it)
+                    except StopIteration:
+                        stop_at.add(t)
+                        continue
+                    g = it.batches_taken[-1]
+                    self.assertNotIn(g, taken, f"case {case}: batch {g} taken twice")
+                    taken[g] = (slot, t, indices)
+                    w.next += 1
+                if stop_at:
+                    break
+            self.assertEqual(len(stop_at), 1, f"case {case}: members stopped at {stop_at}")
+            t_stop = stop_at.pop()
+            before_stop = sum(len(members[u]) for u in range(1, t_stop))
+            self.assertGreaterEqual(before_stop, epochs * per_epoch)
+            before_last = before_stop - len(members[t_stop - 1])
+            self.assertLess(before_last, epochs * per_epoch, f"case {case}: stopped late")
+            self.assertEqual(sorted(taken), list(range(before_stop)), f"case {case}")
+            for g, (slot, t, indices) in taken.items():
+                self.assertEqual(indices, self.reference(n, b, seed, epochs, g),
+                                 f"case {case}: batch {g}")
+                ranks = sorted(members[t])
+                before = sum(len(members[u]) for u in range(1, t))
+                self.assertEqual(g, before + ranks.index(slot))
+            # Within each whole epoch, every sample once.
+            for e in range(epochs):
+                seen = [i for g in range(e * per_epoch, (e + 1) * per_epoch)
+                        for i in taken[g][2]]
+                self.assertEqual(len(seen), len(set(seen)))
+                self.assertEqual(len(seen), per_epoch * b)
+
+    def test_reading_ahead_is_refused(self):
+        job = FakeJob([set(), {0}, {0}, {0}])
+        w = Worker(job, 0, 1)
+        batches = ElasticBatches(w, lambda: w.next, 8, 2, epochs=1)
+        next(batches)
+        with self.assertRaisesRegex(RuntimeError, "must not read ahead"):
+            next(batches)  # no step() between: the same iteration again
+
+    def test_a_worker_no_longer_member_stops(self):
+        job = FakeJob([set(), {0, 1}, {0, 1}, {1}, {1}])
+        w = Worker(job, 0, 1)
+        batches = ElasticBatches(w, lambda: w.next, 100, 1, epochs=1)
+        got = []
+        for _ in batches:
+            got.append(batches.batches_taken[-1])
+            w.next += 1
+        self.assertEqual(got, [0, 2])
+        self.assertFalse(batches.last_members["member"])
+
+    def test_the_size_comes_from_arguments_or_environment_never_world_size(self):
+        saved = {k: os.environ.pop(k, None) for k in ("PHUB_MIN_WORKERS", "PHUB_MAX_WORKERS")}
+        try:
+            self.assertIsNone(elastic_size())
+            self.assertEqual(elastic_size(2, 4), (2, 4))
+            self.assertEqual(elastic_size(None, 3), (1, 3))
+            with self.assertRaisesRegex(ValueError, "needs its maximum"):
+                elastic_size(2, None)
+            with self.assertRaisesRegex(ValueError, "min_workers <= max_workers"):
+                elastic_size(3, 2)
+            os.environ["PHUB_MIN_WORKERS"], os.environ["PHUB_MAX_WORKERS"] = "2", "5"
+            os.environ["WORLD_SIZE"] = "3"
+            self.assertEqual(elastic_size(), (2, 5))
+            self.assertEqual(elastic_size(1, None), (1, 5))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+
+
+class RefusalTest(unittest.TestCase):
+    def test_summation_mode_is_not_elastic(self):
+        model = torch.nn.Linear(4, 2)
+        with self.assertRaisesRegex(ValueError, "exist only on the\\s+workers.*ServerOptimizer"):
+            phub.torch.connect(model, "127.0.0.1:1", rank=0, world_size=1, min_workers=1,
+                               max_workers=2)
+
+
+SCRIPT = os.path.join(REPO, "examples", "torch_elastic_phub.py")
+
+
+def read_progress(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class TorchrunElasticTest(unittest.TestCase):
+    def agent(self, rdzv_port, progress, log):
+        env = dict(os.environ, PHUB_ADDRESS=self.phubd.address, PHUB_MIN_WORKERS="1",
+                   PHUB_MAX_WORKERS="2", OMP_NUM_THREADS="1", LOGLEVEL="INFO")
+        cmd = [sys.executable, "-m", "phub.run", "--nnodes=1:2", "--nproc_per_node=1",
+               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{rdzv_port}",
+               "--rdzv_id=elastic-test", "--rdzv_conf", "last_call_timeout=1",
+               "--monitor_interval=1", SCRIPT, "--data", "synthetic", "--samples", "4096",
+               "--batch", "32", "--epochs", "2", "--lr", "0.05", "--warmup-iters", "5",
+               "--step-delay", "0.05", "--progress", progress]
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd="/")
+
+    def test_a_node_joining_restarts_workers_that_carry_on_the_job(self):
+        with Phubd(2, "--rejoin-timeout-ms", "30000") as phubd:
+            self.phubd = phubd
+            rdzv = free_port()
+            progress = os.path.join(phubd.dir.name, "progress.jsonl")
+            logs = [open(os.path.join(phubd.dir.name, f"agent{i}.log"), "w+") for i in range(2)]
+            a = self.agent(rdzv, progress, logs[0])
+            agents = [a]
+            try:
+                deadline = time.monotonic() + 40
+                while not os.path.exists(progress) or len(read_progress(progress)) < 25:
+                    self.assertIsNone(a.poll(), "agent A ended before B came")
+                    self.assertLess(time.monotonic(), deadline, "agent A did not train")
+                    time.sleep(0.05)
+                b_started = time.time()
+                agents.append(self.agent(rdzv, progress, logs[1]))
+                for p in agents:
+                    try:
+                        p.wait(timeout=max(1, deadline + 30 - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        break  # reported below, with the logs
+            finally:
+                hung = [p.poll() is None for p in agents]
+                for p in agents:
+                    if p.poll() is None:
+                        # The agent's workers too: it passes SIGTERM on before it exits.
+                        p.terminate()
+                        try:
+                            p.wait(timeout=15)
+                        except subprocess.TimeoutExpired:
+                            p.kill()
+                            p.wait()
+            outputs = []
+            for f in logs:
+                f.seek(0)
+                outputs.append(f.read())
+                f.close()
+            detail = f"\n--- agent A:\n{outputs[0][-4000:]}\n--- agent B:\n{outputs[1][-4000:]}"
+            detail += f"\n--- phubd:\n{phubd.log()[-3000:]}"
+            self.assertFalse(any(hung), f"agents still running after 70 s: {hung}" + detail)
+            self.assertEqual([p.returncode for p in agents], [0, 0], detail)
+            lines = read_progress(progress)
+        steps = [r for r in lines if "done" not in r]
+        done = [r for r in lines if "done" in r]
+        by_pid = {}
+        for r in steps:
+            by_pid.setdefault(r["pid"], []).append(r)
+        self.assertEqual(len(by_pid), 3, f"A's first worker, then two restarted: {by_pid.keys()}"
+                         + detail)
+        old_pid = steps[0]["pid"]
+        old = by_pid.pop(old_pid)
+        new = list(by_pid.values())
+        # A's first worker: a fresh job from iteration 1, alone.
+        self.assertEqual([r["iteration"] for r in old], list(range(1, len(old) + 1)))
+        self.assertTrue(all(r["world"] == 1 for r in old))
+        k = old[-1]["iteration"]
+        # The restarted workers carry on phubd's job: each begins at the iteration phubd admits
+        # it at, past A's worker's last (phubd may admit the two at different boundaries).
+        firsts = sorted(w[0]["iteration"] for w in new)
+        self.assertGreater(firsts[0], k, "the restarted workers did not resume the job "
+                           f"(A's worker ended at {k}, they began at {firsts})" + detail)
+        self.assertLessEqual(firsts[0], k + 3, detail)
+        for w in new:
+            its = [r["iteration"] for r in w]
+            self.assertEqual(its, list(range(its[0], its[0] + len(its))))
+        self.assertEqual(max(r["world"] for w in new for r in w), 2, "never both members")
+        self.assertEqual(len(done), 2, "both restarted workers finished")
+        self.assertEqual(done[0]["next_iteration"], done[1]["next_iteration"])
+        # The loss did not go back to the start's.
+        start = np.mean([r["loss"] for r in old[:3]])
+        resumed = np.mean([r["loss"] for w in new for r in w[:3]])
+        self.assertLess(resumed, start - 0.3, f"loss {start:.3f} at the start, {resumed:.3f} "
+                        "after the restart: the weights did not carry over")
+        # The data: no batch twice, none skipped but the one of an iteration A's worker was
+        # killed in after phubd completed it (its progress line never written).
+        batches = [r["batch"] for r in steps]
+        self.assertEqual(len(batches), len(set(batches)), "a batch was taken twice")
+        missing = sorted(set(range(max(batches) + 1)) - set(batches))
+        first_new_batch = min(r["batch"] for w in new for r in w)
+        self.assertEqual(missing, list(range(old[-1]["batch"] + 1, first_new_batch)), detail)
+        self.assertEqual(first_new_batch, min(w[0]["batch"] for w in new))
+        self.assertLessEqual(len(missing), 1, "more than the killed worker's batch skipped")
+        # 2 epochs of 128 batches: the run stops at the first iteration past 256.
+        self.assertGreaterEqual(max(batches) + 1, 256)
+        self.assertLess(max(batches) + 1 - 2, 256)
+        # The lr schedule followed the job's iterations (each iteration's lr the same on both).
+        # The lr followed the job's iterations, across the restart (the schedule fast-forwarded
+        # to the job's iteration): the example's warm-up (5) + cosine over 256 // 2 iterations.
+        for r in steps:
+            t = r["iteration"] - 1
+            want = (t + 1) / 5 if t < 5 else 0.5 * (1 + math.cos(math.pi * min(1.0, (t - 5) / 123)))
+            self.assertAlmostEqual(r["lr"], 0.05 * want, places=7, msg=f"iteration {t + 1}")
+        # The cost of the change, for docs/torch.md.
+        t_old = old[-1]["time"]
+        t_new = min(w[0]["time"] for w in new)
+        print(f"\nchange: B started {t_old - b_started:+.2f} s before A's worker's last step; "
+              f"from it to the new group's first step {t_new - t_old:.2f} s; iterations "
+              f"completed by phubd but not by a worker: {firsts[0] - k - 1}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
