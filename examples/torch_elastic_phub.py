@@ -101,6 +101,7 @@ def main():
         for _ in range(optimizer.iteration - 1):
             scheduler.step()
     first = optimizer.iteration
+    ready = time.time()
     print(f"RANK {os.environ.get('RANK')} of WORLD_SIZE {os.environ.get('WORLD_SIZE')}: slot "
           f"{optimizer.phub.rank}, first iteration {first} (job resumed at "
           f"{optimizer.phub.resume_iteration}), up {time.time() - started:.2f} s", flush=True)
@@ -119,16 +120,19 @@ def main():
         steps += 1
         if out:
             m = batches.last_members
-            out.write(json.dumps({"pid": os.getpid(), "rank": int(os.environ.get("RANK", -1)),
+            out.write(json.dumps({"pid": os.getpid(), "agent": os.getppid(),
+                                  "rank": int(os.environ.get("RANK", -1)),
                                   "slot": optimizer.phub.rank, "iteration": t,
                                   "batch": batches.batches_taken[-1], "world": m["world"],
-                                  "loss": loss.item(), "lr": lr, "time": time.time()}) + "\n")
+                                  "loss": loss.item(), "lr": lr, "time": time.time(),
+                                  "main": started, "ready": ready}) + "\n")
         if a.step_delay:
             time.sleep(a.step_delay)
     print(f"slot {optimizer.phub.rank}: {steps} steps, iterations {first}..{first + steps - 1}",
           flush=True)
     if out:
-        out.write(json.dumps({"pid": os.getpid(), "done": True, "steps": steps,
+        out.write(json.dumps({"pid": os.getpid(), "agent": os.getppid(), "done": True,
+                              "steps": steps,
                               "next_iteration": optimizer.iteration,
                               "time": time.time()}) + "\n")
     optimizer.close()

@@ -190,7 +190,11 @@ class TorchrunElasticTest(unittest.TestCase):
                "--step-delay", "0.05", "--progress", progress]
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd="/")
 
-    def test_a_node_joining_restarts_workers_that_carry_on_the_job(self):
+    def test_a_node_joining_restarts_the_workers_that_carry_on_and_one_leaving_costs_nothing(self):
+        """Agent A trains alone; agent B joins: torchrun stops A's worker (SIGTERM) and starts
+        both again, and they continue phubd's job. Then B is stopped: A's worker goes on alone,
+        no restart. The job's data is taken once, in order, but for the batch each stopped
+        worker was killed in."""
         with Phubd(2, "--rejoin-timeout-ms", "30000") as phubd:
             self.phubd = phubd
             rdzv = free_port()
@@ -198,25 +202,43 @@ class TorchrunElasticTest(unittest.TestCase):
             logs = [open(os.path.join(phubd.dir.name, f"agent{i}.log"), "w+") for i in range(2)]
             a = self.agent(rdzv, progress, logs[0])
             agents = [a]
-            try:
-                deadline = time.monotonic() + 40
-                while not os.path.exists(progress) or len(read_progress(progress)) < 25:
-                    self.assertIsNone(a.poll(), "agent A ended before B came")
-                    self.assertLess(time.monotonic(), deadline, "agent A did not train")
+            problem = None
+            b_left = None
+            a_exited = None
+
+            def wait_for(what, condition, seconds):
+                deadline = time.monotonic() + seconds
+                while not condition():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(what)
                     time.sleep(0.05)
+
+            def records():
+                return read_progress(progress) if os.path.exists(progress) else []
+            try:
+                wait_for("agent A's worker trains 25 steps", lambda: len(records()) >= 25, 40)
+                self.assertIsNone(a.poll(), "agent A ended before B came")
                 b_started = time.time()
                 agents.append(self.agent(rdzv, progress, logs[1]))
-                for p in agents:
-                    try:
-                        p.wait(timeout=max(1, deadline + 30 - time.monotonic()))
-                    except subprocess.TimeoutExpired:
-                        break  # reported below, with the logs
+                b = agents[1]
+                wait_for("the restarted workers train 20 iterations together",
+                         lambda: sum(r.get("world") == 2 for r in records()) >= 40, 40)
+                b.terminate()  # B's node leaves: its agent stops its worker (SIGTERM)
+                b_left = time.time()
+                b.wait(timeout=30)
+                wait_for("A's worker finishes", lambda: any(
+                    r.get("done") and r["agent"] == a.pid for r in records()), 40)
+                try:  # its agent then waits for B's at the exit barrier (300 s in torch 1.13)
+                    a.wait(timeout=5)
+                    a_exited = a.returncode
+                except subprocess.TimeoutExpired:
+                    a_exited = "waiting"
+            except (TimeoutError, subprocess.TimeoutExpired) as e:
+                problem = str(e)
             finally:
-                hung = [p.poll() is None for p in agents]
                 for p in agents:
                     if p.poll() is None:
-                        # The agent's workers too: it passes SIGTERM on before it exits.
-                        p.terminate()
+                        p.terminate()  # the agent passes SIGTERM on to its workers
                         try:
                             p.wait(timeout=15)
                         except subprocess.TimeoutExpired:
@@ -229,19 +251,18 @@ class TorchrunElasticTest(unittest.TestCase):
                 f.close()
             detail = f"\n--- agent A:\n{outputs[0][-4000:]}\n--- agent B:\n{outputs[1][-4000:]}"
             detail += f"\n--- phubd:\n{phubd.log()[-3000:]}"
-            self.assertFalse(any(hung), f"agents still running after 70 s: {hung}" + detail)
-            self.assertEqual([p.returncode for p in agents], [0, 0], detail)
-            lines = read_progress(progress)
+            self.assertIsNone(problem, detail)
+            lines = records()
         steps = [r for r in lines if "done" not in r]
-        done = [r for r in lines if "done" in r]
         by_pid = {}
         for r in steps:
             by_pid.setdefault(r["pid"], []).append(r)
         self.assertEqual(len(by_pid), 3, f"A's first worker, then two restarted: {by_pid.keys()}"
                          + detail)
-        old_pid = steps[0]["pid"]
-        old = by_pid.pop(old_pid)
-        new = list(by_pid.values())
+        old = by_pid.pop(steps[0]["pid"])
+        a2 = next(w for w in by_pid.values() if w[0]["agent"] == a.pid)
+        b1 = next(w for w in by_pid.values() if w[0]["agent"] == b.pid)
+        new = [a2, b1]
         # A's first worker: a fresh job from iteration 1, alone.
         self.assertEqual([r["iteration"] for r in old], list(range(1, len(old) + 1)))
         self.assertTrue(all(r["world"] == 1 for r in old))
@@ -255,39 +276,52 @@ class TorchrunElasticTest(unittest.TestCase):
         for w in new:
             its = [r["iteration"] for r in w]
             self.assertEqual(its, list(range(its[0], its[0] + len(its))))
-        self.assertEqual(max(r["world"] for w in new for r in w), 2, "never both members")
-        self.assertEqual(len(done), 2, "both restarted workers finished")
-        self.assertEqual(done[0]["next_iteration"], done[1]["next_iteration"])
+        self.assertEqual(max(r["world"] for r in b1), 2, "never both members")
+        # B left; A's worker went on alone to the end, without a restart (same process).
+        self.assertGreater(a2[-1]["iteration"], b1[-1]["iteration"] + 5)
+        self.assertEqual(a2[-1]["world"], 1)
         # The loss did not go back to the start's.
         start = np.mean([r["loss"] for r in old[:3]])
         resumed = np.mean([r["loss"] for w in new for r in w[:3]])
         self.assertLess(resumed, start - 0.3, f"loss {start:.3f} at the start, {resumed:.3f} "
                         "after the restart: the weights did not carry over")
-        # The data: no batch twice, none skipped but the one of an iteration A's worker was
-        # killed in after phubd completed it (its progress line never written).
+        # The data: no batch twice; none skipped but the one each stopped worker was killed in
+        # (phubd completed its iteration without it), just before the next batch taken after.
         batches = [r["batch"] for r in steps]
         self.assertEqual(len(batches), len(set(batches)), "a batch was taken twice")
         missing = sorted(set(range(max(batches) + 1)) - set(batches))
         first_new_batch = min(r["batch"] for w in new for r in w)
-        self.assertEqual(missing, list(range(old[-1]["batch"] + 1, first_new_batch)), detail)
-        self.assertEqual(first_new_batch, min(w[0]["batch"] for w in new))
-        self.assertLessEqual(len(missing), 1, "more than the killed worker's batch skipped")
+        after_b = min(r["batch"] for r in a2                    # A's first alone again
+                      if r["iteration"] > b1[-1]["iteration"] and r["world"] == 1)
+        # A lost member's slices are skipped until the change that tells the others takes
+        # effect (docs/design.md "Elastic jobs": at most the iteration it died in and the next).
+        at_join = set(range(old[-1]["batch"] + 1, first_new_batch))
+        at_leave = set(range(b1[-1]["batch"] + 1, after_b))
+        self.assertTrue(set(missing) <= at_join | at_leave,
+                        f"skipped {missing}, allowed {sorted(at_join | at_leave)}")
+        self.assertLessEqual(len(at_join & set(missing)), 2, f"skipped {missing}")
+        self.assertLessEqual(len(at_leave & set(missing)), 2, f"skipped {missing}")
         # 2 epochs of 128 batches: the run stops at the first iteration past 256.
         self.assertGreaterEqual(max(batches) + 1, 256)
         self.assertLess(max(batches) + 1 - 2, 256)
-        # The lr schedule followed the job's iterations (each iteration's lr the same on both).
         # The lr followed the job's iterations, across the restart (the schedule fast-forwarded
         # to the job's iteration): the example's warm-up (5) + cosine over 256 // 2 iterations.
         for r in steps:
             t = r["iteration"] - 1
             want = (t + 1) / 5 if t < 5 else 0.5 * (1 + math.cos(math.pi * min(1.0, (t - 5) / 123)))
             self.assertAlmostEqual(r["lr"], 0.05 * want, places=7, msg=f"iteration {t + 1}")
-        # The cost of the change, for docs/torch.md.
+        # The cost of each change, for docs/torch.md.
         t_old = old[-1]["time"]
-        t_new = min(w[0]["time"] for w in new)
-        print(f"\nchange: B started {t_old - b_started:+.2f} s before A's worker's last step; "
-              f"from it to the new group's first step {t_new - t_old:.2f} s; iterations "
-              f"completed by phubd but not by a worker: {firsts[0] - k - 1}", file=sys.stderr)
+        first_new = min((w[0] for w in new), key=lambda r: r["time"])
+        t_new = first_new["time"]
+        gap_b = [r["time"] for r in a2 if r["time"] > b_left]
+        print(f"\njoin: from A's worker's last step to the new group's first {t_new - t_old:.2f} s"
+              f" (B's agent started {t_old - b_started:.2f} s before it): to the worker's main()"
+              f" {first_new['main'] - t_old:.2f} s, joined phubd {first_new['ready'] - t_old:.2f} s;"
+              " "
+              f"iterations phubd completed without a worker: {firsts[0] - k - 1}; leave: A's "
+              f"worker stepped {gap_b[0] - b_left:.2f} s after B's agent got SIGTERM; A's agent "
+              f"after its worker finished: {a_exited}", file=sys.stderr)
 
 
 if __name__ == "__main__":
