@@ -170,6 +170,85 @@ class RefusalTest(unittest.TestCase):
                                max_workers=2)
 
 
+    def test_an_elastic_job_over_a_shared_ddp_group_is_refused(self):
+        class Group:  # what DDP's process_group answers; a real one needs a second process
+            def size(self):
+                return 2
+        model = torch.nn.parallel.DistributedDataParallel(
+            torch.nn.Linear(4, 2), process_group=phub.torch.local_process_group())
+        model.process_group = Group()
+        with self.assertRaisesRegex(ValueError, "local_process_group"):
+            phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                       "127.0.0.1:1", rank=0, min_workers=1, max_workers=2)
+
+
+def elastic_optimizer(address, seed, rank):
+    torch.manual_seed(seed)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)),
+        process_group=phub.torch.local_process_group())
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return model, phub.torch.ServerOptimizer(model, sgd, address, rank=rank, min_workers=1,
+                                             max_workers=2, job="join-test")
+
+
+def train_step(model, optimizer, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+
+
+def weights(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+class JoinTest(unittest.TestCase):
+    def test_a_joiner_gets_the_jobs_weights_and_iteration_not_its_own(self):
+        """A ServerOptimizer that connects to a running elastic job sends nothing: its
+        parameters become phubd's weights of the job's last iteration, bitwise, and its
+        iteration the job's next; from then on both members hold the same weights."""
+        import threading
+        with Phubd(2) as phubd:
+            model_a, opt_a = elastic_optimizer(phubd.address, 1, 0)
+            seen = {}  # A's iteration -> A's weights after it
+            joined = {}
+            errors = []
+
+            def run_a():
+                try:
+                    while "first" not in joined or opt_a.iteration <= joined["first"]:
+                        t = opt_a.iteration
+                        train_step(model_a, opt_a, t)
+                        seen[t] = weights(model_a)
+                        time.sleep(0.01)
+                except BaseException as e:  # noqa: B902 - reported by the main thread
+                    errors.append(e)
+            thread = threading.Thread(target=run_a)
+            thread.start()
+            while len(seen) < 3:
+                time.sleep(0.01)
+            model_b, opt_b = elastic_optimizer(phubd.address, 2, 0)  # slot 0 taken: gets 1
+            first = opt_b.iteration
+            joined["first"] = first
+            mine = weights(model_b)
+            train_step(model_b, opt_b, first)
+            thread.join(timeout=30)
+            self.assertFalse(thread.is_alive())
+            self.assertEqual(errors, [])
+            self.assertEqual(opt_b.phub.rank, 1)
+            self.assertEqual(opt_b.phub.resume_iteration, first - 1)
+            self.assertGreater(first, 3)
+            for got, want in zip(mine, seen[first - 1]):
+                self.assertTrue(torch.equal(got, want), "the joiner's weights are not the job's")
+            for a, b in zip(weights(model_a), weights(model_b)):
+                self.assertTrue(torch.equal(a, b), "the members' weights differ after a step")
+            self.assertEqual(opt_a.iteration, opt_b.iteration)
+            opt_b.close()
+            opt_a.close()
+
+
 SCRIPT = os.path.join(REPO, "examples", "torch_elastic_phub.py")
 
 
