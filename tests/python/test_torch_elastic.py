@@ -182,14 +182,14 @@ class RefusalTest(unittest.TestCase):
                                        "127.0.0.1:1", rank=0, min_workers=1, max_workers=2)
 
 
-def elastic_optimizer(address, seed, rank):
+def elastic_optimizer(address, seed, rank, momentum=0.9, **kwargs):
     torch.manual_seed(seed)
     model = torch.nn.parallel.DistributedDataParallel(
         torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)),
         process_group=phub.torch.local_process_group())
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum)
     return model, phub.torch.ServerOptimizer(model, sgd, address, rank=rank, min_workers=1,
-                                             max_workers=2, job="join-test")
+                                             max_workers=2, job="join-test", **kwargs)
 
 
 def train_step(model, optimizer, seed):
@@ -209,9 +209,17 @@ class JoinTest(unittest.TestCase):
         """A ServerOptimizer that connects to a running elastic job sends nothing: its
         parameters become phubd's weights of the job's last iteration, bitwise, and its
         iteration the job's next; from then on both members hold the same weights."""
+        self.join_and_step({})
+
+    def test_linear_lr_scaling_doubles_the_step_at_two_members(self):
+        """lr_scaling="linear" (plain SGD): with 2 members of a job of min 1, phubd steps with
+        2 x lr x the mean of the two workers' gradients (each worker's own in .grad)."""
+        self.join_and_step({"lr_scaling": "linear", "momentum": 0.0}, scale=2.0)
+
+    def join_and_step(self, kwargs, scale=None):
         import threading
         with Phubd(2) as phubd:
-            model_a, opt_a = elastic_optimizer(phubd.address, 1, 0)
+            model_a, opt_a = elastic_optimizer(phubd.address, 1, 0, **kwargs)
             seen = {}  # A's iteration -> A's weights after it
             joined = {}
             errors = []
@@ -229,7 +237,7 @@ class JoinTest(unittest.TestCase):
             thread.start()
             while len(seen) < 3:
                 time.sleep(0.01)
-            model_b, opt_b = elastic_optimizer(phubd.address, 2, 0)  # slot 0 taken: gets 1
+            model_b, opt_b = elastic_optimizer(phubd.address, 2, 0, **kwargs)  # slot 0 taken
             first = opt_b.iteration
             joined["first"] = first
             mine = weights(model_b)
@@ -245,6 +253,13 @@ class JoinTest(unittest.TestCase):
             for a, b in zip(weights(model_a), weights(model_b)):
                 self.assertTrue(torch.equal(a, b), "the members' weights differ after a step")
             self.assertEqual(opt_a.iteration, opt_b.iteration)
+            if scale is not None:  # the joint step, from the weights B joined with
+                for before, after, pa, pb in zip(mine, weights(model_b), model_a.parameters(),
+                                                 model_b.parameters()):
+                    mean = (pa.grad.double() + pb.grad.double()) / 2
+                    torch.testing.assert_close(after.double(),
+                                               before.double() - 0.1 * scale * mean,
+                                               rtol=1e-5, atol=1e-6)
             opt_b.close()
             opt_a.close()
 

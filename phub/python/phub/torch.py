@@ -33,6 +33,7 @@ bucket's future with a phub.PhubError, which DDP raises from backward(), within 
 liveness and rejoin deadlines; never a hang. Every later hook call fails with the same error.
 """
 import atexit
+import os
 import queue
 import threading
 from typing import Callable, Optional
@@ -75,7 +76,9 @@ class PhubState:
     min_workers / max_workers (or PHUB_MIN_WORKERS / PHUB_MAX_WORKERS): an elastic job of that
     many workers (docs/torch.md "Elastic jobs and torchrun --nnodes=MIN:MAX"), optimizer mode
     on CPU only. Its size is max_workers, never WORLD_SIZE; a worker connecting to a running
-    job of its name joins it, and its parameters become the job's current weights.
+    job of its name joins it, and its parameters become the job's current weights. lr_scaling
+    (or PHUB_LR_SCALING): "linear" or "sqrt" makes phubd scale each iteration's lr by its member
+    count over min_workers (the lr given is the rate at min_workers members); default "none".
     """
 
     def __init__(self, model: torch.nn.Module, mode: str = "average",
@@ -84,10 +87,16 @@ class PhubState:
                  token: Optional[str] = None, connect_timeout_ms: int = 30000,
                  rdma_device: str = "", job: Optional[str] = None,
                  values_of: Optional[Callable[[], dict]] = None,
-                 min_workers: Optional[int] = None, max_workers: Optional[int] = None):
+                 min_workers: Optional[int] = None, max_workers: Optional[int] = None,
+                 lr_scaling: Optional[str] = None):
         if mode not in ("average", "optimizer"):
             raise ValueError(f"mode {mode!r}: use 'average' or 'optimizer'")
         elastic = elastic_size(min_workers, max_workers)
+        if lr_scaling is None:
+            lr_scaling = os.environ.get("PHUB_LR_SCALING", "").strip() or "none"
+        if lr_scaling != "none" and elastic is None:
+            raise ValueError(f"lr_scaling={lr_scaling!r} scales the lr with an elastic job's "
+                             "member count: give min_workers/max_workers, or leave it 'none'")
         if elastic is not None and mode == "average":
             raise ValueError(
                 "an elastic job (min_workers/max_workers, PHUB_MIN_WORKERS/PHUB_MAX_WORKERS) "
@@ -169,7 +178,8 @@ class PhubState:
                 connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job,
                 per_iteration_values=values_of is not None,
                 min_workers=elastic[0] if elastic else 0,
-                start_workers=elastic[0] if elastic else 0)
+                start_workers=elastic[0] if elastic else 0,
+                **({"lr_scaling": lr_scaling} if lr_scaling != "none" else {}))
             # A joiner sends nothing: its buffers receive the job's weights of resume_iteration.
             self.client.init()
         self.rank = self.client.rank
