@@ -14,7 +14,8 @@ iteration and data position — no checkpoint (docs/torch.md "Elastic jobs and t
 
 The job's name on phubd is torchrun's run id (--rdzv_id). A small MLP on Fashion-MNIST
 (Debian's dataset-fashion-mnist; --data synthetic without it), momentum SGD on phubd with a
-warm-up + cosine schedule over the run's global batches. Each worker prints its first
+warm-up + cosine schedule over the job's global batches (--schedule progress), or a torch
+LambdaLR over iterations that a restarted worker fast-forwards (--schedule iterations). Each worker prints its first
 iteration (the job's, not 1 after a restart) and --progress FILE gets one JSON line per step
 (the test reads it).
 """
@@ -61,7 +62,9 @@ def main():
     p.add_argument("--batch", type=int, default=64, help="per worker and iteration")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--warmup-iters", type=int, default=20)
+    p.add_argument("--schedule", default="progress", choices=["progress", "iterations"])
+    p.add_argument("--warmup-batches", type=int, default=50, help="--schedule progress")
+    p.add_argument("--warmup-iters", type=int, default=20, help="--schedule iterations")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step-delay", type=float, default=0.0,
@@ -83,23 +86,31 @@ def main():
     optimizer = phub.torch.ServerOptimizer(model, sgd)
     batches = optimizer.batches(len(x), a.batch, seed=a.seed, epochs=a.epochs)
 
-    # The schedule counts iterations; the job may be past its start: step it to the job's.
-    # Global batches, not iterations, fix the run's length; a warm-up + cosine over an
-    # iteration count estimated for the job's largest size keeps it simple and the same on
-    # every worker (each iteration's lr must be the same on all its members).
-    total = max(1, batches.total_batches // max(1, optimizer.phub.elastic[1]
-                                                if optimizer.phub.elastic else 1))
+    # The lr schedule: a warm-up + cosine. Each iteration's lr must be the same on all its
+    # members. --schedule progress (default): over the job's progress, the global batches
+    # taken before the iteration (the same for its members, whoever they are), so the
+    # schedule ends with the data however many workers trained it. --schedule iterations: a
+    # torch scheduler stepped per iteration, over an iteration count estimated for the job's
+    # largest size; a restarted worker steps it to the job's iteration first.
+    total = batches.total_batches
+    if a.schedule == "progress":
+        def lr_factor(before):
+            warm = min(1.0, (before + 1) / a.warmup_batches)
+            return warm * 0.5 * (1 + math.cos(math.pi * min(1.0, before / total)))
+        scheduler = None
+    else:
+        iterations = max(1, total // (optimizer.phub.elastic[1] if optimizer.phub.elastic else 1))
 
-    def lr_at(step):
-        if step < a.warmup_iters:
-            return (step + 1) / a.warmup_iters
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - a.warmup_iters) /
-                                                 max(1, total - a.warmup_iters))))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
-    with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": on purpose
-        warnings.simplefilter("ignore", UserWarning)
-        for _ in range(optimizer.iteration - 1):
-            scheduler.step()
+        def lr_at(step):
+            if step < a.warmup_iters:
+                return (step + 1) / a.warmup_iters
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - a.warmup_iters) /
+                                                     max(1, iterations - a.warmup_iters))))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": meant
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(optimizer.iteration - 1):
+                scheduler.step()
     first = optimizer.iteration
     ready = time.time()
     print(f"RANK {os.environ.get('RANK')} of WORLD_SIZE {os.environ.get('WORLD_SIZE')}: slot "
@@ -111,12 +122,17 @@ def main():
     steps = 0
     for indices in batches:
         t = optimizer.iteration
+        before = batches.last_members["member_iterations_before"]
+        if scheduler is None:
+            for group in optimizer.param_groups:
+                group["lr"] = a.lr * lr_factor(before)
         lr = optimizer.param_groups[0]["lr"]
         optimizer.zero_grad()
         loss = loss_fn(model(x[indices]), y[indices])
         loss.backward()
         optimizer.step()
-        scheduler.step()
+        if scheduler is not None:
+            scheduler.step()
         steps += 1
         if out:
             m = batches.last_members
@@ -124,15 +140,22 @@ def main():
                                   "rank": int(os.environ.get("RANK", -1)),
                                   "slot": optimizer.phub.rank, "iteration": t,
                                   "batch": batches.batches_taken[-1], "world": m["world"],
+                                  "before": before,
                                   "loss": loss.item(), "lr": lr, "time": time.time(),
                                   "main": started, "ready": ready}) + "\n")
         if a.step_delay:
             time.sleep(a.step_delay)
-    print(f"slot {optimizer.phub.rank}: {steps} steps, iterations {first}..{first + steps - 1}",
-          flush=True)
+    accuracy = None
+    if a.data == "fashion-mnist":  # the job's weights, as this worker last installed them
+        from torch_ddp_phub import fashion_mnist
+        tx, ty = fashion_mnist(a.data_dir, "test", 28)
+        with torch.no_grad():
+            accuracy = (model(tx.reshape(len(tx), -1)).argmax(1) == ty).float().mean().item()
+    print(f"slot {optimizer.phub.rank}: {steps} steps, iterations {first}..{first + steps - 1}"
+          + (f", test accuracy {accuracy:.4f}" if accuracy is not None else ""), flush=True)
     if out:
         out.write(json.dumps({"pid": os.getpid(), "agent": os.getppid(), "done": True,
-                              "steps": steps,
+                              "steps": steps, "accuracy": accuracy,
                               "next_iteration": optimizer.iteration,
                               "time": time.time()}) + "\n")
     optimizer.close()

@@ -280,7 +280,8 @@ class TorchrunElasticTest(unittest.TestCase):
                "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{rdzv_port}",
                "--rdzv_id=elastic-test", "--rdzv_conf", "last_call_timeout=1",
                "--monitor_interval=1", SCRIPT, "--data", "synthetic", "--samples", "4096",
-               "--batch", "32", "--epochs", "2", "--lr", "0.05", "--warmup-iters", "5",
+               "--batch", "32", "--epochs", "2", "--lr", "0.05", "--schedule", "iterations",
+               "--warmup-iters", "5",
                "--step-delay", "0.05", "--progress", progress]
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd="/")
 
