@@ -264,6 +264,35 @@ class JoinTest(unittest.TestCase):
             opt_a.close()
 
 
+class DataLoaderTest(unittest.TestCase):
+    def test_a_batch_sampler_without_loader_workers_and_a_prefetching_loader_refused(self):
+        """DataLoader(dataset, batch_sampler=ElasticBatches) with num_workers=0 gives the
+        dataset's samples of each iteration's global batch; with num_workers=2 it would read
+        ahead, and the second batch asked for one iteration raises."""
+        from torch.utils.data import DataLoader, TensorDataset
+        data = TensorDataset(torch.randn(40, 6), torch.randint(0, 3, (40,)))
+        with Phubd(2) as phubd:
+            model, opt = elastic_optimizer(phubd.address, 1, 0)
+            batches = opt.batches(len(data), 4, seed=3, epochs=1)
+            got = []
+            for x, y in DataLoader(data, batch_sampler=batches):  # num_workers=0
+                indices = batches.batch(batches.batches_taken[-1])
+                self.assertTrue(torch.equal(x, data.tensors[0][indices]))
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                got.append(batches.batches_taken[-1])
+            self.assertEqual(got, list(range(10)))  # alone: every batch, in order
+            self.assertEqual(opt.iteration, 11)
+            opt.close()
+        with Phubd(2) as phubd:
+            model, opt = elastic_optimizer(phubd.address, 1, 0)
+            loader = DataLoader(data, batch_sampler=opt.batches(len(data), 4), num_workers=2)
+            with self.assertRaisesRegex(RuntimeError, "must not read ahead"):
+                next(iter(loader))
+            opt.close()
+
+
 SCRIPT = os.path.join(REPO, "examples", "torch_elastic_phub.py")
 
 
