@@ -15,9 +15,10 @@ iteration and data position — no checkpoint (docs/torch.md "Elastic jobs and t
 The job's name on phubd is torchrun's run id (--rdzv_id). A small MLP on Fashion-MNIST
 (Debian's dataset-fashion-mnist; --data synthetic without it), momentum SGD on phubd with a
 warm-up + cosine schedule over the job's global batches (--schedule progress), or a torch
-LambdaLR over iterations that a restarted worker fast-forwards (--schedule iterations). Each worker prints its first
-iteration (the job's, not 1 after a restart) and --progress FILE gets one JSON line per step
-(the test reads it).
+LambdaLR over iterations that a restarted worker fast-forwards (--schedule iterations).
+Each worker prints its first iteration (the job's, not 1 after a restart) and, with
+Fashion-MNIST, the test accuracy at the end; --progress FILE gets one JSON line per step (the
+test reads it).
 """
 import argparse
 import json

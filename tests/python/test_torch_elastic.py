@@ -441,7 +441,8 @@ class TorchrunElasticTest(unittest.TestCase):
         gap_b = [r["time"] for r in a2 if r["time"] > b_left]
         print(f"\njoin: from A's worker's last step to the new group's first {t_new - t_old:.2f} s"
               f" (B's agent started {t_old - b_started:.2f} s before it): to the worker's main()"
-              f" {first_new['main'] - t_old:.2f} s, joined phubd {first_new['ready'] - t_old:.2f} s;"
+              f" {first_new['main'] - t_old:.2f} s, joined phubd "
+              f"{first_new['ready'] - t_old:.2f} s;"
               " "
               f"iterations phubd completed without a worker: {firsts[0] - k - 1}; leave: A's "
               f"worker stepped {gap_b[0] - b_left:.2f} s after B's agent got SIGTERM; A's agent "

@@ -472,8 +472,8 @@ class ServerOptimizer(torch.optim.Optimizer):
                     f"an elastic job with DDP over a process group of {group.size()}: workers "
                     "join phubd's job at different iterations, and DDP's collectives after "
                     "construction (its bucket rebuild at each process's second iteration) would "
-                    "deadlock against phubd; give DDP a group of its own: "
-                    "DistributedDataParallel(model, process_group=phub.torch.local_process_group())")
+                    "deadlock against phubd; give DDP a group of its own: DistributedDataParallel("
+                    "model, process_group=phub.torch.local_process_group())")
         self.phub = PhubState(model, "optimizer", self.spec, address, values_of=self._values_now,
                               **kwargs)
         # Rank 0's initial weights, through phubd; a joiner's: the job's, of resume_iteration.
