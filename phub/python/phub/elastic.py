@@ -53,16 +53,17 @@ class ElasticBatches:
 
     The job's batches are numbered over the whole job, not per worker (the rule of
     worker/data/elastic_batches.h): epoch e is a permutation of range(num_samples) drawn from
-    (seed, e) and cut into P = num_samples // batch_size batches, global batches e x P ..
-    (e + 1) x P - 1 (the last num_samples % batch_size samples of an epoch are not used). In
+    (seed, e) and cut into P = num_samples // batch_size batches, global batches e*P ..
+    (e+1)*P - 1 (the last num_samples % batch_size samples of an epoch are not used). In
     iteration t the members take global batches before(t) .. before(t) + world(t) - 1, one each
     by their place among t's members (members_of(t): member_iterations_before, index, world). So
-    whoever joins or leaves, no batch is taken twice and none is skipped (but those of a member
-    lost mid-iteration). The job stops at the first iteration t with before(t) >= epochs x P,
-    the same one on every member: the last iteration's batches may come from epoch `epochs`.
-    The iteration also stops when phubd says this worker is no longer a member (it asked to
-    leave). The permutation is numpy's (default_rng([seed, e])), not phub-worker's mt19937, so
-    a Python job and a phub-worker job do not see the same order.
+    whoever joins or leaves, no batch is taken twice and none is skipped, but a lost member's:
+    phubd completes the iteration it was in, and at times the next, without it. The job stops at
+    the first iteration t with before(t) >= epochs x P, the same one on every member: the last
+    iteration's batches may come from epoch `epochs`. The iteration also stops when phubd says
+    this worker is no longer a member (it asked to leave). The permutation is numpy's
+    (default_rng([seed, e])), not phub-worker's mt19937, so a Python job and a phub-worker job
+    do not see the same order.
 
     `client`: anything with members_of(t) (a phub.PsClient); `iteration`: a callable giving
     the job iteration the next batch is for (ServerOptimizer's `iteration`: phubd's resume
