@@ -264,6 +264,27 @@ class JoinTest(unittest.TestCase):
             opt_a.close()
 
 
+class SigtermTest(unittest.TestCase):
+    def test_a_scripts_sigterm_handler_is_warned_of(self):
+        """A handler that exits cleanly would say Goodbye at every torchrun restart, ending the
+        job (docs/torch.md): an elastic ServerOptimizer warns of one; none without."""
+        import signal
+        import warnings
+        with Phubd(2) as phubd:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                _, opt = elastic_optimizer(phubd.address, 1, 0)
+                opt.close()
+            self.assertEqual([w for w in caught if "SIGTERM" in str(w.message)], [])
+            previous = signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+            try:
+                with self.assertWarnsRegex(RuntimeWarning, "SIGTERM handler.*job ends"):
+                    _, opt = elastic_optimizer(phubd.address, 1, 0)
+                opt.close()
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+
+
 class DataLoaderTest(unittest.TestCase):
     def test_a_batch_sampler_without_loader_workers_and_a_prefetching_loader_refused(self):
         """DataLoader(dataset, batch_sampler=ElasticBatches) with num_workers=0 gives the

@@ -339,6 +339,23 @@ class PhubState:
         self.close()
 
 
+def _warn_of_a_sigterm_handler():
+    """An elastic job's worker must die of torchrun's SIGTERM, not exit cleanly: a clean exit
+    runs close() (atexit), a Goodbye, and at a restart every worker would say it, which ends the
+    job: the restarted workers would start a new one from their initial weights (tried)."""
+    import signal
+    import warnings
+    handler = signal.getsignal(signal.SIGTERM)
+    if callable(handler):
+        warnings.warn(
+            f"an elastic PHub job with a SIGTERM handler of the script's ({handler!r}): if it "
+            "exits through Python's shutdown (sys.exit), close() tells phubd this worker left on "
+            "purpose, and when torchrun restarts every worker the job ends and starts again "
+            "from the initial weights; let SIGTERM kill the process (signal.SIG_DFL) or leave "
+            "with os._exit (docs/torch.md \"Elastic jobs and torchrun --nnodes=MIN:MAX\")",
+            RuntimeWarning, stacklevel=3)
+
+
 _LOCAL_GROUP = None
 
 
@@ -474,6 +491,7 @@ class ServerOptimizer(torch.optim.Optimizer):
                     "construction (its bucket rebuild at each process's second iteration) would "
                     "deadlock against phubd; give DDP a group of its own: DistributedDataParallel("
                     "model, process_group=phub.torch.local_process_group())")
+            _warn_of_a_sigterm_handler()
         self.phub = PhubState(model, "optimizer", self.spec, address, values_of=self._values_now,
                               **kwargs)
         # Rank 0's initial weights, through phubd; a joiner's: the job's, of resume_iteration.
