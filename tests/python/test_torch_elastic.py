@@ -264,6 +264,49 @@ class JoinTest(unittest.TestCase):
             opt_a.close()
 
 
+class LeaveTest(unittest.TestCase):
+    def test_a_planned_leave_ends_the_leavers_batches_and_skips_none(self):
+        """A worker that calls request_leave() goes on until its ElasticBatches stop (phubd says
+        it is no longer a member); the other takes the job's batches from then on: every batch
+        once, none skipped, the run's end the same for the job."""
+        import threading
+        data_x, data_y = torch.randn(80, 6), torch.randint(0, 3, (80,))
+        with Phubd(2) as phubd:
+            model_a, opt_a = elastic_optimizer(phubd.address, 1, 0)
+            batches_a = opt_a.batches(80, 2, epochs=2)
+            errors = []
+
+            def run(model, opt, batches, leave_after=None):
+                try:
+                    for n, indices in enumerate(batches):
+                        if n == leave_after:
+                            opt.phub.client.request_leave()
+                        opt.zero_grad()
+                        torch.nn.functional.cross_entropy(model(data_x[indices]),
+                                                          data_y[indices]).backward()
+                        opt.step()
+                        time.sleep(0.005)
+                except BaseException as e:  # noqa: B902 - reported by the main thread
+                    errors.append(e)
+            thread = threading.Thread(target=run, args=(model_a, opt_a, batches_a))
+            thread.start()
+            while len(batches_a.batches_taken) < 3:
+                time.sleep(0.01)
+            model_b, opt_b = elastic_optimizer(phubd.address, 2, 0)
+            batches_b = opt_b.batches(80, 2, epochs=2)
+            run(model_b, opt_b, batches_b, leave_after=5)
+            self.assertFalse(batches_b.last_members["member"], "B stopped for another reason")
+            opt_b.close()
+            thread.join(timeout=60)
+            self.assertFalse(thread.is_alive())
+            self.assertEqual(errors, [])
+            opt_a.close()
+        taken = batches_a.batches_taken + batches_b.batches_taken
+        self.assertEqual(sorted(taken), list(range(80)), "a batch skipped or taken twice")
+        self.assertGreaterEqual(len(batches_b.batches_taken), 6)
+        self.assertGreater(max(batches_a.batches_taken), max(batches_b.batches_taken) + 10)
+
+
 class SigtermTest(unittest.TestCase):
     def test_a_scripts_sigterm_handler_is_warned_of(self):
         """A handler that exits cleanly would say Goodbye at every torchrun restart, ending the
