@@ -349,9 +349,21 @@ class DataLoaderTest(unittest.TestCase):
             self.assertEqual(got, list(range(10)))  # alone: every batch, in order
             self.assertEqual(opt.iteration, 11)
             opt.close()
-        with Phubd(2) as phubd:
-            model, opt = elastic_optimizer(phubd.address, 1, 0)
-            loader = DataLoader(data, batch_sampler=opt.batches(len(data), 4), num_workers=2)
+        with Phubd(2) as phubd:  # a fixed job's batches follow the same rule
+            torch.manual_seed(0)
+            model = torch.nn.parallel.DistributedDataParallel(
+                torch.nn.Linear(6, 3), process_group=phub.torch.local_process_group())
+            opt = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                             phubd.address, rank=0, world_size=1)
+            batches = opt.batches(len(data), 4, seed=3)
+            for n, (x, _) in enumerate(DataLoader(data, batch_sampler=batches)):
+                self.assertTrue(torch.equal(x, data.tensors[0][batches.batch(n)]))
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+            self.assertEqual(batches.batches_taken, list(range(10)))
+            loader = DataLoader(data, batch_sampler=opt.batches(len(data), 4, epochs=2),
+                                num_workers=2)  # the first epoch is done: the second
             with self.assertRaisesRegex(RuntimeError, "must not read ahead"):
                 next(iter(loader))
             opt.close()

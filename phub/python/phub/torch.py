@@ -508,11 +508,8 @@ class ServerOptimizer(torch.optim.Optimizer):
 
     def batches(self, num_samples: int, batch_size: int, seed: int = 0,
                 epochs: int = 1) -> ElasticBatches:
-        """This worker's batches of sample indices in an elastic job (ElasticBatches): one per
-        step(), following phubd's members of each iteration."""
-        if self.phub.elastic is None:
-            raise ValueError("ServerOptimizer.batches: not an elastic job (give min_workers/"
-                             "max_workers); a fixed job shards its data by rank and world size")
+        """This worker's batches of sample indices (ElasticBatches): one per step(), following
+        phubd's members of each iteration. In a fixed job too (its members: every rank)."""
         return ElasticBatches(self.phub.client, lambda: self.iteration, num_samples, batch_size,
                               seed=seed, epochs=epochs)
 
