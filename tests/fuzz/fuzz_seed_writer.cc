@@ -214,7 +214,8 @@ void ShardInputs(const fs::path& dir) {
 }
 
 // Small whole checkpoint files (chunks of 2 floats): each optimizer's state arrays, with and
-// without previous weights, chunks one iteration apart, an empty tensor, no tensors at all.
+// without previous weights, chunks one iteration apart, an empty tensor, no tensors at all,
+// format 1 and (with the batches taken) 2.
 server::JobSnapshot Checkpoint(kernels::OptimizerKind kind, std::vector<keys::TensorSpec> tensors,
                                bool previous) {
   server::JobSnapshot s;
@@ -244,6 +245,9 @@ void CheckpointFiles(const fs::path& dir) {
         server::EncodeCheckpoint(Checkpoint(OptimizerKind::kSgd, model, true)));
   Write(dir, "momentum",
         server::EncodeCheckpoint(Checkpoint(OptimizerKind::kMomentum, model, false)));
+  server::JobSnapshot elastic = Checkpoint(OptimizerKind::kMomentum, model, false);
+  elastic.batches_before = 5;  // format 2: an elastic job's data position
+  Write(dir, "momentum_batches_before", server::EncodeCheckpoint(elastic));
   Write(dir, "adam_previous",
         server::EncodeCheckpoint(Checkpoint(OptimizerKind::kAdam, model, true)));
   Write(dir, "nesterov_empty_tensor",
