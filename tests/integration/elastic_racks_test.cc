@@ -305,5 +305,82 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
   }
 }
 
+// A chunk's home, driven by two forged PBoxes (rack r0 of 2 workers, r1 of 1): it divides by
+// the counts their sums carry (2 copies, not the job's 3 workers), passes an iteration whose counts are all 0 without a
+// step, and refuses a count beyond the sender's rack (5 from a rack of 1), naming it, without
+// ever dividing by it.
+TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas) {
+  TempDir dir;
+  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
+  const std::string file = dir.File("racks.txtpb");
+  std::ofstream(file) << "rack { name: \"r0\" pbox: \"127.0.0.1:" << ports[0]
+                      << "\" host: \"w0\" host: \"w1\" }\n"
+                      << "rack { name: \"r1\" pbox: \"127.0.0.1:" << ports[1]
+                      << "\" host: \"w2\" }\n";
+  RunningPhubd home = StartPhubdOnPort(dir, ports[0],
+                                       {"--topology", file, "--rack", "r0", "--chunk-bytes", "256",
+                                        "--rejoin-timeout-ms", "0"});
+  // One home tensor: a rack's chunk of 64 elements and its count.
+  constexpr std::uint32_t kElements = 64;
+  const std::vector<keys::TensorSpec> tensors = {{"t0@0", kElements + 1}};
+  constexpr std::uint32_t kRackWorkers[2] = {2, 1};
+  std::vector<std::vector<float>> weights(2, std::vector<float>(kElements + 1, 0.0f));
+  for (std::uint32_t i = 0; i < kElements; ++i) weights[0][i] = 1.0f + static_cast<float>(i);
+  std::vector<std::unique_ptr<client::PsClient>> pboxes(2);
+  {
+    std::vector<std::thread> threads;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        client::PsClientOptions options;
+        options.port = ports[0];
+        options.connect_timeout_ms = 10000;
+        options.optimizer = kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 1.0f};
+        auto c = client::detail::ConnectInRacks(
+            options, {r, 2}, {.racks = 2, .rack = r, .rack_workers = kRackWorkers[r]}, tensors,
+            {std::span<float>(weights[r])});
+        ASSERT_TRUE(c.ok()) << c.status();
+        pboxes[r] = std::move(*c);
+        ASSERT_TRUE(pboxes[r]->Init().ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  ASSERT_TRUE(pboxes[0] && pboxes[1]) << ReadFile(home.log_path);
+  ASSERT_EQ(weights[1], weights[0]);
+  // Each PBox's sum: every element `value`, its count last. The client reads the buffer until
+  // the push's Wait: one per PBox, kept.
+  std::vector<std::vector<float>> sums(2, std::vector<float>(kElements + 1));
+  const auto push = [&](std::uint32_t r, float value, float count) {
+    std::fill(sums[r].begin(), sums[r].end(), value);
+    sums[r][kElements] = count;
+    EXPECT_TRUE(pboxes[r]->Push(0, sums[r]).ok());
+  };
+  push(0, 1.0f, 1);  // rack r0: one of its 2 workers' copies, of 1
+  push(1, 4.0f, 1);  // rack r1: its one copy, of 4
+  for (auto& p : pboxes) ASSERT_TRUE(p->Wait(0).ok()) << ReadFile(home.log_path);
+  for (std::uint32_t i = 0; i < kElements; ++i) {
+    // lr 1: w - (1 + 4) / 2 copies (the job's most workers, 3, would give 5/3).
+    ASSERT_EQ(weights[0][i], 1.0f + static_cast<float>(i) - 2.5f) << i;
+  }
+  EXPECT_EQ(weights[0][kElements], 0.0f) << "the count's slot is no weight";
+  const std::vector<float> before = weights[0];
+  push(0, 0.0f, 0);
+  push(1, 0.0f, 0);
+  for (auto& p : pboxes) ASSERT_TRUE(p->Wait(0).ok()) << ReadFile(home.log_path);
+  EXPECT_EQ(weights[0], before) << "an iteration of no copies moved the weights";
+  push(0, 3.0f, 1);
+  push(1, 5.0f, 5);  // a rack of 1 worker claims 5 copies
+  EXPECT_FALSE(pboxes[1]->Wait(0).ok()) << "a count beyond the sender's rack was taken";
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return ReadFile(home.log_path).find("its count of copies is 5, not a whole number of 0 "
+                                            "to 1") != std::string::npos;
+      },
+      std::chrono::milliseconds(10000)))
+      << ReadFile(home.log_path);
+  EXPECT_FALSE(pboxes[0]->Wait(0).ok()) << "the home stepped without rack r1's sum";
+  EXPECT_TRUE(home.process.Running());
+}
+
 }  // namespace
 }  // namespace phub::testing
