@@ -48,7 +48,8 @@ std::string RacksFile(const std::vector<std::uint16_t>& ports) {
   return text;
 }
 
-client::PsClientOptions Options(std::uint16_t port, std::uint32_t rack) {
+// Rack r0's part is elastic, of 1 to its 3 hosts, starting with `start`; r1's is fixed.
+client::PsClientOptions Options(std::uint16_t port, std::uint32_t rack, std::uint32_t start) {
   client::PsClientOptions options;
   options.port = port;
   options.connect_timeout_ms = 10000;
@@ -56,14 +57,15 @@ client::PsClientOptions Options(std::uint16_t port, std::uint32_t rack) {
       .kind = kernels::OptimizerKind::kMomentum, .lr = kLr, .momentum = kMomentum};
   if (rack == 0) {
     options.min_workers = 1;
-    options.start_workers = 2;
+    options.start_workers = start;
   }
   return options;
 }
 
 // Rank `rank` of rack `rack`'s part (its world: the rack's hosts); rank 0 of rack 0 holds the
 // initial weights TestValue(SeedOf(0), kInitRank, ...).
-InProcessWorker ConnectInRack(std::uint16_t port, std::uint32_t rack, std::uint32_t rank) {
+InProcessWorker ConnectInRack(std::uint16_t port, std::uint32_t rack, std::uint32_t rank,
+                              std::uint32_t start = 2) {
   InProcessWorker w;
   const std::vector<keys::TensorSpec> tensors = TestTensors(kSizes);
   std::vector<std::span<float>> spans;
@@ -75,7 +77,7 @@ InProcessWorker ConnectInRack(std::uint16_t port, std::uint32_t rack, std::uint3
     }
     spans.emplace_back(w.weights[t]);
   }
-  auto c = client::detail::ConnectInRacks(Options(port, rack), {rank, kHosts[rack]},
+  auto c = client::detail::ConnectInRacks(Options(port, rack, start), {rank, kHosts[rack]},
                                           {.racks = kRacks, .rack = rack}, tensors, spans);
   if (c.ok()) {
     w.client = std::move(*c);
@@ -85,14 +87,15 @@ InProcessWorker ConnectInRack(std::uint16_t port, std::uint32_t rack, std::uint3
   return w;
 }
 
-// Rank 2 of rack r0 in a child process the test can SIGKILL: forked before the test makes any
-// thread; it reads phubd's port, joins, answers "joined <resume iteration>", then runs each
-// iteration number it reads and answers "ok" (or the error).
+// Rank `rank` of rack r0 (which starts with `start`) in a child process the test can SIGKILL:
+// forked before the test makes any thread; it reads phubd's port, joins, answers "joined
+// <resume iteration>", then runs each iteration number it reads and answers "ok" (or the
+// error).
 struct ChildWorker {
   pid_t pid = -1;
   int commands = -1, answers = -1;
 
-  static ChildWorker Fork() {
+  static ChildWorker Fork(std::uint32_t rank, std::uint32_t start) {
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) return {};
     const pid_t pid = fork();
@@ -103,7 +106,7 @@ struct ChildWorker {
       FILE* out = fdopen(from_child[1], "w");
       unsigned port = 0;
       if (std::fscanf(in, "%u", &port) != 1) _exit(2);
-      InProcessWorker w = ConnectInRack(static_cast<std::uint16_t>(port), 0, 2);
+      InProcessWorker w = ConnectInRack(static_cast<std::uint16_t>(port), 0, rank, start);
       Status s = w.status.ok() ? w.client->Init() : w.status;
       std::fprintf(out, "%s %llu\n", s.ok() ? "joined" : std::string(s.message()).c_str(),
                    s.ok() ? static_cast<unsigned long long>(w.client->resume_iteration()) : 0ull);
@@ -176,25 +179,35 @@ bool AwaitWorld(client::PsClient& member, std::uint64_t it, std::uint32_t world)
   return false;
 }
 
-TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
-  ChildWorker child = ChildWorker::Fork();  // before any thread
-  ASSERT_GT(child.pid, 0);
-  TempDir dir;
-  std::vector<std::uint16_t> ports;
-  for (std::uint32_t r = 0; r < kRacks; ++r) ports.push_back(FreeLoopbackPort());
-  const std::string racks_file = dir.File("racks.txtpb");
-  std::ofstream(racks_file) << RacksFile(ports);
-  std::vector<RunningPhubd> phubds;
-  for (std::uint32_t r = 0; r < kRacks; ++r) {
-    phubds.push_back(StartPhubdOnPort(dir, ports[r],
-                                      {"--topology", racks_file, "--rack", "r" + std::to_string(r),
-                                       "--cores", "2", "--chunk-bytes", "256"}));
+// A phubd per rack of RacksFile on free ports, each given `args` too.
+struct RackPhubds {
+  RackPhubds(const TempDir& dir, const std::vector<std::string>& args) {
+    for (std::uint32_t r = 0; r < kRacks; ++r) ports.push_back(FreeLoopbackPort());
+    const std::string file = dir.File("racks.txtpb");
+    std::ofstream(file) << RacksFile(ports);
+    for (std::uint32_t r = 0; r < kRacks; ++r) {
+      std::vector<std::string> argv = {"--topology", file, "--rack", "r" + std::to_string(r),
+                                       "--cores", "2", "--chunk-bytes", "256"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      phubds.push_back(StartPhubdOnPort(dir, ports[r], argv));
+    }
   }
-  const auto logs = [&] {
+  std::string Logs() const {
     std::string text;
     for (const auto& p : phubds) text += "\n" + p.log_path + ":\n" + ReadFile(p.log_path);
     return text;
-  };
+  }
+  std::vector<std::uint16_t> ports;
+  std::vector<RunningPhubd> phubds;
+};
+
+TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
+  ChildWorker child = ChildWorker::Fork(2, 2);  // before any thread
+  ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RackPhubds pboxes(dir, {});
+  const std::vector<std::uint16_t>& ports = pboxes.ports;
+  const auto logs = [&] { return pboxes.Logs(); };
   // By rack: r0's ranks 0 and 1 (rank 2 is the child), r1's ranks 0 and 1.
   std::vector<std::vector<InProcessWorker>> racks(kRacks);
   {
@@ -303,6 +316,84 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
   for (InProcessWorker* w : {&racks[0][0], &racks[1][0], &racks[1][1]}) {
     EXPECT_TRUE(w->client->Close().ok());
   }
+}
+
+// Rack r0's only member (rank 0, which started the job) is SIGKILLed: r0 is below its minimum
+// and holds, and so does r1 (2 fixed workers: the homes wait for r0's sums). A joiner brings
+// r0 back; every iteration r0 had nobody for goes to the homes as a sum of no copies, which
+// r1's copies alone step, and the joiner starts from those weights. The weights follow the reference throughout.
+TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoinerComes) {
+  ChildWorker child = ChildWorker::Fork(0, 1);  // before any thread
+  ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RackPhubds pboxes(dir, {"--rejoin-timeout-ms", "30000"});
+  std::vector<InProcessWorker> r1(2);  // rack r1's fixed part: its 2 hosts
+  std::vector<std::thread> starters;
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    starters.emplace_back([&, k] {
+      r1[k] = ConnectInRack(pboxes.ports[1], 1, k);
+      if (r1[k].status.ok()) r1[k].status = r1[k].client->Init();
+    });
+  }
+  child.Say(std::to_string(pboxes.ports[0]));
+  EXPECT_EQ(child.Hear(), "joined 0");
+  for (auto& t : starters) t.join();
+  for (const auto& w : r1) ASSERT_TRUE(w.status.ok()) << w.status << pboxes.Logs();
+  Pushed pushed;
+  std::mutex mu;
+  constexpr std::uint64_t kLast = 16;
+  // Rack r1 trains throughout, at the homes' pace: iterations 1..5 with r0's child, then
+  // (waiting for the homes, which wait for r0) with r0's joiner.
+  std::vector<Status> r1_results(2);
+  std::vector<std::thread> r1_threads;
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    r1_threads.emplace_back([&, k] {
+      for (std::uint64_t it = 1; it <= kLast && r1_results[k].ok(); ++it) {
+        r1_results[k] = RunIteration(r1[k], it, SeedOf(1));
+        std::lock_guard lock(mu);
+        if (r1_results[k].ok()) pushed[it].insert({1, k});
+      }
+    });
+  }
+  for (std::uint64_t it = 1; it <= 5; ++it) {
+    child.Say(std::to_string(it));
+    ASSERT_EQ(child.Hear(), "ok");
+    std::lock_guard lock(mu);
+    pushed[it].insert({0, 0});
+  }
+  child.Kill();  // at a boundary: it pushed 5 whole
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // r0's PBox sees it lost
+  InProcessWorker joiner = ConnectInRack(pboxes.ports[0], 0, 1, 1);
+  Status joined = joiner.status.ok() ? joiner.client->Init() : joiner.status;
+  EXPECT_TRUE(joined.ok()) << joined << pboxes.Logs();
+  const std::uint64_t resumed = joined.ok() ? joiner.client->resume_iteration() : kLast;
+  // The loss's change takes effect at 7 at the earliest (r0's chunks had all completed 5): r0
+  // had nobody for 6 at least, and sent the homes sums of no copies for it.
+  EXPECT_GE(resumed, 6u);
+  EXPECT_LT(resumed, 10u);
+  for (std::uint64_t it = resumed + 1; it <= kLast && joined.ok(); ++it) {
+    ASSERT_TRUE(RunIteration(joiner, it, SeedOf(0)).ok()) << "iteration " << it << pboxes.Logs();
+    std::lock_guard lock(mu);
+    pushed[it].insert({0, 1});
+  }
+  for (auto& t : r1_threads) t.join();
+  for (const Status& r : r1_results) ASSERT_TRUE(r.ok()) << r << pboxes.Logs();
+  ASSERT_TRUE(joined.ok());
+  // Iterations 6..resumed: r1's copies alone.
+  for (std::uint64_t it = 6; it <= resumed; ++it) EXPECT_EQ(pushed.at(it).size(), 2u) << it;
+  const auto reference = Reference(pushed, kLast);
+  for (const InProcessWorker* w : {&r1[0], &r1[1], &joiner}) {
+    for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
+      for (std::uint64_t i = 0; i < kSizes[t]; ++i) {
+        ASSERT_LE(std::abs(w->weights[t][i] - reference[t][i]), 1e-5 + 1e-4 * std::abs(reference[t][i]))
+            << (w == &joiner ? "the joiner" : "rack r1") << ": tensor " << t << "[" << i
+            << "]: got " << w->weights[t][i] << ", reference " << reference[t][i];
+      }
+    }
+  }
+  EXPECT_EQ(r1[0].weights, joiner.weights);
+  EXPECT_TRUE(joiner.client->Close().ok());
+  for (auto& w : r1) EXPECT_TRUE(w.client->Close().ok());
 }
 
 // A chunk's home, driven by two forged PBoxes (rack r0 of 2 workers, r1 of 1): it divides by
