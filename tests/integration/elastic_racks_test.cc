@@ -22,6 +22,7 @@
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/reference/optimizer_reference.h"
+#include "tests/support/forged_client.h"
 #include "tests/support/free_port.h"
 
 namespace phub::testing {
@@ -471,6 +472,26 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
       << ReadFile(home.log_path);
   EXPECT_FALSE(pboxes[0]->Wait(0).ok()) << "the home stepped without rack r1's sum";
   EXPECT_TRUE(home.process.Running());
+}
+
+// A PBox of an earlier release joins a home part without saying its sums carry a count: the
+// home would take a weight for one, so it refuses, saying to run one release everywhere.
+TEST(ElasticRacksTest, AHomeRefusesAPboxWhoseSumsCarryNoCount) {
+  TempDir dir;
+  RackPhubds pboxes(dir, {});
+  proto::Hello hello = MakeHello(1, kRacks, {{"t0@0", 65}});
+  hello.set_racks(kRacks);
+  hello.set_rack(1);
+  hello.set_rack_workers(kHosts[1]);
+  RawSocket socket = RawSocket::Connect(pboxes.ports[0], Millis(5000));
+  ASSERT_TRUE(socket.connected());
+  ASSERT_TRUE(socket.SendMessage(Wrap(hello)));
+  proto::ControlMessage reply;
+  ASSERT_EQ(socket.ReadMessage(reply, Millis(15000)), RawSocket::Read::kOk) << pboxes.Logs();
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), proto::Error::BAD_REQUEST);
+  EXPECT_THAT(reply.error().message(), ::testing::HasSubstr("without their count of copies"));
+  EXPECT_THAT(reply.error().fix(), ::testing::HasSubstr("same PHub release"));
 }
 
 }  // namespace
