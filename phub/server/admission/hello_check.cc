@@ -93,6 +93,18 @@ std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
                                   static_cast<int>(hello.lr_scaling()), ", which phubd does not know"),
                      "give --lr-scaling none, linear or sqrt");
   }
+  if (hello.rack_workers() > 0 &&
+      (hello.min_workers() > 0 || hello.start_workers() > 0 ||
+       hello.lr_scaling() != proto::Hello::LR_FIXED)) {
+    // The homes' part has one member per rack, each for the whole job: a rack's part is
+    // elastic, never the homes'.
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the PBox of rack ", hello.rack(),
+                                  " asks for an elastic home part (min_workers ",
+                                  hello.min_workers(), ", start_workers ", hello.start_workers(),
+                                  "): only a rack's part is elastic"),
+                     "run every rack's phubd from the same PHub release");
+  }
   if (hello.min_workers() == 0 && hello.lr_scaling() != proto::Hello::LR_FIXED) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("rank ", hello.rank(), " asks for a learning rate that follows "

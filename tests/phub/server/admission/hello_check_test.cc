@@ -382,6 +382,16 @@ TEST(HelloCheckTest, AcrossRacksARackIsElasticOnItsOwnWithAFixedLr) {
   std::optional<proto::Error> error = CheckElastic(worker);
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(Names(*error, "an lr that follows the member count in an elastic job across 2 racks"));
+  // A PBox's Hello (rack_workers): the homes' part is never elastic.
+  proto::Hello pbox = MakeHello(1);
+  pbox.set_racks(2);
+  pbox.set_rack(1);
+  pbox.set_rack_workers(2);
+  EXPECT_FALSE(CheckElastic(pbox).has_value());
+  pbox.set_min_workers(1);
+  error = CheckElastic(pbox);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "asks for an elastic home part"));
 }
 
 TEST(HelloCheckTest, ARacksCountOfCopiesMustBeExactInTheWireFormat) {
