@@ -7,7 +7,6 @@
 // (r0 never has its 3 members and r1's 2 at once for long: the counts are 4, 5, 4, 3).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,9 +40,10 @@ std::string RacksFile(const std::vector<std::uint16_t>& ports) {
   std::string text;
   std::uint32_t host = 0;
   for (std::uint32_t r = 0; r < kRacks; ++r) {
-    text += "rack { name: \"r" + std::to_string(r) + "\" pbox: \"127.0.0.1:" +
-            std::to_string(ports[r]) + "\"";
-    for (std::uint32_t i = 0; i < kHosts[r]; ++i) text += " host: \"w" + std::to_string(host++) + "\"";
+    text += "rack { name: \"r" + std::to_string(r) +
+            "\" pbox: \"127.0.0.1:" + std::to_string(ports[r]) + "\"";
+    for (std::uint32_t i = 0; i < kHosts[r]; ++i)
+      text += " host: \"w" + std::to_string(host++) + "\"";
     text += " }\n";
   }
   return text;
@@ -187,8 +187,8 @@ struct RackPhubds {
     const std::string file = dir.File("racks.txtpb");
     std::ofstream(file) << RacksFile(ports);
     for (std::uint32_t r = 0; r < kRacks; ++r) {
-      std::vector<std::string> argv = {"--topology", file, "--rack", "r" + std::to_string(r),
-                                       "--cores", "2", "--chunk-bytes", "256"};
+      std::vector<std::string> argv = {"--topology", file, "--rack",        "r" + std::to_string(r),
+                                       "--cores",    "2",  "--chunk-bytes", "256"};
       argv.insert(argv.end(), args.begin(), args.end());
       phubds.push_back(StartPhubdOnPort(dir, ports[r], argv));
     }
@@ -223,9 +223,9 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
     }
     for (auto& t : threads) t.join();
     for (std::size_t k = 0; k < seats.size(); ++k) {
-      ASSERT_TRUE(connected[k].status.ok()) << "rack " << seats[k].first << " rank "
-                                            << seats[k].second << ": " << connected[k].status
-                                            << logs();
+      ASSERT_TRUE(connected[k].status.ok())
+          << "rack " << seats[k].first << " rank " << seats[k].second << ": " << connected[k].status
+          << logs();
       racks[seats[k].first].push_back(std::move(connected[k]));
     }
   }
@@ -292,7 +292,8 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
   // The copies each iteration had, across both racks: r0's members and r1's 2.
   std::vector<std::size_t> counts;
   for (std::uint64_t it = 1; it <= kLast; ++it) {
-    if (counts.empty() || counts.back() != pushed.at(it).size()) counts.push_back(pushed.at(it).size());
+    if (counts.empty() || counts.back() != pushed.at(it).size())
+      counts.push_back(pushed.at(it).size());
   }
   EXPECT_THAT(counts, ::testing::ElementsAre(4, 5, 4, 3));
 
@@ -302,9 +303,10 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
   const auto expect_near = [&](const InProcessWorker& w, const std::string& who) {
     for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
       for (std::uint64_t i = 0; i < kSizes[t]; ++i) {
-        ASSERT_LE(std::abs(w.weights[t][i] - reference[t][i]), 1e-5 + 1e-4 * std::abs(reference[t][i]))
-            << who << ": tensor " << t << "[" << i << "]: got " << w.weights[t][i]
-            << ", reference " << reference[t][i];
+        ASSERT_LE(std::abs(w.weights[t][i] - reference[t][i]),
+                  1e-5 + 1e-4 * std::abs(reference[t][i]))
+            << who << ": tensor " << t << "[" << i << "]: got " << w.weights[t][i] << ", reference "
+            << reference[t][i];
       }
     }
   };
@@ -322,7 +324,8 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
 // Rack r0's only member (rank 0, which started the job) is SIGKILLed: r0 is below its minimum
 // and holds, and so does r1 (2 fixed workers: the homes wait for r0's sums). A joiner brings
 // r0 back; every iteration r0 had nobody for goes to the homes as a sum of no copies, which
-// r1's copies alone step, and the joiner starts from those weights. The weights follow the reference throughout.
+// r1's copies alone step, and the joiner starts from those weights. The weights follow the
+// reference throughout.
 TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoinerComes) {
   ChildWorker child = ChildWorker::Fork(0, 1);  // before any thread
   ASSERT_GT(child.pid, 0);
@@ -362,7 +365,7 @@ TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoine
     std::lock_guard lock(mu);
     pushed[it].insert({0, 0});
   }
-  child.Kill();  // at a boundary: it pushed 5 whole
+  child.Kill();                                                 // at a boundary: it pushed 5 whole
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // r0's PBox sees it lost
   InProcessWorker joiner = ConnectInRack(pboxes.ports[0], 0, 1, 1);
   Status joined = joiner.status.ok() ? joiner.client->Init() : joiner.status;
@@ -386,7 +389,8 @@ TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoine
   for (const InProcessWorker* w : {&r1[0], &r1[1], &joiner}) {
     for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
       for (std::uint64_t i = 0; i < kSizes[t]; ++i) {
-        ASSERT_LE(std::abs(w->weights[t][i] - reference[t][i]), 1e-5 + 1e-4 * std::abs(reference[t][i]))
+        ASSERT_LE(std::abs(w->weights[t][i] - reference[t][i]),
+                  1e-5 + 1e-4 * std::abs(reference[t][i]))
             << (w == &joiner ? "the joiner" : "rack r1") << ": tensor " << t << "[" << i
             << "]: got " << w->weights[t][i] << ", reference " << reference[t][i];
       }
@@ -398,9 +402,9 @@ TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoine
 }
 
 // A chunk's home, driven by two forged PBoxes (rack r0 of 2 workers, r1 of 1): it divides by
-// the counts their sums carry (2 copies, not the job's 3 workers), passes an iteration whose counts are all 0 without a
-// step, and refuses a count beyond the sender's rack (5 from a rack of 1), naming it, without
-// ever dividing by it.
+// the counts their sums carry (2 copies, not the job's 3 workers), passes an iteration whose counts
+// are all 0 without a step, and refuses a count beyond the sender's rack (5 from a rack of 1),
+// naming it, without ever dividing by it.
 TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas) {
   TempDir dir;
   const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
@@ -409,9 +413,9 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
                       << "\" host: \"w0\" host: \"w1\" }\n"
                       << "rack { name: \"r1\" pbox: \"127.0.0.1:" << ports[1]
                       << "\" host: \"w2\" }\n";
-  RunningPhubd home = StartPhubdOnPort(dir, ports[0],
-                                       {"--topology", file, "--rack", "r0", "--chunk-bytes", "256",
-                                        "--rejoin-timeout-ms", "0"});
+  RunningPhubd home = StartPhubdOnPort(
+      dir, ports[0],
+      {"--topology", file, "--rack", "r0", "--chunk-bytes", "256", "--rejoin-timeout-ms", "0"});
   // One home tensor: a rack's chunk of 64 elements and its count.
   constexpr std::uint32_t kElements = 64;
   const std::vector<keys::TensorSpec> tensors = {{"t0@0", kElements + 1}};
@@ -426,7 +430,8 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
         client::PsClientOptions options;
         options.port = ports[0];
         options.connect_timeout_ms = 10000;
-        options.optimizer = kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 1.0f};
+        options.optimizer =
+            kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 1.0f};
         auto c = client::detail::ConnectInRacks(
             options, {r, 2}, {.racks = 2, .rack = r, .rack_workers = kRackWorkers[r]}, tensors,
             {std::span<float>(weights[r])});
@@ -465,8 +470,10 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
   EXPECT_FALSE(pboxes[1]->Wait(0).ok()) << "a count beyond the sender's rack was taken";
   EXPECT_TRUE(WaitFor(
       [&] {
-        return ReadFile(home.log_path).find("its count of copies is 5, not a whole number of 0 "
-                                            "to 1") != std::string::npos;
+        return ReadFile(home.log_path)
+                   .find(
+                       "its count of copies is 5, not a whole number of 0 "
+                       "to 1") != std::string::npos;
       },
       std::chrono::milliseconds(10000)))
       << ReadFile(home.log_path);

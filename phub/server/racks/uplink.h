@@ -4,8 +4,9 @@
 // summed its rack's copies (Forward), the Uplink pushes the sum to the chunk's home, which
 // sums the R racks' sums in rack order, runs the optimizer over the mean (its divisor: the
 // workers' copies the racks' sums hold that iteration, each sum carrying its count as one
-// element more: shard/copy_count.h) and sends the new weights back to every rack's PBox; the Uplink lands them
-// in buffers of its own and tells the shard, which copies them in and sends them to its rack.
+// element more: shard/copy_count.h) and sends the new weights back to every rack's PBox; the
+// Uplink lands them in buffers of its own and tells the shard, which copies them in and sends
+// them to its rack.
 // Chunk by chunk, so the three hops overlap.
 //
 // On each home, the racks' sums form a job of their own (the rack job's name, Hello field

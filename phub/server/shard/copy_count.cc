@@ -36,9 +36,9 @@ StatusOr<std::uint32_t> ReadCopyCount(std::span<const std::byte> slot, kernels::
   }
   // The comparison first: NaN fails it, and the cast below is then of a value in range.
   if (!(count >= 0.0f && count <= static_cast<float>(most)) || std::trunc(count) != count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "its count of copies is ", count, ", not a whole number of 0 to ", most,
-        " (the sender's rack's workers)"));
+    return absl::InvalidArgumentError(absl::StrCat("its count of copies is ", count,
+                                                   ", not a whole number of 0 to ", most,
+                                                   " (the sender's rack's workers)"));
   }
   return static_cast<std::uint32_t>(count);
 }

@@ -381,7 +381,8 @@ TEST(HelloCheckTest, AcrossRacksARackIsElasticOnItsOwnWithAFixedLr) {
   worker.set_lr_scaling(proto::Hello::LR_LINEAR);
   std::optional<proto::Error> error = CheckElastic(worker);
   ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(Names(*error, "an lr that follows the member count in an elastic job across 2 racks"));
+  EXPECT_TRUE(
+      Names(*error, "an lr that follows the member count in an elastic job across 2 racks"));
   // A PBox's Hello (rack_workers): the homes' part is never elastic.
   proto::Hello pbox = MakeHello(1);
   pbox.set_racks(2);

@@ -43,7 +43,8 @@ TEST(CopyCountTest, EveryWholeCountUpToTheRacksWorkersIsReadInEveryFormat) {
        {kernels::WireFormat::kFp32, kernels::WireFormat::kBf16, kernels::WireFormat::kFp16}) {
     const std::uint32_t most = kernels::MaxExactInteger(format);
     for (std::uint32_t count : {0u, 1u, 2u, 7u, most - 1, most}) {
-      StatusOr<std::uint32_t> read = ReadCopyCount(Copy(format, static_cast<float>(count)), format, most);
+      StatusOr<std::uint32_t> read =
+          ReadCopyCount(Copy(format, static_cast<float>(count)), format, most);
       ASSERT_TRUE(read.ok()) << kernels::WireFormatName(format) << " " << count << ": "
                              << read.status();
       EXPECT_EQ(*read, count) << kernels::WireFormatName(format);
