@@ -133,13 +133,29 @@ phub::Status Run(Flags& f) {
       : elastic_batches && f.epochs > 0
           ? static_cast<int>(std::max<std::int64_t>(1, global_per_epoch / 10))
           : static_cast<int>(std::max<std::int64_t>(1, total_steps / 20));
+  // An elastic job's schedule runs over the job's progress, not this worker's steps: its
+  // position at an iteration is the batches the job took before it over the start size (what
+  // a job of the start size would have stepped), the same on every member whoever joined late,
+  // and a job that never changes size steps exactly as a fixed one.
+  const std::int64_t start_size =
+      std::max<std::int64_t>(1, f.start_workers > 0 ? f.start_workers : f.min_workers);
+  const bool schedule_by_progress = elastic_batches && f.epochs > 0;
   PHUB_ASSIGN_OR_RETURN(
       const phub::worker::LrSchedule schedule,
-      phub::worker::LrSchedule::Create(f.lr_schedule, f.optimizer.lr, total_steps));
+      phub::worker::LrSchedule::Create(
+          f.lr_schedule, f.optimizer.lr,
+          schedule_by_progress ? (f.epochs * global_per_epoch + start_size - 1) / start_size
+                               : total_steps));
+  phub::IterationMembers members{.member = true, .index = me.rank, .world = me.world_size};
+  const auto schedule_step = [&](std::int64_t step) {
+    return schedule_by_progress
+               ? static_cast<std::int64_t>(members.member_iterations_before) / start_size
+               : step;
+  };
   // The step's values, when the schedule changes them (else the exchange's fixed ones).
   auto values_at = [&](std::int64_t step) -> std::optional<phub::kernels::StepValues> {
     if (!schedule.Varies()) return std::nullopt;
-    return schedule.ValuesAt(step, phub::kernels::ValuesOf(f.optimizer));
+    return schedule.ValuesAt(schedule_step(step), phub::kernels::ValuesOf(f.optimizer));
   };
 
   if (elastic_job && me.rank != 0) PHUB_RETURN_IF_ERROR(phub::worker::WarmUpBeforeJoining(f, *model, *backend));
@@ -194,7 +210,6 @@ phub::Status Run(Flags& f) {
     std::signal(SIGTERM, AskToLeave);
   }
   bool asked_to_leave = false;
-  phub::IterationMembers members{.member = true, .index = me.rank, .world = me.world_size};
   for (std::int64_t step = first_step;; ++step) {
     bool elastic_done = false;
     if (elastic_job) {
@@ -268,7 +283,7 @@ phub::Status Run(Flags& f) {
                        ? std::string("?")
                        : std::to_string(total_steps),
                    t.loss, t.total_ms, t.blocked_ms,
-                   schedule.Varies() ? fmt::format(", lr {:.6g}", schedule.LrAt(step)) : "",
+                   schedule.Varies() ? fmt::format(", lr {:.6g}", schedule.LrAt(schedule_step(step))) : "",
                    elastic_job ? fmt::format(", {} members", members.world) : "");
     }
     // An elastic job's epoch ends where the job's global batch count crosses it.

@@ -12,9 +12,11 @@
 #include <csignal>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "phub/server/checkpoint/checkpoint_file.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
@@ -508,6 +510,8 @@ TEST(ElasticTest, AJoinDuringCheckpointsAndALeaveRightAfterAResume) {
         },
         std::chrono::milliseconds(20000)))
         << (loaded.ok() ? "no checkpoint of iteration 8" : loaded.status().ToString());
+    // 5 iterations of 2 members and 3 of 3 took 19 batches.
+    EXPECT_EQ(loaded->snapshot.batches_before, std::optional<std::uint64_t>(19));
     for (auto& worker : w) EXPECT_TRUE(worker.client->Close().ok());
   }
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256", "--resume", ckpt});
@@ -515,6 +519,8 @@ TEST(ElasticTest, AJoinDuringCheckpointsAndALeaveRightAfterAResume) {
   auto w = StartPair(options, 3, 1);
   ASSERT_TRUE(w[0].client && w[1].client);
   EXPECT_EQ(w[0].client->resume_iteration(), 8u);
+  // The data goes on where it was: the checkpoint says how many batches the job took.
+  EXPECT_EQ(w[0].client->MembersOf(9).member_iterations_before, 19u);
   ASSERT_TRUE(w[1].client->RequestLeave().ok());  // at once after the resume
   std::thread joiner([&] {
     Connect(w[2], options, 2, 3);
@@ -670,6 +676,31 @@ TEST(ElasticTest, ASlotLeftByGoodbyeTakesANewWorker) {
 namespace phub::testing {
 namespace {
 
+// One iteration by every worker still in the job (in[k]), in threads: `values` first when given
+// (a schedule), then its pushes. A worker told it is no member of `it` is out from then on.
+void IterateMembers(std::vector<InProcessWorker>& w, std::vector<bool>& in, Record& record,
+                    std::uint64_t it, std::optional<kernels::StepValues> values = std::nullopt) {
+  std::vector<std::thread> threads;
+  std::vector<Status> results(w.size());
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    if (!in[k]) continue;
+    const IterationMembers m = w[k].client->MembersOf(it);
+    if (!m.member) {
+      in[k] = false;
+      continue;
+    }
+    threads.emplace_back([&, k, m] {
+      if (values) results[k] = w[k].client->StepWith(*values);
+      if (results[k].ok()) results[k] = RunIteration(w[k], it, kSeed);
+      if (results[k].ok()) record.Pushed(it, w[k].client->rank(), m);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    ASSERT_TRUE(results[k].ok()) << "worker " << k << ", iteration " << it << ": " << results[k];
+  }
+}
+
 // A schedule with a learning rate that follows the members (linear scaling) in an elastic job:
 // ranks 0 and 1 start (min 1, max 3), each iteration's lr comes from the workers (StepWith,
 // a schedule), rank 2 joins, rank 1 asks to leave. Iteration t steps with
@@ -685,27 +716,10 @@ TEST(ElasticTest, ASchedulesLrFollowsTheMemberCountWithLinearScaling) {
   std::vector<InProcessWorker> w = StartPair(options, 3, /*extra=*/1);
   Record record;
   std::vector<bool> in = {true, true, false};
-  // One iteration by every member: its values, then its pushes.
   const auto iterate = [&](std::uint64_t it) {
-    std::vector<std::thread> threads;
-    std::vector<Status> results(3);
-    for (int k = 0; k < 3; ++k) {
-      if (!in[k]) continue;
-      const IterationMembers m = w[k].client->MembersOf(it);
-      if (!m.member) {
-        in[k] = false;
-        continue;
-      }
-      threads.emplace_back([&, k, m] {
-        kernels::StepValues values = kernels::ValuesOf(*options.optimizer);
-        values.lr = lr_of(it);
-        results[k] = w[k].client->StepWith(values);
-        if (results[k].ok()) results[k] = RunIteration(w[k], it, kSeed);
-        if (results[k].ok()) record.Pushed(it, w[k].client->rank(), m);
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (int k = 0; k < 3; ++k) ASSERT_TRUE(results[k].ok()) << "rank " << k << ": " << results[k];
+    kernels::StepValues values = kernels::ValuesOf(*options.optimizer);
+    values.lr = lr_of(it);
+    IterateMembers(w, in, record, it, values);
   };
   for (std::uint64_t it = 1; it <= 6; ++it) iterate(it);
   std::thread joiner([&] {
@@ -763,14 +777,20 @@ TEST(ElasticTest, AJobWhoseMembersAreAllLostHoldsItsWeightsForJoiners) {
     }
   }
   for (auto& child : children) child.Kill();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // phubd sees both lost
   const client::PsClientOptions options = Elastic(phubd, 1, 2);
   std::vector<InProcessWorker> w(2);
-  Connect(w[0], options, 0, 2);
+  // Until phubd has seen both lost, their slots are taken.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Connect(w[0], options, 0, 2);
+        return w[0].status.ok() || !absl::StrContains(w[0].status.message(), "most workers");
+      },
+      std::chrono::milliseconds(10000)));
   ASSERT_TRUE(w[0].status.ok()) << w[0].status;
   ASSERT_TRUE(w[0].client->Init().ok());
+  // Every chunk was at 5; the change to nobody passed 6, the join's passed 7 (nobody pushed).
   const std::uint64_t resumed = w[0].client->resume_iteration();
-  EXPECT_GE(resumed, 5u) << "the joiner did not start from where the job was";
+  EXPECT_GT(resumed, 5u) << "the joiner did not start past the iterations nobody pushed";
   // The second joins while the first trains (its first weights come from the first's pushes).
   std::thread second([&] {
     Connect(w[1], options, 1, 2);
@@ -816,24 +836,7 @@ TEST(ElasticTest, AJoinerThatAsksToLeaveLeavesAfterItsFirstIteration) {
   std::vector<InProcessWorker> w = StartPair(options, 3, /*extra=*/1);
   Record record;
   std::vector<bool> in = {true, true, false};
-  const auto iterate = [&](std::uint64_t it) {
-    std::vector<std::thread> threads;
-    std::vector<Status> results(3);
-    for (int k = 0; k < 3; ++k) {
-      if (!in[k]) continue;
-      const IterationMembers m = w[k].client->MembersOf(it);
-      if (!m.member) {
-        in[k] = false;
-        continue;
-      }
-      threads.emplace_back([&, k, m] {
-        results[k] = RunIteration(w[k], it, kSeed);
-        if (results[k].ok()) record.Pushed(it, w[k].client->rank(), m);
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (int k = 0; k < 3; ++k) ASSERT_TRUE(results[k].ok()) << "rank " << k << ": " << results[k];
-  };
+  const auto iterate = [&](std::uint64_t it) { IterateMembers(w, in, record, it); };
   for (std::uint64_t it = 1; it <= 3; ++it) iterate(it);
   Connect(w[2], options, 2, 3);
   ASSERT_TRUE(w[2].status.ok()) << w[2].status;
@@ -856,6 +859,34 @@ TEST(ElasticTest, AJoinerThatAsksToLeaveLeavesAfterItsFirstIteration) {
   const auto reference = Reference(record, it - 1);
   ExpectNear(w[0], reference, "rank 0");
   for (int k : {0, 1}) EXPECT_TRUE(w[k].client->Close().ok());
+}
+
+// A job below its minimum past --rejoin-timeout-ms stalls, and once its last member is gone (it
+// gave up on JOB_STALLED without Goodbye) the job ends: its name is free and the same workers
+// start it afresh rather than finding a dead job.
+TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGone) {
+  std::vector<ChildWorker> children = {ChildWorker::Fork(0, 2, 2, 2), ChildWorker::Fork(1, 2, 2, 2)};
+  for (const auto& child : children) ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
+                                        "--rejoin-timeout-ms", "200"});
+  for (auto& child : children) child.Say(std::to_string(phubd.port));
+  for (auto& child : children) ASSERT_EQ(child.Hear(), "joined 0");
+  for (auto& child : children) child.Say("1");
+  for (auto& child : children) ASSERT_EQ(child.Hear(), "ok");
+  children[1].Kill();
+  // Rank 0 alone is below the minimum: held, then stalled; it exits on the error (no Goodbye).
+  children[0].Say("2");
+  EXPECT_THAT(children[0].Hear(), HasSubstr("fewer than 2 members"));
+  children[0].Kill();
+  const client::PsClientOptions options = Elastic(phubd, 2, 2);
+  std::vector<InProcessWorker> again = StartPair(options, 2);
+  ASSERT_EQ(again.size(), 2u);
+  for (auto& worker : again) {
+    ASSERT_TRUE(worker.client) << "the stalled job kept its name";
+    EXPECT_EQ(worker.client->resume_iteration(), 0u) << "a fresh job, not the stalled one";
+    EXPECT_TRUE(worker.client->Close().ok());
+  }
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 # iteration's batches follow the last one's: no batch is taken twice or skipped while members
 # come and go (the killed worker's are not recorded: its iterations are checked for no repeat
 # only). The workers run until told to leave, so a slow start (sanitizers) cannot outlast them.
+# They follow a cosine schedule with --lr-scaling linear: every member (joiners included) gives
+# phubd the same values for each iteration, or phubd stalls the job naming both (it must not).
 # Usage: elastic_workers.sh PHUBD PHUB_WORKER [STEPS] (40: rank 0's iterations between events;
 # the sanitizer builds give fewer).
 set -euo pipefail
@@ -25,7 +27,8 @@ until [[ -s $dir/port ]]; do
 done
 common=(--comm ps --ps "127.0.0.1:$(cat "$dir/port")" --model fashion-cnn --batch 16
         --data fashion-mnist --iters 1000000 --warmup 0 --log-every 1 --optimizer momentum --lr 0.02
-        --min-workers 2 --max-workers 4 --start-workers 2 --reconnect-timeout-ms 0)
+        --min-workers 2 --max-workers 4 --start-workers 2 --reconnect-timeout-ms 0
+        --lr-schedule cosine --warmup-iters 10 --lr-scaling linear)
 declare -A pid
 start() {
   "$worker" "${common[@]}" --rank "$1" --results "$dir/r$1.json" >"$dir/w$1.log" 2>&1 &

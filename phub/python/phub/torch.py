@@ -33,6 +33,7 @@ bucket's future with a phub.PhubError, which DDP raises from backward(), within 
 liveness and rejoin deadlines; never a hang. Every later hook call fails with the same error.
 """
 import atexit
+import os
 import queue
 import threading
 from typing import Callable, Optional
@@ -41,8 +42,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 import phub
+from phub.elastic import ElasticBatches, elastic_size
 
-__all__ = ["PhubState", "connect", "allreduce_hook", "ServerOptimizer", "optimizer_spec"]
+__all__ = ["PhubState", "connect", "allreduce_hook", "ServerOptimizer", "optimizer_spec",
+           "ElasticBatches", "local_process_group"]
 
 _STOP = object()
 
@@ -69,6 +72,13 @@ class PhubState:
     mode "average": phubd returns the mean gradient (summation mode) and the local optimizer
     steps. mode "optimizer": phubd steps with `optimizer` (a spec dict, see optimizer_spec) and
     returns weights, which ServerOptimizer.step() installs.
+
+    min_workers / max_workers (or PHUB_MIN_WORKERS / PHUB_MAX_WORKERS): an elastic job of that
+    many workers (docs/torch.md "Elastic jobs and torchrun --nnodes=MIN:MAX"), optimizer mode
+    on CPU only. Its size is max_workers, never WORLD_SIZE; a worker connecting to a running
+    job of its name joins it, and its parameters become the job's current weights. lr_scaling
+    (or PHUB_LR_SCALING): "linear" or "sqrt" makes phubd scale each iteration's lr by its member
+    count over min_workers (the lr given is the rate at min_workers members); default "none".
     """
 
     def __init__(self, model: torch.nn.Module, mode: str = "average",
@@ -76,9 +86,24 @@ class PhubState:
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  token: Optional[str] = None, connect_timeout_ms: int = 30000,
                  rdma_device: str = "", job: Optional[str] = None,
-                 values_of: Optional[Callable[[], dict]] = None):
+                 values_of: Optional[Callable[[], dict]] = None,
+                 min_workers: Optional[int] = None, max_workers: Optional[int] = None,
+                 lr_scaling: Optional[str] = None):
         if mode not in ("average", "optimizer"):
             raise ValueError(f"mode {mode!r}: use 'average' or 'optimizer'")
+        elastic = elastic_size(min_workers, max_workers)
+        if lr_scaling is None:
+            lr_scaling = os.environ.get("PHUB_LR_SCALING", "").strip() or "none"
+        if lr_scaling != "none" and elastic is None:
+            raise ValueError(f"lr_scaling={lr_scaling!r} scales the lr with an elastic job's "
+                             "member count: give min_workers/max_workers, or leave it 'none'")
+        if elastic is not None and mode == "average":
+            raise ValueError(
+                "an elastic job (min_workers/max_workers, PHUB_MIN_WORKERS/PHUB_MAX_WORKERS) "
+                "in summation mode (phub.torch.connect + allreduce_hook): a worker that joins "
+                "would need the current weights, and in summation mode they exist only on the "
+                "workers (phubd holds sums, not weights); use phub.torch.ServerOptimizer, whose "
+                "weights and optimizer state phubd holds, or unset the elastic size")
         if mode == "optimizer" and optimizer is None:
             raise ValueError("mode 'optimizer' needs the optimizer's spec (optimizer_spec())")
         self.mode = mode
@@ -100,6 +125,15 @@ class PhubState:
                              "serves a model on one device (one DDP process per GPU)")
         self.device = devices.pop()
         self.cuda = self.device.type == "cuda"
+        if elastic is not None and self.cuda:
+            raise NotImplementedError(
+                "an elastic job on a GPU model: not yet (the staged client, phub.DeviceClient, "
+                "has no elastic membership); train it on CPU tensors, or as a fixed job")
+        # An elastic job's Hello: world size = its maximum, started by `min` workers; rank
+        # (RANK) only asks for a slot (a joiner gets the lowest free one if it is taken).
+        self.elastic = elastic
+        if elastic is not None:
+            world_size = elastic[1]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self._index = {p.data_ptr(): i for i, p in enumerate(self.params)}
@@ -142,9 +176,15 @@ class PhubState:
                 tensors, [v.numpy() for v in self.received_views], address=address, rank=rank,
                 world_size=world_size, token=token, optimizer=spec,
                 connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job,
-                per_iteration_values=values_of is not None)
+                per_iteration_values=values_of is not None,
+                min_workers=elastic[0] if elastic else 0,
+                start_workers=elastic[0] if elastic else 0,
+                **({"lr_scaling": lr_scaling} if lr_scaling != "none" else {}))
+            # A joiner sends nothing: its buffers receive the job's weights of resume_iteration.
             self.client.init()
         self.rank = self.client.rank
+        # The job iteration whose weights the buffers hold now (0 in a fresh job).
+        self.resume_iteration = self.client.resume_iteration
         self.error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -299,10 +339,46 @@ class PhubState:
         self.close()
 
 
+def _warn_of_a_sigterm_handler():
+    """An elastic job's worker must die of torchrun's SIGTERM, not exit cleanly: a clean exit
+    runs close() (atexit), a Goodbye, and at a restart every worker would say it, which ends the
+    job: the restarted workers would start a new one from their initial weights (tried)."""
+    import signal
+    import warnings
+    handler = signal.getsignal(signal.SIGTERM)
+    if callable(handler):
+        warnings.warn(
+            f"an elastic PHub job with a SIGTERM handler of the script's ({handler!r}): if it "
+            "exits through Python's shutdown (sys.exit), close() tells phubd this worker left on "
+            "purpose, and when torchrun restarts every worker the job ends and starts again "
+            "from the initial weights; let SIGTERM kill the process (signal.SIG_DFL) or leave "
+            "with os._exit (docs/torch.md \"Elastic jobs and torchrun --nnodes=MIN:MAX\")",
+            RuntimeWarning, stacklevel=3)
+
+
+_LOCAL_GROUP = None
+
+
+def local_process_group():
+    """A process group of this process alone (gloo, size 1), for DDP in an elastic job:
+    DistributedDataParallel(model, process_group=phub.torch.local_process_group()). Needs no
+    init_process_group. An elastic job's workers must not share a DDP group: phubd admits
+    joiners at iteration boundaries of its own choosing, so workers of one torchrun group may
+    start at different iterations, and DDP's collectives after construction (its bucket rebuild
+    at each process's second iteration, buffer broadcasts) would wait for a peer that waits on
+    phubd for them. With ServerOptimizer DDP needs no peer: phubd holds the weights."""
+    global _LOCAL_GROUP
+    if _LOCAL_GROUP is None:
+        import torch.distributed as dist
+        _LOCAL_GROUP = dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
+    return _LOCAL_GROUP
+
+
 def connect(model: torch.nn.Module, address: Optional[str] = None, **kwargs) -> PhubState:
     """The state for allreduce_hook: joins phubd's job in summation mode (the mean gradient
     comes back). Blocks until every rank has joined. kwargs: rank, world_size, token,
-    connect_timeout_ms, rdma_device, job (torchrun's RANK/WORLD_SIZE and PHUB_ADDRESS by default)."""
+    connect_timeout_ms, rdma_device, job (torchrun's RANK/WORLD_SIZE and PHUB_ADDRESS by default).
+    Not elastic (min_workers/max_workers are refused): use ServerOptimizer for that."""
     return PhubState(model, "average", None, address, **kwargs)
 
 
@@ -385,7 +461,16 @@ class ServerOptimizer(torch.optim.Optimizer):
     optimizer's kind is the job's: a change of kind (SGD's momentum from 0 up) is refused. Call
     step() after every backward. The parameters' .grad hold the worker's own gradient (phubd
     applied the mean). phubd holds the optimizer's state (momentum, Adam's moments);
-    state_dict() fetches it in torch's layout and load_state_dict() restores it there."""
+    state_dict() fetches it in torch's layout and load_state_dict() restores it there.
+
+    Elastic (min_workers=, max_workers= or PHUB_MIN_WORKERS, PHUB_MAX_WORKERS; docs/torch.md
+    "Elastic jobs and torchrun --nnodes=MIN:MAX"): the job outlives its workers. A worker that
+    connects while it runs — every worker torchrun's agent restarts — joins it: its parameters
+    become the job's current weights and `iteration` the job's next one. The script then
+    fast-forwards its schedule (`for _ in range(optimizer.iteration - 1): scheduler.step()`:
+    every member must give phubd the same values for an iteration) and takes its data from
+    ElasticBatches (optimizer.batches(...)), never from a sampler of its own rank and world.
+    DDP must then run over a group of its own (local_process_group()), not torchrun's world."""
 
     def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
                  address: Optional[str] = None, **kwargs):
@@ -397,10 +482,36 @@ class ServerOptimizer(torch.optim.Optimizer):
         check_server_steps(model.module, optimizer, self.spec, self._find_unused)
         # The wrapped optimizer's group dicts themselves: a value set on either is set on both.
         super().__init__(optimizer.param_groups, optimizer.defaults)
+        if elastic_size(kwargs.get("min_workers"), kwargs.get("max_workers")) is not None:
+            group = getattr(model, "process_group", None)
+            if group is not None and group.size() > 1:
+                raise ValueError(
+                    f"an elastic job with DDP over a process group of {group.size()}: workers "
+                    "join phubd's job at different iterations, and DDP's collectives after "
+                    "construction (its bucket rebuild at each process's second iteration) would "
+                    "deadlock against phubd; give DDP a group of its own: DistributedDataParallel("
+                    "model, process_group=phub.torch.local_process_group())")
+            _warn_of_a_sigterm_handler()
         self.phub = PhubState(model, "optimizer", self.spec, address, values_of=self._values_now,
                               **kwargs)
-        self.phub.install_weights()  # rank 0's initial weights, through phubd
+        # Rank 0's initial weights, through phubd; a joiner's: the job's, of resume_iteration.
+        self.phub.install_weights()
+        self._steps = 0
         model.register_comm_hook(self.phub, allreduce_hook)
+
+    @property
+    def iteration(self) -> int:
+        """The job iteration the next step() completes (1 in a fresh job): phubd's resume point
+        for a worker that joined a running job, + 1, + the steps since. A schedule stepped once
+        per iteration is right for it after iteration - 1 scheduler.step()s."""
+        return self.phub.resume_iteration + 1 + self._steps
+
+    def batches(self, num_samples: int, batch_size: int, seed: int = 0,
+                epochs: int = 1) -> ElasticBatches:
+        """This worker's batches of sample indices (ElasticBatches): one per step(), following
+        phubd's members of each iteration. In a fixed job too (its members: every rank)."""
+        return ElasticBatches(self.phub.client, lambda: self.iteration, num_samples, batch_size,
+                              seed=seed, epochs=epochs)
 
     def _values_now(self) -> dict:
         """The hyper-parameters the iteration starting now steps with (the hook's thread, at
@@ -426,6 +537,7 @@ class ServerOptimizer(torch.optim.Optimizer):
             raise ValueError("ServerOptimizer.step takes no closure: phubd steps once per "
                              "backward")
         self.phub.install_weights()
+        self._steps += 1
 
     def add_param_group(self, param_group):
         if getattr(self, "phub", None) is None:  # Optimizer.__init__ adds the wrapped groups

@@ -101,14 +101,15 @@ Status Decoder::ReadHeader(JobSnapshot& s, std::uint32_t& chunks) {
   const char* p = prefix + sizeof(kMagic);
   const auto version = Take<std::uint32_t>(p);
   const auto body_bytes = Take<std::uint32_t>(p);
-  if (version != kFormatVersion) {
+  if (version != 1 && version != kFormatVersion) {
     return absl::UnimplementedError(absl::StrCat(
-        "checkpoint '", name_, "' is in format version ", version, "; this phubd reads version ",
-        kFormatVersion, ": resume with the phubd that wrote it (or the file is corrupt)"));
+        "checkpoint '", name_, "' is in format version ", version, "; this phubd reads versions 1 "
+        "to ", kFormatVersion, ": resume with the phubd that wrote it (or the file is corrupt)"));
   }
-  if (body_bytes < kBodyFixedBytes || body_bytes > kMaxCheckpointHeaderBytes) {
-    return Corrupt(absl::StrCat("the header claims ", body_bytes, " bytes; a header has ",
-                                kBodyFixedBytes, " to ", kMaxCheckpointHeaderBytes));
+  const std::uint64_t fixed = kBodyFixedBytes + (version >= 2 ? kBatchesBeforeBytes : 0);
+  if (body_bytes < fixed || body_bytes > kMaxCheckpointHeaderBytes) {
+    return Corrupt(absl::StrCat("the header claims ", body_bytes, " bytes; a version ", version,
+                                " header has ", fixed, " to ", kMaxCheckpointHeaderBytes));
   }
   PHUB_RETURN_IF_ERROR(Need(
       body_bytes + 4, absl::StrCat("the header (", body_bytes, " bytes) and its checksum"), size_));
@@ -133,6 +134,7 @@ Status Decoder::ReadHeader(JobSnapshot& s, std::uint32_t& chunks) {
                    &s.optimizer.beta1, &s.optimizer.beta2, &s.optimizer.eps}) {
     *f = Take<float>(p);
   }
+  if (version >= 2) s.batches_before = Take<std::uint64_t>(p);
   const auto tensors = Take<std::uint32_t>(p);
   if (tensors > static_cast<std::uint64_t>(end - p - 4) / kTensorFixedBytes) {
     return Corrupt(absl::StrCat("the header lists ", tensors, " tensors but has room for ",
@@ -308,6 +310,13 @@ StatusOr<JobSnapshot> Decoder::Decode() {
     PHUB_RETURN_IF_ERROR(ReadChunk(*table, state_arrays, s.chunks[id]));
   }
   PHUB_RETURN_IF_ERROR(ReadTrailer());
+  if (s.batches_before &&
+      *s.batches_before >
+          static_cast<unsigned __int128>(CheckpointIteration(s)) * s.world_size) {
+    return Corrupt(absl::StrCat("it says the job took ", *s.batches_before, " batches in ",
+                                CheckpointIteration(s), " iterations of at most ", s.world_size,
+                                " workers"));
+  }
   return s;
 }
 

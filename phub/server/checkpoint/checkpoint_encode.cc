@@ -64,7 +64,7 @@ class Encoder {
 Status EncodeCheckpointTo(const JobSnapshot& s, const CheckpointSink& sink) {
   Encoder e(sink);
   e.PutBytes({kMagic, sizeof(kMagic)});
-  e.Put(kFormatVersion);
+  e.Put(VersionOf(s));
   e.Put(static_cast<std::uint32_t>(HeaderBodyBytes(s)));
   e.Put(s.chunk_bytes);
   e.Put(s.world_size);
@@ -73,6 +73,7 @@ Status EncodeCheckpointTo(const JobSnapshot& s, const CheckpointSink& sink) {
                   s.optimizer.beta2, s.optimizer.eps}) {
     e.Put(f);
   }
+  if (s.batches_before) e.Put(*s.batches_before);
   e.Put(static_cast<std::uint32_t>(s.tensors.size()));
   for (const auto& t : s.tensors) {
     e.Put(t.elements);
@@ -177,6 +178,14 @@ Status ValidateSnapshot(const JobSnapshot& s) {
                                    " elements, not ", n));
       }
     }
+  }
+  // Each iteration has at most world_size members, each taking one batch.
+  const unsigned __int128 most =
+      static_cast<unsigned __int128>(CheckpointIteration(s)) * s.world_size;
+  if (s.batches_before && *s.batches_before > most) {
+    return refuse(absl::StrCat("it says the job took ", *s.batches_before, " batches in ",
+                               CheckpointIteration(s), " iterations of at most ", s.world_size,
+                               " workers"));
   }
   return absl::OkStatus();
 }

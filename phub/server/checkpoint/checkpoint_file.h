@@ -2,11 +2,13 @@
 // previous weights and optimizer state) in one file per moment, written atomically and read back
 // without trusting a byte of it.
 //
-// File format, version 1. Integers little-endian, floats IEEE-754 binary32 little-endian.
+// File format, version 2 (phubd reads 1 too). Integers little-endian, floats IEEE-754 binary32
+// little-endian.
 //
-//   header   "PHUBCKPT" | u32 version (1) | u32 body bytes B (<= kMaxCheckpointHeaderBytes) |
+//   header   "PHUBCKPT" | u32 version (1 or 2) | u32 body bytes B (<= kMaxCheckpointHeaderBytes) |
 //            body: u64 chunk_bytes, u32 world_size, u32 optimizer kind (0 sgd, 1 momentum,
 //                  2 nesterov, 3 adam), f32 lr, momentum, weight_decay, beta1, beta2, eps,
+//                  [version 2: u64 batches_before,]
 //                  u32 tensors T, T x {u64 elements, u32 name bytes n, n bytes of name},
 //                  u32 chunks C |
 //            u32 crc32 of everything before it (magic included)
@@ -32,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +64,11 @@ struct JobSnapshot {
   // phub/kernels/aggregate_and_step.h. With a schedule (JobSpec::per_iteration_values), its
   // values are those the job stepped the snapshot's iteration with, where the job knew them.
   kernels::OptimizerConfig optimizer;
+  // The batches the job took before the iteration after the snapshot's (an elastic job's
+  // MemberSchedule::MemberIterationsBefore; a fixed job's iterations x world size): a resumed
+  // elastic job's data goes on from there. Written as format version 2; absent (version 1, or
+  // not known) the resumed job counts from 0.
+  std::optional<std::uint64_t> batches_before;
   std::vector<ChunkSnapshot> chunks;   // every chunk of keys::KeyTable::Build(tensors, chunk_bytes,
                                        // any cores), in chunk-id order
 };

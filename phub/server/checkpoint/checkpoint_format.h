@@ -24,9 +24,12 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr char kMagic[8] = {'P', 'H', 'U', 'B', 'C', 'K', 'P', 'T'};
 inline constexpr char kTrailerMagic[8] = {'P', 'H', 'U', 'B', 'T', 'A', 'I', 'L'};
-inline constexpr std::uint32_t kFormatVersion = 1;
+// Version 2 adds batches_before; a snapshot without it is written as version 1, so that what a
+// reader accepts re-encodes to the same bytes whichever version it was.
+inline constexpr std::uint32_t kFormatVersion = 2;
 inline constexpr std::uint64_t kPrefixBytes = 16;        // magic, version, body bytes
-inline constexpr std::uint64_t kBodyFixedBytes = 48;     // every body field but the tensors'
+inline constexpr std::uint64_t kBodyFixedBytes = 48;     // every version 1 body field but the tensors'
+inline constexpr std::uint64_t kBatchesBeforeBytes = 8;  // version 2's
 inline constexpr std::uint64_t kTensorFixedBytes = 12;   // elements, name length
 inline constexpr std::uint64_t kRecordHeaderBytes = 24;  // 20 bytes + their crc32
 inline constexpr std::uint64_t kTrailerBytes = 20;
@@ -49,8 +52,10 @@ inline std::uint32_t Crc(std::uint32_t crc, const void* data, std::size_t bytes)
 }
 inline std::uint32_t Crc(const void* data, std::size_t bytes) { return Crc(0, data, bytes); }
 
+inline std::uint32_t VersionOf(const JobSnapshot& s) { return s.batches_before ? 2 : 1; }
+
 inline std::uint64_t HeaderBodyBytes(const JobSnapshot& s) {
-  std::uint64_t bytes = kBodyFixedBytes;
+  std::uint64_t bytes = kBodyFixedBytes + (s.batches_before ? kBatchesBeforeBytes : 0);
   for (const auto& t : s.tensors) bytes += kTensorFixedBytes + t.name.size();
   return bytes;
 }

@@ -190,7 +190,10 @@ void Job::MemberGone(const SessionPtr& session, SessionState was, const Status& 
     }
     // The last member gone by Goodbye ends the job; a job whose members were all lost holds
     // its weights for joiners (a torchrun restart) until --rejoin-timeout-ms (CheckMinimum).
-    if (running_ && live_members_ == 0 && was == SessionState::kLeaving) End();
+    if (running_ && live_members_ == 0 &&
+        (was == SessionState::kLeaving || stalled_ || elastic_.ending)) {
+      End();
+    }
     return;
   }
   if (was == SessionState::kInJob && !host_.stopping) {

@@ -203,6 +203,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // within the liveness timeout, the job stalls naming the ranks that never sent theirs.
   kernels::OptimizerConfig OptimizerOf(std::uint64_t iteration) const;
   void AwaitValues(std::uint64_t iteration);
+  // Elastic: no chunk of the job completes an iteration past the latest any has (until the
+  // next change is applied); returns that latest.
+  std::uint64_t FreezeCores();
   // Each agreed iteration's values go to every core.
   void StepWithAgreed(const StepValuesLedger::Outcome& outcome);
   // Elastic: who gives the values changed (`left` gives no more; none: the schedule changed,
@@ -317,6 +320,9 @@ class Job : public std::enable_shared_from_this<Job> {
     std::vector<std::uint32_t> leavers;  // asked to leave, still members
     bool joiners_attached = true;        // every joiner attached to every core
     bool frozen = false;                 // below min (CheckMinimum)
+    // A Goodbye took it below min: it is finishing (no change, no join; it ends as the others
+    // say Goodbye or are lost).
+    bool ending = false;
     // The change in progress: its first iteration, its members, the joiners it makes members,
     // and by rank whose MembershipAck is awaited; `again`: another is due once it is done.
     bool changing = false, again = false;

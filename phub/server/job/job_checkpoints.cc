@@ -89,6 +89,7 @@ void Job::OnSnapshot(const ShardEvent& event) {
     gathering_.snapshot =
         SnapshotBuffers::Recycling(spec_->snapshot_buffers,
                                    std::move(*SnapshotHeader(event.iteration)));
+    gathering_.snapshot->batches_before = event.batches_before;
     gathering_.iteration = event.iteration;
     gathering_.cores = 0;
     gathering_.pause_ms = 0;
@@ -190,7 +191,13 @@ Status Job::CheckpointNow() {
     spdlog::info("{}: no checkpoint on stop: the job has not completed an iteration", log_name_);
     return absl::OkStatus();
   }
-  snapshot->optimizer = OptimizerOf(low - std::min(low, steps_offset_));  // the job's iteration
+  const std::uint64_t iteration = low - std::min(low, steps_offset_);  // the job's
+  snapshot->optimizer = OptimizerOf(iteration);
+  if (!elastic_.enabled) {
+    snapshot->batches_before = iteration * world_size_;
+  } else if (elastic_.schedule.At(iteration + 1) != nullptr) {
+    snapshot->batches_before = elastic_.schedule.MemberIterationsBefore(iteration + 1);
+  }
   StatusOr<std::string> path = checkpoints_->WriteNow(*snapshot);
   if (!path.ok()) {
     ++host_.counters.checkpoint_failures;

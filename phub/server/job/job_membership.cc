@@ -61,7 +61,17 @@ void Job::DescribeMembership(proto::Membership& membership) const {
 
 void Job::ElasticJoin(const SessionPtr& session, const proto::Hello& hello) {
   // Its own rank if that slot is free, else the lowest free one.
-  const auto free = [&](std::uint32_t r) { return r < world_size_ && !members_[r]; };
+  // A slot whose joiner is in the change in progress is not free even if that joiner was lost:
+  // the change still makes the slot a member from its iteration (the next change drops it).
+  const auto free = [&](std::uint32_t r) {
+    return r < world_size_ && !members_[r] && !(elastic_.changing && Has(elastic_.joining, r));
+  };
+  if (elastic_.ending) {
+    return Refuse(session, MakeError(proto::Error::BAD_REQUEST,
+                                     absl::StrCat(log_name_, " is ending: a member said Goodbye "
+                                                  "with fewer than its minimum left"),
+                                     "start the job again (every worker)"));
+  }
   std::optional<std::uint32_t> slot;
   if (free(hello.rank())) slot = hello.rank();
   for (std::uint32_t r = 0; !slot && r < world_size_; ++r) {
@@ -140,7 +150,7 @@ bool Job::JoinersAttached() {
 }
 
 void Job::BeginChange() {
-  if (!elastic_.enabled || !running_ || stalled_ || ended_) return;
+  if (!elastic_.enabled || !running_ || stalled_ || ended_ || elastic_.ending) return;
   if (elastic_.changing) {
     elastic_.again = true;
     return;
@@ -160,12 +170,21 @@ void Job::BeginChange() {
 
   // Nobody has begun latest + 2: its weights of latest + 1 do not exist yet, and no chunk
   // completes latest + 1 until the change is applied.
-  std::uint64_t latest = 0;
-  for (auto& core : host_.cores) {
-    core->RunOnShard(spec_->session,
-                     [&latest](Shard& shard) { latest = std::max(latest, shard.Freeze()); });
+  const std::uint64_t latest = FreezeCores();
+  std::uint64_t from = latest + 2;
+  // At the latest change's own first iteration this change replaces it (two joins close
+  // together become one change), unless it would take back a join that change made: the
+  // joiner would lose its first iteration and never get weights (one asking to leave at once).
+  // Then it comes an iteration later; nobody begins that before this change is applied either.
+  if (from <= elastic_.schedule.LatestFrom() && elastic_.schedule.LatestFrom() > 0) {
+    const std::uint64_t latest_from = elastic_.schedule.LatestFrom();
+    const MemberSchedule::Entry* before = elastic_.schedule.At(latest_from - 1);
+    for (std::uint32_t rank : elastic_.schedule.Latest().ranks) {
+      const bool joined_there =
+          before == nullptr || !std::binary_search(before->ranks.begin(), before->ranks.end(), rank);
+      if (joined_there && !Has(next, rank)) from = latest_from + 1;
+    }
   }
-  const std::uint64_t from = latest + 2;
   elastic_.frozen_since = std::chrono::steady_clock::now();
   elastic_.schedule.Change(from, next);
   elastic_.schedule.ForgetBefore(from - 1);  // bounded: what this change and the hold read
@@ -322,6 +341,15 @@ void Job::CheckMinimum() {
   });
 }
 
+std::uint64_t Job::FreezeCores() {
+  std::uint64_t latest = 0;
+  for (auto& core : host_.cores) {
+    core->RunOnShard(spec_->session,
+                     [&latest](Shard& shard) { latest = std::max(latest, shard.Freeze()); });
+  }
+  return latest;
+}
+
 void Job::DropOnCores(std::uint32_t rank) {
   ++ranks_[rank].forgets;
   for (auto& core : host_.cores) {
@@ -331,6 +359,13 @@ void Job::DropOnCores(std::uint32_t rank) {
 
 void Job::ElasticLoss(std::uint32_t rank, const std::string& why) {
   ++host_.counters.losses;
+  // A loss that leaves fewer than the minimum: the cores stop first, so that no chunk sums the
+  // next iteration over the rest between the drop and the change that holds the job.
+  // (Not in a job that is ending: its others finish their last iteration without it.)
+  if (Has(elastic_.members, rank) && elastic_.members.size() <= elastic_.min &&
+      !elastic_.ending && !stalled_ && running_) {
+    FreezeCores();
+  }
   DropOnCores(rank);
   ValuesMembersChanged(rank);
   const bool was_member = Has(elastic_.members, rank);
@@ -378,7 +413,10 @@ void Job::ElasticGoodbye(std::uint32_t rank) {
   if (announced) return;
   // Its BYE excuses it on every core (the copies it pushed count).
   if (elastic_.members.size() >= elastic_.min) return BeginChange();
-  // Fewer than the minimum left by Goodbye: the job is ending, the others must follow.
+  // Fewer than the minimum left by Goodbye: the job is ending, the others must follow (a loss
+  // then is no pause to hold for: ElasticLoss drops it, MemberGone ends the job when none is
+  // left).
+  elastic_.ending = true;
   ArmLeaveDeadline(rank);
 }
 

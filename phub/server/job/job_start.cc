@@ -236,7 +236,9 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .elastic = elastic_.enabled,
       .initial_members = elastic_.enabled ? elastic_.members : std::vector<std::uint32_t>{},
       .lr_scaling = static_cast<kernels::LrScaling>(hello.lr_scaling()),
-      .lr_start_members = elastic_.start});
+      .lr_start_members = elastic_.start,
+      .batches_before = plan.resume && plan.resume->batches_before ? *plan.resume->batches_before
+                                                                   : 0});
 }
 
 std::optional<proto::Error> Job::InstallShards(const std::shared_ptr<const JobSpec>& spec) {
@@ -297,7 +299,11 @@ void Job::Run(StartPlan& plan, const proto::Hello& hello) {
   }
   if (!role_.relays_upstream()) host_.resume = {};  // one job resumes it; the next starts afresh
   if (elastic_.enabled) {
-    elastic_.schedule.Reset(spec_->resume_iteration + 1, elastic_.members, 0);
+    elastic_.schedule.Reset(spec_->resume_iteration + 1, elastic_.members, spec_->batches_before);
+    if (resumed && !plan.resume->batches_before) {
+      spdlog::warn("{}: its checkpoint (format 1) does not say how many batches the job took: "
+                   "its workers' data starts from the first batch again", log_name_);
+    }
     if (values_) {
       // An iteration's values are its members' (a change decided before anybody gave any).
       values_->MakeElastic(

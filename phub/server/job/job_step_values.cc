@@ -29,7 +29,7 @@ void Job::OnStepValues(const SessionPtr& session, const proto::StepValues& messa
   using Kind = StepValuesLedger::Outcome::Kind;
   switch (outcome.kind) {
     case Kind::kWaiting:
-      return;
+      return ValuesMembersChanged(std::nullopt);  // it may have agreed an earlier iteration
     case Kind::kRefused:
       spdlog::warn("{}: {}", log_name_, outcome.why);
       return Refuse(session, MakeError(proto::Error::BAD_REQUEST, outcome.why,
@@ -39,6 +39,7 @@ void Job::OnStepValues(const SessionPtr& session, const proto::StepValues& messa
       return Stall(absl::StrCat(outcome.why,
                                 "; every worker must step with the same schedule"));
     case Kind::kAgreed:
+      ValuesMembersChanged(std::nullopt);  // an earlier iteration it agreed too goes first
       return StepWithAgreed(outcome);
   }
 }
@@ -90,7 +91,7 @@ void Job::AwaitValues(std::uint64_t iteration) {
 
 kernels::OptimizerConfig Job::OptimizerOf(std::uint64_t iteration) const {
   if (!values_) return spec_->optimizer;
-  if (auto values = values_->Agreed(iteration)) {
+  if (auto values = values_->AgreedAtOrBefore(iteration)) {
     return kernels::WithValues(spec_->optimizer, *values);
   }
   return spec_->optimizer;

@@ -37,7 +37,12 @@ StepValuesLedger::Outcome StepValuesLedger::Give(std::uint32_t rank, std::uint64
   if (!in_[rank]) {
     return refuse(absl::StrCat("rank ", rank, " sent hyper-parameters for iteration ", iteration,
                                " before it is a member of the job (a joiner sends its first "
-                               "iteration's once its Membership said which)"));
+                               "iteration's after Init, once its first weights came)"));
+  }
+  if (member_of_ && !member_of_(rank, iteration)) {
+    return refuse(absl::StrCat("rank ", rank, " sent hyper-parameters for iteration ", iteration,
+                               ", of which it is not a member (a worker that left sends none "
+                               "past its last iteration)"));
   }
   if (iteration != next_[rank]) {
     return refuse(absl::StrCat("rank ", rank, " sent hyper-parameters for iteration ", iteration,
@@ -75,12 +80,17 @@ StepValuesLedger::Outcome StepValuesLedger::Give(std::uint32_t rank, std::uint64
     }
   }
   pending.by_rank[rank] = values;
-  // Iterations are agreed in order: a rank gives t + 1 only once t's weights came back, which
-  // needed t's values (an elastic member of t + 1 alone may give it while t waits for others).
-  if (std::optional<Outcome> agreed = AgreeNext(); agreed && agreed->iteration == iteration) {
-    return *agreed;
+  // Iterations are agreed in order; this one may complete an earlier one too (a member of t + 1
+  // only may give it while t waits for another): those wait in unreported_ for Settle.
+  Outcome result{.kind = Kind::kWaiting, .iteration = iteration, .values = values};
+  while (std::optional<Outcome> agreed = AgreeNext()) {
+    if (agreed->iteration == iteration) {
+      result = *agreed;
+    } else {
+      unreported_.push_back(*agreed);
+    }
   }
-  return Outcome{.kind = Kind::kWaiting, .iteration = iteration, .values = values};
+  return result;
 }
 
 bool StepValuesLedger::Awaits(std::uint32_t rank, std::uint64_t iteration) const {
@@ -145,7 +155,8 @@ std::vector<StepValuesLedger::Outcome> StepValuesLedger::Leave(std::uint32_t ran
 }
 
 std::vector<StepValuesLedger::Outcome> StepValuesLedger::Settle() {
-  std::vector<Outcome> agreed;
+  std::vector<Outcome> agreed = std::move(unreported_);
+  unreported_.clear();
   while (std::optional<Outcome> next = AgreeNext()) agreed.push_back(*next);
   return agreed;
 }
@@ -160,6 +171,13 @@ void StepValuesLedger::Rejoin(std::uint32_t rank, std::uint64_t resume_point) {
 std::optional<kernels::StepValues> StepValuesLedger::Agreed(std::uint64_t iteration) const {
   if (auto it = agreed_.find(iteration); it != agreed_.end()) return it->second;
   return std::nullopt;
+}
+
+std::optional<kernels::StepValues> StepValuesLedger::AgreedAtOrBefore(
+    std::uint64_t iteration) const {
+  auto it = agreed_.upper_bound(iteration);
+  if (it == agreed_.begin()) return std::nullopt;
+  return std::prev(it)->second;
 }
 
 std::string StepValuesLedger::Missing(std::uint64_t iteration) const {

@@ -62,12 +62,16 @@ class StepValuesLedger {
   // `rank` gives values from iteration `first` on (its first push).
   void Enter(std::uint32_t rank, std::uint64_t first);
   // `rank` gives no more: no iteration waits for it. Returns the iterations agreed now that
-  // it does not (in order); so does Settle, after the schedule changed.
+  // it does not (in order); so does Settle, after the schedule changed, or after a Give that
+  // agreed an iteration before its own (its Outcome names only its own).
   std::vector<Outcome> Leave(std::uint32_t rank);
   std::vector<Outcome> Settle();
 
   // The agreed values of `iteration`, if kept.
   std::optional<kernels::StepValues> Agreed(std::uint64_t iteration) const;
+  // The newest agreed values up to `iteration`, if kept: an iteration passed without values
+  // (every member lost) stands where the one before it stood.
+  std::optional<kernels::StepValues> AgreedAtOrBefore(std::uint64_t iteration) const;
   std::uint64_t last_agreed() const { return last_agreed_; }
   // The ranks that have not given `iteration`'s values (all, for an iteration nobody gave),
   // e.g. "1, 3": for the error when a job waits on them. Empty once it is agreed.
@@ -92,6 +96,7 @@ class StepValuesLedger {
   std::uint64_t last_agreed_;
   std::map<std::uint64_t, Pending> pending_;               // at most kAhead
   std::map<std::uint64_t, kernels::StepValues> agreed_;    // at most kKept
+  std::vector<Outcome> unreported_;  // agreed by a Give, not its own iteration: for Settle
 };
 
 }  // namespace phub::server

@@ -75,6 +75,8 @@ struct JobSpec {
   // (kernels::ScaledLr), the lr given being the lr at lr_start_members.
   kernels::LrScaling lr_scaling = kernels::LrScaling::kFixed;
   std::uint32_t lr_start_members = 0;
+  // Elastic: the batches the job took before resume_iteration + 1 (a checkpoint's, or 0).
+  std::uint64_t batches_before = 0;
 };
 
 }  // namespace phub::server

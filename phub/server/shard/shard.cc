@@ -81,7 +81,9 @@ Shard::Shard(std::shared_ptr<const JobSpec> job, keys::CoreIndex core, EventSink
     member.start_at = job_->resume_iteration;
   }
   members_.assign(world, member);
-  if (job_->elastic) schedule_.Reset(job_->resume_iteration + 1, job_->initial_members, 0);
+  if (job_->elastic) {
+    schedule_.Reset(job_->resume_iteration + 1, job_->initial_members, job_->batches_before);
+  }
 
   inputs_.resize(world);
   state_ptrs_.resize(state_arrays);

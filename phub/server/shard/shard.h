@@ -74,8 +74,10 @@ struct ShardEvent {
   // its connection closed, so that the loss of a connection of an earlier life, reported late,
   // is told apart from the rejoined worker's.
   std::uint64_t epoch = 0;
-  // kSnapshot: the chunks, and how long copying them held up this core in all.
+  // kSnapshot: the chunks, and how long copying them held up this core in all; the batches the
+  // job took before the iteration after `iteration` (JobSnapshot::batches_before), if known.
   std::uint64_t iteration = 0;
+  std::optional<std::uint64_t> batches_before{};
   std::shared_ptr<std::vector<ChunkSnapshot>> chunks{};
   double pause_ms = 0;
 };
@@ -232,6 +234,9 @@ class Shard final : public transport::ConnectionHandler {
   // completes it without a step (the weights stay, nothing was summed), so the chunk reaches
   // the iteration a joiner starts from.
   bool Unpushed(const ChunkState& state) const;
+  // The batches the job took before `iteration` (MemberSchedule's count; a fixed job's
+  // iterations x world size); nullopt when the schedule no longer covers it.
+  std::optional<std::uint64_t> BatchesBefore(std::uint64_t iteration) const;
   void PassIteration(ChunkState& state);
   // Elastic with JobSpec::lr_scaling: `config` with iteration's lr scaled by its member count.
   kernels::OptimizerConfig ScaledConfig(kernels::OptimizerConfig config,

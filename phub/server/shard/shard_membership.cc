@@ -28,8 +28,15 @@ bool Shard::Complete(const ChunkState& state) const {
   return true;
 }
 
+std::optional<std::uint64_t> Shard::BatchesBefore(std::uint64_t iteration) const {
+  if (!job_->elastic) return (iteration - 1) * job_->world_size;
+  if (schedule_.At(iteration) == nullptr) return std::nullopt;
+  return schedule_.MemberIterationsBefore(iteration);
+}
+
 bool Shard::Unpushed(const ChunkState& state) const {
-  if (!job_->elastic || state.arrived != 0) return false;
+  // A chunk without its initial weights has nothing to pass on to a joiner.
+  if (!job_->elastic || state.arrived != 0 || !state.initialized) return false;
   const std::uint64_t next = state.iteration + 1;
   // Only before a change that brings somebody who will push (a joiner): the latest entry's
   // members may yet come, and a job whose members all said BYE is ending, not waiting.

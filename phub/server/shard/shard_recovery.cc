@@ -150,6 +150,7 @@ void Shard::CopyForCheckpoint(ChunkState& state) {
   if (++snapshot_filled_ < chunks_.size()) return;
   ShardEvent event{.kind = ShardEvent::Kind::kSnapshot, .core = core_};
   event.iteration = snapshot_iteration_;
+  event.batches_before = BatchesBefore(state.iteration + 1);
   event.chunks = std::move(snapshot_);
   event.pause_ms = snapshot_pause_ms_;
   snapshot_iteration_ = 0;

@@ -107,6 +107,7 @@ void ExpectSame(const JobSnapshot& a, const JobSnapshot& b) {
   EXPECT_EQ(a.tensors, b.tensors);
   EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
   EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.batches_before, b.batches_before);
   EXPECT_EQ(a.optimizer.kind, b.optimizer.kind);
   EXPECT_EQ(0, std::memcmp(&a.optimizer.lr, &b.optimizer.lr, 6 * sizeof(float)));
   ASSERT_EQ(a.chunks.size(), b.chunks.size());
@@ -232,6 +233,42 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointRoundTripTest,
                                            RoundTripCase{OptimizerKind::kAdam, false, false},
                                            RoundTripCase{OptimizerKind::kAdam, true, false},
                                            RoundTripCase{OptimizerKind::kAdam, true, true}));
+
+// The batches a job took (an elastic job's data position) make a version 2 file; a snapshot
+// without them is written as version 1, and both read back as written. A count no job of its
+// world size could have taken in its iterations is refused, written or read.
+TEST_F(CheckpointFileTest, BatchesTakenMakeVersionTwoAndVersionOneStillReads) {
+  JobSnapshot s = AtIteration(7);
+  s.world_size = 3;
+  for (std::optional<std::uint64_t> batches : {std::optional<std::uint64_t>(),
+                                               std::optional<std::uint64_t>(19)}) {
+    s.batches_before = batches;
+    const std::string path = Write(s);
+    const std::string bytes = ReadBytes(path);
+    std::uint32_t version;
+    std::memcpy(&version, bytes.data() + 8, 4);
+    EXPECT_EQ(version, batches ? 2u : 1u);
+    EXPECT_EQ(bytes, EncodeCheckpoint(s));
+    StatusOr<JobSnapshot> back = ReadCheckpoint(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ExpectSame(s, *back);
+  }
+  s.batches_before = 7 * 3 + 1;
+  EXPECT_TRUE(MessageHas(ValidateSnapshot(s), "took 22 batches in 7 iterations of at most 3"));
+  // The same claim in a file whose checksums hold.
+  s.batches_before = 7 * 3;
+  std::string bytes = EncodeCheckpoint(s);
+  const std::uint64_t claim = 22;
+  std::memcpy(bytes.data() + 16 + 40, &claim, 8);  // after chunk_bytes, world, kind, 6 floats
+  std::uint32_t body;
+  std::memcpy(&body, bytes.data() + 12, 4);
+  const auto crc = static_cast<std::uint32_t>(
+      crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), 16 + body));
+  std::memcpy(bytes.data() + 16 + body, &crc, 4);
+  StatusOr<JobSnapshot> read = DecodeCheckpoint(bytes, "forged");
+  EXPECT_TRUE(MessageHas(read.status(), "took 22 batches in 7 iterations of at most 3"))
+      << read.status();
+}
 
 TEST_F(CheckpointFileTest, NamedForTheSmallestIterationOfItsChunks) {
   JobSnapshot s = MakeSnapshot(OptimizerKind::kSgd, false);

@@ -93,6 +93,32 @@ TEST(StepValuesLedgerTest, AnElasticIterationWaitsForItsMembersStillInTheJob) {
   EXPECT_EQ(ledger.Give(1, 8, Lr(0.8f)).kind, Kind::kAgreed);
 }
 
+// An elastic rank gives values only for iterations it is a member of; an iteration agreed by
+// the Give of an earlier one is reported by Settle (none is lost).
+TEST(StepValuesLedgerTest, AnElasticRankGivesOnlyItsIterationsAndNoAgreementIsLost) {
+  MemberSchedule schedule;
+  schedule.Reset(1, {0, 1}, 0);
+  schedule.Change(3, {0});  // rank 1 leaves after iteration 2
+  StepValuesLedger ledger(kernels::OptimizerKind::kMomentum, 2, 0);
+  ledger.MakeElastic([&](std::uint32_t rank, std::uint64_t it) { return schedule.Contains(it, rank); },
+                     {0, 1});
+  EXPECT_EQ(ledger.Give(0, 1, Lr(0.1f)).kind, Kind::kWaiting);
+  EXPECT_EQ(ledger.Give(1, 1, Lr(0.1f)).kind, Kind::kAgreed);
+  EXPECT_EQ(ledger.Give(0, 2, Lr(0.2f)).kind, Kind::kWaiting);
+  EXPECT_EQ(ledger.Give(0, 3, Lr(0.3f)).kind, Kind::kWaiting) << "3 waits for 2";
+  const auto second = ledger.Give(1, 2, Lr(0.2f));
+  EXPECT_EQ(second.kind, Kind::kAgreed);
+  EXPECT_EQ(second.iteration, 2u);
+  const auto settled = ledger.Settle();
+  ASSERT_EQ(settled.size(), 1u) << "iteration 3, agreed with 2, was not reported";
+  EXPECT_EQ(settled[0].iteration, 3u);
+  EXPECT_EQ(settled[0].values, Lr(0.3f));
+  EXPECT_TRUE(ledger.Settle().empty());
+  const auto refused = ledger.Give(1, 3, Lr(0.3f));
+  EXPECT_EQ(refused.kind, Kind::kRefused);
+  EXPECT_THAT(refused.why, HasSubstr("of which it is not a member"));
+}
+
 TEST(StepValuesLedgerTest, WrongMessagesAreRefusedNamingWhatIsWrong) {
   StepValuesLedger ledger(kernels::OptimizerKind::kAdam, 2, 10);
   // Not the rank's next iteration (it resumes at 10: its next is 11).
