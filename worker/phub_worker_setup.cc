@@ -122,6 +122,15 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
           std::to_string(o.membership.rank) + " of " + std::to_string(o.membership.world_size) +
           ": give no --rank/--world with --topology");
     }
+    if (o.rack && o.rack->racks > 1 && f.min_workers > 0 && f.data != "synthetic") {
+      // Each rack's members number the job's batches over their rack alone (its PBox decides
+      // them): two racks would take the same batches. docs/design.md "Racks of racks".
+      return absl::InvalidArgumentError(
+          "--min-workers with --data " + f.data + " across " + std::to_string(o.rack->racks) +
+          " racks: each rack numbers its batches over its own members, so the racks would take "
+          "the same samples; not supported yet (per-rack slices of the data): use "
+          "--data synthetic, a fixed job (no --min-workers), or one rack");
+    }
   }
   if (!f.token_file.empty()) {
     PHUB_ASSIGN_OR_RETURN(o.ps.client.job_token, phub::ReadTokenFile(f.token_file));

@@ -31,6 +31,14 @@ std::size_t WireBytes(WireFormat format);
 // "fp32", "bf16", "fp16" <-> format; Parse returns InvalidArgument listing the accepted names.
 StatusOr<WireFormat> ParseWireFormat(const std::string& name);
 std::string WireFormatName(WireFormat format);
+// The largest n such that every integer 0..n travels exactly in `format`: its mantissa's bits
+// plus the implicit one (2^24 fp32, 2^11 = 2048 fp16, 2^8 = 256 bf16). A count sent as an
+// element (racks of racks: a rack's sum carries its count of copies) must stay within it.
+inline constexpr std::uint32_t MaxExactInteger(WireFormat format) {
+  return format == WireFormat::kFp32   ? (1u << 24)
+         : format == WireFormat::kFp16 ? (1u << 11)
+                                       : (1u << 8);
+}
 
 // One element of each compact format, as its bits (strong types, so a span of one is never
 // passed where the other is meant).

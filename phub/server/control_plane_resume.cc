@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/plain_name.h"
+#include "phub/server/admission/job_role.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
@@ -70,8 +71,11 @@ Status ControlPlane::LoadResumeFolder(const std::string& job, const std::string&
                                  max_world),
                     absl::StrCat("--max-world-size ", s.world_size));
   }
+  // A home part's chunks are one count element longer than the flag (JobRole::ChunkBytes);
+  // which part a checkpoint is of is known when its job forms, which checks the size again
+  // (Job::BuildKeyTable).
   const std::uint64_t chunk_bytes = options_.admission.chunk_bytes;
-  if (s.chunk_bytes != chunk_bytes) {
+  if (s.chunk_bytes != chunk_bytes && s.chunk_bytes != chunk_bytes + JobRole::kCountBytes) {
     return mismatch(absl::StrCat("cut the model in chunks of ", s.chunk_bytes, " bytes, phubd ",
                                  chunk_bytes),
                     absl::StrCat("--chunk-bytes ", s.chunk_bytes));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "phub/server/admission/job_limits.h"
+#include "phub/server/admission/job_role.h"
 #include "phub/server/admission/job_tokens.h"
 
 #include <boost/asio/post.hpp>
@@ -89,11 +90,14 @@ Status Server::Start() {
   }
   const CoreOptions& cores = options_.cores;
   if (cores.count == 0) return absl::InvalidArgumentError("--cores must be at least 1");
+  // A home part's chunks (racks of racks) are 4 bytes longer: they carry their count.
+  const std::uint64_t max_chunk_bytes =
+      transport::kMaxPayloadBytes - (admission.racks.topology ? JobRole::kCountBytes : 0);
   if (admission.chunk_bytes == 0 || admission.chunk_bytes % sizeof(float) != 0 ||
-      admission.chunk_bytes > transport::kMaxPayloadBytes) {
+      admission.chunk_bytes > max_chunk_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--chunk-bytes ", admission.chunk_bytes, " must be a positive multiple of 4 up to ",
-        transport::kMaxPayloadBytes, " (e.g. 1048576)"));
+        max_chunk_bytes, " (e.g. 1048576)"));
   }
   const DataPlaneOptions& data_plane = options_.data_plane;
   PHUB_ASSIGN_OR_RETURN(NicPlan plan, PlanNics(cores, options_.nics, data_plane));

@@ -93,6 +93,18 @@ std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
                                   static_cast<int>(hello.lr_scaling()), ", which phubd does not know"),
                      "give --lr-scaling none, linear or sqrt");
   }
+  if (hello.rack_workers() > 0 &&
+      (hello.min_workers() > 0 || hello.start_workers() > 0 ||
+       hello.lr_scaling() != proto::Hello::LR_FIXED)) {
+    // The homes' part has one member per rack, each for the whole job: a rack's part is
+    // elastic, never the homes'.
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the PBox of rack ", hello.rack(),
+                                  " asks for an elastic home part (min_workers ",
+                                  hello.min_workers(), ", start_workers ", hello.start_workers(),
+                                  "): only a rack's part is elastic"),
+                     "run every rack's phubd from the same PHub release");
+  }
   if (hello.min_workers() == 0 && hello.lr_scaling() != proto::Hello::LR_FIXED) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("rank ", hello.rank(), " asks for a learning rate that follows "
@@ -115,13 +127,35 @@ std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
                                   " workers that starts with ", start),
                      "give --min-workers <= the start size <= --max-workers");
   }
-  if (hello.racks() > 1) {
+  // Across racks each rack's part is elastic on its own (min, start and most are its own; its
+  // PBox decides its members), and the homes divide by the copies each rack's sum counts. The
+  // lr would have to follow every rack's count at once, which the homes cannot know before
+  // the sums come: refused.
+  if (hello.racks() > 1 && hello.lr_scaling() != proto::Hello::LR_FIXED) {
     return MakeError(proto::Error::BAD_REQUEST,
-                     absl::StrCat("rank ", hello.rank(),
-                                  " asks for an elastic job across racks: not supported yet"),
-                     "run the elastic job in one rack");
+                     absl::StrCat("rank ", hello.rank(), " asks for an lr that follows the "
+                                  "member count in an elastic job across ", hello.racks(),
+                                  " racks: not supported yet (the chunks' homes step with "
+                                  "the job's lr)"),
+                     "give no --lr-scaling across racks, or run the elastic job in one rack");
   }
   return std::nullopt;
+}
+
+std::optional<proto::Error> CheckRackCopies(const proto::Hello& hello, kernels::WireFormat wire) {
+  if (hello.racks() <= 1) return std::nullopt;
+  // A rack's sum carries its count of copies as one element in the job's wire format
+  // (shard/copy_count.h): every count up to the rack's most workers must travel exactly.
+  const JobRole role = JobRole::Of(hello);
+  const std::uint32_t most = role.home_part() ? hello.rack_workers() : hello.world_size();
+  if (most <= kernels::MaxExactInteger(wire)) return std::nullopt;
+  return MakeError(proto::Error::BAD_REQUEST,
+                   absl::StrCat("rack ", hello.rack(), " has up to ", most,
+                                " workers; a rack's sum counts its copies in the job's wire "
+                                "format, ", kernels::WireFormatName(wire), ", exact only up to ",
+                                kernels::MaxExactInteger(wire)),
+                   "give the workers a wider --wire (fp16 counts up to 2048, fp32 up to 2^24), "
+                   "or split the rack in the topology file");
 }
 
 std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOptions& options) {
@@ -173,7 +207,15 @@ std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOpt
     }
     return std::nullopt;
   }
-  // A PBox passing its rack's sums on: rank = its rack, one per rack, its rack's workers each.
+  // A PBox passing its rack's sums on: rank = its rack, one per rack, its rack's workers each,
+  // and sums that end in their count (an earlier release's would have a weight there).
+  if (!hello.counts_copies()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the PBox of rack ", rack_name(hello.rack()),
+                                  " sends sums without their count of copies (an earlier PHub "
+                                  "release)"),
+                     "run every rack's phubd from the same PHub release");
+  }
   if (hello.rank() != hello.rack() || hello.world_size() != racks ||
       hello.rack_workers() != hosts) {
     return MakeError(proto::Error::BAD_REQUEST,
@@ -239,6 +281,7 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
                      "give every worker --wire fp32, bf16 or fp16");
   }
   if (std::optional<proto::Error> error = CheckRacks(hello, options.racks)) return error;
+  if (std::optional<proto::Error> error = CheckRackCopies(hello, *wire)) return error;
   if (std::optional<proto::Error> error = CheckPerIterationValues(hello, *optimizer)) return error;
   if (std::optional<proto::Error> error = CheckElastic(hello)) return error;
   if (first == nullptr) return std::nullopt;

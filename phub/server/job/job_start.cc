@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/bounded_text.h"
 #include "phub/common/version.h"
 #include "phub/server/admission/job_tokens.h"
 #include "phub/server/admission/hello_check.h"
@@ -77,7 +78,7 @@ void Job::Start() {
 std::optional<proto::Error> Job::BuildKeyTable(const proto::Hello& hello, StartPlan& plan) const {
   StatusOr<keys::KeyTable> table = absl::UnknownError("not built");
   try {
-    table = keys::KeyTable::Build(TensorsOf(hello), host_.admission.chunk_bytes,
+    table = keys::KeyTable::Build(TensorsOf(hello), role_.ChunkBytes(host_.admission.chunk_bytes),
                                   static_cast<std::uint32_t>(host_.cores.size()));
     if (table.ok() && !options().initial_weights_path.empty() && !host_.resume.snapshot) {
       auto weights = LoadInitialWeights(options().initial_weights_path, *table);
@@ -97,7 +98,39 @@ std::optional<proto::Error> Job::BuildKeyTable(const proto::Hello& hello, StartP
     return MakeError(proto::Error::BAD_REQUEST, std::string(table.status().message()),
                      "fix phubd's --chunk-bytes or the model");
   }
+  if (auto refusal = CheckHomeChunks(*table)) return refusal;
+  if (plan.resume && plan.resume->chunk_bytes != table->chunk_bytes()) {
+    // --resume took chunks of the flag's size or a home's (one count element more): this
+    // part's must be the checkpoint's.
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat(log_name_, " cuts its chunks in ", table->chunk_bytes(),
+                                  " bytes; the checkpoint phubd resumes cut them in ",
+                                  plan.resume->chunk_bytes,
+                                  role_.home_part() ? " (an earlier release's home part, or not "
+                                                      "a home part's checkpoint)"
+                                                    : " (a home part's checkpoint)"),
+                     "resume each part from its own checkpoint folder, written by this release");
+  }
   plan.table = std::move(*table);
+  return std::nullopt;
+}
+
+std::optional<proto::Error> Job::CheckHomeChunks(const keys::KeyTable& table) const {
+  if (!role_.home_part()) return std::nullopt;
+  // Each of a home's tensors is a rack's chunk and its count (copy_count.h): cut in two, one
+  // part would step without the count it needs.
+  for (std::uint32_t t = 0; t < table.tensors().size(); ++t) {
+    const keys::TensorSpec& tensor = table.tensors()[t];
+    if (tensor.elements >= 2 && table.chunks_of_tensor(t).size() == 1) continue;
+    return MakeError(
+        proto::Error::BAD_REQUEST,
+        absl::StrCat(log_name_, ": the racks' chunk '", Bounded(tensor.name, 64), "' of ",
+                     tensor.elements, " elements (with its count) ",
+                     tensor.elements < 2 ? "holds no weight"
+                                         : absl::StrCat("does not fit one chunk of ",
+                                                        table.chunk_bytes(), " bytes here")),
+        "give every rack's phubd the same --chunk-bytes");
+  }
   return std::nullopt;
 }
 
@@ -106,8 +139,10 @@ kernels::OptimizerConfig Job::ShardOptimizer(const kernels::OptimizerConfig& job
   if (role_.relays_upstream()) return {.kind = kernels::OptimizerKind::kAverage, .copies = 1};
   kernels::OptimizerConfig config = job_optimizer;
   if (role_.home_part()) {
-    // A home's part divides by every worker of the job: each member's push sums its rack's
-    // (CheckRacks bounded each to its rack's hosts in the topology file).
+    // A home's part divides each iteration by the copies its members' sums count
+    // (JobSpec::most_copies, Shard::CountedCopies); this, every worker the job may have, is
+    // what they count in a job of fixed racks (CheckRacks bounded each rack's to its hosts in
+    // the topology file).
     std::uint64_t copies = 0;
     for (const auto& member : members_) {
       copies += JobRole::Of(member->hello).copies_per_member();
@@ -115,6 +150,16 @@ kernels::OptimizerConfig Job::ShardOptimizer(const kernels::OptimizerConfig& job
     config.copies = static_cast<unsigned>(copies);
   }
   return config;
+}
+
+std::vector<std::uint32_t> Job::MostCopies() const {
+  if (!role_.home_part()) return {};
+  // By rank (= rack): CheckRacks bounded each to its rack's hosts in the topology file.
+  std::vector<std::uint32_t> most(world_size_, 0);
+  for (const auto& member : members_) {
+    if (member) most[member->hello.rank()] = JobRole::Of(member->hello).copies_per_member();
+  }
+  return most;
 }
 
 // Racks of racks (uplink.h): a rack's part passes each chunk's sum to its home PBox.
@@ -186,6 +231,7 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .resume_iteration = plan.resume ? host_.resume.iteration : 0,
       .relay = plan.uplink,
       .weights_from_upstream = role_.weights_from_upstream(),
+      .most_copies = MostCopies(),
       .traffic = std::make_shared<JobTraffic>(host_.cores.size()),
       .elastic = elastic_.enabled,
       .initial_members = elastic_.enabled ? elastic_.members : std::vector<std::uint32_t>{},

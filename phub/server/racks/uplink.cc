@@ -12,6 +12,7 @@
 #include "phub/client/detail/rack_role.h"
 #include "phub/client/ps_client.h"
 #include "phub/common/aligned_buffer.h"
+#include "phub/server/shard/copy_count.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
@@ -25,7 +26,11 @@ struct Uplink::State : std::enable_shared_from_this<Uplink::State> {
   std::vector<std::vector<std::uint32_t>> chunks_of;   // by home: chunk ids, tensor order
   std::vector<std::uint32_t> home, index_in_home;      // by chunk
   std::vector<keys::CoreIndex> core_of;                // by chunk
-  std::vector<AlignedBuffer> partial, landed;          // by chunk
+  // By chunk: the rack's sum and the home's weights as they travel, each the chunk's elements
+  // and, last, the count of copies the sum holds (copy_count.h; in `landed`, the home's
+  // unstepped count slot, ignored).
+  std::vector<AlignedBuffer> partial, landed;
+  std::vector<std::uint32_t> elements;  // by chunk: the rack's chunk, without the count
   // By chunk, rack 0 only: rank 0's initial weights as its shard copied them (Initialized).
   // Not straight into `landed`: a home that resumed from a checkpoint sends its own weights
   // there meanwhile, on its client's thread. Connect moves them once every chunk is in.
@@ -66,7 +71,7 @@ std::vector<keys::TensorSpec> Uplink::HomeTensors(const keys::KeyTable& table, s
   for (const keys::Chunk& chunk : table.chunks()) {
     if (HomeOf(chunk.id, racks) != home) continue;
     tensors.push_back({absl::StrCat(table.tensors()[chunk.tensor].name, "@", chunk.offset),
-                       chunk.elements});
+                       std::uint64_t{chunk.elements} + kCountElements});
   }
   return tensors;
 }
@@ -92,18 +97,21 @@ Uplink::Uplink(UplinkConfig config, const keys::KeyTable& table, PostToCore post
     s.home[chunk.id] = h;
     s.index_in_home[chunk.id] = static_cast<std::uint32_t>(s.chunks_of[h].size());
     s.chunks_of[h].push_back(chunk.id);
-    s.partial.emplace_back(chunk.elements);
-    s.landed.emplace_back(chunk.elements);
+    s.partial.emplace_back(std::size_t{chunk.elements} + kCountElements);
+    s.landed.emplace_back(std::size_t{chunk.elements} + kCountElements);
+    s.elements.push_back(chunk.elements);
   }
   if (s.config.rack == 0) s.initial.resize(chunks);
 }
 
 Uplink::~Uplink() { Stop(); }
 
-std::span<float> Uplink::Partial(std::uint32_t chunk) { return state_->partial[chunk].span(); }
+std::span<float> Uplink::Partial(std::uint32_t chunk) {
+  return state_->partial[chunk].span().first(state_->elements[chunk]);
+}
 
 std::span<const float> Uplink::Landed(std::uint32_t chunk) {
-  return std::as_const(state_->landed[chunk]).span();
+  return std::as_const(state_->landed[chunk]).span().first(state_->elements[chunk]);
 }
 
 void Uplink::Start() {
@@ -219,7 +227,7 @@ void Uplink::State::Wait(std::uint32_t h) {
   }
 }
 
-void Uplink::Forward(keys::CoreIndex, std::uint32_t chunk) {
+void Uplink::Forward(keys::CoreIndex, std::uint32_t chunk, std::uint32_t copies) {
   State& s = *state_;
   if (!s.ready) {
     return s.Failed(absl::StrCat("chunk ", chunk, " of rack ", s.config.rack,
@@ -227,6 +235,8 @@ void Uplink::Forward(keys::CoreIndex, std::uint32_t chunk) {
                                  "(a worker pushed before it had weights): restart the job"));
   }
   const std::uint32_t h = s.home[chunk];
+  // Exact on the wire: CheckRackCopies bounded the rack's workers by the format's integers.
+  s.partial[chunk].span().back() = static_cast<float>(copies);
   if (Status status = s.clients[h]->Push(s.index_in_home[chunk], s.partial[chunk].span());
       !status.ok()) {
     return s.Failed(absl::StrCat(s.HomeName(h), ": ", status.message()));

@@ -2,9 +2,11 @@
 // for one job whose workers span several racks. The job's chunks are spread over the racks'
 // PBoxes (chunk c's home is the PBox of rack c mod R). For each chunk, once this PBox's shard has
 // summed its rack's copies (Forward), the Uplink pushes the sum to the chunk's home, which
-// sums the R racks' sums in rack order, runs the optimizer over the mean (its divisor: every
-// worker of the job) and sends the new weights back to every rack's PBox; the Uplink lands them
-// in buffers of its own and tells the shard, which copies them in and sends them to its rack.
+// sums the R racks' sums in rack order, runs the optimizer over the mean (its divisor: the
+// workers' copies the racks' sums hold that iteration, each sum carrying its count as one
+// element more: shard/copy_count.h) and sends the new weights back to every rack's PBox; the
+// Uplink lands them in buffers of its own and tells the shard, which copies them in and sends
+// them to its rack.
 // Chunk by chunk, so the three hops overlap.
 //
 // On each home, the racks' sums form a job of their own (the rack job's name, Hello field
@@ -59,7 +61,8 @@ class Uplink final : public ChunkRelay {
   // The home of chunk `chunk` among `racks` PBoxes.
   static std::uint32_t HomeOf(std::uint32_t chunk, std::uint32_t racks) { return chunk % racks; }
   // The tensors of home `home`'s part of a job with key table `table`: one per chunk homed
-  // there, in chunk order, named "<tensor>@<offset>".
+  // there, in chunk order, named "<tensor>@<offset>", of the chunk's elements and its count
+  // of copies (copy_count.h: one element more).
   static std::vector<keys::TensorSpec> HomeTensors(const keys::KeyTable& table,
                                                    std::uint32_t home, std::uint32_t racks);
 
@@ -72,7 +75,7 @@ class Uplink final : public ChunkRelay {
 
   std::span<float> Partial(std::uint32_t chunk) override;
   std::span<const float> Landed(std::uint32_t chunk) override;
-  void Forward(keys::CoreIndex core, std::uint32_t chunk) override;
+  void Forward(keys::CoreIndex core, std::uint32_t chunk, std::uint32_t copies) override;
   void Initialized(keys::CoreIndex core, std::uint32_t chunk,
                    std::span<const float> weights) override;
 

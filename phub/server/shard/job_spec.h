@@ -57,12 +57,18 @@ struct JobSpec {
   // (another rack's does; they come through the relay).
   std::shared_ptr<ChunkRelay> relay{};
   bool weights_from_upstream = false;
+  // Racks of racks, a chunk's home (copy_count.h): by rank, the most workers' copies that
+  // member's push may count (its rack's most workers). Non-empty only for the home part of a
+  // job over racks, whose every chunk ends in one count element (kCountElements), not a
+  // weight: the chunk steps its other elements with their sum over the counts of the copies in.
+  std::vector<std::uint32_t> most_copies{};
   // The job's bytes and aggregations per core (its per-job series); null in tests and fuzzers
   // that count nothing. Each shard writes its core's slot only.
   std::shared_ptr<JobTraffic> traffic{};
   // An elastic job (docs/design.md "Elastic jobs"): world_size is its slots, of which
   // initial_members are the members from iteration resume_iteration + 1 on; the control plane
-  // changes them at iteration boundaries (Shard::ChangeMembership). Not with relay.
+  // changes them at iteration boundaries (Shard::ChangeMembership). With relay: a rack's part
+  // whose members change (the count its sums carry follows them).
   bool elastic = false;
   std::vector<std::uint32_t> initial_members{};
   // Elastic: iteration t steps with the lr scaled by members(t) / lr_start_members

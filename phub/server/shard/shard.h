@@ -212,6 +212,20 @@ class Shard final : public transport::ConnectionHandler {
   Status CheckAttach(const transport::WireHeader& header) const;
   Status Attach(transport::Connection& connection, const transport::WireHeader& header);
   void MaybeAggregate(ChunkState& state);
+  // The copies a chunk's aggregation sums: all world_size, or (elastic) those in.
+  std::uint32_t CopiesIn(const ChunkState& state) const;
+  // JobSpec::most_copies (a home's chunk): what the copies in count between them.
+  std::uint32_t CountedCopies(const ChunkState& state) const;
+  // A home's chunk: reads and checks the count at the end of `rank`'s copy just in
+  // (copy_count.h); InvalidArgument naming the fault closes the member's connection.
+  Status TakeCopyCount(std::uint32_t rank, const transport::WireHeader& header,
+                       ChunkState& state);
+  // The chunk's next iteration is complete: the fused sum and step over its copies, then the
+  // broadcast (StepChunk); or, JobSpec::relay, the rack's sum to the relay (RelaySum), or a sum
+  // of no copies when the rack has nobody to push the iteration (RelayNoCopies).
+  void StepChunk(ChunkState& state, const kernels::OptimizerConfig& config);
+  void RelaySum(ChunkState& state, const kernels::OptimizerConfig& config);
+  void RelayNoCopies(ChunkState& state);
   // Every copy the chunk's next iteration needs is in: all world_size (fixed), or (elastic)
   // every member of the iteration not excused, and at least one.
   bool Complete(const ChunkState& state) const;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "phub/server/shard/copy_count.h"
 #include "phub/server/shard/shard.h"
 #include "spdlog/spdlog.h"
 
@@ -155,6 +156,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
         }
         return absl::OkStatus();
       }
+      if (!job_->most_copies.empty()) PHUB_RETURN_IF_ERROR(TakeCopyCount(rank, header, state));
       state.pushed[rank] = 1;
       ++state.arrived;
       MaybeAggregate(state);
@@ -184,6 +186,21 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
       return absl::InternalError(absl::StrCat(OpName(header.op), " from rank ", rank,
                                               " passed ResolveSlot"));
   }
+}
+
+Status Shard::TakeCopyCount(std::uint32_t rank, const WireHeader& header, ChunkState& state) {
+  const std::span<std::byte> slot =
+      SlotOf(state.slots, rank, state.chunk->elements, job_->wire.format);
+  StatusOr<std::uint32_t> count = ReadCopyCount(slot, job_->wire.format, job_->most_copies[rank]);
+  if (!count.ok()) {
+    // A PBox that sends a count no rack could have is broken or hostile: its link closes
+    // (the home never divides by it), and its rack's part stalls on the lost link.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PUSH of chunk ", header.chunk, " for iteration ", header.iteration, " from the PBox of ",
+        "rack ", rank, ": ", count.status().message()));
+  }
+  state.copies[rank] = *count;
+  return absl::OkStatus();
 }
 
 bool Shard::Announceable(const ChunkState& state) const {
@@ -224,42 +241,96 @@ std::span<const std::uint8_t> Shard::Copies(const ChunkState& state) const {
                        : std::span<const std::uint8_t>();
 }
 
+std::uint32_t Shard::CopiesIn(const ChunkState& state) const {
+  const std::span<const std::uint8_t> which = Copies(state);
+  if (which.empty()) return job_->world_size;
+  return static_cast<std::uint32_t>(std::count(which.begin(), which.end(), 1));
+}
+
+std::uint32_t Shard::CountedCopies(const ChunkState& state) const {
+  const std::span<const std::uint8_t> which = Copies(state);
+  std::uint64_t copies = 0;
+  for (std::uint32_t rank = 0; rank < job_->world_size; ++rank) {
+    if (which.empty() || which[rank]) copies += state.copies[rank];
+  }
+  // Each count was checked against its member's rack (most_copies) as it came: the total is
+  // at most the job's most workers, which the Hellos bounded far below 2^32.
+  return static_cast<std::uint32_t>(copies);
+}
+
 void Shard::MaybeAggregate(ChunkState& state) {
   if (state.pending_sends > 0 || state.iteration >= frozen_at_) return;
-  if (Unpushed(state)) return PassIteration(state);
+  if (Unpushed(state)) return job_->relay ? RelayNoCopies(state) : PassIteration(state);
   if (!Complete(state)) return;
   const kernels::OptimizerConfig* config = StepConfig(state.iteration + 1);
   if (config == nullptr) return;  // StepWith steps it
-  kernels::OptimizerConfig scaled;
+  kernels::OptimizerConfig adjusted;
   if (job_->lr_scaling != kernels::LrScaling::kFixed) {
-    config = &(scaled = ScaledConfig(*config, state.iteration + 1));
+    config = &(adjusted = ScaledConfig(*config, state.iteration + 1));
   }
+  if (job_->relay) return RelaySum(state, *config);
+  if (!job_->most_copies.empty()) {
+    // A home's chunk: the mean is over the workers' copies the racks' sums hold this
+    // iteration, not over the job's most workers (an elastic rack has fewer, and changes).
+    const std::uint32_t copies = CountedCopies(state);
+    if (copies == 0) {
+      // Every rack's sum held no copy (each rack's members were all lost, or all left): as
+      // with an iteration nobody pushes, the weights stay.
+      state.arrived = 0;
+      std::fill(state.pushed.begin(), state.pushed.end(), 0);
+      return PassIteration(state);
+    }
+    adjusted = *config;
+    adjusted.copies = copies;
+    config = &adjusted;
+  }
+  StepChunk(state, *config);
+}
+
+void Shard::RelaySum(ChunkState& state, const kernels::OptimizerConfig& config) {
+  // The rack's sum (kAverage over one copy) goes on to the chunk's home PBox with the count of
+  // copies it holds; the chunk waits for its weights as it waits for a send (OnRelayed).
   const auto began = std::chrono::steady_clock::now();
-  const std::uint32_t elements = state.chunk->elements;
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
-  if (job_->relay) {
-    // The rack's sum (kAverage over one copy) goes on to the chunk's home PBox; the chunk
-    // waits for its weights as it waits for a send (OnRelayed).
-    AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state), elements,
-                   std::as_const(state.weights).span(), job_->relay->Partial(state.chunk->id),
-                   state_ptrs_, *config, state.iteration + 1 + step_offset_, inputs_);
-    state.arrived = 0;
-    std::fill(state.pushed.begin(), state.pushed.end(), 0);
-    CountAggregation(began);
-    ++state.pending_sends;
-    job_->relay->Forward(core_, state.chunk->id);
-    return;
-  }
+  AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state),
+                 state.chunk->elements, std::as_const(state.weights).span(),
+                 job_->relay->Partial(state.chunk->id), state_ptrs_, config,
+                 state.iteration + 1 + step_offset_, inputs_);
+  const std::uint32_t copies = CopiesIn(state);
+  state.arrived = 0;
+  std::fill(state.pushed.begin(), state.pushed.end(), 0);
+  CountAggregation(began);
+  ++state.pending_sends;
+  job_->relay->Forward(core_, state.chunk->id, copies);
+}
+
+void Shard::RelayNoCopies(ChunkState& state) {
+  // Not passed here as a one-rack job passes it: the homes wait for every rack's sum of every
+  // iteration. A sum of no copies counts for nothing there, and the other racks' step comes
+  // back as this iteration's weights (the joiner this rack waits for starts from them).
+  const std::span<float> partial = job_->relay->Partial(state.chunk->id);
+  std::fill(partial.begin(), partial.end(), 0.0f);
+  ++state.pending_sends;
+  job_->relay->Forward(core_, state.chunk->id, 0);
+}
+
+void Shard::StepChunk(ChunkState& state, const kernels::OptimizerConfig& config) {
+  const auto began = std::chrono::steady_clock::now();
+  // A home's chunk ends in its count (copy_count.h): not a weight, so not stepped.
+  const std::uint32_t elements = state.chunk->elements;
+  const std::size_t stepped = elements - (job_->most_copies.empty() ? 0 : kCountElements);
+  for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
   if (state.previous.size() != 0) {
     // Kept for a rejoin: the new weights go to the other buffer and the two trade places, so
     // keeping the previous weights costs no copy (no send of either is queued: see above).
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state), elements,
-                   std::as_const(state.weights).span(), state.previous.span(), state_ptrs_,
-                   *config, state.iteration + 1 + step_offset_, inputs_);
+                   std::as_const(state.weights).span().first(stepped),
+                   state.previous.span().first(stepped), state_ptrs_, config,
+                   state.iteration + 1 + step_offset_, inputs_);
     std::swap(state.weights, state.previous);
   } else {
     AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state), elements, {},
-                   state.weights.span(), state_ptrs_, *config,
+                   state.weights.span().first(stepped), state_ptrs_, config,
                    state.iteration + 1 + step_offset_, inputs_);
   }
   ++state.iteration;
@@ -296,6 +367,9 @@ void Shard::OnRelayed(std::uint32_t chunk) {
   ++state.iteration;
   if (job_->wire.weights) UpdateView(state, /*swapped=*/false);
   Broadcast(state);
+  // Nobody may take these weights (an elastic rack with no member until a joiner comes): no
+  // send completes to go on from, so the next iteration is looked at now.
+  MaybeAggregate(state);
 }
 
 void Shard::CheckCompletable(const ChunkState& state) {

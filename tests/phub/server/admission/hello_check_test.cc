@@ -369,5 +369,56 @@ TEST(HelloCheckTest, ElasticSizesAreOrderedAndTheSameOnEveryWorker) {
   EXPECT_TRUE(Names(*error, "a fixed job of 4"));
 }
 
+// Across racks each rack's part is elastic on its own (its min, start and most), the lr does
+// not follow the members there, and a rack's count of copies must be exact on the wire.
+TEST(HelloCheckTest, AcrossRacksARackIsElasticOnItsOwnWithAFixedLr) {
+  proto::Hello worker = MakeHello(0);
+  worker.set_racks(2);
+  worker.set_rack(1);
+  worker.set_min_workers(1);
+  worker.set_start_workers(2);
+  EXPECT_FALSE(CheckElastic(worker).has_value());
+  worker.set_lr_scaling(proto::Hello::LR_LINEAR);
+  std::optional<proto::Error> error = CheckElastic(worker);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(
+      Names(*error, "an lr that follows the member count in an elastic job across 2 racks"));
+  // A PBox's Hello (rack_workers): the homes' part is never elastic.
+  proto::Hello pbox = MakeHello(1);
+  pbox.set_racks(2);
+  pbox.set_rack(1);
+  pbox.set_rack_workers(2);
+  EXPECT_FALSE(CheckElastic(pbox).has_value());
+  pbox.set_min_workers(1);
+  error = CheckElastic(pbox);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "asks for an elastic home part"));
+}
+
+TEST(HelloCheckTest, ARacksCountOfCopiesMustBeExactInTheWireFormat) {
+  proto::Hello worker = MakeHello(0);  // world size 4
+  worker.set_racks(2);
+  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kBf16).has_value());
+  worker.set_world_size(256);
+  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kBf16).has_value());
+  worker.set_world_size(257);
+  std::optional<proto::Error> error = CheckRackCopies(worker, kernels::WireFormat::kBf16);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "has up to 257 workers"));
+  EXPECT_TRUE(Names(*error, "bf16, exact only up to 256"));
+  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kFp16).has_value());
+  // A PBox's Hello: its rack's workers.
+  proto::Hello pbox = MakeHello(0);
+  pbox.set_racks(2);
+  pbox.set_rack_workers(2049);
+  error = CheckRackCopies(pbox, kernels::WireFormat::kFp16);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(Names(*error, "fp16, exact only up to 2048"));
+  EXPECT_FALSE(CheckRackCopies(pbox, kernels::WireFormat::kFp32).has_value());
+  // One rack: nothing is counted.
+  worker.set_racks(1);
+  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kBf16).has_value());
+}
+
 }  // namespace
 }  // namespace phub::server

@@ -1,0 +1,505 @@
+// Elastic jobs across racks (docs/design.md "Elastic jobs", "Racks of racks") through a real
+// phubd per rack: rack r0's part is elastic (a worker joins it, one asks to leave, one is
+// SIGKILLed), rack r1's is fixed, and every chunk's home divides each iteration by the workers'
+// copies both racks summed in it, which the racks' sums count. The weights equal a float64
+// reference whose iteration t averages every copy pushed in t across both racks; a home that
+// divided by the job's most workers (r0's 3 hosts and r1's 2) would miss it in every iteration
+// (r0 never has its 3 members and r1's 2 at once for long: the counts are 4, 5, 4, 3).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "phub/client/detail/rack_role.h"
+#include "tests/integration/in_process_worker.h"
+#include "tests/integration/phubd_launcher.h"
+#include "tests/reference/optimizer_reference.h"
+#include "tests/support/forged_client.h"
+#include "tests/support/free_port.h"
+
+namespace phub::testing {
+namespace {
+
+const std::vector<std::uint64_t> kSizes = {300, 17};
+constexpr float kLr = 0.1f, kMomentum = 0.9f;
+constexpr std::uint32_t kRacks = 2;
+// Rack r0: 3 hosts (an elastic part of 1 to 3 that starts with 2); rack r1: 2 hosts (fixed).
+constexpr std::uint32_t kHosts[kRacks] = {3, 2};
+
+// Each rack's workers draw their gradients from a seed of their own: ranks repeat across racks.
+std::uint64_t SeedOf(std::uint32_t rack) { return 11 + 100 * rack; }
+
+std::string RacksFile(const std::vector<std::uint16_t>& ports) {
+  std::string text;
+  std::uint32_t host = 0;
+  for (std::uint32_t r = 0; r < kRacks; ++r) {
+    text += "rack { name: \"r" + std::to_string(r) +
+            "\" pbox: \"127.0.0.1:" + std::to_string(ports[r]) + "\"";
+    for (std::uint32_t i = 0; i < kHosts[r]; ++i)
+      text += " host: \"w" + std::to_string(host++) + "\"";
+    text += " }\n";
+  }
+  return text;
+}
+
+// Rack r0's part is elastic, of 1 to its 3 hosts, starting with `start`; r1's is fixed.
+client::PsClientOptions Options(std::uint16_t port, std::uint32_t rack, std::uint32_t start) {
+  client::PsClientOptions options;
+  options.port = port;
+  options.connect_timeout_ms = 10000;
+  options.optimizer = kernels::OptimizerConfig{
+      .kind = kernels::OptimizerKind::kMomentum, .lr = kLr, .momentum = kMomentum};
+  if (rack == 0) {
+    options.min_workers = 1;
+    options.start_workers = start;
+  }
+  return options;
+}
+
+// Rank `rank` of rack `rack`'s part (its world: the rack's hosts); rank 0 of rack 0 holds the
+// initial weights TestValue(SeedOf(0), kInitRank, ...).
+InProcessWorker ConnectInRack(std::uint16_t port, std::uint32_t rack, std::uint32_t rank,
+                              std::uint32_t start = 2) {
+  InProcessWorker w;
+  const std::vector<keys::TensorSpec> tensors = TestTensors(kSizes);
+  std::vector<std::span<float>> spans;
+  for (std::uint32_t t = 0; t < tensors.size(); ++t) {
+    w.weights.emplace_back(tensors[t].elements, 0.0f);
+    w.grads.emplace_back(tensors[t].elements, 0.0f);
+    for (std::uint64_t i = 0; rank == 0 && i < tensors[t].elements; ++i) {
+      w.weights[t][i] = TestValue(SeedOf(rack), kInitRank, 0, t, i);
+    }
+    spans.emplace_back(w.weights[t]);
+  }
+  auto c = client::detail::ConnectInRacks(Options(port, rack, start), {rank, kHosts[rack]},
+                                          {.racks = kRacks, .rack = rack}, tensors, spans);
+  if (c.ok()) {
+    w.client = std::move(*c);
+  } else {
+    w.status = c.status();
+  }
+  return w;
+}
+
+// Rank `rank` of rack r0 (which starts with `start`) in a child process the test can SIGKILL:
+// forked before the test makes any thread; it reads phubd's port, joins, answers "joined
+// <resume iteration>", then runs each iteration number it reads and answers "ok" (or the
+// error).
+struct ChildWorker {
+  pid_t pid = -1;
+  int commands = -1, answers = -1;
+
+  static ChildWorker Fork(std::uint32_t rank, std::uint32_t start) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) return {};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(to_child[1]);
+      close(from_child[0]);
+      FILE* in = fdopen(to_child[0], "r");
+      FILE* out = fdopen(from_child[1], "w");
+      unsigned port = 0;
+      if (std::fscanf(in, "%u", &port) != 1) _exit(2);
+      InProcessWorker w = ConnectInRack(static_cast<std::uint16_t>(port), 0, rank, start);
+      Status s = w.status.ok() ? w.client->Init() : w.status;
+      std::fprintf(out, "%s %llu\n", s.ok() ? "joined" : std::string(s.message()).c_str(),
+                   s.ok() ? static_cast<unsigned long long>(w.client->resume_iteration()) : 0ull);
+      std::fflush(out);
+      unsigned long long it = 0;
+      while (s.ok() && std::fscanf(in, "%llu", &it) == 1) {
+        s = RunIteration(w, it, SeedOf(0));
+        std::fprintf(out, "%s\n", s.ok() ? "ok" : std::string(s.message()).c_str());
+        std::fflush(out);
+      }
+      _exit(s.ok() ? 0 : 1);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    return {pid, to_child[1], from_child[0]};
+  }
+  void Say(const std::string& line) const {
+    const std::string text = line + "\n";
+    ASSERT_EQ(write(commands, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+  std::string Hear() const {
+    std::string line;
+    char c;
+    while (read(answers, &c, 1) == 1 && c != '\n') line.push_back(c);
+    return line;
+  }
+  void Kill() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+    close(commands);
+    close(answers);
+  }
+};
+
+// By iteration, the (rack, rank) whose copies were pushed whole.
+using Pushed = std::map<std::uint64_t, std::set<std::pair<std::uint32_t, std::uint32_t>>>;
+
+// Momentum SGD in float64 from rack 0's rank 0's weights, each iteration on the mean of every
+// copy pushed in it, whichever rack.
+std::vector<std::vector<double>> Reference(const Pushed& pushed, std::uint64_t last) {
+  std::vector<std::vector<double>> weights;
+  for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
+    std::vector<double> w(kSizes[t]), v, s;
+    for (std::uint64_t i = 0; i < kSizes[t]; ++i) w[i] = TestValue(SeedOf(0), kInitRank, 0, t, i);
+    const RefConfig config{.kind = RefOptimizer::kMomentum, .lr = kLr, .momentum = kMomentum};
+    for (std::uint64_t it = 1; it <= last; ++it) {
+      std::vector<std::vector<double>> grads;
+      for (const auto& [rack, rank] : pushed.at(it)) {
+        grads.emplace_back(kSizes[t]);
+        for (std::uint64_t i = 0; i < kSizes[t]; ++i) {
+          grads.back()[i] = TestValue(SeedOf(rack), rank, it, t, i);
+        }
+      }
+      RefStep(config, grads, w, v, s, it);
+    }
+    weights.push_back(std::move(w));
+  }
+  return weights;
+}
+
+// Polls `member`'s view until iteration `it` has `world` members (the change was announced).
+bool AwaitWorld(client::PsClient& member, std::uint64_t it, std::uint32_t world) {
+  for (int i = 0; i < 10000; ++i) {
+    if (member.MembersOf(it).world == world) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// A phubd per rack of RacksFile on free ports, each given `args` too.
+struct RackPhubds {
+  RackPhubds(const TempDir& dir, const std::vector<std::string>& args) {
+    for (std::uint32_t r = 0; r < kRacks; ++r) ports.push_back(FreeLoopbackPort());
+    const std::string file = dir.File("racks.txtpb");
+    std::ofstream(file) << RacksFile(ports);
+    for (std::uint32_t r = 0; r < kRacks; ++r) {
+      std::vector<std::string> argv = {"--topology", file, "--rack",        "r" + std::to_string(r),
+                                       "--cores",    "2",  "--chunk-bytes", "256"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      phubds.push_back(StartPhubdOnPort(dir, ports[r], argv));
+    }
+  }
+  std::string Logs() const {
+    std::string text;
+    for (const auto& p : phubds) text += "\n" + p.log_path + ":\n" + ReadFile(p.log_path);
+    return text;
+  }
+  std::vector<std::uint16_t> ports;
+  std::vector<RunningPhubd> phubds;
+};
+
+TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
+  ChildWorker child = ChildWorker::Fork(2, 2);  // before any thread
+  ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RackPhubds pboxes(dir, {});
+  const std::vector<std::uint16_t>& ports = pboxes.ports;
+  const auto logs = [&] { return pboxes.Logs(); };
+  // By rack: r0's ranks 0 and 1 (rank 2 is the child), r1's ranks 0 and 1.
+  std::vector<std::vector<InProcessWorker>> racks(kRacks);
+  {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> seats = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+    std::vector<InProcessWorker> connected(seats.size());
+    std::vector<std::thread> threads;
+    for (std::size_t k = 0; k < seats.size(); ++k) {
+      threads.emplace_back([&, k] {
+        connected[k] = ConnectInRack(ports[seats[k].first], seats[k].first, seats[k].second);
+        if (connected[k].status.ok()) connected[k].status = connected[k].client->Init();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (std::size_t k = 0; k < seats.size(); ++k) {
+      ASSERT_TRUE(connected[k].status.ok())
+          << "rack " << seats[k].first << " rank " << seats[k].second << ": " << connected[k].status
+          << logs();
+      racks[seats[k].first].push_back(std::move(connected[k]));
+    }
+  }
+  std::mutex mu;
+  Pushed pushed;
+  bool child_in = false;
+  std::vector<bool> in = {true, true};  // rack r0's ranks 0 and 1 still run
+  // One iteration by every member of each rack (threads, and the child through its pipe).
+  const auto iterate = [&](std::uint64_t it) {
+    std::vector<std::thread> threads;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> who;
+    std::vector<Status> results(4);
+    for (std::uint32_t r = 0; r < kRacks; ++r) {
+      for (std::uint32_t k = 0; k < racks[r].size(); ++k) {
+        if (r == 0 && !in[k]) continue;
+        InProcessWorker& w = racks[r][k];
+        if (!w.client->MembersOf(it).member) continue;
+        const std::size_t slot = who.size();
+        const std::pair<std::uint32_t, std::uint32_t> seat(r, w.client->rank());
+        who.push_back(seat);
+        threads.emplace_back([&, &w = w, seat, slot] {
+          results[slot] = RunIteration(w, it, SeedOf(seat.first));
+          if (!results[slot].ok()) return;
+          std::lock_guard lock(mu);
+          pushed[it].insert(seat);
+        });
+      }
+    }
+    if (child_in) child.Say(std::to_string(it));
+    for (auto& t : threads) t.join();
+    for (std::size_t k = 0; k < who.size(); ++k) {
+      EXPECT_TRUE(results[k].ok()) << "iteration " << it << ", rack " << who[k].first << " rank "
+                                   << who[k].second << ": " << results[k];
+    }
+    if (child_in) {
+      EXPECT_EQ(child.Hear(), "ok") << "iteration " << it;
+      pushed[it].insert({0, 2});
+    }
+  };
+  for (std::uint64_t it = 1; it <= 6; ++it) iterate(it);
+  // Rank 2 joins rack r0: decided where every chunk has completed 6, so from iteration 8.
+  child.Say(std::to_string(ports[0]));
+  ASSERT_TRUE(AwaitWorld(*racks[0][0].client, 8, 3)) << "the join was not announced" << logs();
+  iterate(7);  // the joiner's first weights, of 7, come from this one
+  ASSERT_EQ(child.Hear(), "joined 7") << logs();
+  child_in = true;
+  for (std::uint64_t it = 8; it <= 14; ++it) iterate(it);
+  // Rank 1 of r0 asks to leave: it pushes 15, not 16.
+  ASSERT_TRUE(racks[0][1].client->RequestLeave().ok());
+  ASSERT_TRUE(AwaitWorld(*racks[0][0].client, 16, 2)) << "the leave was not announced" << logs();
+  iterate(15);
+  EXPECT_FALSE(racks[0][1].client->MembersOf(16).member);
+  EXPECT_TRUE(racks[0][1].client->Close().ok());
+  in[1] = false;
+  for (std::uint64_t it = 16; it <= 22; ++it) iterate(it);
+  // The child is lost at a boundary: it pushed 22 whole, nothing of 23.
+  child_in = false;
+  child.Kill();
+  ASSERT_TRUE(AwaitWorld(*racks[0][0].client, 24, 1)) << "the loss was not announced" << logs();
+  constexpr std::uint64_t kLast = 30;
+  for (std::uint64_t it = 23; it <= kLast; ++it) iterate(it);
+  ASSERT_FALSE(::testing::Test::HasFailure()) << logs();
+
+  // The copies each iteration had, across both racks: r0's members and r1's 2.
+  std::vector<std::size_t> counts;
+  for (std::uint64_t it = 1; it <= kLast; ++it) {
+    if (counts.empty() || counts.back() != pushed.at(it).size())
+      counts.push_back(pushed.at(it).size());
+  }
+  EXPECT_THAT(counts, ::testing::ElementsAre(4, 5, 4, 3));
+
+  const auto reference = Reference(pushed, kLast);
+  // 30 float32 momentum steps on values of order 1 leave a few 1e-6; one iteration divided by
+  // 5 instead of 4 moves the weights by > 1e-3.
+  const auto expect_near = [&](const InProcessWorker& w, const std::string& who) {
+    for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
+      for (std::uint64_t i = 0; i < kSizes[t]; ++i) {
+        ASSERT_LE(std::abs(w.weights[t][i] - reference[t][i]),
+                  1e-5 + 1e-4 * std::abs(reference[t][i]))
+            << who << ": tensor " << t << "[" << i << "]: got " << w.weights[t][i] << ", reference "
+            << reference[t][i];
+      }
+    }
+  };
+  expect_near(racks[0][0], "rack r0 rank 0");
+  expect_near(racks[1][0], "rack r1 rank 0");
+  expect_near(racks[1][1], "rack r1 rank 1");
+  // Every rack's workers hold the homes' very bits.
+  EXPECT_EQ(racks[0][0].weights, racks[1][0].weights);
+  EXPECT_EQ(racks[1][0].weights, racks[1][1].weights);
+  for (InProcessWorker* w : {&racks[0][0], &racks[1][0], &racks[1][1]}) {
+    EXPECT_TRUE(w->client->Close().ok());
+  }
+}
+
+// Rack r0's only member (rank 0, which started the job) is SIGKILLed: r0 is below its minimum
+// and holds, and so does r1 (2 fixed workers: the homes wait for r0's sums). A joiner brings
+// r0 back; every iteration r0 had nobody for goes to the homes as a sum of no copies, which
+// r1's copies alone step, and the joiner starts from those weights. The weights follow the
+// reference throughout.
+TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoinerComes) {
+  ChildWorker child = ChildWorker::Fork(0, 1);  // before any thread
+  ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RackPhubds pboxes(dir, {"--rejoin-timeout-ms", "30000"});
+  std::vector<InProcessWorker> r1(2);  // rack r1's fixed part: its 2 hosts
+  std::vector<std::thread> starters;
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    starters.emplace_back([&, k] {
+      r1[k] = ConnectInRack(pboxes.ports[1], 1, k);
+      if (r1[k].status.ok()) r1[k].status = r1[k].client->Init();
+    });
+  }
+  child.Say(std::to_string(pboxes.ports[0]));
+  EXPECT_EQ(child.Hear(), "joined 0");
+  for (auto& t : starters) t.join();
+  for (const auto& w : r1) ASSERT_TRUE(w.status.ok()) << w.status << pboxes.Logs();
+  Pushed pushed;
+  std::mutex mu;
+  constexpr std::uint64_t kLast = 16;
+  // Rack r1 trains throughout, at the homes' pace: iterations 1..5 with r0's child, then
+  // (waiting for the homes, which wait for r0) with r0's joiner.
+  std::vector<Status> r1_results(2);
+  std::vector<std::thread> r1_threads;
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    r1_threads.emplace_back([&, k] {
+      for (std::uint64_t it = 1; it <= kLast && r1_results[k].ok(); ++it) {
+        r1_results[k] = RunIteration(r1[k], it, SeedOf(1));
+        std::lock_guard lock(mu);
+        if (r1_results[k].ok()) pushed[it].insert({1, k});
+      }
+    });
+  }
+  for (std::uint64_t it = 1; it <= 5; ++it) {
+    child.Say(std::to_string(it));
+    ASSERT_EQ(child.Hear(), "ok");
+    std::lock_guard lock(mu);
+    pushed[it].insert({0, 0});
+  }
+  child.Kill();                                                 // at a boundary: it pushed 5 whole
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // r0's PBox sees it lost
+  InProcessWorker joiner = ConnectInRack(pboxes.ports[0], 0, 1, 1);
+  Status joined = joiner.status.ok() ? joiner.client->Init() : joiner.status;
+  EXPECT_TRUE(joined.ok()) << joined << pboxes.Logs();
+  const std::uint64_t resumed = joined.ok() ? joiner.client->resume_iteration() : kLast;
+  // The loss's change takes effect at 7 at the earliest (r0's chunks had all completed 5): r0
+  // had nobody for 6 at least, and sent the homes sums of no copies for it.
+  EXPECT_GE(resumed, 6u);
+  EXPECT_LT(resumed, 10u);
+  for (std::uint64_t it = resumed + 1; it <= kLast && joined.ok(); ++it) {
+    ASSERT_TRUE(RunIteration(joiner, it, SeedOf(0)).ok()) << "iteration " << it << pboxes.Logs();
+    std::lock_guard lock(mu);
+    pushed[it].insert({0, 1});
+  }
+  for (auto& t : r1_threads) t.join();
+  for (const Status& r : r1_results) ASSERT_TRUE(r.ok()) << r << pboxes.Logs();
+  ASSERT_TRUE(joined.ok());
+  // Iterations 6..resumed: r1's copies alone.
+  for (std::uint64_t it = 6; it <= resumed; ++it) EXPECT_EQ(pushed.at(it).size(), 2u) << it;
+  const auto reference = Reference(pushed, kLast);
+  for (const InProcessWorker* w : {&r1[0], &r1[1], &joiner}) {
+    for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
+      for (std::uint64_t i = 0; i < kSizes[t]; ++i) {
+        ASSERT_LE(std::abs(w->weights[t][i] - reference[t][i]),
+                  1e-5 + 1e-4 * std::abs(reference[t][i]))
+            << (w == &joiner ? "the joiner" : "rack r1") << ": tensor " << t << "[" << i
+            << "]: got " << w->weights[t][i] << ", reference " << reference[t][i];
+      }
+    }
+  }
+  EXPECT_EQ(r1[0].weights, joiner.weights);
+  EXPECT_TRUE(joiner.client->Close().ok());
+  for (auto& w : r1) EXPECT_TRUE(w.client->Close().ok());
+}
+
+// A chunk's home, driven by two forged PBoxes (rack r0 of 2 workers, r1 of 1): it divides by
+// the counts their sums carry (2 copies, not the job's 3 workers), passes an iteration whose counts
+// are all 0 without a step, and refuses a count beyond the sender's rack (5 from a rack of 1),
+// naming it, without ever dividing by it.
+TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas) {
+  TempDir dir;
+  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
+  const std::string file = dir.File("racks.txtpb");
+  std::ofstream(file) << "rack { name: \"r0\" pbox: \"127.0.0.1:" << ports[0]
+                      << "\" host: \"w0\" host: \"w1\" }\n"
+                      << "rack { name: \"r1\" pbox: \"127.0.0.1:" << ports[1]
+                      << "\" host: \"w2\" }\n";
+  RunningPhubd home = StartPhubdOnPort(
+      dir, ports[0],
+      {"--topology", file, "--rack", "r0", "--chunk-bytes", "256", "--rejoin-timeout-ms", "0"});
+  // One home tensor: a rack's chunk of 64 elements and its count.
+  constexpr std::uint32_t kElements = 64;
+  const std::vector<keys::TensorSpec> tensors = {{"t0@0", kElements + 1}};
+  constexpr std::uint32_t kRackWorkers[2] = {2, 1};
+  std::vector<std::vector<float>> weights(2, std::vector<float>(kElements + 1, 0.0f));
+  for (std::uint32_t i = 0; i < kElements; ++i) weights[0][i] = 1.0f + static_cast<float>(i);
+  std::vector<std::unique_ptr<client::PsClient>> pboxes(2);
+  {
+    std::vector<std::thread> threads;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        client::PsClientOptions options;
+        options.port = ports[0];
+        options.connect_timeout_ms = 10000;
+        options.optimizer =
+            kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 1.0f};
+        auto c = client::detail::ConnectInRacks(
+            options, {r, 2}, {.racks = 2, .rack = r, .rack_workers = kRackWorkers[r]}, tensors,
+            {std::span<float>(weights[r])});
+        ASSERT_TRUE(c.ok()) << c.status();
+        pboxes[r] = std::move(*c);
+        ASSERT_TRUE(pboxes[r]->Init().ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  ASSERT_TRUE(pboxes[0] && pboxes[1]) << ReadFile(home.log_path);
+  ASSERT_EQ(weights[1], weights[0]);
+  // Each PBox's sum: every element `value`, its count last. The client reads the buffer until
+  // the push's Wait: one per PBox, kept.
+  std::vector<std::vector<float>> sums(2, std::vector<float>(kElements + 1));
+  const auto push = [&](std::uint32_t r, float value, float count) {
+    std::fill(sums[r].begin(), sums[r].end(), value);
+    sums[r][kElements] = count;
+    EXPECT_TRUE(pboxes[r]->Push(0, sums[r]).ok());
+  };
+  push(0, 1.0f, 1);  // rack r0: one of its 2 workers' copies, of 1
+  push(1, 4.0f, 1);  // rack r1: its one copy, of 4
+  for (auto& p : pboxes) ASSERT_TRUE(p->Wait(0).ok()) << ReadFile(home.log_path);
+  for (std::uint32_t i = 0; i < kElements; ++i) {
+    // lr 1: w - (1 + 4) / 2 copies (the job's most workers, 3, would give 5/3).
+    ASSERT_EQ(weights[0][i], 1.0f + static_cast<float>(i) - 2.5f) << i;
+  }
+  EXPECT_EQ(weights[0][kElements], 0.0f) << "the count's slot is no weight";
+  const std::vector<float> before = weights[0];
+  push(0, 0.0f, 0);
+  push(1, 0.0f, 0);
+  for (auto& p : pboxes) ASSERT_TRUE(p->Wait(0).ok()) << ReadFile(home.log_path);
+  EXPECT_EQ(weights[0], before) << "an iteration of no copies moved the weights";
+  push(0, 3.0f, 1);
+  push(1, 5.0f, 5);  // a rack of 1 worker claims 5 copies
+  EXPECT_FALSE(pboxes[1]->Wait(0).ok()) << "a count beyond the sender's rack was taken";
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return ReadFile(home.log_path)
+                   .find(
+                       "its count of copies is 5, not a whole number of 0 "
+                       "to 1") != std::string::npos;
+      },
+      std::chrono::milliseconds(10000)))
+      << ReadFile(home.log_path);
+  EXPECT_FALSE(pboxes[0]->Wait(0).ok()) << "the home stepped without rack r1's sum";
+  EXPECT_TRUE(home.process.Running());
+}
+
+// A PBox of an earlier release joins a home part without saying its sums carry a count: the
+// home would take a weight for one, so it refuses, saying to run one release everywhere.
+TEST(ElasticRacksTest, AHomeRefusesAPboxWhoseSumsCarryNoCount) {
+  TempDir dir;
+  RackPhubds pboxes(dir, {});
+  proto::Hello hello = MakeHello(1, kRacks, {{"t0@0", 65}});
+  hello.set_racks(kRacks);
+  hello.set_rack(1);
+  hello.set_rack_workers(kHosts[1]);
+  RawSocket socket = RawSocket::Connect(pboxes.ports[0], Millis(5000));
+  ASSERT_TRUE(socket.connected());
+  ASSERT_TRUE(socket.SendMessage(Wrap(hello)));
+  proto::ControlMessage reply;
+  ASSERT_EQ(socket.ReadMessage(reply, Millis(15000)), RawSocket::Read::kOk) << pboxes.Logs();
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), proto::Error::BAD_REQUEST);
+  EXPECT_THAT(reply.error().message(), ::testing::HasSubstr("without their count of copies"));
+  EXPECT_THAT(reply.error().fix(), ::testing::HasSubstr("same PHub release"));
+}
+
+}  // namespace
+}  // namespace phub::testing
