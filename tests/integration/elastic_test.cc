@@ -252,8 +252,19 @@ struct ChildWorker {
                    s.ok() ? static_cast<unsigned long long>(w.client->resume_iteration()) : 0ull);
       std::fflush(out);
       unsigned long long it = 0;
-      while (s.ok() && std::fscanf(in, "%llu", &it) == 1) {
-        s = RunIteration(w, it, kSeed);
+      char what[2] = {0, 0};
+      // "i N": iteration N; "p N": only the last tensor of N (the others' chunks stay behind).
+      while (s.ok() && std::fscanf(in, " %1s %llu", what, &it) == 2) {
+        if (what[0] == 'p') {
+          const auto last = static_cast<std::uint32_t>(w.grads.size() - 1);
+          for (std::uint64_t i = 0; i < w.grads[last].size(); ++i) {
+            w.grads[last][i] = TestValue(kSeed, w.client->rank(), it, last, i);
+          }
+          s = w.client->Push(last, w.grads[last]);
+          if (s.ok()) s = w.client->Wait(last);
+        } else {
+          s = RunIteration(w, it, kSeed);
+        }
         std::fprintf(out, "%s\n", s.ok() ? "ok" : std::string(s.message()).c_str());
         std::fflush(out);
       }
@@ -330,7 +341,7 @@ std::vector<std::vector<float>> RunSchedule(Record& record) {
         if (results[k].ok()) record.Pushed(it, w[k].client->rank(), m);
       });
     }
-    if (child_in) child.Say(std::to_string(it));
+    if (child_in) child.Say("i " + std::to_string(it));
     for (auto& t : threads) t.join();
     for (int k = 0; k < 3; ++k) EXPECT_TRUE(results[k].ok()) << "rank " << k << ": " << results[k];
     if (child_in) {
@@ -409,7 +420,7 @@ TEST(ElasticTest, BelowTheMinimumTheJobWaitsForAJoinInTheFreedSlot) {
   EXPECT_EQ(child.Hear(), "joined 0");
   Record record;
   for (std::uint64_t it = 1; it <= 5; ++it) {
-    child.Say(std::to_string(it));
+    child.Say("i " + std::to_string(it));
     ASSERT_TRUE(RunIteration(w[0], it, kSeed).ok());
     ASSERT_EQ(child.Hear(), "ok");
     record.Pushed(it, 0, {});
@@ -770,7 +781,7 @@ TEST(ElasticTest, AJobWhoseMembersAreAllLostHoldsItsWeightsForJoiners) {
   for (auto& child : children) ASSERT_EQ(child.Hear(), "joined 0");
   Record record;
   for (std::uint64_t it = 1; it <= 5; ++it) {
-    for (auto& child : children) child.Say(std::to_string(it));
+    for (auto& child : children) child.Say("i " + std::to_string(it));
     for (std::uint32_t k = 0; k < 2; ++k) {
       ASSERT_EQ(children[k].Hear(), "ok");
       record.Pushed(it, k, {});
@@ -872,11 +883,11 @@ TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGone) {
                                         "--rejoin-timeout-ms", "200"});
   for (auto& child : children) child.Say(std::to_string(phubd.port));
   for (auto& child : children) ASSERT_EQ(child.Hear(), "joined 0");
-  for (auto& child : children) child.Say("1");
+  for (auto& child : children) child.Say("i 1");
   for (auto& child : children) ASSERT_EQ(child.Hear(), "ok");
   children[1].Kill();
   // Rank 0 alone is below the minimum: held, then stalled; it exits on the error (no Goodbye).
-  children[0].Say("2");
+  children[0].Say("i 2");
   EXPECT_THAT(children[0].Hear(), HasSubstr("fewer than 2 members"));
   children[0].Kill();
   const client::PsClientOptions options = Elastic(phubd, 2, 2);
@@ -887,6 +898,54 @@ TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGone) {
     EXPECT_EQ(worker.client->resume_iteration(), 0u) << "a fresh job, not the stalled one";
     EXPECT_TRUE(worker.client->Close().ok());
   }
+}
+
+// The only worker dies mid-iteration: one tensor's chunk completed iteration 6, the other's
+// are at 5. A worker that joins in its slot gets only its own first weights (not the slot's
+// earlier worker's iteration 6, which a chunk passing it would send), and each tensor goes on
+// like the reference over the copies it had: 6 stepped for the tensor pushed, passed for the
+// other.
+TEST(ElasticTest, AJoinerInTheSlotOfAWorkerLostMidIterationGetsOnlyItsOwnWeights) {
+  ChildWorker child = ChildWorker::Fork(0, 2, 1, 1);
+  ASSERT_GT(child.pid, 0);
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
+                                        "--rejoin-timeout-ms", "30000"});
+  child.Say(std::to_string(phubd.port));
+  ASSERT_EQ(child.Hear(), "joined 0");
+  Record whole, last_only;  // by tensor: tensor 0 got 1..5, tensor 1 got 1..6
+  for (std::uint64_t it = 1; it <= 5; ++it) {
+    child.Say("i " + std::to_string(it));
+    ASSERT_EQ(child.Hear(), "ok");
+    whole.Pushed(it, 0, {});
+    last_only.Pushed(it, 0, {});
+  }
+  child.Say("p 6");
+  ASSERT_EQ(child.Hear(), "ok");
+  last_only.Pushed(6, 0, {});
+  child.Kill();
+  const client::PsClientOptions options = Elastic(phubd, 1, 1);
+  InProcessWorker w;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Connect(w, options, 0, 2);
+        return w.status.ok() || !absl::StrContains(w.status.message(), "most workers");
+      },
+      std::chrono::milliseconds(10000)));
+  ASSERT_TRUE(w.status.ok()) << w.status;
+  const Status init = w.client->Init();
+  ASSERT_TRUE(init.ok()) << init;
+  const std::uint64_t first = w.client->resume_iteration() + 1;
+  EXPECT_GT(first, 6u);
+  for (std::uint64_t it = first; it < first + 5; ++it) {
+    ASSERT_TRUE(RunIteration(w, it, kSeed).ok());
+    whole.Pushed(it, 0, {});
+    last_only.Pushed(it, 0, {});
+  }
+  const auto tensor0 = Reference(whole, first + 4);
+  const auto tensor1 = Reference(last_only, first + 4);
+  ExpectNear(w, {tensor0[0], tensor1[1]}, "the joiner");
+  EXPECT_TRUE(w.client->Close().ok());
 }
 
 }  // namespace

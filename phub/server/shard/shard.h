@@ -246,10 +246,12 @@ class Shard final : public transport::ConnectionHandler {
   bool MemberOf(std::uint64_t iteration, std::uint32_t rank) const {
     return !job_->elastic || schedule_.Contains(iteration, rank);
   }
+  // A slot's joiner gets nothing before its first weights: the schedule may still name the
+  // slot's earlier worker for older iterations (a chunk behind, passing one, sends it).
   bool Receives(std::uint64_t iteration, std::uint32_t rank) const {
     return !job_->elastic ||
-           (!members_[rank].joining && (schedule_.Contains(iteration, rank) ||
-                                        schedule_.Contains(iteration + 1, rank)));
+           (!members_[rank].joining && iteration >= members_[rank].start_at &&
+            (schedule_.Contains(iteration, rank) || schedule_.Contains(iteration + 1, rank)));
   }
   void AggregateAll();
   // The slots a chunk's aggregation reads: empty (every one) or a mask by rank.
