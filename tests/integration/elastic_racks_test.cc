@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "phub/client/detail/rack_role.h"
+#include "tests/integration/child_worker.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/reference/optimizer_reference.h"
@@ -88,62 +89,12 @@ InProcessWorker ConnectInRack(std::uint16_t port, std::uint32_t rack, std::uint3
   return w;
 }
 
-// Rank `rank` of rack r0 (which starts with `start`) in a child process the test can SIGKILL:
-// forked before the test makes any thread; it reads phubd's port, joins, answers "joined
-// <resume iteration>", then runs each iteration number it reads and answers "ok" (or the
-// error).
-struct ChildWorker {
-  pid_t pid = -1;
-  int commands = -1, answers = -1;
-
-  static ChildWorker Fork(std::uint32_t rank, std::uint32_t start) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) return {};
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(to_child[1]);
-      close(from_child[0]);
-      FILE* in = fdopen(to_child[0], "r");
-      FILE* out = fdopen(from_child[1], "w");
-      unsigned port = 0;
-      if (std::fscanf(in, "%u", &port) != 1) _exit(2);
-      InProcessWorker w = ConnectInRack(static_cast<std::uint16_t>(port), 0, rank, start);
-      Status s = w.status.ok() ? w.client->Init() : w.status;
-      std::fprintf(out, "%s %llu\n", s.ok() ? "joined" : std::string(s.message()).c_str(),
-                   s.ok() ? static_cast<unsigned long long>(w.client->resume_iteration()) : 0ull);
-      std::fflush(out);
-      unsigned long long it = 0;
-      while (s.ok() && std::fscanf(in, "%llu", &it) == 1) {
-        s = RunIteration(w, it, SeedOf(0));
-        std::fprintf(out, "%s\n", s.ok() ? "ok" : std::string(s.message()).c_str());
-        std::fflush(out);
-      }
-      _exit(s.ok() ? 0 : 1);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    return {pid, to_child[1], from_child[0]};
-  }
-  void Say(const std::string& line) const {
-    const std::string text = line + "\n";
-    ASSERT_EQ(write(commands, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  }
-  std::string Hear() const {
-    std::string line;
-    char c;
-    while (read(answers, &c, 1) == 1 && c != '\n') line.push_back(c);
-    return line;
-  }
-  void Kill() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
-    close(commands);
-    close(answers);
-  }
-};
+// Rank `rank` of rack r0 (which starts with `start`) in a child process the test can SIGKILL
+// (child_worker.h).
+ChildWorker ForkWorker(std::uint32_t rank, std::uint32_t start) {
+  return ChildWorker::Fork(
+      [=](std::uint16_t port) { return ConnectInRack(port, 0, rank, start); }, SeedOf(0));
+}
 
 // By iteration, the (rack, rank) whose copies were pushed whole.
 using Pushed = std::map<std::uint64_t, std::set<std::pair<std::uint32_t, std::uint32_t>>>;
@@ -203,7 +154,7 @@ struct RackPhubds {
 };
 
 TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
-  ChildWorker child = ChildWorker::Fork(2, 2);  // before any thread
+  ChildWorker child = ForkWorker(2, 2);  // before any thread
   ASSERT_GT(child.pid, 0);
   TempDir dir;
   RackPhubds pboxes(dir, {});
@@ -254,7 +205,7 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
         });
       }
     }
-    if (child_in) child.Say(std::to_string(it));
+    if (child_in) child.Iterate(it);
     for (auto& t : threads) t.join();
     for (std::size_t k = 0; k < who.size(); ++k) {
       EXPECT_TRUE(results[k].ok()) << "iteration " << it << ", rack " << who[k].first << " rank "
@@ -327,7 +278,7 @@ TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
 // r1's copies alone step, and the joiner starts from those weights. The weights follow the
 // reference throughout.
 TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoinerComes) {
-  ChildWorker child = ChildWorker::Fork(0, 1);  // before any thread
+  ChildWorker child = ForkWorker(0, 1);  // before any thread
   ASSERT_GT(child.pid, 0);
   TempDir dir;
   RackPhubds pboxes(dir, {"--rejoin-timeout-ms", "30000"});
@@ -360,7 +311,7 @@ TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoine
     });
   }
   for (std::uint64_t it = 1; it <= 5; ++it) {
-    child.Say(std::to_string(it));
+    child.Iterate(it);
     ASSERT_EQ(child.Hear(), "ok");
     std::lock_guard lock(mu);
     pushed[it].insert({0, 0});

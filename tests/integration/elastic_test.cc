@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "phub/server/checkpoint/checkpoint_file.h"
+#include "tests/integration/child_worker.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/support/forged_client.h"
@@ -223,77 +224,20 @@ TEST(ElasticTest, JoinsAndLeavesMatchAFloat64ReferenceOverEachIterationsMembers)
   for (std::uint32_t k = 0; k < 2; ++k) EXPECT_TRUE(workers[k].client->Close().ok());
 }
 
-// A worker in a child process that the test can SIGKILL (a crash leaves no Goodbye and no BYE).
-// Forked before the test makes any thread; it waits for phubd's port on `commands`, joins the
-// job as `rank`, then runs each iteration number it reads and answers "ok" (or an error line)
-// on `answers`.
-struct ChildWorker {
-  pid_t pid = -1;
-  int commands = -1, answers = -1;
-
-  static ChildWorker Fork(std::uint32_t rank, std::uint32_t max, std::uint32_t min_workers,
-                          std::uint32_t start_workers) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) return {};
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(to_child[1]);
-      close(from_child[0]);
-      FILE* in = fdopen(to_child[0], "r");
-      FILE* out = fdopen(from_child[1], "w");
-      unsigned port = 0;
-      if (std::fscanf(in, "%u", &port) != 1) _exit(2);
-      RunningPhubd fake;
-      fake.port = static_cast<std::uint16_t>(port);
-      InProcessWorker w;
-      Connect(w, Elastic(fake, min_workers, start_workers), rank, max);
-      Status s = w.status.ok() ? w.client->Init() : w.status;
-      std::fprintf(out, "%s %llu\n", s.ok() ? "joined" : "error",
-                   s.ok() ? static_cast<unsigned long long>(w.client->resume_iteration()) : 0ull);
-      std::fflush(out);
-      unsigned long long it = 0;
-      char what[2] = {0, 0};
-      // "i N": iteration N; "p N": only the last tensor of N (the others' chunks stay behind).
-      while (s.ok() && std::fscanf(in, " %1s %llu", what, &it) == 2) {
-        if (what[0] == 'p') {
-          const auto last = static_cast<std::uint32_t>(w.grads.size() - 1);
-          for (std::uint64_t i = 0; i < w.grads[last].size(); ++i) {
-            w.grads[last][i] = TestValue(kSeed, w.client->rank(), it, last, i);
-          }
-          s = w.client->Push(last, w.grads[last]);
-          if (s.ok()) s = w.client->Wait(last);
-        } else {
-          s = RunIteration(w, it, kSeed);
-        }
-        std::fprintf(out, "%s\n", s.ok() ? "ok" : std::string(s.message()).c_str());
-        std::fflush(out);
-      }
-      _exit(s.ok() ? 0 : 1);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    return {pid, to_child[1], from_child[0]};
-  }
-  void Say(const std::string& line) const {
-    const std::string text = line + "\n";
-    ASSERT_EQ(write(commands, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  }
-  std::string Hear() const {
-    std::string line;
-    char c;
-    while (read(answers, &c, 1) == 1 && c != '\n') line.push_back(c);
-    return line;
-  }
-  void Kill() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
-    close(commands);
-    close(answers);
-  }
-};
+// Rank `rank` of an elastic job of `min_workers` to `max` (starting with `start_workers`) in
+// a child process (child_worker.h).
+ChildWorker ForkWorker(std::uint32_t rank, std::uint32_t max, std::uint32_t min_workers,
+                       std::uint32_t start_workers) {
+  return ChildWorker::Fork(
+      [=](std::uint16_t port) {
+        RunningPhubd fake;
+        fake.port = port;
+        InProcessWorker w;
+        Connect(w, Elastic(fake, min_workers, start_workers), rank, max);
+        return w;
+      },
+      kSeed);
+}
 
 // Polls `member`'s view until iteration `it` has `world` members (the change was announced).
 bool AwaitWorld(client::PsClient& member, std::uint64_t it, std::uint32_t world) {
@@ -310,7 +254,7 @@ bool AwaitWorld(client::PsClient& member, std::uint64_t it, std::uint32_t world)
 // asks to leave; after 24, rank 3 is SIGKILLed; 40 iterations. Returns rank 0's weights and
 // records who pushed what.
 std::vector<std::vector<float>> RunSchedule(Record& record) {
-  ChildWorker child = ChildWorker::Fork(3, 4, 2, 2);  // before any thread
+  ChildWorker child = ForkWorker(3, 4, 2, 2);  // before any thread
   EXPECT_GT(child.pid, 0);
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256"});
@@ -406,7 +350,7 @@ TEST(ElasticTest, TheSameScheduleTwiceEndsBitwiseEqualAndLikeTheReference) {
 // joins in rank 1's slot (a worker that left and comes back), and then completes. The weights
 // follow the reference: iteration 6 is rank 0's alone, as rank 1 was dropped before pushing it.
 TEST(ElasticTest, BelowTheMinimumTheJobWaitsForAJoinInTheFreedSlot) {
-  ChildWorker child = ChildWorker::Fork(1, 3, 2, 2);
+  ChildWorker child = ForkWorker(1, 3, 2, 2);
   ASSERT_GT(child.pid, 0);
   TempDir dir;
   RunningPhubd phubd =
@@ -772,7 +716,7 @@ TEST(ElasticTest, ASchedulesLrFollowsTheMemberCountWithLinearScaling) {
 // from where it was (the iterations nobody pushed change nothing) and the weights go on like
 // the reference.
 TEST(ElasticTest, AJobWhoseMembersAreAllLostHoldsItsWeightsForJoiners) {
-  std::vector<ChildWorker> children = {ChildWorker::Fork(0, 2, 1, 2), ChildWorker::Fork(1, 2, 1, 2)};
+  std::vector<ChildWorker> children = {ForkWorker(0, 2, 1, 2), ForkWorker(1, 2, 1, 2)};
   for (const auto& child : children) ASSERT_GT(child.pid, 0);
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
@@ -876,7 +820,7 @@ TEST(ElasticTest, AJoinerThatAsksToLeaveLeavesAfterItsFirstIteration) {
 // gave up on JOB_STALLED without Goodbye) the job ends: its name is free and the same workers
 // start it afresh rather than finding a dead job.
 TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGone) {
-  std::vector<ChildWorker> children = {ChildWorker::Fork(0, 2, 2, 2), ChildWorker::Fork(1, 2, 2, 2)};
+  std::vector<ChildWorker> children = {ForkWorker(0, 2, 2, 2), ForkWorker(1, 2, 2, 2)};
   for (const auto& child : children) ASSERT_GT(child.pid, 0);
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
@@ -906,7 +850,7 @@ TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGone) {
 // like the reference over the copies it had: 6 stepped for the tensor pushed, passed for the
 // other.
 TEST(ElasticTest, AJoinerInTheSlotOfAWorkerLostMidIterationGetsOnlyItsOwnWeights) {
-  ChildWorker child = ChildWorker::Fork(0, 2, 1, 1);
+  ChildWorker child = ForkWorker(0, 2, 1, 1);
   ASSERT_GT(child.pid, 0);
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",

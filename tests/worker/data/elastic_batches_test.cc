@@ -7,6 +7,7 @@
 
 #include <set>
 
+#include "tests/worker/data/numbered_dataset.h"
 #include "tests/worker/status_testing.h"
 
 namespace phub::worker::data {
@@ -15,17 +16,6 @@ namespace {
 using ::testing::HasSubstr;
 using testing::StatusIs;
 
-// `count` 1x2x2 images; image i holds the value i everywhere, with label i % 10.
-ImageDataset Numbered(std::int64_t count) {
-  ImageDataset d;
-  d.count = count;
-  d.rows = d.cols = 2;
-  for (std::int64_t i = 0; i < count; ++i) {
-    for (int p = 0; p < 4; ++p) d.images.push_back(static_cast<float>(i));
-    d.labels.push_back(static_cast<float>(i % 10));
-  }
-  return d;
-}
 
 // The images of `b`.
 std::vector<float> Images(const LabeledBatch& b, std::int64_t batch) {
