@@ -155,7 +155,9 @@ class PsClient {
   // iteration (else phubd stalls the job, naming each rank's values); a Push of an iteration
   // without them fails with FailedPrecondition. Does not block. InvalidArgument for values the
   // job's optimizer refuses (kernels::ValidateStepValues), FailedPrecondition without
-  // per_iteration_values or when called twice for one iteration.
+  // per_iteration_values or when called twice for one iteration. In an elastic job only the
+  // members of the iteration give its values (the others' are refused and their connection
+  // closed): a joiner calls it after Init, for its first iteration, resume_iteration() + 1.
   Status StepWith(const kernels::StepValues& values);
   // Blocks until the weights that answer the last Push(t) (or Init) are in weights[t].
   Status Wait(std::uint32_t tensor);
