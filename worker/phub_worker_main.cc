@@ -17,7 +17,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -33,6 +32,7 @@
 #include "worker/nn/models/models.h"
 #include "worker/phub_worker_flags.h"
 #include "worker/phub_worker_setup.h"
+#include "worker/run_results.h"
 #include "worker/train/evaluate.h"
 #include "worker/train/reconnect.h"
 #include "worker/train/save_weights.h"
@@ -192,16 +192,10 @@ phub::Status Run(Flags& f) {
     PHUB_ASSIGN_OR_RETURN(x, backend->Allocate(model->input_shape()));
   }
   std::vector<double> step_ms, blocked_ms;
-  struct EpochRecord { std::int64_t epoch; double seconds, accuracy, test_loss, train_loss; };
-  std::vector<EpochRecord> epochs;
+  std::vector<phub::worker::EpochRecord> epochs;
   double epoch_loss = 0;
   std::int64_t last_epoch_step = 0;  // an elastic job's: the step its last epoch ended after
-  // An elastic job's record: each iteration this worker trained, its member count and the
-  // global batch it took (--results), so that a run can be checked for batches taken twice.
-  // `at`: when the step returned, in seconds of the system clock (a benchmark lines it up
-  // with when it started or killed a worker: bench/elastic).
-  struct Trained { std::int64_t iteration; std::uint32_t world; std::int64_t batch; double at; };
-  std::vector<Trained> trained;
+  std::vector<phub::worker::TrainedIteration> trained;  // an elastic job's (run_results.h)
   const auto start = Clock::now();
   if (elastic_job) {
     if (trainer->elastic() == nullptr) {
@@ -333,38 +327,22 @@ phub::Status Run(Flags& f) {
     std::printf("final test accuracy %.2f %%\n", 100 * epochs.back().accuracy);
   }
   if (!f.results.empty()) {
-    std::ofstream out(f.results);
-    if (!out) return absl::InvalidArgumentError("cannot write --results '" + f.results + "'");
-    out << "{\"model\": \"" << f.model << "\", \"batch\": " << f.batch
-        << ", \"rank\": " << me.rank << ", \"world\": " << me.world_size
-        << ", \"mode\": \"" << trainer->mode()
-        << "\", \"overlap\": " << (f.no_overlap ? "false" : "true") << ", \"backend\": \""
-        << backend->Describe() << "\", \"median_ms\": " << median
-        << ", \"samples_per_s\": " << samples_s << ", \"comm_share\": " << share
-        << ", \"timed_steps\": " << step_ms.size() << ", \"epochs\": [";
-    for (std::size_t i = 0; i < epochs.size(); ++i) {
-      const auto& e = epochs[i];
-      out << (i ? ", " : "") << "{\"epoch\": " << e.epoch << ", \"seconds\": " << e.seconds
-          << ", \"test_accuracy\": " << e.accuracy << ", \"test_loss\": " << e.test_loss
-          << ", \"train_loss\": " << e.train_loss << "}";
-    }
-    out << "]";
-    if (elastic_job) {
-      out << ", \"elastic\": {\"iterations\": [";
-      for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].iteration;
-      out << "], \"worlds\": [";
-      for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].world;
-      out << "], \"batches\": [";
-      for (std::size_t i = 0; i < trained.size(); ++i) out << (i ? ", " : "") << trained[i].batch;
-      out << "], \"at\": [";
-      for (std::size_t i = 0; i < trained.size(); ++i) {
-        out << (i ? ", " : "") << fmt::format("{:.6f}", trained[i].at);
-      }
-      out << "], \"left\": " << (members.member ? "false" : "true") << "}";
-    }
-    out << "}\n";
-    out.flush();
-    if (!out) return absl::InternalError("writing --results '" + f.results + "' failed");
+    PHUB_RETURN_IF_ERROR(phub::worker::WriteRunResults(
+        f.results, {.model = f.model,
+                    .mode = trainer->mode(),
+                    .backend = backend->Describe(),
+                    .batch = f.batch,
+                    .rank = me.rank,
+                    .world = me.world_size,
+                    .overlap = !f.no_overlap,
+                    .median_ms = median,
+                    .samples_per_s = samples_s,
+                    .comm_share = share,
+                    .timed_steps = step_ms.size(),
+                    .epochs = std::move(epochs),
+                    .elastic = elastic_job,
+                    .trained = std::move(trained),
+                    .left = !members.member}));
   }
   return trainer->Close();
 }
