@@ -9,7 +9,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from phub.elastic import ElasticBatches, elastic_size
-from phub.torch import PhubState, _warn_of_a_sigterm_handler, allreduce_hook
+from phub.ddp_hook import PhubState, _warn_of_a_sigterm_handler, allreduce_hook
 
 
 def optimizer_spec(optimizer: torch.optim.Optimizer) -> dict:
