@@ -50,6 +50,15 @@ void PsClient::Impl::OnMembership(const proto::Membership& membership) {
       }
       landed_.assign(landed_.size(), from - 1);
       weights_seen_ = 0;
+      // Its connections were made before it knew its first iteration (transport::Connection):
+      // its first weights (whole with compact weights) are of from - 1, its first push of from.
+      for (auto& connection : connections_) {
+        connection->ExpectIteration(WeightsOp(from - 1), membership_.rank, from - 1);
+        if (WeightsOp(from - 1) != Op::kWeights) {
+          connection->ExpectIteration(Op::kWeights, membership_.rank, from);
+        }
+        connection->ExpectIteration(Op::kPush, membership_.rank, from);
+      }
     } else {
       // phubd announces a change before any worker can begin its first iteration.
       if (from <= pushed_iteration_) {

@@ -97,6 +97,13 @@ class Connection {
   // SO_INCOMING_CPU), to see whether a NIC's queues are steered to the core that serves the
   // connection; -1 where the transport cannot tell (verbs: the HCA writes memory directly).
   virtual int receive_cpu() const { return -1; }
+  // From now on the next message of `op` for `worker` (every chunk, both ways) carries
+  // iteration `next`. A joiner of an elastic job attaches before it learns its first
+  // iteration, so the zones published at set-up (LandingZone::first_iteration) name a guess;
+  // both ends learn the iteration from the control plane before the first such message and say
+  // so here. Transports whose headers travel with the payload (TCP) need nothing; one that
+  // infers iterations from order (verbs' landing zones) moves its counts.
+  virtual void ExpectIteration(Op op, std::uint32_t worker, std::uint64_t next) {}
 
   // Free for the handler's use (a shard stores the worker rank once attached; -1 before).
   std::int64_t tag() const { return tag_; }

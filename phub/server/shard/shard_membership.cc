@@ -121,6 +121,16 @@ void Shard::ChangeMembership(std::uint64_t from_iteration, const std::vector<std
     // behind that (Freeze), and its broadcast on completing it reaches the joiner.
     member.start_at = from_iteration - 1;
     member.excused_below = from_iteration;
+    // It attached (a change waits for that) before anyone knew its first iteration: its
+    // connection learns it now, before the first weights go (transport::Connection).
+    if (member.connection) {
+      using transport::Op;
+      const bool whole_first = job_->wire.weights;
+      member.connection->ExpectIteration(Op::kPush, rank, from_iteration);
+      member.connection->ExpectIteration(whole_first ? Op::kInit : Op::kWeights, rank,
+                                         from_iteration - 1);
+      if (whole_first) member.connection->ExpectIteration(Op::kWeights, rank, from_iteration);
+    }
   }
   frozen_at_ = hold_at;
   // Entries no chunk will read again: a chunk reads its next iteration's (Complete) and, for

@@ -323,6 +323,17 @@ Status VerbsConnection::OnDirect(std::uint32_t index, std::uint32_t bytes) {
   return handler_->OnReceived(*this, header);
 }
 
+void VerbsConnection::ExpectIteration(Op op, std::uint32_t worker, std::uint64_t next) {
+  // Ours: what the peer writes next into each such zone.
+  for (LocalZone& local : zones_) {
+    if (local.zone.op == op && local.zone.worker == worker) local.next_iteration = next;
+  }
+  // The peer's: what we write next there (checked against each header as it is posted).
+  for (const auto& [key, index] : peer_endpoint_.zone_index) {
+    if (key >> 32 == (ZoneKey(op, worker, 0) >> 32)) peer_endpoint_.zones[index].next_iteration = next;
+  }
+}
+
 void VerbsConnection::Close(const Status& why) {
   if (closed_) return;
   closed_ = true;

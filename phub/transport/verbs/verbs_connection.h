@@ -112,6 +112,7 @@ class VerbsConnection final : public Connection,
   void Close(const Status& why) override;
   bool closed() const override { return closed_; }
   std::string peer() const override { return peer_; }
+  void ExpectIteration(Op op, std::uint32_t worker, std::uint64_t next) override;
 
   const VerbsConnectionStats& stats() const { return stats_; }
 
