@@ -11,10 +11,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "phub/transport/control_channel.h"
 #include "phub/transport/event_loop.h"
@@ -60,7 +62,9 @@ class RecordingHandler : public ConnectionHandler {
     if (header.payload_bytes > 0 && !in_zone_) r.payload = staging_;
     if (r.in_zone) {
       for (const LandingZone& z : zones) {
-        if (z.chunk == header.chunk) r.payload.assign(z.bytes.begin(), z.bytes.end());
+        if (z.op == header.op && z.worker == header.worker && z.chunk == header.chunk) {
+          r.payload.assign(z.bytes.begin(), z.bytes.end());
+        }
       }
     }
     std::lock_guard lock(mu_);
@@ -305,6 +309,45 @@ TEST_F(VerbsConnectionTest, AnIterationOutOfOrderIntoAZoneClosesWithTheReason) {
   Status peer = acceptor_handler_.WaitClosed();
   EXPECT_EQ(peer.code(), absl::StatusCode::kUnavailable) << peer;
   EXPECT_THAT(std::string(peer.message()), HasSubstr("closed the connection"));
+}
+
+// An elastic job's joiner attaches before it knows its first iteration: both ends move the
+// zones of (op, worker) to it (ExpectIteration), after which a write of that iteration lands
+// and is delivered with it; zones of another op or worker keep their count.
+TEST_F(VerbsConnectionTest, ExpectIterationMovesBothEndsOfAWorkersZones) {
+  std::vector<std::byte> zone_memory(3 * 256);
+  accept_loop_.Run([&] { ASSERT_TRUE(accept_verbs_.registry->Register(zone_memory).ok()); });
+  const auto part = [&](int i) { return std::span<std::byte>(zone_memory).subspan(i * 256, 256); };
+  acceptor_handler_.zones = {{Op::kPush, 2, 0, 1, part(0)},
+                             {Op::kPush, 2, 1, 1, part(1)},
+                             {Op::kPush, 3, 0, 1, part(2)}};
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  accept_loop_.Run([&] { acceptor_->ExpectIteration(Op::kPush, 2, 40); });
+  dial_loop_.Run([&] { dialer_->ExpectIteration(Op::kPush, 2, 40); });
+  const std::vector<std::byte> payload = RandomBytes(256, 4);
+  std::atomic<int> sent_ok{0};
+  const auto count = [&](const Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    if (s.ok()) ++sent_ok;
+  };
+  dial_loop_.Run([&] {
+    dialer_->Send(WireHeader{Op::kPush, 2, 0, 40, 256}, payload, count);
+    dialer_->Send(WireHeader{Op::kPush, 2, 1, 40, 256}, payload, count);
+    dialer_->Send(WireHeader{Op::kPush, 3, 0, 1, 256}, payload, count);
+  });
+  auto got = acceptor_handler_.WaitFor(3);
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(got[i].in_zone) << i;
+    EXPECT_EQ(got[i].header.iteration, i < 2 ? 40u : 1u) << i;
+    EXPECT_EQ(got[i].payload, payload) << i;
+  }
+  for (int i = 0; i < 6000 && sent_ok < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(sent_ok.load(), 3);
+  // The writer checks too: worker 2's next is 41 now, so 40 again closes with the reason.
+  dial_loop_.Run([&] { dialer_->Send(WireHeader{Op::kPush, 2, 0, 40, 256}, payload, nullptr); });
+  Status why = dialer_handler_.WaitClosed();
+  EXPECT_THAT(std::string(why.message()), HasSubstr("expects 41"));
 }
 
 TEST_F(VerbsConnectionTest, AStaleAttachIsRefusedWithTheHandlersReason) {
