@@ -213,7 +213,7 @@ void PsClient::Impl::ArmHeartbeat() {
     ArmHeartbeat();
   });
 }
-Status PsClient::Impl::Close() {
+Status PsClient::Impl::Close(bool goodbye) {
   if (closed_) return absl::OkStatus();
   closed_ = true;
   bool broken;
@@ -234,11 +234,14 @@ Status PsClient::Impl::Close() {
   }
   // A failed Handshake has nothing to say goodbye on; a client that lost phubd (or was
   // dropped) must not say it: a Goodbye means "done", and this worker may be about to rejoin.
-  if (!started_ || broken) {
+  // Nor does one abandoning the job, for the same reason.
+  if (!started_ || broken || !goodbye) {
     loop_.Run([&] {
       if (heartbeat_timer_) heartbeat_timer_->cancel();
       for (auto& c : connections_) {
-        c->Close(absl::CancelledError(broken ? "the client failed" : "the handshake failed"));
+        c->Close(absl::CancelledError(broken    ? "the client failed"
+                                      : goodbye ? "the handshake failed"
+                                                : "the worker abandoned the job"));
       }
       boost::system::error_code ignored;
       control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
@@ -326,6 +329,7 @@ Status PsClient::RestoreOptimizerState(const OptimizerState& state) {
 }
 Status PsClient::WaitAll() { return impl_->WaitAll(); }
 Status PsClient::Close() { return impl_->Close(); }
+Status PsClient::Abandon() { return impl_->Close(/*goodbye=*/false); }
 const keys::KeyTable& PsClient::key_table() const { return impl_->table(); }
 bool PsClient::weights_from_server() const { return impl_->weights_from_server(); }
 bool PsClient::resumed() const { return impl_->resumed(); }

@@ -193,6 +193,12 @@ class PsClient {
   // and closes. Idempotent. Afterwards Init, Push, Wait and WaitAll return FailedPrecondition,
   // a Wait already blocked on another thread included: weights still in flight never arrive.
   Status Close();
+  // Closes without leaving the job: no BYE, no Goodbye, so phubd takes this worker as lost
+  // (a crash), as it would a killed process. For a worker that is stopped (torchrun's SIGTERM
+  // at a restart) rather than done: in an elastic job a Goodbye from every member ends the job,
+  // a loss of every member holds it for the restarted ones (--rejoin-timeout-ms); in a fixed job
+  // the rank may rejoin. Idempotent, and Close() after it does nothing.
+  Status Abandon();
 
   const keys::KeyTable& key_table() const;
   bool weights_from_server() const;

@@ -80,7 +80,7 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   Status RestoreOptimizerState(const OptimizerState& state);
   Status Wait(std::uint32_t tensor);
   Status WaitAll();
-  Status Close();
+  Status Close(bool goodbye = true);  // Abandon: goodbye false
   // Elastic jobs (ps_client_membership.cc).
   IterationMembers MembersOf(std::uint64_t iteration) const;
   Status RequestLeave();

@@ -214,6 +214,10 @@ class Client {
     if (!client_) return;
     Blocking("close", [this] { return client_->Close(); });
   }
+  void Abandon() {
+    if (!client_) return;
+    Blocking("abandon", [this] { return client_->Abandon(); });
+  }
 
   std::uint32_t rank() { return Get().rank(); }
   std::size_t tensors() const { return elements_.size(); }
@@ -334,6 +338,10 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
            "Blocks (GIL released) until the answer to the last push of tensor has landed.")
       .def("wait_all", &Client::WaitAll)
       .def("close", &Client::Close, "Leaves the job cleanly. Idempotent.")
+      .def("abandon", &Client::Abandon,
+           "Closes without leaving the job (no Goodbye): phubd takes this worker as lost, as a "
+           "killed one. An elastic job then holds for restarted workers instead of ending. "
+           "Idempotent; close() after it does nothing.")
       .def("iteration", &Client::iteration, py::arg("tensor"), "Completed pushes of tensor.")
       .def("members_of", &Client::MembersOf, py::arg("iteration"),
            "Elastic jobs: {member, index, world, member_iterations_before} of iteration (this "

@@ -72,6 +72,7 @@ ControlPlane::ControlPlane(asio::io_context& context, const ServerOptions& optio
       options_(options),
       cores_(cores),
       on_job_end_(std::move(on_job_end)),
+      stalled_names_(std::chrono::milliseconds(options.jobs.deadlines.stalled_name_memory_ms)),
       pending_(options.control.pending),
       liveness_timer_(context) {}
 
@@ -288,6 +289,9 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
 
 void ControlPlane::JobEnded(Job& job) {
   NoLongerForming(job);
+  if (job.started() && job.elastic() && job.stalled()) {
+    stalled_names_.Remember(job.name(), job.stall_reason(), std::chrono::steady_clock::now());
+  }
   if (charged_jobs_.erase(job.id()) > 0) {
     charged_bytes_ -= std::min(charged_bytes_, job.charge_bytes());
   }

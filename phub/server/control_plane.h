@@ -32,6 +32,7 @@
 #include "phub/common/pending_connections.h"
 #include "phub/metrics/registry.h"
 #include "phub/server/admission/refusal_pacer.h"
+#include "phub/server/admission/stalled_names.h"
 #include "phub/server/job/control_session.h"
 #include "phub/server/job/job.h"
 #include "phub/server/core/server_core.h"
@@ -111,6 +112,7 @@ class ControlPlane : public SessionEnder {
   bool stopping_ = false;  // Stop(): sessions end without stalling their jobs
 
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // forming or running, by name
+  StalledNames stalled_names_;  // elastic jobs that stalled lately: no new job under their name
   std::uint64_t jobs_created_ = 0;
   std::uint64_t charged_bytes_ = 0;  // formed jobs' memory charges (--memory-budget-bytes)
   std::set<std::uint64_t> charged_jobs_;  // by id: the jobs charged_bytes_ counts

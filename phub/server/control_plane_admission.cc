@@ -94,6 +94,11 @@ std::shared_ptr<Job> ControlPlane::FindOrAdmit(const std::string& name, JobRole 
                                                const std::string& source, proto::Error& refusal) {
   if (auto it = jobs_.find(name); it != jobs_.end() && !it->second->ended()) return it->second;
   jobs_.erase(name);
+  if (std::optional<proto::Error> error =
+          stalled_names_.RefusalFor(name, std::chrono::steady_clock::now())) {
+    refusal = *error;
+    return nullptr;
+  }
   // A new job: its first Hello sets its world size and what it is charged. Both are the
   // peer's word: bounded here, before anything is allocated.
   const std::uint32_t world = hello.world_size();

@@ -102,6 +102,12 @@ void AddLimitFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flags) {
                    "job ends")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400000));
+  group.add_option("--stalled-name-memory-ms", deadlines.stalled_name_memory_ms,
+                   "After an elastic job stalls (and ends with its weights), a new job under its "
+                   "name is refused this long, so that workers a launcher restarts late do not "
+                   "silently start it again from their initial weights; 0: never refused")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 604800000));
   group.add_option("--leave-timeout-ms", deadlines.leave_timeout_ms,
                    "Once one worker has said goodbye, the others must say theirs (or disconnect) "
                    "within this time, or they are closed (TIMEOUT) and the job ends")

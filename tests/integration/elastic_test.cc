@@ -28,6 +28,7 @@
 namespace phub::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const std::vector<std::uint64_t> kSizes = {300, 17};
@@ -843,12 +844,13 @@ TEST(ElasticTest, AJoinerThatAsksToLeaveLeavesAfterItsFirstIteration) {
 // A job below its minimum past --rejoin-timeout-ms stalls, and once its last member is gone (it
 // gave up on JOB_STALLED without Goodbye) the job ends: its name is free and the same workers
 // start it afresh rather than finding a dead job.
-TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGone) {
+TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGoneAndItsNameIsRefusedAWhile) {
   std::vector<ChildWorker> children = {ForkWorker(0, 2, 2, 2), ForkWorker(1, 2, 2, 2)};
   for (const auto& child : children) ASSERT_GT(child.pid, 0);
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256",
-                                        "--rejoin-timeout-ms", "200"});
+                                        "--rejoin-timeout-ms", "200",
+                                        "--stalled-name-memory-ms", "1500"});
   for (auto& child : children) child.Say(std::to_string(phubd.port));
   for (auto& child : children) ASSERT_EQ(child.Hear(), "joined 0");
   for (auto& child : children) child.Say("i 1");
@@ -858,11 +860,33 @@ TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGone) {
   children[0].Say("i 2");
   EXPECT_THAT(children[0].Hear(), HasSubstr("fewer than 2 members"));
   children[0].Kill();
+  // Workers restarted late (torchrun's) would start the job again from their initial weights
+  // without a word: refused, saying what happened and what to do, for --stalled-name-memory-ms.
   const client::PsClientOptions options = Elastic(phubd, 2, 2);
+  const auto late = std::chrono::steady_clock::now();
+  InProcessWorker refused;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Connect(refused, options, 0, 2);
+        return !refused.status.ok() && absl::StrContains(refused.status.message(), "ago");
+      },
+      std::chrono::milliseconds(1000)))
+      << refused.status;
+  EXPECT_THAT(std::string(refused.status.message()),
+              AllOf(HasSubstr("elastic job 'default' stalled"), HasSubstr("fewer than 2 members"),
+                    HasSubstr("new name"), HasSubstr("--stalled-name-memory-ms")));
+  // Another name is not refused; after the memory, this one starts a fresh job.
+  client::PsClientOptions other = options;
+  other.job = "another";
+  for (auto& worker : StartPair(other, 2)) {
+    ASSERT_TRUE(worker.client);
+    EXPECT_TRUE(worker.client->Close().ok());
+  }
+  std::this_thread::sleep_until(late + std::chrono::milliseconds(1600));
   std::vector<InProcessWorker> again = StartPair(options, 2);
   ASSERT_EQ(again.size(), 2u);
   for (auto& worker : again) {
-    ASSERT_TRUE(worker.client) << "the stalled job kept its name";
+    ASSERT_TRUE(worker.client) << "the stalled job's name was never free again";
     EXPECT_EQ(worker.client->resume_iteration(), 0u) << "a fresh job, not the stalled one";
     EXPECT_TRUE(worker.client->Close().ok());
   }

@@ -307,25 +307,62 @@ class LeaveTest(unittest.TestCase):
         self.assertGreater(max(batches_a.batches_taken), max(batches_b.batches_taken) + 10)
 
 
-class SigtermTest(unittest.TestCase):
-    def test_a_scripts_sigterm_handler_is_warned_of(self):
-        """A handler that exits cleanly would say Goodbye at every torchrun restart, ending the
-        job (docs/torch.md): an elastic ServerOptimizer warns of one; none without."""
-        import signal
-        import warnings
-        with Phubd(2) as phubd:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                _, opt = elastic_optimizer(phubd.address, 1, 0)
-                opt.close()
-            self.assertEqual([w for w in caught if "SIGTERM" in str(w.message)], [])
-            previous = signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+# A worker of an elastic job of min 1 (a child process): trains 5 steps, by batches() (40
+# samples of 8: its data runs out there) or by a count, says "trained N" and waits; a SIGTERM
+# exits it through Python's shutdown (sys.exit), as a script's own handler would.
+_CHILD = """
+import signal, sys
+from test_torch_elastic import elastic_optimizer, train_step
+model, opt = elastic_optimizer(sys.argv[1], 1, 0)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+if sys.argv[2] == "batches":
+    for i, _ in enumerate(opt.batches(40, 8, epochs=1)):
+        train_step(model, opt, i)
+else:
+    for i in range(5):
+        train_step(model, opt, i)
+print("trained", opt.iteration - 1, flush=True)
+signal.pause()
+"""
+
+
+class ExitTest(unittest.TestCase):
+    def exit_then_join(self, phubd, how):
+        """Runs _CHILD, SIGTERMs it once trained, and returns the iteration a worker connecting
+        afterwards resumes the job at (0: a new job)."""
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, phubd.address, how],
+                                 cwd=os.path.dirname(os.path.abspath(__file__)),
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(child.stdout.readline().split(), ["trained", "5"])
+            child.send_signal(subprocess.signal.SIGTERM)
+            self.assertEqual(child.wait(timeout=60), 0)
+        finally:
+            child.kill()
+            child.wait()
+        deadline = time.monotonic() + 30
+        while True:  # a job ending may still refuse a Hello for a moment
             try:
-                with self.assertWarnsRegex(RuntimeWarning, "SIGTERM handler.*job ends"):
-                    _, opt = elastic_optimizer(phubd.address, 1, 0)
-                opt.close()
-            finally:
-                signal.signal(signal.SIGTERM, previous)
+                model, opt = elastic_optimizer(phubd.address, 2, 0)
+                break
+            except phub.PhubError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        resumed = opt.phub.resume_iteration
+        opt.close()
+        return resumed
+
+    def test_an_exit_before_the_data_ran_out_is_a_loss_and_after_it_a_goodbye(self):
+        """Python's shutdown (sys.exit in a SIGTERM handler, as at a torchrun restart) says no
+        Goodbye while the worker's batches() have not run out, so phubd holds the job and the
+        next worker carries it on from iteration 5 (or 6); once they have run out the exit is the
+        worker's end: a Goodbye, the job ends, and the next worker starts a new one."""
+        with Phubd(2) as phubd:
+            # 5, or 6 where phubd passed the iteration nobody pushed (the hold)
+            self.assertIn(self.exit_then_join(phubd, "count"), (5, 6), phubd.log())
+        with Phubd(2) as phubd:
+            self.assertEqual(self.exit_then_join(phubd, "batches"), 0, phubd.log())
 
 
 class DataLoaderTest(unittest.TestCase):

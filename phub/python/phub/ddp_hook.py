@@ -196,7 +196,10 @@ class PhubState:
         for t in self._threads:
             t.start()
         self._closed = False
-        atexit.register(self.close)
+        # An elastic job's data ran out for this worker (ElasticBatches stopped): its exit is
+        # the end of its part, not a stop (_at_exit).
+        self.finished = False
+        atexit.register(self._at_exit)
 
     # ---- the hook's side (DDP's autograd thread) ----
     def submit(self, bucket) -> "torch.futures.Future[torch.Tensor]":
@@ -320,15 +323,33 @@ class PhubState:
 
     def close(self):
         """Leaves the job cleanly (phubd ends it once every worker has). Idempotent."""
+        self._close(goodbye=True)
+
+    def abandon(self):
+        """Closes without leaving the job: phubd takes this worker as lost, as a killed one, so
+        an elastic job holds for restarted workers rather than ending. Idempotent."""
+        self._close(goodbye=False)
+
+    def _at_exit(self):
+        # Python's shutdown without close(): in an elastic job a worker whose data has not run
+        # out is being stopped (sys.exit in a SIGTERM handler at a torchrun restart, an
+        # exception), not done, and must not say Goodbye: when every worker of a restart says
+        # it, the job ends and the restarted workers start a new one from their initial weights.
+        self._close(goodbye=self.elastic is None or self.finished)
+
+    def _close(self, goodbye: bool):
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        atexit.unregister(self.close)
+        atexit.unregister(self._at_exit)
         # The client first: a waiter blocked in client.wait() (phubd or a peer silent) returns
         # with an error at once, rather than close() waiting out the network's deadlines for
         # the join. Buckets still queued then complete with that error.
         try:
-            self.client.close()
+            if goodbye or self.cuda:  # the device client is never elastic
+                self.client.close()
+            else:
+                self.client.abandon()
         finally:
             self._waits.put(_STOP)
             for t in self._threads:
@@ -339,23 +360,6 @@ class PhubState:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _warn_of_a_sigterm_handler():
-    """An elastic job's worker must die of torchrun's SIGTERM, not exit cleanly: a clean exit
-    runs close() (atexit), a Goodbye, and at a restart every worker would say it, which ends the
-    job: the restarted workers would start a new one from their initial weights (tried)."""
-    import signal
-    import warnings
-    handler = signal.getsignal(signal.SIGTERM)
-    if callable(handler):
-        warnings.warn(
-            f"an elastic PHub job with a SIGTERM handler of the script's ({handler!r}): if it "
-            "exits through Python's shutdown (sys.exit), close() tells phubd this worker left on "
-            "purpose, and when torchrun restarts every worker the job ends and starts again "
-            "from the initial weights; let SIGTERM kill the process (signal.SIG_DFL) or leave "
-            "with os._exit (docs/torch.md \"Elastic jobs and torchrun --nnodes=MIN:MAX\")",
-            RuntimeWarning, stacklevel=3)
 
 
 _LOCAL_GROUP = None

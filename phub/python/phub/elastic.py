@@ -89,7 +89,8 @@ class ElasticBatches:
     """
 
     def __init__(self, client, iteration: Callable[[], int], num_samples: int,
-                 batch_size: int, seed: int = 0, epochs: int = 1):
+                 batch_size: int, seed: int = 0, epochs: int = 1,
+                 on_done: Optional[Callable[[], None]] = None):
         if batch_size < 1 or num_samples < batch_size:
             raise ValueError(f"ElasticBatches: batch {batch_size} of a dataset of {num_samples} "
                              "samples: give a batch of 1 up to the dataset's size")
@@ -107,6 +108,7 @@ class ElasticBatches:
         self.last_members: Optional[dict] = None
         self._asked: Optional[int] = None  # the iteration the last batch was for
         self._done = False
+        self._on_done = on_done  # called once, when the batches stop
         self._epoch = -1
         self._order: Optional[np.ndarray] = None
 
@@ -140,6 +142,8 @@ class ElasticBatches:
         before = int(members["member_iterations_before"])
         if not members["member"] or before >= self.total_batches:
             self._done = True
+            if self._on_done is not None:
+                self._on_done()
             raise StopIteration
         self._asked = t
         global_batch = before + int(members["index"])

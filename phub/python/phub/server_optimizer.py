@@ -9,7 +9,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from phub.elastic import ElasticBatches, elastic_size
-from phub.ddp_hook import PhubState, _warn_of_a_sigterm_handler, allreduce_hook
+from phub.ddp_hook import PhubState, allreduce_hook
 
 
 def optimizer_spec(optimizer: torch.optim.Optimizer) -> dict:
@@ -113,7 +113,6 @@ class ServerOptimizer(torch.optim.Optimizer):
                     "construction (its bucket rebuild at each process's second iteration) would "
                     "deadlock against phubd; give DDP a group of its own: DistributedDataParallel("
                     "model, process_group=phub.torch.local_process_group())")
-            _warn_of_a_sigterm_handler()
         self.phub = PhubState(model, "optimizer", self.spec, address, values_of=self._values_now,
                               **kwargs)
         # Rank 0's initial weights, through phubd; a joiner's: the job's, of resume_iteration.
@@ -132,8 +131,11 @@ class ServerOptimizer(torch.optim.Optimizer):
                 epochs: int = 1) -> ElasticBatches:
         """This worker's batches of sample indices (ElasticBatches): one per step(), following
         phubd's members of each iteration. In a fixed job too (its members: every rank)."""
+        def finished():
+            self.phub.finished = True
+
         return ElasticBatches(self.phub.client, lambda: self.iteration, num_samples, batch_size,
-                              seed=seed, epochs=epochs)
+                              seed=seed, epochs=epochs, on_done=finished)
 
     def _values_now(self) -> dict:
         """The hyper-parameters the iteration starting now steps with (the hook's thread, at
@@ -258,4 +260,11 @@ class ServerOptimizer(torch.optim.Optimizer):
                     group[key] = value
 
     def close(self):
+        """Leaves phubd's job (a Goodbye). Idempotent."""
         self.phub.close()
+
+    def abandon(self):
+        """Closes without leaving phubd's job, as a killed worker: an elastic job holds for
+        restarted workers (Python's shutdown does this by itself while the worker's
+        batches() have not run out). Idempotent."""
+        self.phub.abandon()

@@ -309,6 +309,7 @@ void Job::OnShardEvent(const ShardEvent& event) {
 void Job::Stall(const std::string& reason) {
   if (stalled_) return;
   stalled_ = true;
+  stall_reason_ = reason;
   ++host_.counters.stalls;
   spdlog::error("{} stalled: {}; its other workers are told, phubd and other jobs go on",
                 log_name_, reason);

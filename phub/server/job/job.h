@@ -115,6 +115,7 @@ class Job : public std::enable_shared_from_this<Job> {
   double weight() const { return weight_; }
   bool running() const { return running_; }
   bool stalled() const { return stalled_; }
+  const std::string& stall_reason() const { return stall_reason_; }  // Stall's, once stalled
   bool ended() const { return ended_; }
   bool started() const { return started_; }  // formed (its shards were installed) at some time
   std::uint32_t connected() const;  // members whose control connection is open
@@ -270,6 +271,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::uint32_t joined_ = 0;
   bool running_ = false;
   bool stalled_ = false;
+  std::string stall_reason_;
   bool ended_ = false;
   bool started_ = false;
   std::uint32_t live_members_ = 0;

@@ -22,6 +22,9 @@ struct JobDeadlines {
   // A member of a running job heard from (any message, Heartbeats every quarter of it) less
   // recently than this is lost; 0: no heartbeats. Workers apply phubd's value to phubd.
   int liveness_timeout_ms = 10000;
+  // An elastic job that stalled: a new job under its name is refused this long
+  // (admission/stalled_names.h); 0: never.
+  int stalled_name_memory_ms = 600000;
 };
 
 struct JobOptions {
