@@ -252,7 +252,7 @@ phub::Status Run(Flags& f) {
     }
     const phub::worker::StepTimes t = *stepped;
     epoch_loss += t.loss;
-    if (elastic_job || fixed_numbered) {
+    if (elastic_job) {
       trained.push_back(
           {step + 1, members.world,
            static_cast<std::int64_t>(members.member_iterations_before + members.index),
