@@ -66,12 +66,16 @@ void AddModelAndDataFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--lr-scaling", f.lr_scaling,
                  "Elastic job: the learning rate (--lr, or the schedule's) is the rate at "
                  "--start-workers members and follows each iteration's member count: linear "
-                 "(SGD's linear-scaling rule), sqrt (Adam), or none")
+                 "(SGD's linear-scaling rule), sqrt (Adam), or none. Across racks (--topology): "
+                 "the members of every rack over the racks' start sizes (a fixed rack's: its "
+                 "hosts); give every rack's workers the same")
       ->check(CLI::IsMember({"none", "linear", "sqrt"}))
       ->capture_default_str();
   app.add_option("--topology", f.topology,
                  "Racks of racks (--comm ps): the racks file; this worker's rank, world and "
-                 "phubd (its rack's PBox) come from it (docs/operations.md \"Racks of racks\")");
+                 "phubd (its rack's PBox) come from it (docs/operations.md \"Racks of racks\"). "
+                 "With --data fashion-mnist each rack takes its hosts' share of every epoch, and "
+                 "--epochs counts the iterations a rack of all its hosts takes per epoch");
   app.add_option("--hostname", f.hostname, "This worker's host as --topology names it")
       ->capture_default_str();
 

@@ -33,6 +33,7 @@
 #include "worker/phub_worker_flags.h"
 #include "worker/phub_worker_setup.h"
 #include "worker/run_results.h"
+#include "worker/training_data.h"
 #include "worker/train/evaluate.h"
 #include "worker/train/reconnect.h"
 #include "worker/train/save_weights.h"
@@ -86,34 +87,20 @@ phub::Status Run(Flags& f) {
     return absl::OkStatus();
   }
 
-  // Data: Fashion-MNIST (train shard + test set) or synthetic batches.
-  std::optional<phub::worker::data::ImageDataset> train, test;
-  std::unique_ptr<phub::worker::data::BatchLoader> loader;
-  // An elastic job takes the job's batches by global number (elastic_batches.h) instead.
+  // Data: Fashion-MNIST (a fixed job's shard, or batches by number: training_data.h) or
+  // synthetic batches.
   const bool elastic_job = f.min_workers > 0;
-  std::optional<phub::worker::data::ElasticBatches> elastic_batches;
-  if (f.data == "fashion-mnist") {
-    if (model->input_shape() != phub::worker::Shape{f.batch, 1, 28, 28}) {
-      return absl::InvalidArgumentError(
-          "--data fashion-mnist needs a model for 1x28x28 images (e.g. fashion-cnn); " + f.model +
-          " takes " + model->input_shape().ToString());
-    }
-    for (auto [split, out] : {std::pair{phub::worker::data::Split::kTrain, &train},
-                              std::pair{phub::worker::data::Split::kTest, &test}}) {
-      PHUB_ASSIGN_OR_RETURN(*out, phub::worker::data::LoadFashionMnist(f.data_dir, split));
-    }
-    if (elastic_job) {
-      PHUB_ASSIGN_OR_RETURN(elastic_batches,
-                            phub::worker::data::ElasticBatches::Create(*train, f.batch, f.seed));
-    } else {
-      PHUB_ASSIGN_OR_RETURN(
-          loader, phub::worker::data::BatchLoader::Create(*train, f.batch, me.rank, me.world_size,
-                                                          f.seed));
-    }
-  }
-  // The batches of `step` onwards: the very ones an uninterrupted run would have had.
+  PHUB_ASSIGN_OR_RETURN(phub::worker::TrainingData data,
+                        phub::worker::LoadTrainingData(f, me, *model));
+  const auto& train = data.train;
+  auto& loader = data.loader;
+  auto& elastic_batches = data.numbered;
+  // Across racks a fixed rack numbers its batches too (its members are 0..n-1): see the loop.
+  const bool fixed_numbered = elastic_batches && !elastic_job;
+  // The batches of `step` onwards: the very ones an uninterrupted run would have had (batches
+  // by number need no seeking).
   auto seek = [&](std::int64_t step) -> phub::Status {
-    if (!train || elastic_job) return absl::OkStatus();
+    if (!train || elastic_batches) return absl::OkStatus();
     loader.reset();
     PHUB_ASSIGN_OR_RETURN(loader, phub::worker::data::BatchLoader::Create(
                                       *train, f.batch, me.rank, me.world_size, f.seed, true, step));
@@ -121,12 +108,15 @@ phub::Status Run(Flags& f) {
   };
   const std::int64_t per_epoch = loader ? loader->batches_per_epoch() : 0;
   // An elastic job's epochs end at a global batch count (whoever the members are); its
-  // iterations end there, or at --iters.
+  // iterations end there, or at --iters. Across racks every rack must end at the same
+  // iteration (each chunk's home waits for every rack's sum): --epochs there is that many
+  // rounds of the epoch, the iterations a rack of all its hosts passes its slice in.
   const std::int64_t global_per_epoch = elastic_batches ? elastic_batches->batches_per_epoch() : 0;
   const std::int64_t total_steps =
       f.epochs > 0 && loader ? f.epochs * per_epoch
       : f.epochs > 0 && elastic_batches
-          ? std::numeric_limits<std::int64_t>::max()
+          ? (data.across_racks ? f.epochs * elastic_batches->rounds_per_epoch()
+                               : std::numeric_limits<std::int64_t>::max())
           : f.warmup + f.iters;
   const int log_every =
       f.log_every > 0 ? f.log_every
@@ -139,7 +129,7 @@ phub::Status Run(Flags& f) {
   // and a job that never changes size steps exactly as a fixed one.
   const std::int64_t start_size =
       std::max<std::int64_t>(1, f.start_workers > 0 ? f.start_workers : f.min_workers);
-  const bool schedule_by_progress = elastic_batches && f.epochs > 0;
+  const bool schedule_by_progress = elastic_job && elastic_batches && f.epochs > 0;
   PHUB_ASSIGN_OR_RETURN(
       const phub::worker::LrSchedule schedule,
       phub::worker::LrSchedule::Create(
@@ -218,12 +208,15 @@ phub::Status Run(Flags& f) {
       members = elastic->MembersOf(static_cast<std::uint64_t>(step) + 1);
       elastic_done =
           !members.member ||
-          (f.epochs > 0 && elastic_batches &&
+          (f.epochs > 0 && elastic_batches && !data.across_racks &&
            members.member_iterations_before >=
                static_cast<std::uint64_t>(f.epochs * global_per_epoch));
       if (!members.member) {
         spdlog::info("rank {}: leaves the job after iteration {}", me.rank, step);
       }
+    } else if (fixed_numbered) {
+      members = phub::worker::data::FixedMembers(data.rank_in_rack, data.rack_size,
+                                                 static_cast<std::uint64_t>(step) + 1);
     }
     if (step == total_steps || elastic_done) {  // the last step's weights in, before saving or evaluating
       const phub::Status finished = trainer->Finish();
@@ -295,7 +288,7 @@ phub::Status Run(Flags& f) {
         continue;
       }
       PHUB_ASSIGN_OR_RETURN(const phub::worker::Accuracy acc,
-                            phub::worker::Evaluate(*model, *backend, *test));
+                            phub::worker::Evaluate(*model, *backend, *data.test));
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       const std::int64_t epoch =
           loader ? (step + 1) / per_epoch

@@ -67,10 +67,13 @@ phub::StatusOr<phub::Membership> DecideMembership(const Flags& f) {
       spdlog::info("rank {} of {} from {}", me.rank, me.world_size, env->source);
     }
   }
-  if (f.lr_scaling != "none" && f.min_workers == 0) {
+  // Across racks a fixed rack gives the job's --lr-scaling too (the lr follows every rack's
+  // members; MakeTrainer checks that the file has more than one rack).
+  if (f.lr_scaling != "none" && f.min_workers == 0 && f.topology.empty()) {
     return absl::InvalidArgumentError("--lr-scaling " + f.lr_scaling +
                                       ": only an elastic job's member count changes; give "
-                                      "--min-workers and --max-workers, or no --lr-scaling");
+                                      "--min-workers and --max-workers (or, across racks, "
+                                      "--topology), or no --lr-scaling");
   }
   if (f.min_workers > 0 || f.max_workers > 0 || f.start_workers > 0) {
     // An elastic job: its world size is its most members; a rank beyond the launcher's world
@@ -122,14 +125,11 @@ phub::StatusOr<std::unique_ptr<phub::worker::Trainer>> MakeTrainer(
           std::to_string(o.membership.rank) + " of " + std::to_string(o.membership.world_size) +
           ": give no --rank/--world with --topology");
     }
-    if (o.rack && o.rack->racks > 1 && f.min_workers > 0 && f.data != "synthetic") {
-      // Each rack's members number the job's batches over their rack alone (its PBox decides
-      // them): two racks would take the same batches. docs/design.md "Racks of racks".
+    if ((!o.rack || o.rack->racks <= 1) && f.min_workers == 0 && f.lr_scaling != "none") {
       return absl::InvalidArgumentError(
-          "--min-workers with --data " + f.data + " across " + std::to_string(o.rack->racks) +
-          " racks: each rack numbers its batches over its own members, so the racks would take "
-          "the same samples; not supported yet (per-rack slices of the data): use "
-          "--data synthetic, a fixed job (no --min-workers), or one rack");
+          "--lr-scaling " + f.lr_scaling + " in a fixed job: " + f.topology +
+          " has one rack, whose member count never changes; give --min-workers and "
+          "--max-workers, or no --lr-scaling");
     }
   }
   if (!f.token_file.empty()) {

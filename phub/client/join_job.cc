@@ -133,8 +133,9 @@ StatusOr<JoinedJob> JoinJob(boost::asio::io_context& context, const PsClientOpti
     hello.set_racks(role.racks);
     hello.set_rack(role.rack);
     hello.set_rack_workers(role.rack_workers);
-    // A PBox's sums end in their count of copies (phub/server/shard/copy_count.h).
+    // A PBox's sums end in their counts of copies and members (phub/server/shard/copy_count.h).
     hello.set_counts_copies(role.rack_workers > 0);
+    if (role.rack_workers > 0) hello.set_rack_start_workers(role.rack_start);
   }
   if (options.optimizer) {
     const kernels::OptimizerConfig& c = *options.optimizer;

@@ -33,7 +33,8 @@ StatusOr<WireFormat> ParseWireFormat(const std::string& name);
 std::string WireFormatName(WireFormat format);
 // The largest n such that every integer 0..n travels exactly in `format`: its mantissa's bits
 // plus the implicit one (2^24 fp32, 2^11 = 2048 fp16, 2^8 = 256 bf16). A count sent as an
-// element (racks of racks: a rack's sum carries its count of copies) must stay within it.
+// element (racks of racks: a rack's sum carries its counts of copies and members) must stay
+// within it.
 inline constexpr std::uint32_t MaxExactInteger(WireFormat format) {
   return format == WireFormat::kFp32   ? (1u << 24)
          : format == WireFormat::kFp16 ? (1u << 11)

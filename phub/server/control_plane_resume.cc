@@ -71,7 +71,7 @@ Status ControlPlane::LoadResumeFolder(const std::string& job, const std::string&
                                  max_world),
                     absl::StrCat("--max-world-size ", s.world_size));
   }
-  // A home part's chunks are one count element longer than the flag (JobRole::ChunkBytes);
+  // A home part's chunks are its count elements longer than the flag (JobRole::ChunkBytes);
   // which part a checkpoint is of is known when its job forms, which checks the size again
   // (Job::BuildKeyTable).
   const std::uint64_t chunk_bytes = options_.admission.chunk_bytes;

@@ -18,7 +18,8 @@
 #include <thread>
 
 #include "phub/client/detail/rack_role.h"
-#include "tests/integration/child_worker.h"
+#include "phub/server/shard/copy_count.h"
+#include "tests/integration/elastic_racks_fixture.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/reference/optimizer_reference.h"
@@ -27,131 +28,6 @@
 
 namespace phub::testing {
 namespace {
-
-const std::vector<std::uint64_t> kSizes = {300, 17};
-constexpr float kLr = 0.1f, kMomentum = 0.9f;
-constexpr std::uint32_t kRacks = 2;
-// Rack r0: 3 hosts (an elastic part of 1 to 3 that starts with 2); rack r1: 2 hosts (fixed).
-constexpr std::uint32_t kHosts[kRacks] = {3, 2};
-
-// Each rack's workers draw their gradients from a seed of their own: ranks repeat across racks.
-std::uint64_t SeedOf(std::uint32_t rack) { return 11 + 100 * rack; }
-
-std::string RacksFile(const std::vector<std::uint16_t>& ports) {
-  std::string text;
-  std::uint32_t host = 0;
-  for (std::uint32_t r = 0; r < kRacks; ++r) {
-    text += "rack { name: \"r" + std::to_string(r) +
-            "\" pbox: \"127.0.0.1:" + std::to_string(ports[r]) + "\"";
-    for (std::uint32_t i = 0; i < kHosts[r]; ++i)
-      text += " host: \"w" + std::to_string(host++) + "\"";
-    text += " }\n";
-  }
-  return text;
-}
-
-// Rack r0's part is elastic, of 1 to its 3 hosts, starting with `start`; r1's is fixed.
-client::PsClientOptions Options(std::uint16_t port, std::uint32_t rack, std::uint32_t start) {
-  client::PsClientOptions options;
-  options.port = port;
-  options.connect_timeout_ms = 10000;
-  options.optimizer = kernels::OptimizerConfig{
-      .kind = kernels::OptimizerKind::kMomentum, .lr = kLr, .momentum = kMomentum};
-  if (rack == 0) {
-    options.min_workers = 1;
-    options.start_workers = start;
-  }
-  return options;
-}
-
-// Rank `rank` of rack `rack`'s part (its world: the rack's hosts); rank 0 of rack 0 holds the
-// initial weights TestValue(SeedOf(0), kInitRank, ...).
-InProcessWorker ConnectInRack(std::uint16_t port, std::uint32_t rack, std::uint32_t rank,
-                              std::uint32_t start = 2) {
-  InProcessWorker w;
-  const std::vector<keys::TensorSpec> tensors = TestTensors(kSizes);
-  std::vector<std::span<float>> spans;
-  for (std::uint32_t t = 0; t < tensors.size(); ++t) {
-    w.weights.emplace_back(tensors[t].elements, 0.0f);
-    w.grads.emplace_back(tensors[t].elements, 0.0f);
-    for (std::uint64_t i = 0; rank == 0 && i < tensors[t].elements; ++i) {
-      w.weights[t][i] = TestValue(SeedOf(rack), kInitRank, 0, t, i);
-    }
-    spans.emplace_back(w.weights[t]);
-  }
-  auto c = client::detail::ConnectInRacks(Options(port, rack, start), {rank, kHosts[rack]},
-                                          {.racks = kRacks, .rack = rack}, tensors, spans);
-  if (c.ok()) {
-    w.client = std::move(*c);
-  } else {
-    w.status = c.status();
-  }
-  return w;
-}
-
-// Rank `rank` of rack r0 (which starts with `start`) in a child process the test can SIGKILL
-// (child_worker.h).
-ChildWorker ForkWorker(std::uint32_t rank, std::uint32_t start) {
-  return ChildWorker::Fork(
-      [=](std::uint16_t port) { return ConnectInRack(port, 0, rank, start); }, SeedOf(0));
-}
-
-// By iteration, the (rack, rank) whose copies were pushed whole.
-using Pushed = std::map<std::uint64_t, std::set<std::pair<std::uint32_t, std::uint32_t>>>;
-
-// Momentum SGD in float64 from rack 0's rank 0's weights, each iteration on the mean of every
-// copy pushed in it, whichever rack.
-std::vector<std::vector<double>> Reference(const Pushed& pushed, std::uint64_t last) {
-  std::vector<std::vector<double>> weights;
-  for (std::uint32_t t = 0; t < kSizes.size(); ++t) {
-    std::vector<double> w(kSizes[t]), v, s;
-    for (std::uint64_t i = 0; i < kSizes[t]; ++i) w[i] = TestValue(SeedOf(0), kInitRank, 0, t, i);
-    const RefConfig config{.kind = RefOptimizer::kMomentum, .lr = kLr, .momentum = kMomentum};
-    for (std::uint64_t it = 1; it <= last; ++it) {
-      std::vector<std::vector<double>> grads;
-      for (const auto& [rack, rank] : pushed.at(it)) {
-        grads.emplace_back(kSizes[t]);
-        for (std::uint64_t i = 0; i < kSizes[t]; ++i) {
-          grads.back()[i] = TestValue(SeedOf(rack), rank, it, t, i);
-        }
-      }
-      RefStep(config, grads, w, v, s, it);
-    }
-    weights.push_back(std::move(w));
-  }
-  return weights;
-}
-
-// Polls `member`'s view until iteration `it` has `world` members (the change was announced).
-bool AwaitWorld(client::PsClient& member, std::uint64_t it, std::uint32_t world) {
-  for (int i = 0; i < 10000; ++i) {
-    if (member.MembersOf(it).world == world) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;
-}
-
-// A phubd per rack of RacksFile on free ports, each given `args` too.
-struct RackPhubds {
-  RackPhubds(const TempDir& dir, const std::vector<std::string>& args) {
-    for (std::uint32_t r = 0; r < kRacks; ++r) ports.push_back(FreeLoopbackPort());
-    const std::string file = dir.File("racks.txtpb");
-    std::ofstream(file) << RacksFile(ports);
-    for (std::uint32_t r = 0; r < kRacks; ++r) {
-      std::vector<std::string> argv = {"--topology", file, "--rack",        "r" + std::to_string(r),
-                                       "--cores",    "2",  "--chunk-bytes", "256"};
-      argv.insert(argv.end(), args.begin(), args.end());
-      phubds.push_back(StartPhubdOnPort(dir, ports[r], argv));
-    }
-  }
-  std::string Logs() const {
-    std::string text;
-    for (const auto& p : phubds) text += "\n" + p.log_path + ":\n" + ReadFile(p.log_path);
-    return text;
-  }
-  std::vector<std::uint16_t> ports;
-  std::vector<RunningPhubd> phubds;
-};
 
 TEST(ElasticRacksTest, AnElasticRacksCopiesAreCountedByTheHomesEveryIteration) {
   ChildWorker child = ForkWorker(2, 2);  // before any thread
@@ -354,8 +230,8 @@ TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoine
 
 // A chunk's home, driven by two forged PBoxes (rack r0 of 2 workers, r1 of 1): it divides by
 // the counts their sums carry (2 copies, not the job's 3 workers), passes an iteration whose counts
-// are all 0 without a step, and refuses a count beyond the sender's rack (5 from a rack of 1),
-// naming it, without ever dividing by it.
+// are all 0 without a step, and refuses a count beyond the sender's rack (5 copies of 5 members
+// from a rack of 1), naming it, without ever dividing by it.
 TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas) {
   TempDir dir;
   const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
@@ -367,11 +243,12 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
   RunningPhubd home = StartPhubdOnPort(
       dir, ports[0],
       {"--topology", file, "--rack", "r0", "--chunk-bytes", "256", "--rejoin-timeout-ms", "0"});
-  // One home tensor: a rack's chunk of 64 elements and its count.
+  // One home tensor: a rack's chunk of 64 elements and its counts.
   constexpr std::uint32_t kElements = 64;
-  const std::vector<keys::TensorSpec> tensors = {{"t0@0", kElements + 1}};
+  const std::vector<keys::TensorSpec> tensors = {{"t0@0", kElements + server::kCountElements}};
   constexpr std::uint32_t kRackWorkers[2] = {2, 1};
-  std::vector<std::vector<float>> weights(2, std::vector<float>(kElements + 1, 0.0f));
+  std::vector<std::vector<float>> weights(
+      2, std::vector<float>(kElements + server::kCountElements, 0.0f));
   for (std::uint32_t i = 0; i < kElements; ++i) weights[0][i] = 1.0f + static_cast<float>(i);
   std::vector<std::unique_ptr<client::PsClient>> pboxes(2);
   {
@@ -384,7 +261,8 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
         options.optimizer =
             kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 1.0f};
         auto c = client::detail::ConnectInRacks(
-            options, {r, 2}, {.racks = 2, .rack = r, .rack_workers = kRackWorkers[r]}, tensors,
+            options, {r, 2},
+            {.racks = 2, .rack = r, .rack_workers = kRackWorkers[r], .rack_start = 1}, tensors,
             {std::span<float>(weights[r])});
         ASSERT_TRUE(c.ok()) << c.status();
         pboxes[r] = std::move(*c);
@@ -395,12 +273,13 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
   }
   ASSERT_TRUE(pboxes[0] && pboxes[1]) << ReadFile(home.log_path);
   ASSERT_EQ(weights[1], weights[0]);
-  // Each PBox's sum: every element `value`, its count last. The client reads the buffer until
-  // the push's Wait: one per PBox, kept.
-  std::vector<std::vector<float>> sums(2, std::vector<float>(kElements + 1));
+  // Each PBox's sum: every element `value`, its counts last (copies, and members: as many
+  // here). The client reads the buffer until the push's Wait: one per PBox, kept.
+  std::vector<std::vector<float>> sums(2, std::vector<float>(kElements + server::kCountElements));
   const auto push = [&](std::uint32_t r, float value, float count) {
     std::fill(sums[r].begin(), sums[r].end(), value);
     sums[r][kElements] = count;
+    sums[r][kElements + 1] = count;
     EXPECT_TRUE(pboxes[r]->Push(0, sums[r]).ok());
   };
   push(0, 1.0f, 1);  // rack r0: one of its 2 workers' copies, of 1
@@ -411,19 +290,20 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
     ASSERT_EQ(weights[0][i], 1.0f + static_cast<float>(i) - 2.5f) << i;
   }
   EXPECT_EQ(weights[0][kElements], 0.0f) << "the count's slot is no weight";
+  EXPECT_EQ(weights[0][kElements + 1], 0.0f) << "the members' slot is no weight";
   const std::vector<float> before = weights[0];
   push(0, 0.0f, 0);
   push(1, 0.0f, 0);
   for (auto& p : pboxes) ASSERT_TRUE(p->Wait(0).ok()) << ReadFile(home.log_path);
   EXPECT_EQ(weights[0], before) << "an iteration of no copies moved the weights";
   push(0, 3.0f, 1);
-  push(1, 5.0f, 5);  // a rack of 1 worker claims 5 copies
+  push(1, 5.0f, 5);  // a rack of 1 worker claims 5 copies of 5 members
   EXPECT_FALSE(pboxes[1]->Wait(0).ok()) << "a count beyond the sender's rack was taken";
   EXPECT_TRUE(WaitFor(
       [&] {
         return ReadFile(home.log_path)
                    .find(
-                       "its count of copies is 5, not a whole number of 0 "
+                       "its count of members is 5, not a whole number of 0 "
                        "to 1") != std::string::npos;
       },
       std::chrono::milliseconds(10000)))
@@ -437,7 +317,7 @@ TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas)
 TEST(ElasticRacksTest, AHomeRefusesAPboxWhoseSumsCarryNoCount) {
   TempDir dir;
   RackPhubds pboxes(dir, {});
-  proto::Hello hello = MakeHello(1, kRacks, {{"t0@0", 65}});
+  proto::Hello hello = MakeHello(1, kRacks, {{"t0@0", 66}});
   hello.set_racks(kRacks);
   hello.set_rack(1);
   hello.set_rack_workers(kHosts[1]);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "phub/server/checkpoint/checkpoint_file.h"
+#include "phub/server/shard/copy_count.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/test_data.h"
 #include "tests/support/free_port.h"
@@ -192,15 +193,15 @@ TEST(Racks, EachPboxCheckpointsTheChunksItIsHomeTo) {
     const server::JobSnapshot& snap = loaded->snapshot;
     EXPECT_EQ(snap.world_size, 2u);  // its members: the racks' PBoxes
     // Its tensors: one per home chunk, "t<k>@<offset>", chunks of the same ids mod 2, each of
-    // the rack's chunk's elements and its count of copies (copy_count.h).
+    // the rack's chunk's elements and its counts of copies and members (copy_count.h).
     for (const keys::TensorSpec& t : snap.tensors) {
       const std::size_t at = t.name.find('@');
       ASSERT_NE(at, std::string::npos) << t.name;
       const std::uint32_t tensor = std::stoul(t.name.substr(1, at - 1));
       const std::uint64_t offset = std::stoull(t.name.substr(at + 1));
       ASSERT_LT(tensor, sizes.size());
-      ASSERT_GE(t.elements, 2u) << t.name;
-      ASSERT_LE(offset + t.elements - 1, sizes[tensor]);
+      ASSERT_GT(t.elements, server::kCountElements) << t.name;
+      ASSERT_LE(offset + t.elements - server::kCountElements, sizes[tensor]);
       // Chunk ids run over the tensors in order, 1024 floats each: the id of this one.
       std::uint64_t id = 0;
       for (std::uint32_t k = 0; k < tensor; ++k) id += (sizes[k] + 1023) / 1024;
@@ -215,9 +216,11 @@ TEST(Racks, EachPboxCheckpointsTheChunksItIsHomeTo) {
       const std::uint32_t tensor = std::stoul(t.name.substr(1, at - 1));
       const std::uint64_t offset = std::stoull(t.name.substr(at + 1));
       ASSERT_EQ(snap.chunks[c].weights.size(), t.elements);
-      // The count's slot is not a weight: never stepped.
-      EXPECT_EQ(snap.chunks[c].weights.back(), 0.0f) << t.name;
-      for (std::uint64_t i = 0; i + 1 < t.elements; ++i) {
+      // The counts' slots are no weights: never stepped.
+      for (std::uint64_t i = t.elements - server::kCountElements; i < t.elements; ++i) {
+        EXPECT_EQ(snap.chunks[c].weights[i], 0.0f) << t.name << " element " << i;
+      }
+      for (std::uint64_t i = 0; i + server::kCountElements < t.elements; ++i) {
         double want = TestValue(kSeed, kInitRank, 0, tensor, offset + i);
         for (std::uint64_t it = 1; it <= kIterations; ++it) {
           double mean = 0;

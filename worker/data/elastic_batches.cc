@@ -5,8 +5,7 @@
 namespace phub::worker::data {
 
 StatusOr<ElasticBatches> ElasticBatches::Create(const ImageDataset& dataset, std::int64_t batch,
-                                                std::uint64_t seed, std::uint32_t slice,
-                                                std::uint32_t slices) {
+                                                std::uint64_t seed, EpochSlice slice) {
   if (batch < 1 || dataset.count < batch ||
       dataset.labels.size() != static_cast<std::size_t>(dataset.count)) {
     return absl::InvalidArgumentError(absl::StrCat("ElasticBatches: batch ", batch, " of a dataset of ",
@@ -14,21 +13,25 @@ StatusOr<ElasticBatches> ElasticBatches::Create(const ImageDataset& dataset, std
                                                    "up to the dataset's size"));
   }
   const std::int64_t per_epoch = dataset.count / batch;
-  if (slices < 1 || slice >= slices || per_epoch < slices) {
+  if (slice.count < 1 || slice.of < 1 || slice.first >= slice.of ||
+      slice.count > slice.of - slice.first) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ElasticBatches: slice ", slice, " of ", slices, " of an epoch of ", per_epoch,
-        " batches: every rack needs a batch of each epoch (a smaller batch, or fewer racks)"));
+        "ElasticBatches: places ", slice.first, " to ", slice.first + slice.count - 1, " of ",
+        slice.of, ": give a slice of one place or more among the job's hosts"));
   }
-  // Batches slice, slice + slices, ... of the epoch's per_epoch.
-  const std::int64_t mine = (per_epoch - slice + slices - 1) / slices;
-  return ElasticBatches(dataset, batch, mine, seed, slice, slices);
+  if (per_epoch < slice.of) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ElasticBatches: an epoch of ", per_epoch, " batches of ", batch, " dealt to ", slice.of,
+        " hosts: every host needs a batch of each epoch (a smaller batch, or fewer hosts)"));
+  }
+  const std::int64_t rounds = per_epoch / slice.of;
+  return ElasticBatches(dataset, batch, rounds * slice.count, seed, slice);
 }
 
 StatusOr<LabeledBatch> ElasticBatches::At(std::uint64_t global) {
   const auto epoch = static_cast<std::int64_t>(global / static_cast<std::uint64_t>(per_epoch_));
-  const auto step = static_cast<std::int64_t>(global % static_cast<std::uint64_t>(per_epoch_)) *
-                        static_cast<std::int64_t>(slices_) +
-                    static_cast<std::int64_t>(slice_);
+  const auto k = static_cast<std::int64_t>(global % static_cast<std::uint64_t>(per_epoch_));
+  const std::int64_t step = k / slice_.count * slice_.of + slice_.first + k % slice_.count;
   if (epoch != epoch_) {
     EpochOrder(*d_, seed_, epoch, /*shuffle=*/true, order_);
     epoch_ = epoch;

@@ -22,6 +22,9 @@ struct RackRole {
   // > 0: the client is a PBox relaying its rack's sums of that many workers' copies
   // (phub/server/racks/uplink.h), not a worker.
   std::uint32_t rack_workers = 0;
+  // With rack_workers: the members the rack's part starts with (1..rack_workers; its
+  // rack_workers if fixed), for the homes' lr scaling.
+  std::uint32_t rack_start = 0;
 };
 
 // PsClient::Connect, with the Hello naming `role`.

@@ -93,11 +93,10 @@ std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
                                   static_cast<int>(hello.lr_scaling()), ", which phubd does not know"),
                      "give --lr-scaling none, linear or sqrt");
   }
-  if (hello.rack_workers() > 0 &&
-      (hello.min_workers() > 0 || hello.start_workers() > 0 ||
-       hello.lr_scaling() != proto::Hello::LR_FIXED)) {
+  if (hello.rack_workers() > 0 && (hello.min_workers() > 0 || hello.start_workers() > 0)) {
     // The homes' part has one member per rack, each for the whole job: a rack's part is
-    // elastic, never the homes'.
+    // elastic, never the homes'. (Its lr_scaling is the racks' workers': the homes scale by
+    // the members every rack's sums count, CheckRacks checked the PBox's start size.)
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("the PBox of rack ", hello.rack(),
                                   " asks for an elastic home part (min_workers ",
@@ -105,7 +104,10 @@ std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
                                   "): only a rack's part is elastic"),
                      "run every rack's phubd from the same PHub release");
   }
-  if (hello.min_workers() == 0 && hello.lr_scaling() != proto::Hello::LR_FIXED) {
+  // Across racks a fixed rack's workers give the job's lr_scaling too: the homes scale by every
+  // rack's members, and a fixed rack's count stays its world size.
+  if (hello.min_workers() == 0 && hello.lr_scaling() != proto::Hello::LR_FIXED &&
+      hello.racks() <= 1) {
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("rank ", hello.rank(), " asks for a learning rate that follows "
                                   "the member count in a job of a fixed size"),
@@ -128,17 +130,8 @@ std::optional<proto::Error> CheckElastic(const proto::Hello& hello) {
                      "give --min-workers <= the start size <= --max-workers");
   }
   // Across racks each rack's part is elastic on its own (min, start and most are its own; its
-  // PBox decides its members), and the homes divide by the copies each rack's sum counts. The
-  // lr would have to follow every rack's count at once, which the homes cannot know before
-  // the sums come: refused.
-  if (hello.racks() > 1 && hello.lr_scaling() != proto::Hello::LR_FIXED) {
-    return MakeError(proto::Error::BAD_REQUEST,
-                     absl::StrCat("rank ", hello.rank(), " asks for an lr that follows the "
-                                  "member count in an elastic job across ", hello.racks(),
-                                  " racks: not supported yet (the chunks' homes step with "
-                                  "the job's lr)"),
-                     "give no --lr-scaling across racks, or run the elastic job in one rack");
-  }
+  // PBox decides its members), and the homes divide by the copies each rack's sum counts and
+  // scale the lr by the members each counts (shard/copy_count.h).
   return std::nullopt;
 }
 
@@ -199,6 +192,17 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
   if (std::optional<proto::Error> error = CheckPerIterationValues(hello, *optimizer)) return error;
   if (std::optional<proto::Error> error = CheckElastic(hello)) return error;
   if (first == nullptr) return std::nullopt;
+  if (JobRole::Of(hello).home_part() && hello.lr_scaling() != first->lr_scaling()) {
+    // The racks' PBoxes: each brings its rack's workers' --lr-scaling, which must be the job's.
+    const auto scaling = [](const proto::Hello& h) {
+      return kernels::LrScalingName(static_cast<kernels::LrScaling>(h.lr_scaling()));
+    };
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the PBox of rack ", hello.rack(), " brings lr scaling ",
+                                  scaling(hello), " (its rack's workers'), the PBox of rack ",
+                                  first->rack(), " ", scaling(*first)),
+                     "give the workers of every rack the same --lr-scaling");
+  }
   if (hello.min_workers() != first->min_workers() ||
       hello.start_workers() != first->start_workers() ||
       hello.lr_scaling() != first->lr_scaling()) {

@@ -39,12 +39,12 @@ std::optional<proto::Error> CheckPerIterationValues(const proto::Hello& hello,
                                                     const kernels::OptimizerConfig& optimizer);
 
 // An elastic job's sizes (min_workers <= start <= world_size, its maximum; across racks, the
-// rack's: each rack's part is elastic on its own), lr_scaling only with them, and what it does
-// not combine with yet (lr_scaling across racks).
+// rack's: each rack's part is elastic on its own), and lr_scaling only with them or across
+// racks (where a fixed rack counts its world size; the homes scale by every rack's members).
 std::optional<proto::Error> CheckElastic(const proto::Hello& hello);
 
-// Racks of racks: a rack's sums carry their count of copies in the job's wire format
-// (shard/copy_count.h), so the rack's most workers (a worker's world_size, a PBox's
+// Racks of racks: a rack's sums carry their counts of copies and members in the job's wire
+// format (shard/copy_count.h), so the rack's most workers (a worker's world_size, a PBox's
 // rack_workers) must be exact in it: up to 256 in bf16, 2048 in fp16. Part of CheckHello.
 std::optional<proto::Error> CheckRackCopies(const proto::Hello& hello, kernels::WireFormat wire);
 

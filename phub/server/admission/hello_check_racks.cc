@@ -1,5 +1,6 @@
 // The Hello checks of a job across racks (docs/design.md "Racks of racks"): a rack's and the
-// homes' parts, the topology they name, and the counts of copies a rack's sums carry.
+// homes' parts, the topology they name, and the counts a rack's sums carry (of copies and of
+// members, against the PBox's start size).
 #include "absl/strings/str_cat.h"
 #include "phub/server/admission/hello_check.h"
 
@@ -7,7 +8,7 @@ namespace phub::server {
 
 std::optional<proto::Error> CheckRackCopies(const proto::Hello& hello, kernels::WireFormat wire) {
   if (hello.racks() <= 1) return std::nullopt;
-  // A rack's sum carries its count of copies as one element in the job's wire format
+  // A rack's sum carries its counts of copies and members as elements in the job's wire format
   // (shard/copy_count.h): every count up to the rack's most workers must travel exactly.
   const JobRole role = JobRole::Of(hello);
   const std::uint32_t most = role.home_part() ? hello.rack_workers() : hello.world_size();
@@ -78,6 +79,23 @@ std::optional<proto::Error> CheckRacks(const proto::Hello& hello, const RacksOpt
                                   " sends sums without their count of copies (an earlier PHub "
                                   "release)"),
                      "run every rack's phubd from the same PHub release");
+  }
+  // Its rack's start size, summed over the racks for the lr (the homes' JobSpec::
+  // lr_start_members): an earlier release gives none, and its sums count no members.
+  if (hello.rack_start_workers() == 0) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the PBox of rack ", rack_name(hello.rack()),
+                                  " gives no start size and sends sums without their count of "
+                                  "members (an earlier PHub release)"),
+                     "run every rack's phubd from the same PHub release");
+  }
+  if (hello.rack_start_workers() > hello.rack_workers()) {
+    return MakeError(proto::Error::BAD_REQUEST,
+                     absl::StrCat("the PBox of rack ", rack_name(hello.rack()),
+                                  " says its rack starts with ", hello.rack_start_workers(),
+                                  " workers of its ", hello.rack_workers()),
+                     "give the rack's workers --start-workers (or --min-workers) up to its "
+                     "hosts in the topology file");
   }
   if (hello.rank() != hello.rack() || hello.world_size() != racks ||
       hello.rack_workers() != hosts) {

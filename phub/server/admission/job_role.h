@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "phub/server/shard/copy_count.h"
 #include "proto/phub.pb.h"
 
 namespace phub::server {
@@ -51,12 +52,12 @@ class JobRole {
   std::uint32_t rack() const { return rack_; }  // the sender's rack (a worker's, a PBox's)
 
   // The chunks this part cuts its tensors in, on a phubd of --chunk-bytes `phubd`: a home's
-  // tensors are the racks' chunks and one count element each (shard/copy_count.h), so its
-  // chunks are one element longer and each keeps a rack's chunk whole.
+  // tensors are the racks' chunks and their counts (shard/copy_count.h), so its chunks are
+  // kCountElements longer and each keeps a rack's chunk whole.
   std::uint64_t ChunkBytes(std::uint64_t phubd) const {
     return home_part() ? phubd + kCountBytes : phubd;
   }
-  static constexpr std::uint64_t kCountBytes = sizeof(float);
+  static constexpr std::uint64_t kCountBytes = kCountElements * sizeof(float);
 
   // The name the control plane keeps the job by: the home part of a job is a job apart from
   // the part of the same name formed by this rack's workers ('@' is in no job name).

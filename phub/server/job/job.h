@@ -179,11 +179,15 @@ class Job : public std::enable_shared_from_this<Job> {
   // every member, having left nothing installed.
   void Start();
   std::optional<proto::Error> BuildKeyTable(const proto::Hello& hello, StartPlan& plan) const;
-  // A home part: every tensor (a rack's chunk and its count) is one chunk of `table`.
+  // A home part: every tensor (a rack's chunk and its counts) is one chunk of `table`.
   std::optional<proto::Error> CheckHomeChunks(const keys::KeyTable& table) const;
   kernels::OptimizerConfig ShardOptimizer(const kernels::OptimizerConfig& job_optimizer) const;
   // A home part: by rank, the most copies the member's pushes may count (JobSpec::most_copies).
   std::vector<std::uint32_t> MostCopies() const;
+  // JobSpec::lr_scaling and lr_start_members: the Hello's and the elastic start size; across
+  // racks, none on a rack's part and, on a home part, the racks' start sizes summed.
+  kernels::LrScaling LrScalingOf(const proto::Hello& hello) const;
+  std::uint32_t LrStartMembers() const;
   std::optional<proto::Error> MakeRelay(const proto::Hello& hello, StartPlan& plan);
   std::shared_ptr<JobSpec> MakeSpec(const proto::Hello& hello, StartPlan& plan) const;
   std::optional<proto::Error> InstallShards(const std::shared_ptr<const JobSpec>& spec);

@@ -100,7 +100,7 @@ std::optional<proto::Error> Job::BuildKeyTable(const proto::Hello& hello, StartP
   }
   if (auto refusal = CheckHomeChunks(*table)) return refusal;
   if (plan.resume && plan.resume->chunk_bytes != table->chunk_bytes()) {
-    // --resume took chunks of the flag's size or a home's (one count element more): this
+    // --resume took chunks of the flag's size or a home's (its count elements more): this
     // part's must be the checkpoint's.
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat(log_name_, " cuts its chunks in ", table->chunk_bytes(),
@@ -117,16 +117,16 @@ std::optional<proto::Error> Job::BuildKeyTable(const proto::Hello& hello, StartP
 
 std::optional<proto::Error> Job::CheckHomeChunks(const keys::KeyTable& table) const {
   if (!role_.home_part()) return std::nullopt;
-  // Each of a home's tensors is a rack's chunk and its count (copy_count.h): cut in two, one
-  // part would step without the count it needs.
+  // Each of a home's tensors is a rack's chunk and its counts (copy_count.h): cut in two, one
+  // part would step without the counts it needs.
   for (std::uint32_t t = 0; t < table.tensors().size(); ++t) {
     const keys::TensorSpec& tensor = table.tensors()[t];
-    if (tensor.elements >= 2 && table.chunks_of_tensor(t).size() == 1) continue;
+    if (tensor.elements > kCountElements && table.chunks_of_tensor(t).size() == 1) continue;
     return MakeError(
         proto::Error::BAD_REQUEST,
         absl::StrCat(log_name_, ": the racks' chunk '", Bounded(tensor.name, 64), "' of ",
-                     tensor.elements, " elements (with its count) ",
-                     tensor.elements < 2 ? "holds no weight"
+                     tensor.elements, " elements (with its counts) ",
+                     tensor.elements <= kCountElements ? "holds no weight"
                                          : absl::StrCat("does not fit one chunk of ",
                                                         table.chunk_bytes(), " bytes here")),
         "give every rack's phubd the same --chunk-bytes");
@@ -150,6 +150,23 @@ kernels::OptimizerConfig Job::ShardOptimizer(const kernels::OptimizerConfig& job
     config.copies = static_cast<unsigned>(copies);
   }
   return config;
+}
+
+kernels::LrScaling Job::LrScalingOf(const proto::Hello& hello) const {
+  // A rack's part sums without stepping: the homes scale the lr, by every rack's members.
+  if (role_.relays_upstream()) return kernels::LrScaling::kFixed;
+  return static_cast<kernels::LrScaling>(hello.lr_scaling());  // CheckHello: every rank's
+}
+
+std::uint32_t Job::LrStartMembers() const {
+  if (!role_.home_part()) return elastic_.start;
+  // The racks' start sizes (CheckRacks: each 1..its rack_workers): the lr given is the lr of
+  // the job as it starts.
+  std::uint32_t start = 0;
+  for (const auto& member : members_) {
+    if (member) start += member->hello.rack_start_workers();
+  }
+  return start;
 }
 
 std::vector<std::uint32_t> Job::MostCopies() const {
@@ -178,6 +195,9 @@ std::optional<proto::Error> Job::MakeRelay(const proto::Hello& hello, StartPlan&
                       .topology = host_.admission.racks.topology,
                       .rack = role_.rack(),
                       .rack_workers = world_size_,
+                      // A fixed rack starts, and stays, with all its workers.
+                      .rack_start = elastic_.enabled ? elastic_.start : world_size_,
+                      .lr_scaling = static_cast<kernels::LrScaling>(hello.lr_scaling()),
                       .optimizer = plan.optimizer,
                       .wire = {.format = *JobWireFormat(hello),
                                .weights = hello.wire_weights()},
@@ -235,8 +255,8 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .traffic = std::make_shared<JobTraffic>(host_.cores.size()),
       .elastic = elastic_.enabled,
       .initial_members = elastic_.enabled ? elastic_.members : std::vector<std::uint32_t>{},
-      .lr_scaling = static_cast<kernels::LrScaling>(hello.lr_scaling()),
-      .lr_start_members = elastic_.start,
+      .lr_scaling = LrScalingOf(hello),
+      .lr_start_members = LrStartMembers(),
       .batches_before = plan.resume && plan.resume->batches_before ? *plan.resume->batches_before
                                                                    : 0});
 }

@@ -27,8 +27,8 @@ struct Uplink::State : std::enable_shared_from_this<Uplink::State> {
   std::vector<std::uint32_t> home, index_in_home;      // by chunk
   std::vector<keys::CoreIndex> core_of;                // by chunk
   // By chunk: the rack's sum and the home's weights as they travel, each the chunk's elements
-  // and, last, the count of copies the sum holds (copy_count.h; in `landed`, the home's
-  // unstepped count slot, ignored).
+  // and, last, the counts of copies and members the sum holds (copy_count.h; in `landed`, the
+  // home's unstepped count slots, ignored).
   std::vector<AlignedBuffer> partial, landed;
   std::vector<std::uint32_t> elements;  // by chunk: the rack's chunk, without the count
   // By chunk, rack 0 only: rank 0's initial weights as its shard copied them (Initialized).
@@ -133,6 +133,7 @@ void Uplink::State::Connect() {
     options.job_token = config.token;
     options.job = config.job;
     options.optimizer = config.optimizer;
+    options.lr_scaling = config.lr_scaling;  // the homes compare every rack's
     options.wire = config.wire;
     options.rdma = config.rdma;
     options.connect_timeout_ms = config.connect_timeout_ms;
@@ -144,7 +145,11 @@ void Uplink::State::Connect() {
     }
     auto connected = client::detail::ConnectInRacks(
         options, {.rank = config.rack, .world_size = racks},
-        {.racks = racks, .rack = config.rack, .rack_workers = config.rack_workers}, tensors[h],
+        {.racks = racks,
+         .rack = config.rack,
+         .rack_workers = config.rack_workers,
+         .rack_start = config.rack_start},
+        tensors[h],
         weights);
     if (!connected.ok()) {
       return Failed(absl::StrCat("cannot join the job's chunks on ", HomeName(h), ": ",
@@ -227,7 +232,7 @@ void Uplink::State::Wait(std::uint32_t h) {
   }
 }
 
-void Uplink::Forward(keys::CoreIndex, std::uint32_t chunk, std::uint32_t copies) {
+void Uplink::Forward(keys::CoreIndex, std::uint32_t chunk, RackCount count) {
   State& s = *state_;
   if (!s.ready) {
     return s.Failed(absl::StrCat("chunk ", chunk, " of rack ", s.config.rack,
@@ -236,7 +241,9 @@ void Uplink::Forward(keys::CoreIndex, std::uint32_t chunk, std::uint32_t copies)
   }
   const std::uint32_t h = s.home[chunk];
   // Exact on the wire: CheckRackCopies bounded the rack's workers by the format's integers.
-  s.partial[chunk].span().back() = static_cast<float>(copies);
+  const std::span<float> counts = s.partial[chunk].span().last(kCountElements);
+  counts[0] = static_cast<float>(count.copies);
+  counts[1] = static_cast<float>(count.members);
   if (Status status = s.clients[h]->Push(s.index_in_home[chunk], s.partial[chunk].span());
       !status.ok()) {
     return s.Failed(absl::StrCat(s.HomeName(h), ": ", status.message()));

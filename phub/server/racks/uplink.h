@@ -3,8 +3,8 @@
 // PBoxes (chunk c's home is the PBox of rack c mod R). For each chunk, once this PBox's shard has
 // summed its rack's copies (Forward), the Uplink pushes the sum to the chunk's home, which
 // sums the R racks' sums in rack order, runs the optimizer over the mean (its divisor: the
-// workers' copies the racks' sums hold that iteration, each sum carrying its count as one
-// element more: shard/copy_count.h) and sends the new weights back to every rack's PBox; the
+// workers' copies the racks' sums hold that iteration, each sum carrying that count and the
+// rack's members of the iteration as two elements more: shard/copy_count.h) and sends the new weights back to every rack's PBox; the
 // Uplink lands them in buffers of its own and tells the shard, which copies them in and sends
 // them to its rack.
 // Chunk by chunk, so the three hops overlap.
@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "phub/kernels/lr_scaling.h"
 #include "phub/kernels/optimizer_config.h"
 #include "phub/kernels/wire_options.h"
 #include "phub/keys/key_table.h"
@@ -45,6 +46,10 @@ struct UplinkConfig {
   std::shared_ptr<const topology::Topology> topology;
   std::uint32_t rack = 0;          // this PBox's rack
   std::uint32_t rack_workers = 0;  // the rack job's world size
+  // The members the rack's part starts with (its world size if fixed): the homes scale the lr
+  // by every rack's members over the sum of these (--lr-scaling, copy_count.h).
+  std::uint32_t rack_start = 0;
+  kernels::LrScaling lr_scaling = kernels::LrScaling::kFixed;  // the job's workers'
   kernels::OptimizerConfig optimizer;  // the job's (the homes run it)
   kernels::WireOptions wire{.weights = false};  // the job's workers': the relayed sums go so too
   transport::verbs::DeviceOptions rdma;
@@ -61,8 +66,8 @@ class Uplink final : public ChunkRelay {
   // The home of chunk `chunk` among `racks` PBoxes.
   static std::uint32_t HomeOf(std::uint32_t chunk, std::uint32_t racks) { return chunk % racks; }
   // The tensors of home `home`'s part of a job with key table `table`: one per chunk homed
-  // there, in chunk order, named "<tensor>@<offset>", of the chunk's elements and its count
-  // of copies (copy_count.h: one element more).
+  // there, in chunk order, named "<tensor>@<offset>", of the chunk's elements and its counts
+  // (copy_count.h: kCountElements more).
   static std::vector<keys::TensorSpec> HomeTensors(const keys::KeyTable& table,
                                                    std::uint32_t home, std::uint32_t racks);
 
@@ -75,7 +80,7 @@ class Uplink final : public ChunkRelay {
 
   std::span<float> Partial(std::uint32_t chunk) override;
   std::span<const float> Landed(std::uint32_t chunk) override;
-  void Forward(keys::CoreIndex core, std::uint32_t chunk, std::uint32_t copies) override;
+  void Forward(keys::CoreIndex core, std::uint32_t chunk, RackCount count) override;
   void Initialized(keys::CoreIndex core, std::uint32_t chunk,
                    std::span<const float> weights) override;
 

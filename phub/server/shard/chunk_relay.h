@@ -12,6 +12,7 @@
 #include <span>
 
 #include "phub/keys/key_table.h"
+#include "phub/server/shard/copy_count.h"
 
 namespace phub::server {
 
@@ -25,10 +26,12 @@ class ChunkRelay {
   // Shard::OnRelayReady); the relay touches neither in between.
   virtual std::span<float> Partial(std::uint32_t chunk) = 0;
   virtual std::span<const float> Landed(std::uint32_t chunk) = 0;
-  // Chunk `chunk`'s rack sum of its next iteration is in Partial(chunk), and holds `copies`
-  // workers' copies (the members of the iteration whose copies are in; 0: nobody of the rack
-  // pushed it, and Partial holds zeros). The home divides by the copies of every rack.
-  virtual void Forward(keys::CoreIndex core, std::uint32_t chunk, std::uint32_t copies) = 0;
+  // Chunk `chunk`'s rack sum of its next iteration is in Partial(chunk), and holds
+  // `count.copies` workers' copies (the members of the iteration whose copies are in; 0: nobody
+  // of the rack pushed it, and Partial holds zeros) of the `count.members` its schedule gives
+  // the iteration. The home divides by the copies of every rack and scales the lr by the
+  // members of every rack (copy_count.h).
+  virtual void Forward(keys::CoreIndex core, std::uint32_t chunk, RackCount count) = 0;
   // Rank 0's initial weights of `chunk` (the rack whose rank 0 starts the job): copied.
   virtual void Initialized(keys::CoreIndex core, std::uint32_t chunk,
                            std::span<const float> weights) = 0;

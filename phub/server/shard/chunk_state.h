@@ -44,9 +44,10 @@ struct ChunkState {
   // The iteration in progress (iteration + 1): the copies in, by worker and counted.
   std::vector<std::uint8_t> pushed;    // per worker: its copy is in; cleared as the chunk steps
   std::uint32_t arrived = 0;
-  // JobSpec::most_copies (a home's chunk): per worker, the count its copy in carries, read
-  // and checked as it arrived (never read again from the slot, which a verbs peer can rewrite).
-  std::vector<std::uint32_t> copies;
+  // JobSpec::most_copies (a home's chunk): per worker, the counts its copy in carries (of
+  // copies, and of its rack's members that iteration: copy_count.h), read and checked as it
+  // arrived (never read again from the slot, which a verbs peer can rewrite).
+  std::vector<std::uint32_t> copies, members;
   std::vector<ReplayState> replay;     // per worker (shard_recovery.cc)
 
   std::uint64_t iteration = 0;         // completed aggregations

@@ -59,8 +59,9 @@ struct JobSpec {
   bool weights_from_upstream = false;
   // Racks of racks, a chunk's home (copy_count.h): by rank, the most workers' copies that
   // member's push may count (its rack's most workers). Non-empty only for the home part of a
-  // job over racks, whose every chunk ends in one count element (kCountElements), not a
-  // weight: the chunk steps its other elements with their sum over the counts of the copies in.
+  // job over racks, whose every chunk ends in its counts (kCountElements: copies and members),
+  // not weights: the chunk steps its other elements with their sum over the counts of copies
+  // in, and the lr scaled by the counts of members (lr_scaling).
   std::vector<std::uint32_t> most_copies{};
   // The job's bytes and aggregations per core (its per-job series); null in tests and fuzzers
   // that count nothing. Each shard writes its core's slot only.
@@ -72,7 +73,9 @@ struct JobSpec {
   bool elastic = false;
   std::vector<std::uint32_t> initial_members{};
   // Elastic: iteration t steps with the lr scaled by members(t) / lr_start_members
-  // (kernels::ScaledLr), the lr given being the lr at lr_start_members.
+  // (kernels::ScaledLr), the lr given being the lr at lr_start_members. A home part (racks of
+  // racks): members(t) is what the racks' sums count, lr_start_members the racks' start sizes
+  // summed; a rack's part: kFixed (the homes scale).
   kernels::LrScaling lr_scaling = kernels::LrScaling::kFixed;
   std::uint32_t lr_start_members = 0;
   // Elastic: the batches the job took before resume_iteration + 1 (a checkpoint's, or 0).

@@ -33,7 +33,10 @@ ChunkState MakeChunkState(const JobSpec& job, const keys::Chunk& chunk) {
   const int state_arrays = kernels::StateArrays(job.optimizer.kind);
   for (int s = 0; s < state_arrays; ++s) state.state.emplace_back(chunk.elements);
   state.pushed.assign(job.world_size, 0);
-  if (!job.most_copies.empty()) state.copies.assign(job.world_size, 0);
+  if (!job.most_copies.empty()) {
+    state.copies.assign(job.world_size, 0);
+    state.members.assign(job.world_size, 0);
+  }
   state.replay.assign(job.world_size, ReplayState::kNone);
   if (job.keep_previous) state.previous = AlignedBuffer(chunk.elements);
   return state;

@@ -214,12 +214,19 @@ class Shard final : public transport::ConnectionHandler {
   void MaybeAggregate(ChunkState& state);
   // The copies a chunk's aggregation sums: all world_size, or (elastic) those in.
   std::uint32_t CopiesIn(const ChunkState& state) const;
-  // JobSpec::most_copies (a home's chunk): what the copies in count between them.
-  std::uint32_t CountedCopies(const ChunkState& state) const;
-  // A home's chunk: reads and checks the count at the end of `rank`'s copy just in
+  // JobSpec::most_copies (a home's chunk): what the copies in count between them, of copies
+  // and of their racks' members.
+  RackCount CountedCopies(const ChunkState& state) const;
+  // A home's chunk: reads and checks the counts at the end of `rank`'s copy just in
   // (copy_count.h); InvalidArgument naming the fault closes the member's connection.
-  Status TakeCopyCount(std::uint32_t rank, const transport::WireHeader& header,
+  Status TakeRackCount(std::uint32_t rank, const transport::WireHeader& header,
                        ChunkState& state);
+  // A home's chunk's complete iteration: the mean over the copies its racks' sums count, the lr
+  // scaled by their members (JobSpec::lr_scaling), or passed when they count no copy.
+  void StepHomeChunk(ChunkState& state, kernels::OptimizerConfig config);
+  // JobSpec::relay: the members of `iteration` (the rack's schedule's; a fixed rack's all), the
+  // count the rack's sum carries for the homes' lr.
+  std::uint32_t ScheduledMembers(std::uint64_t iteration, const ChunkState& state) const;
   // The chunk's next iteration is complete: the fused sum and step over its copies, then the
   // broadcast (StepChunk); or, JobSpec::relay, the rack's sum to the relay (RelaySum), or a sum
   // of no copies when the rack has nobody to push the iteration (RelayNoCopies).

@@ -1,12 +1,11 @@
 // Shard (shard.h): what workers send a core, and what it does with it. ResolveSlot is the one
 // check of every message (where its payload lands, or why it is refused); OnReceived counts a
 // push, takes INIT and BYE; MaybeAggregate steps a chunk once every copy is in (or, racks of
-// racks, passes the rack's sum on and takes the weights back in OnRelayed).
+// racks, hands it to shard_racks.cc).
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "phub/server/shard/copy_count.h"
 #include "phub/server/shard/shard.h"
 #include "spdlog/spdlog.h"
 
@@ -156,7 +155,7 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
         }
         return absl::OkStatus();
       }
-      if (!job_->most_copies.empty()) PHUB_RETURN_IF_ERROR(TakeCopyCount(rank, header, state));
+      if (!job_->most_copies.empty()) PHUB_RETURN_IF_ERROR(TakeRackCount(rank, header, state));
       state.pushed[rank] = 1;
       ++state.arrived;
       MaybeAggregate(state);
@@ -186,21 +185,6 @@ Status Shard::OnReceived(Connection& connection, const WireHeader& header) {
       return absl::InternalError(absl::StrCat(OpName(header.op), " from rank ", rank,
                                               " passed ResolveSlot"));
   }
-}
-
-Status Shard::TakeCopyCount(std::uint32_t rank, const WireHeader& header, ChunkState& state) {
-  const std::span<std::byte> slot =
-      SlotOf(state.slots, rank, state.chunk->elements, job_->wire.format);
-  StatusOr<std::uint32_t> count = ReadCopyCount(slot, job_->wire.format, job_->most_copies[rank]);
-  if (!count.ok()) {
-    // A PBox that sends a count no rack could have is broken or hostile: its link closes
-    // (the home never divides by it), and its rack's part stalls on the lost link.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PUSH of chunk ", header.chunk, " for iteration ", header.iteration, " from the PBox of ",
-        "rack ", rank, ": ", count.status().message()));
-  }
-  state.copies[rank] = *count;
-  return absl::OkStatus();
 }
 
 bool Shard::Announceable(const ChunkState& state) const {
@@ -247,76 +231,26 @@ std::uint32_t Shard::CopiesIn(const ChunkState& state) const {
   return static_cast<std::uint32_t>(std::count(which.begin(), which.end(), 1));
 }
 
-std::uint32_t Shard::CountedCopies(const ChunkState& state) const {
-  const std::span<const std::uint8_t> which = Copies(state);
-  std::uint64_t copies = 0;
-  for (std::uint32_t rank = 0; rank < job_->world_size; ++rank) {
-    if (which.empty() || which[rank]) copies += state.copies[rank];
-  }
-  // Each count was checked against its member's rack (most_copies) as it came: the total is
-  // at most the job's most workers, which the Hellos bounded far below 2^32.
-  return static_cast<std::uint32_t>(copies);
-}
-
 void Shard::MaybeAggregate(ChunkState& state) {
   if (state.pending_sends > 0 || state.iteration >= frozen_at_) return;
   if (Unpushed(state)) return job_->relay ? RelayNoCopies(state) : PassIteration(state);
   if (!Complete(state)) return;
   const kernels::OptimizerConfig* config = StepConfig(state.iteration + 1);
   if (config == nullptr) return;  // StepWith steps it
+  // Racks of racks (shard_racks.cc): a rack's part passes its sum on; a home's chunk steps by
+  // the counts the racks' sums carry.
+  if (job_->relay) return RelaySum(state, *config);
+  if (!job_->most_copies.empty()) return StepHomeChunk(state, *config);
   kernels::OptimizerConfig adjusted;
   if (job_->lr_scaling != kernels::LrScaling::kFixed) {
     config = &(adjusted = ScaledConfig(*config, state.iteration + 1));
   }
-  if (job_->relay) return RelaySum(state, *config);
-  if (!job_->most_copies.empty()) {
-    // A home's chunk: the mean is over the workers' copies the racks' sums hold this
-    // iteration, not over the job's most workers (an elastic rack has fewer, and changes).
-    const std::uint32_t copies = CountedCopies(state);
-    if (copies == 0) {
-      // Every rack's sum held no copy (each rack's members were all lost, or all left): as
-      // with an iteration nobody pushes, the weights stay.
-      state.arrived = 0;
-      std::fill(state.pushed.begin(), state.pushed.end(), 0);
-      return PassIteration(state);
-    }
-    adjusted = *config;
-    adjusted.copies = copies;
-    config = &adjusted;
-  }
   StepChunk(state, *config);
-}
-
-void Shard::RelaySum(ChunkState& state, const kernels::OptimizerConfig& config) {
-  // The rack's sum (kAverage over one copy) goes on to the chunk's home PBox with the count of
-  // copies it holds; the chunk waits for its weights as it waits for a send (OnRelayed).
-  const auto began = std::chrono::steady_clock::now();
-  for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
-  AggregateSlots(job_->wire.format, state.slots, job_->world_size, Copies(state),
-                 state.chunk->elements, std::as_const(state.weights).span(),
-                 job_->relay->Partial(state.chunk->id), state_ptrs_, config,
-                 state.iteration + 1 + step_offset_, inputs_);
-  const std::uint32_t copies = CopiesIn(state);
-  state.arrived = 0;
-  std::fill(state.pushed.begin(), state.pushed.end(), 0);
-  CountAggregation(began);
-  ++state.pending_sends;
-  job_->relay->Forward(core_, state.chunk->id, copies);
-}
-
-void Shard::RelayNoCopies(ChunkState& state) {
-  // Not passed here as a one-rack job passes it: the homes wait for every rack's sum of every
-  // iteration. A sum of no copies counts for nothing there, and the other racks' step comes
-  // back as this iteration's weights (the joiner this rack waits for starts from them).
-  const std::span<float> partial = job_->relay->Partial(state.chunk->id);
-  std::fill(partial.begin(), partial.end(), 0.0f);
-  ++state.pending_sends;
-  job_->relay->Forward(core_, state.chunk->id, 0);
 }
 
 void Shard::StepChunk(ChunkState& state, const kernels::OptimizerConfig& config) {
   const auto began = std::chrono::steady_clock::now();
-  // A home's chunk ends in its count (copy_count.h): not a weight, so not stepped.
+  // A home's chunk ends in its counts (copy_count.h): no weights, so not stepped.
   const std::uint32_t elements = state.chunk->elements;
   const std::size_t stepped = elements - (job_->most_copies.empty() ? 0 : kCountElements);
   for (std::size_t s = 0; s < state_ptrs_.size(); ++s) state_ptrs_[s] = state.state[s].data();
@@ -342,34 +276,6 @@ void Shard::StepChunk(ChunkState& state, const kernels::OptimizerConfig& config)
     CopyForCheckpoint(state);
   }
   Broadcast(state);
-}
-
-void Shard::OnRelayReady() {
-  AssertOnOwnThread();
-  for (ChunkState& state : chunks_) {
-    // Nothing is sent from the weights before this: the chunk was not announced.
-    const std::span<const float> landed = job_->relay->Landed(state.chunk->id);
-    std::copy(landed.begin(), landed.end(), state.weights.data());
-    state.relay_ready = true;
-    state.initialized = true;
-    if (Announceable(state)) Broadcast(state);
-  }
-}
-
-void Shard::OnRelayed(std::uint32_t chunk) {
-  AssertOnOwnThread();
-  if (chunk >= local_index_.size() || local_index_[chunk] < 0) return;
-  ChunkState& state = chunks_[local_index_[chunk]];
-  // No send of the weights is queued: the chunk aggregated (MaybeAggregate waits for them).
-  const std::span<const float> landed = job_->relay->Landed(chunk);
-  std::copy(landed.begin(), landed.end(), state.weights.data());
-  --state.pending_sends;
-  ++state.iteration;
-  if (job_->wire.weights) UpdateView(state, /*swapped=*/false);
-  Broadcast(state);
-  // Nobody may take these weights (an elastic rack with no member until a joiner comes): no
-  // send completes to go on from, so the next iteration is looked at now.
-  MaybeAggregate(state);
 }
 
 void Shard::CheckCompletable(const ChunkState& state) {

@@ -7,48 +7,10 @@
 #include <vector>
 
 #include "phub/common/version.h"
+#include "tests/phub/server/admission/hello_testing.h"
 
 namespace phub::server {
 namespace {
-
-// A refusal's message and fix together; every check looks for the values it must name here.
-std::string Text(const proto::Error& error) { return error.message() + " | " + error.fix(); }
-
-::testing::AssertionResult Names(const proto::Error& error, const std::string& part) {
-  if (Text(error).find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << Text(error) << "\" lacks \"" << part << "\"";
-}
-
-AdmissionOptions Options(std::uint32_t world_size = 4) {
-  AdmissionOptions options;
-  options.limits.max_world_size = world_size;
-  return options;
-}
-
-proto::Hello MakeHello(std::uint32_t rank, std::uint32_t world_size = 4) {
-  proto::Hello hello;
-  hello.set_protocol_version(kProtocolVersion);
-  hello.set_rank(rank);
-  hello.set_world_size(world_size);
-  auto add = [&](const std::string& name, std::uint64_t elements) {
-    proto::TensorSpec* t = hello.add_tensors();
-    t->set_name(name);
-    t->set_elements(elements);
-  };
-  add("conv1.weight", 9408);
-  add("fc.weight", 2048000);
-  add("fc.bias", 1000);
-  return hello;
-}
-
-const std::vector<bool> kNoneTaken(4, false);
-
-// The token proof was checked before (the control plane: token_proof_test.cc and
-// tests/integration/authentication_test.cc).
-std::optional<proto::Error> Check(const proto::Hello& hello, const AdmissionOptions& options,
-                                  const proto::Hello* first, const std::vector<bool>& taken) {
-  return CheckHello(hello, options, first, taken);
-}
 
 TEST(HelloCheckTest, AcceptsTheFirstValidHello) {
   std::optional<proto::Error> error = Check(MakeHello(0), Options(), nullptr, kNoneTaken);
@@ -367,57 +329,6 @@ TEST(HelloCheckTest, ElasticSizesAreOrderedAndTheSameOnEveryWorker) {
   error = Check(MakeHello(1), Options(), &first, {true, false, false, false});
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(Names(*error, "a fixed job of 4"));
-}
-
-// Across racks each rack's part is elastic on its own (its min, start and most), the lr does
-// not follow the members there, and a rack's count of copies must be exact on the wire.
-TEST(HelloCheckTest, AcrossRacksARackIsElasticOnItsOwnWithAFixedLr) {
-  proto::Hello worker = MakeHello(0);
-  worker.set_racks(2);
-  worker.set_rack(1);
-  worker.set_min_workers(1);
-  worker.set_start_workers(2);
-  EXPECT_FALSE(CheckElastic(worker).has_value());
-  worker.set_lr_scaling(proto::Hello::LR_LINEAR);
-  std::optional<proto::Error> error = CheckElastic(worker);
-  ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(
-      Names(*error, "an lr that follows the member count in an elastic job across 2 racks"));
-  // A PBox's Hello (rack_workers): the homes' part is never elastic.
-  proto::Hello pbox = MakeHello(1);
-  pbox.set_racks(2);
-  pbox.set_rack(1);
-  pbox.set_rack_workers(2);
-  EXPECT_FALSE(CheckElastic(pbox).has_value());
-  pbox.set_min_workers(1);
-  error = CheckElastic(pbox);
-  ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(Names(*error, "asks for an elastic home part"));
-}
-
-TEST(HelloCheckTest, ARacksCountOfCopiesMustBeExactInTheWireFormat) {
-  proto::Hello worker = MakeHello(0);  // world size 4
-  worker.set_racks(2);
-  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kBf16).has_value());
-  worker.set_world_size(256);
-  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kBf16).has_value());
-  worker.set_world_size(257);
-  std::optional<proto::Error> error = CheckRackCopies(worker, kernels::WireFormat::kBf16);
-  ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(Names(*error, "has up to 257 workers"));
-  EXPECT_TRUE(Names(*error, "bf16, exact only up to 256"));
-  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kFp16).has_value());
-  // A PBox's Hello: its rack's workers.
-  proto::Hello pbox = MakeHello(0);
-  pbox.set_racks(2);
-  pbox.set_rack_workers(2049);
-  error = CheckRackCopies(pbox, kernels::WireFormat::kFp16);
-  ASSERT_TRUE(error.has_value());
-  EXPECT_TRUE(Names(*error, "fp16, exact only up to 2048"));
-  EXPECT_FALSE(CheckRackCopies(pbox, kernels::WireFormat::kFp32).has_value());
-  // One rack: nothing is counted.
-  worker.set_racks(1);
-  EXPECT_FALSE(CheckRackCopies(worker, kernels::WireFormat::kBf16).has_value());
 }
 
 }  // namespace
