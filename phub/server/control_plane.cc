@@ -289,7 +289,7 @@ void ControlPlane::OnHello(const SessionPtr& session, const proto::Hello& hello)
 
 void ControlPlane::JobEnded(Job& job) {
   NoLongerForming(job);
-  if (job.started() && job.elastic() && job.stalled()) {
+  if (job.StalledWithWeights()) {
     stalled_names_.Remember(job.name(), job.stall_reason(), std::chrono::steady_clock::now());
   }
   if (charged_jobs_.erase(job.id()) > 0) {

@@ -50,7 +50,7 @@ client::PsClientOptions Elastic(const RunningPhubd& phubd, std::uint32_t min_wor
 // The tests whose joiners, leavers and dead members touch the data path run on each transport:
 // on TCP everywhere, on verbs where there is an RDMA device (tests/verbs/run_verbs_tests.sh runs
 // the *verbs* cases in the soft-RoCE guest). On verbs a joiner's landing zones are published at
-// its Hello, before it knows its first iteration, and a lost member's queue pair dies mid-job:
+// its ATTACH, before it knows its first iteration, and a lost member's queue pair dies mid-job:
 // this is where that would show.
 class ElasticOnTransport : public ::testing::TestWithParam<std::string> {
  protected:
@@ -882,9 +882,22 @@ TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGoneAndItsNameIsRefusedAWhil
     ASSERT_TRUE(worker.client);
     EXPECT_TRUE(worker.client->Close().ok());
   }
-  std::this_thread::sleep_until(late + std::chrono::milliseconds(1600));
-  std::vector<InProcessWorker> again = StartPair(options, 2);
-  ASSERT_EQ(again.size(), 2u);
+  // Refused until the memory has passed since phubd ended the job (after `late`): bounded
+  // retries from then.
+  std::this_thread::sleep_until(late + std::chrono::milliseconds(1500));
+  std::vector<InProcessWorker> again;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        again = ConnectWorkers(options, 2, {0, 1}, TestTensors(kSizes), kSeed);
+        return again.size() == 2 && again[0].status.ok() && again[1].status.ok();
+      },
+      std::chrono::milliseconds(10000)))
+      << "the stalled job's name was never free again: " << again[0].status;
+  std::vector<std::thread> inits;
+  for (auto& worker : again) {
+    inits.emplace_back([&worker] { EXPECT_TRUE(worker.client->Init().ok()); });
+  }
+  for (auto& t : inits) t.join();
   for (auto& worker : again) {
     ASSERT_TRUE(worker.client) << "the stalled job's name was never free again";
     EXPECT_EQ(worker.client->resume_iteration(), 0u) << "a fresh job, not the stalled one";

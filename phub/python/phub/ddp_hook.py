@@ -39,6 +39,7 @@ import atexit
 import os
 import queue
 import threading
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -335,7 +336,21 @@ class PhubState:
         # out is being stopped (sys.exit in a SIGTERM handler at a torchrun restart, an
         # exception), not done, and must not say Goodbye: when every worker of a restart says
         # it, the job ends and the restarted workers start a new one from their initial weights.
-        self._close(goodbye=self.elastic is None or self.finished)
+        self._close(goodbye=self._done_or_fixed("Python's shutdown"))
+
+    def _done_or_fixed(self, what: str) -> bool:
+        """Whether closing now says Goodbye: yes in a fixed job or once the worker's batches
+        ran out; else the worker is stopped, not done, and abandons (a warning says so)."""
+        if self.elastic is None or self.finished:
+            return True
+        if not getattr(self, "_closed", True):
+            warnings.warn(
+                f"{what} before this worker's batches() ran out and without close(): phubd takes "
+                "it as lost and holds the elastic job for workers that join (as at a torchrun "
+                "restart); if none come within phubd's --rejoin-timeout-ms the job stalls and a "
+                "new job under its name is refused for --stalled-name-memory-ms. Call "
+                "optimizer.close() when training ends", RuntimeWarning, stacklevel=3)
+        return False
 
     def _close(self, goodbye: bool):
         if getattr(self, "_closed", True):
@@ -358,8 +373,10 @@ class PhubState:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        # Leaving the block by an exception (SystemExit from a SIGTERM handler included) is a
+        # stop, not the end, as at Python's shutdown.
+        self._close(goodbye=exc_type is None or self._done_or_fixed("an exception"))
 
 
 _LOCAL_GROUP = None

@@ -134,6 +134,7 @@ class ServerOptimizer(torch.optim.Optimizer):
         def finished():
             self.phub.finished = True
 
+        self.phub.finished = False  # a new pass: its exit before the end is a stop again
         return ElasticBatches(self.phub.client, lambda: self.iteration, num_samples, batch_size,
                               seed=seed, epochs=epochs, on_done=finished)
 

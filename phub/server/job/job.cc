@@ -332,6 +332,11 @@ void Job::Stall(const std::string& reason) {
   });
 }
 
+bool Job::StalledWithWeights() const {
+  return started_ && stalled_ && elastic_.enabled && role_.kind() == JobRole::Kind::kFlat &&
+         progress_.Iteration() >= 1;
+}
+
 void Job::EndIfRunning() {
   if (!ended_) End();
 }

@@ -116,6 +116,11 @@ class Job : public std::enable_shared_from_this<Job> {
   bool running() const { return running_; }
   bool stalled() const { return stalled_; }
   const std::string& stall_reason() const { return stall_reason_; }  // Stall's, once stalled
+  // It stalled with weights a restarted worker would expect to find: an elastic job of one
+  // rack (a rack's part holds none) past its first iteration (or resumed from a checkpoint).
+  // A stall while it formed or attached lost nothing. Its name is then refused a while
+  // (admission/stalled_names.h).
+  bool StalledWithWeights() const;
   bool ended() const { return ended_; }
   bool started() const { return started_; }  // formed (its shards were installed) at some time
   std::uint32_t connected() const;  // members whose control connection is open

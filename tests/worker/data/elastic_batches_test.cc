@@ -114,6 +114,44 @@ TEST(ElasticBatchesTest, AnElasticRackAndAFixedRackTakeEveryBatchOfAnEpochOnceBe
   }
 }
 
+// What phub-worker does across racks (training_data.cc): every rack stops after E x Q
+// iterations (Q rounds an epoch), whatever its members, so the racks end together. The fixed
+// rack then has taken its hosts' places of every round of both epochs; the elastic one, below
+// its hosts for a while, fewer of its own; never a batch twice, never one of the other rack's.
+TEST(ElasticBatchesTest, RacksStoppedAtEpochsTimesRoundsEndTogetherAndNeverShareABatch) {
+  const ImageDataset d = Numbered(60);
+  PHUB_ASSERT_OK_AND_ASSIGN(ElasticBatches r0,
+                            ElasticBatches::Create(d, 2, 5, {.first = 0, .count = 3, .of = 5}));
+  PHUB_ASSERT_OK_AND_ASSIGN(ElasticBatches r1,
+                            ElasticBatches::Create(d, 2, 5, {.first = 3, .count = 2, .of = 5}));
+  constexpr std::uint64_t kEpochs = 2;
+  const std::uint64_t last = kEpochs * static_cast<std::uint64_t>(r0.rounds_per_epoch());
+  ASSERT_EQ(last, kEpochs * static_cast<std::uint64_t>(r1.rounds_per_epoch()));
+  MemberSchedule r0_members;
+  r0_members.Reset(1, {0, 1}, 0);
+  r0_members.Change(4, {0, 1, 2});
+  r0_members.Change(9, {2});
+  std::map<std::pair<std::int64_t, std::int64_t>, int> taken;  // (epoch, place) -> times
+  std::size_t by_r0 = 0, by_r1 = 0;
+  for (std::uint64_t it = 1; it <= last; ++it) {
+    for (auto [rack, m] : {std::pair{&r0, r0_members.Of(it, 0)}, std::pair{&r1, FixedMembers(0, 2, it)}}) {
+      for (std::uint32_t i = 0; i < m.world; ++i) {
+        StatusOr<LabeledBatch> b = rack->At(m.member_iterations_before + i);
+        ASSERT_TRUE(b.ok()) << b.status();
+        ASSERT_LT(b->epoch, static_cast<std::int64_t>(kEpochs)) << "iteration " << it;
+        ++taken[{b->epoch, b->step}];
+        EXPECT_EQ(b->step % 5 >= 3, rack == &r1) << "a batch of the other rack's places";
+        ++(rack == &r1 ? by_r1 : by_r0);
+      }
+    }
+  }
+  for (const auto& [batch, times] : taken) {
+    EXPECT_EQ(times, 1) << "epoch " << batch.first << " batch " << batch.second;
+  }
+  EXPECT_EQ(by_r1, 24u) << "the fixed rack takes its places of every round";
+  EXPECT_EQ(by_r0, 2u * 3 + 3u * 5 + 1u * 4) << "the elastic rack takes its members' places";
+}
+
 TEST(ElasticBatchesTest, AFixedRacksMembersAreItsHostsEveryIteration) {
   const IterationMembers m = FixedMembers(1, 3, 5);
   EXPECT_TRUE(m.member);
