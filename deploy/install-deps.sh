@@ -32,6 +32,7 @@ PACKAGES=(
   iproute2 procps          # ss/ip for tests and emulated racks
   libgloo-dev              # Gloo allreduce: a baseline in bench/exchange (phub_gloo_worker)
   openmpi-bin libopenmpi-dev # Open MPI (mpirun, MPI_Allreduce): baseline (phub_mpi_worker)
+  libsimgrid-dev           # SimGrid: the exchange's simulator past one machine (phub/sim, phubctl plan)
 )
 
 # --fuzz adds what tests/fuzz/run_fuzzers.sh (run by CI) builds and runs the libFuzzer targets

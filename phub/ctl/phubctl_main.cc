@@ -12,6 +12,7 @@
 
 #include "phub/ctl/http_get.h"
 #include "phub/ctl/metrics_text.h"
+#include "phub/ctl/plan.h"
 #include "phub/ctl/scrape.h"
 #include "phub/ctl/status_render.h"
 #include "phub/ctl/status_report.h"
@@ -111,7 +112,7 @@ int RunStatus(const StatusOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"phubctl: look at a running phubd."};
+  CLI::App app{"phubctl: look at a running phubd (status), or size a cluster before it exists (plan)."};
   app.require_subcommand(1);
 
   StatusOptions status;
@@ -136,6 +137,39 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 3600000));
   status_command->add_flag("--json", status.json, "Print one JSON object instead of the table");
 
+  phub::ctl::PlanOptions plan;
+  CLI::App* plan_command = app.add_subcommand(
+      "plan",
+      "Predict, with the simulator calibrated on this project's measurements (SimGrid), the "
+      "time an iteration of the gradient exchange takes per scheme on a cluster of --workers "
+      "workers, what each worker moves, and what bounds it (docs/operations.md \"Sizing a "
+      "PBox\")");
+  plan_command->add_option("--schemes", plan.schemes, "ps-pbox, ps-cloud, ring")
+      ->delimiter(',')
+      ->capture_default_str();
+  plan_command->add_option("--workers", plan.workers, "Workers (N)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  plan_command->add_option("--mib", plan.mib, "The gradient's size, MiB")->capture_default_str();
+  plan_command->add_option("--gbps", plan.gbps, "Each worker's link, Gbit/s")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 1e5));
+  plan_command->add_option("--latency-us", plan.latency_us, "One-way latency of each link, us")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  plan_command->add_option("--ps-cores", plan.ps_cores, "The PBox's cores serving the job")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  plan_command->add_option("--chunk-bytes", plan.chunk_bytes, "phubd's --chunk-bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{4}, std::uint64_t{1} << 32));
+  plan_command->add_option("--iterations", plan.iterations,
+                           "Iterations simulated (the first, filling the pipeline, is not timed)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  plan_command->add_flag("--verbs", plan.verbs, "The PBox on verbs (its CPU per byte), not TCP");
+  plan_command->add_flag("--json", plan.json, "Print one JSON object instead of the table");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -143,5 +177,16 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (status_command->parsed()) return RunStatus(status);
+  if (plan_command->parsed()) {
+    auto rows = phub::ctl::Plan(plan);
+    if (!rows.ok()) {
+      std::fprintf(stderr, "phubctl plan: %s\n", std::string(rows.status().message()).c_str());
+      return rows.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    const std::string out = plan.json ? phub::ctl::RenderPlanJson(plan, *rows)
+                                      : phub::ctl::RenderPlanText(plan, *rows);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
   return 2;
 }

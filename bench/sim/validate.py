@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""validate.py: the simulator (phub/sim, through `phubctl plan --json`) against every exchange
+this project measured on the emulated racks that it models yet (bench/sim/measured.tsv: each
+row's source in docs/benchmarks.md), predicted beside measured, and the ratio. Issue 42's bar:
+within +-10 %. Takes a second or two: every row is one simulation.
+
+  bench/sim/validate.py [--build build] [--out results/sim]
+
+Writes OUT/validation.tsv and OUT/validation.md."""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from benchlib import tables  # noqa: E402
+
+SCHEME = {("pbox", "ps"): "ps-pbox", ("cloud", "ps"): "ps-cloud", ("pbox", "ring"): "ring",
+          ("cloud", "ring"): "ring"}
+
+
+def predict(phubctl, row):
+    out = subprocess.run(
+        [phubctl, "plan", "--schemes", SCHEME[(row["topology"], row["system"])], "--workers",
+         row["workers"], "--mib", row["mib"], "--gbps", "1", "--ps-cores", "2", "--json"],
+        check=True, capture_output=True, text=True).stdout
+    return 1000 * json.loads(out)["schemes"][0]["seconds_per_iteration"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "sim"))
+    a = p.parse_args()
+    phubctl = os.path.join(a.build, "phub", "ctl", "phubctl")
+    if not os.access(phubctl, os.X_OK):
+        raise SystemExit(f"{phubctl} missing: run deploy/build.sh first")
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    with open(os.path.join(HERE, "measured.tsv")) as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            predicted = predict(phubctl, row)
+            measured = float(row["ms"])
+            rows.append({**row, "predicted_ms": round(predicted, 1),
+                         "ratio": round(predicted / measured, 3),
+                         "within_10pct": abs(predicted / measured - 1) <= 0.10})
+    tables.write_tsv(os.path.join(a.out, "validation.tsv"), rows,
+                     ["topology", "system", "workers", "mib", "ms", "predicted_ms", "ratio",
+                      "within_10pct", "source"])
+    within = sum(r["within_10pct"] for r in rows)
+    lines = [f"The simulator against the measured exchanges (bench/sim/measured.tsv): "
+             f"{within} of {len(rows)} rows within +-10 %; median |ratio - 1| "
+             f"{statistics.median(abs(r['ratio'] - 1) for r in rows):.3f}.", ""]
+    lines += tables.md_table(
+        ["topology", "system", "N", "S MiB", "measured ms", "predicted ms", "predicted / measured",
+         "within 10 %"],
+        [[r["topology"], r["system"], r["workers"], r["mib"], r["ms"], f"{r['predicted_ms']:.1f}",
+          f"{r['ratio']:.3f}", "yes" if r["within_10pct"] else "no"] for r in rows], "llrrrrrl")
+    print(tables.write_markdown(os.path.join(a.out, "validation.md"), lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

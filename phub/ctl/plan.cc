@@ -1,0 +1,79 @@
+#include "phub/ctl/plan.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "phub/ctl/json_text.h"
+#include "phub/sim/simulate.h"
+
+namespace phub::ctl {
+
+StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& o) {
+  sim::Scenario s;
+  if (scheme == "ps-pbox" || scheme == "ps-cloud") {
+    s.scheme = sim::Scheme::kPs;
+    s.network = scheme == "ps-pbox" ? sim::Network::kPbox : sim::Network::kCloud;
+  } else if (scheme == "ring") {
+    s.scheme = sim::Scheme::kRing;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scheme '", scheme, "': give ps-pbox (a PBox with a link of N workers' rate), ps-cloud "
+        "(a parameter server with one worker's link) or ring"));
+  }
+  if (!(o.mib > 0) || !std::isfinite(o.mib) || o.mib > 1e7) {
+    return absl::InvalidArgumentError("--mib: give the gradient's size, above 0 and at most 1e7");
+  }
+  s.workers = o.workers;
+  s.tensors = {{static_cast<std::uint64_t>(o.mib * (1 << 20)), 0}};
+  s.link_gbps = o.gbps;
+  s.latency_us = o.latency_us;
+  s.ps_cores = o.ps_cores;
+  s.chunk_bytes = o.chunk_bytes;
+  s.iterations = o.iterations;
+  s.verbs = o.verbs;
+  PHUB_RETURN_IF_ERROR(sim::Check(s));
+  return s;
+}
+
+StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& o) {
+  std::vector<PlanRow> rows;
+  for (const std::string& scheme : o.schemes) {
+    PHUB_ASSIGN_OR_RETURN(const sim::Scenario s, ScenarioFor(scheme, o));
+    PHUB_ASSIGN_OR_RETURN(sim::Prediction p, sim::Simulate(s));
+    rows.push_back({scheme, std::move(p)});
+  }
+  return rows;
+}
+
+std::string RenderPlanText(const PlanOptions& o, const std::vector<PlanRow>& rows) {
+  std::string out = absl::StrFormat(
+      "%u workers, a gradient of %g MiB, %g Gbit/s links, PBox of %u cores (%s)\n", o.workers,
+      o.mib, o.gbps, o.ps_cores, o.verbs ? "verbs" : "TCP");
+  out += absl::StrFormat("%-10s %14s %16s  %s\n", "scheme", "ms/iteration", "MB/worker", "bound by");
+  for (const PlanRow& r : rows) {
+    out += absl::StrFormat("%-10s %14.1f %16.1f  %s (%.0f %% busy)\n", r.scheme,
+                           1000 * r.prediction.seconds_per_iteration,
+                           r.prediction.bytes_per_worker / 1e6, r.prediction.bottleneck,
+                           100 * r.prediction.bottleneck_busy);
+  }
+  return out;
+}
+
+std::string RenderPlanJson(const PlanOptions& o, const std::vector<PlanRow>& rows) {
+  std::string out = absl::StrCat("{\"workers\": ", o.workers, ", \"mib\": ", JsonNumber(o.mib),
+                                 ", \"gbps\": ", JsonNumber(o.gbps), ", \"schemes\": [");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const sim::Prediction& p = rows[i].prediction;
+    absl::StrAppend(&out, i ? ", " : "", "{\"scheme\": ", JsonString(rows[i].scheme),
+                    ", \"seconds_per_iteration\": ", JsonNumber(p.seconds_per_iteration),
+                    ", \"first_iteration_seconds\": ", JsonNumber(p.first_iteration_seconds),
+                    ", \"bytes_per_worker\": ", JsonNumber(p.bytes_per_worker),
+                    ", \"bottleneck\": ", JsonString(p.bottleneck),
+                    ", \"bottleneck_busy\": ", JsonNumber(p.bottleneck_busy), "}");
+  }
+  out += "]}\n";
+  return out;
+}
+
+}  // namespace phub::ctl

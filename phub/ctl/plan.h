@@ -1,0 +1,42 @@
+// `phubctl plan`: what a data-parallel job's exchange would take on a cluster this machine
+// cannot emulate, from the simulator (phub/sim) calibrated on this project's measurements: per
+// scheme, the predicted time an iteration, the bytes each worker moves, and the resource that
+// bounds it. This first version takes one gradient of S MiB (bench/exchange's shape) and the
+// single-rack schemes; docs/design.md "The simulator" says what is still to come.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "phub/common/status.h"
+#include "phub/sim/scenario.h"
+
+namespace phub::ctl {
+
+struct PlanOptions {
+  std::vector<std::string> schemes = {"ps-pbox", "ps-cloud", "ring"};
+  std::uint32_t workers = 4;
+  double mib = 100;
+  double gbps = 1;
+  double latency_us = 0;
+  std::uint32_t ps_cores = 2;
+  std::uint64_t chunk_bytes = 1 << 20;
+  std::uint32_t iterations = 3;
+  bool verbs = false;
+  bool json = false;
+};
+
+struct PlanRow {
+  std::string scheme;
+  sim::Prediction prediction;
+};
+
+// The scenario of `scheme` ("ps-pbox", "ps-cloud", "ring") under `options`, or InvalidArgument.
+StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& options);
+// Simulates every scheme (one child process each: simulate.h).
+StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& options);
+std::string RenderPlanText(const PlanOptions& options, const std::vector<PlanRow>& rows);
+std::string RenderPlanJson(const PlanOptions& options, const std::vector<PlanRow>& rows);
+
+}  // namespace phub::ctl

@@ -1,0 +1,29 @@
+// Every constant the simulator takes from a measurement, each with where it was measured
+// (docs/benchmarks.md unless said): the simulator guesses nothing a bench/ run on this project
+// has measured. A Scenario carries a Calibration; `phubctl plan` and bench/sim/ may override
+// any of them (another machine's measurements, a faster NIC).
+#pragma once
+
+namespace phub::sim {
+
+struct Calibration {
+  // A shaped link's goodput over its rate: TCP through an htb-shaped veth, 95.6 % of the rate
+  // (deploy/netns/README.md "Shaping", bench/topo/measure_shaping.py). Applied to every link.
+  double link_goodput = 0.956;
+  // Gradient bytes one phubd core absorbs a second with the fused sum + optimizer kernel, N
+  // copies summed and momentum applied, one core of this VM (bench/aggregation, "Kernel on C
+  // cores": 25.3 GB/s at C = 1, ~19 GB/s a core at C = 2).
+  double aggregate_bytes_per_core_second = 19e9;
+  // phubd's core-seconds per byte received over TCP on the emulated PBox rack (the job-end log
+  // line's "ns per byte in", "phubd CPU per byte": 0.504 / 0.506 ns on pbox, 0.30 on loopback;
+  // phub/placement/sizing.h's kTcpCoreSecondsPerByte rounds it to 0.5 ns).
+  double tcp_core_seconds_per_byte = 0.5e-9;
+  // The same over verbs (sizing.h kVerbsCoreSecondsPerByte: the NIC places the bytes).
+  double verbs_core_seconds_per_byte = 0.08e-9;
+  // One message's fixed cost on its link beyond its bytes (headers, the stack's per-send
+  // work), in seconds. The emulated racks add no delay (this kernel has no netem), so this is
+  // all a message costs beyond bandwidth there; 0 until bench/sim/validate.py fits it.
+  double message_seconds = 0;
+};
+
+}  // namespace phub::sim

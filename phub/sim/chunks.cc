@@ -1,0 +1,33 @@
+#include "phub/sim/chunks.h"
+
+#include <algorithm>
+
+namespace phub::sim {
+
+std::vector<SimChunk> CutChunks(const Scenario& s) {
+  std::uint64_t total = 0;
+  for (const Tensor& t : s.tensors) total += t.bytes;
+  // Pieces of chunk_bytes, or larger where there would be more than max_chunks of them.
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(s.chunk_bytes, (total + s.max_chunks - 1) / std::max<std::uint32_t>(1, s.max_chunks));
+  std::vector<std::uint64_t> load(std::max<std::uint32_t>(1, s.ps_cores), 0);
+  std::vector<SimChunk> chunks;
+  for (std::uint32_t t = 0; t < s.tensors.size(); ++t) {
+    for (std::uint64_t at = 0; at < s.tensors[t].bytes; at += piece) {
+      const std::uint64_t bytes = std::min(piece, s.tensors[t].bytes - at);
+      const auto core = static_cast<std::uint32_t>(
+          std::min_element(load.begin(), load.end()) - load.begin());
+      load[core] += bytes;
+      chunks.push_back({t, bytes, core});
+    }
+  }
+  return chunks;
+}
+
+double CoreSecondsPerByteIn(const Scenario& s) {
+  const Calibration& c = s.calibration;
+  const double transport = s.verbs ? c.verbs_core_seconds_per_byte : c.tcp_core_seconds_per_byte;
+  return std::max(transport, 1.0 / c.aggregate_bytes_per_core_second);
+}
+
+}  // namespace phub::sim

@@ -1,0 +1,33 @@
+#include "phub/sim/scenario.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace phub::sim {
+
+Status Check(const Scenario& s) {
+  const auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("scenario: ", what));
+  };
+  if (s.workers < 1) return bad("no workers: give 1 or more");
+  if (s.scheme == Scheme::kRing && s.workers < 2) return bad("a ring of 1 worker moves nothing");
+  if (s.tensors.empty()) return bad("no tensors: give the gradient's sizes");
+  for (const Tensor& t : s.tensors) {
+    if (t.bytes == 0) return bad("a tensor of 0 bytes");
+    if (!(t.backward_seconds >= 0)) return bad("a tensor's backward time is negative");
+  }
+  if (!(s.link_gbps > 0)) return bad("link_gbps must be above 0");
+  if (!(s.latency_us >= 0) || !(s.forward_seconds >= 0)) return bad("negative times");
+  if (s.ps_cores < 1) return bad("ps_cores: give 1 or more");
+  if (s.chunk_bytes < 4) return bad("chunk_bytes: give 4 or more");
+  if (s.iterations < 1) return bad("iterations: give 1 or more (2+: the first is not timed)");
+  if (s.max_worker_hosts < 2 || s.max_chunks < 1) return bad("max_worker_hosts >= 2, max_chunks >= 1");
+  const Calibration& c = s.calibration;
+  if (!(c.link_goodput > 0 && c.link_goodput <= 1)) return bad("link_goodput in (0, 1]");
+  if (!(c.aggregate_bytes_per_core_second > 0) || !(c.tcp_core_seconds_per_byte >= 0) ||
+      !(c.verbs_core_seconds_per_byte >= 0) || !(c.message_seconds >= 0)) {
+    return bad("a calibration constant out of range");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace phub::sim

@@ -1,0 +1,66 @@
+// What to simulate: a data-parallel job's gradient exchange on a cluster, as PHub runs it or as
+// a ring allreduce does. Plain data; Simulate (simulate.h) turns it into a platform and actors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "phub/common/status.h"
+#include "phub/sim/calibration.h"
+
+namespace phub::sim {
+
+enum class Scheme {
+  kPs,    // one PBox (phubd): chunks spread over its cores, each summed once and sent back
+  kRing,  // ring allreduce: reduce-scatter then all-gather, 2 (N - 1) steps of S / N
+};
+
+enum class Network {
+  kPbox,   // the PBox's link is N x the worker's (the PBox design: a NIC port per rack share)
+  kCloud,  // the PBox's link is a worker's (a cloud VM as the parameter server)
+};
+
+// A tensor the backward pass produces: its bytes and the compute before it is ready (from the
+// previous tensor's, in backward order). Exchange-only scenarios give 0 compute.
+struct Tensor {
+  std::uint64_t bytes = 0;
+  double backward_seconds = 0;
+};
+
+struct Scenario {
+  Scheme scheme = Scheme::kPs;
+  Network network = Network::kPbox;
+  std::uint32_t workers = 2;
+  // Tensors in the order backward produces them (the last layer's first).
+  std::vector<Tensor> tensors;
+  double forward_seconds = 0;      // before the first tensor's backward
+  double link_gbps = 1;            // each worker's link
+  double latency_us = 0;           // one way, per link
+  std::uint32_t ps_cores = 2;
+  std::uint64_t chunk_bytes = 1 << 20;
+  std::uint64_t ring_piece_bytes = 1 << 20;  // phub/ring's pieces
+  bool verbs = false;              // the PBox's transport: its CPU per byte received
+  std::uint32_t iterations = 3;    // the first warms the pipeline; the rest are timed
+  // At most this many hosts stand for the workers: identical workers are merged into groups
+  // whose link and flows are the group's sum, which max-min sharing treats as the members
+  // would be (see simulate.cc). Makes N = 4,096 take seconds.
+  std::uint32_t max_worker_hosts = 64;
+  // At most this many chunks are simulated (chunks.h): larger pieces past it.
+  std::uint32_t max_chunks = 256;
+  Calibration calibration;
+};
+
+// What a scenario's iterations take, and what bounds them.
+struct Prediction {
+  double seconds_per_iteration = 0;  // the median of the timed iterations
+  double first_iteration_seconds = 0;
+  double bytes_per_worker = 0;       // sent by one worker an iteration
+  std::string bottleneck;            // the resource busiest over the timed iterations
+  double bottleneck_busy = 0;        // its busy fraction, 0..1
+};
+
+// InvalidArgument naming the field for what no simulation can mean (no workers, no tensor).
+Status Check(const Scenario& scenario);
+
+}  // namespace phub::sim

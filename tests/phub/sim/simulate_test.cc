@@ -1,0 +1,124 @@
+// phub/sim against references worked out by hand from the scenario (no SimGrid in them): a
+// ring's 2 (N - 1) / N x S over a link, a PBox whose link carries N x S each way, a PBox bound
+// by its cores; merging identical workers into groups leaves the times as they were; a
+// scenario no simulation can mean is refused naming the field.
+#include "phub/sim/simulate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "phub/sim/chunks.h"
+#include "phub/sim/platform.h"
+
+namespace phub::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+Scenario OneGradient(Scheme scheme, std::uint32_t workers, double mib) {
+  Scenario s;
+  s.scheme = scheme;
+  s.workers = workers;
+  s.tensors = {{static_cast<std::uint64_t>(mib * (1 << 20)), 0}};
+  return s;
+}
+
+double Bytes(const Scenario& s) { return static_cast<double>(s.tensors[0].bytes); }
+
+TEST(SimulateTest, ARingMovesTwoNMinusOneOverNOfTheGradientOverEachLink) {
+  for (std::uint32_t n : {2u, 3u, 8u, 100u}) {
+    const Scenario s = OneGradient(Scheme::kRing, n, 64);
+    auto p = Simulate(s);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const double reference = 2.0 * (n - 1) / n * Bytes(s) / WorkerBytesPerSecond(s);
+    EXPECT_NEAR(p->seconds_per_iteration, reference, 1e-6 * reference) << n << " workers";
+    EXPECT_EQ(p->bottleneck, "a worker's link");
+  }
+}
+
+TEST(SimulateTest, APboxOfNLinksTakesAboutOneGradientTimeAndACloudServerNOfThem) {
+  for (std::uint32_t n : {2u, 4u, 16u}) {
+    Scenario s = OneGradient(Scheme::kPs, n, 100);
+    s.network = Network::kPbox;
+    auto pbox = Simulate(s);
+    ASSERT_TRUE(pbox.ok()) << pbox.status();
+    const double one = Bytes(s) / WorkerBytesPerSecond(s);
+    // Pushes and weights overlap chunk by chunk: one gradient's time plus the pipeline's fill
+    // (a chunk each way) and the last chunk's sum.
+    EXPECT_GT(pbox->seconds_per_iteration, one);
+    EXPECT_LT(pbox->seconds_per_iteration, 1.05 * one) << n << " workers";
+    s.network = Network::kCloud;
+    auto cloud = Simulate(s);
+    ASSERT_TRUE(cloud.ok()) << cloud.status();
+    EXPECT_NEAR(cloud->seconds_per_iteration, n * one, 0.05 * n * one) << n << " workers";
+    EXPECT_EQ(cloud->bottleneck, "the PBox's link");
+  }
+}
+
+TEST(SimulateTest, APboxWithTooFewCoresIsBoundByThem) {
+  Scenario s = OneGradient(Scheme::kPs, 8, 64);
+  s.link_gbps = 400;  // links far faster than one core's 0.5 ns a byte
+  s.ps_cores = 1;
+  auto p = Simulate(s);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const double core = s.workers * Bytes(s) * CoreSecondsPerByteIn(s);
+  EXPECT_EQ(p->bottleneck, "the PBox's cores");
+  EXPECT_GT(p->seconds_per_iteration, core);
+  EXPECT_LT(p->seconds_per_iteration, 1.1 * core);
+}
+
+TEST(SimulateTest, MergingIdenticalWorkersIntoGroupsLeavesTheTimes) {
+  for (Scheme scheme : {Scheme::kPs, Scheme::kRing}) {
+    Scenario s = OneGradient(scheme, 48, 16);
+    s.max_worker_hosts = 48;
+    auto each = Simulate(s);
+    s.max_worker_hosts = 5;  // 4 groups of 12 (equal groups: platform.h)
+    auto grouped = Simulate(s);
+    ASSERT_TRUE(each.ok() && grouped.ok());
+    EXPECT_NEAR(grouped->seconds_per_iteration, each->seconds_per_iteration,
+                0.01 * each->seconds_per_iteration);
+  }
+}
+
+TEST(SimulateTest, FourThousandWorkersRunInOneCall) {
+  for (Scheme scheme : {Scheme::kPs, Scheme::kRing}) {
+    Scenario s = OneGradient(scheme, 4096, 100);
+    s.link_gbps = 100;
+    s.ps_cores = 64;
+    auto p = Simulate(s, 120);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_GT(p->seconds_per_iteration, 0);
+  }
+}
+
+TEST(SimulateTest, AScenarioWithoutMeaningIsRefusedNamingTheField) {
+  Scenario s = OneGradient(Scheme::kPs, 0, 1);
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("no workers"));
+  s = OneGradient(Scheme::kRing, 1, 1);
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("a ring of 1 worker"));
+  s = OneGradient(Scheme::kPs, 2, 1);
+  s.tensors.clear();
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("no tensors"));
+  s = OneGradient(Scheme::kPs, 2, 1);
+  s.calibration.link_goodput = 1.5;
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("link_goodput"));
+}
+
+TEST(ChunksTest, ChunksGoToTheLeastLoadedCoreAndAreMergedPastMaxChunks) {
+  Scenario s = OneGradient(Scheme::kPs, 2, 1);
+  s.tensors = {{3 << 20, 0}, {1 << 20, 0}};
+  s.ps_cores = 2;
+  std::vector<SimChunk> chunks = CutChunks(s);
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0].core, 0u);
+  EXPECT_EQ(chunks[1].core, 1u);
+  EXPECT_EQ(chunks[3].tensor, 1u);
+  s.max_chunks = 2;  // 4 MiB in at most 2 pieces: 2 MiB each
+  chunks = CutChunks(s);
+  ASSERT_EQ(chunks.size(), 3u);  // 2 + 1 MiB of tensor 0, then tensor 1
+  EXPECT_EQ(chunks[0].bytes, 2u << 20);
+  EXPECT_EQ(chunks[1].bytes, 1u << 20);
+}
+
+}  // namespace
+}  // namespace phub::sim
