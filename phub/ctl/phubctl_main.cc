@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       "time an iteration of the gradient exchange takes per scheme on a cluster of --workers "
       "workers, what each worker moves, and what bounds it (docs/operations.md \"Sizing a "
       "PBox\")");
-  plan_command->add_option("--schemes", plan.schemes, "ps-pbox, ps-cloud, ring")
+  plan_command->add_option("--schemes", plan.schemes, "ps-pbox, ps-cloud, ps-multi, ring")
       ->delimiter(',')
       ->capture_default_str();
   plan_command->add_option("--workers", plan.workers, "Workers (N)")
@@ -158,6 +158,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
   plan_command->add_option("--ps-cores", plan.ps_cores, "The PBox's cores serving the job")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  plan_command->add_option("--ps-hosts", plan.ps_hosts,
+                           "ps-multi: PS hosts the keys spread over (each with one worker's link)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 4096u));
   plan_command->add_option("--chunk-bytes", plan.chunk_bytes, "phubd's --chunk-bytes")

@@ -11,15 +11,17 @@ namespace phub::ctl {
 
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& o) {
   sim::Scenario s;
-  if (scheme == "ps-pbox" || scheme == "ps-cloud") {
+  if (scheme == "ps-pbox" || scheme == "ps-cloud" || scheme == "ps-multi") {
     s.scheme = sim::Scheme::kPs;
     s.network = scheme == "ps-pbox" ? sim::Network::kPbox : sim::Network::kCloud;
+    if (scheme == "ps-multi") s.ps_hosts = o.ps_hosts;
   } else if (scheme == "ring") {
     s.scheme = sim::Scheme::kRing;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "scheme '", scheme, "': give ps-pbox (a PBox with a link of N workers' rate), ps-cloud "
-        "(a parameter server with one worker's link) or ring"));
+        "(a parameter server with one worker's link), ps-multi (--ps-hosts servers, each with "
+        "one worker's link) or ring"));
   }
   if (!(o.mib > 0) || !std::isfinite(o.mib) || o.mib > 1e7) {
     return absl::InvalidArgumentError("--mib: give the gradient's size, above 0 and at most 1e7");

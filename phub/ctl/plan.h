@@ -21,6 +21,7 @@ struct PlanOptions {
   double gbps = 1;
   double latency_us = 0;
   std::uint32_t ps_cores = 2;
+  std::uint32_t ps_hosts = 2;  // ps-multi's
   std::uint64_t chunk_bytes = 1 << 20;
   std::uint32_t iterations = 3;
   bool verbs = false;
@@ -32,7 +33,8 @@ struct PlanRow {
   sim::Prediction prediction;
 };
 
-// The scenario of `scheme` ("ps-pbox", "ps-cloud", "ring") under `options`, or InvalidArgument.
+// The scenario of `scheme` ("ps-pbox", "ps-cloud", "ps-multi", "ring") under `options`, or
+// InvalidArgument.
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& options);
 // Simulates every scheme (one child process each: simulate.h).
 StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& options);

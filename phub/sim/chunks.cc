@@ -10,15 +10,22 @@ std::vector<SimChunk> CutChunks(const Scenario& s) {
   // Pieces of chunk_bytes, or larger where there would be more than max_chunks of them.
   const std::uint64_t piece =
       std::max<std::uint64_t>(s.chunk_bytes, (total + s.max_chunks - 1) / std::max<std::uint32_t>(1, s.max_chunks));
-  std::vector<std::uint64_t> load(std::max<std::uint32_t>(1, s.ps_cores), 0);
+  const std::uint32_t hosts = std::max<std::uint32_t>(1, s.ps_hosts);
+  std::vector<std::uint64_t> host_load(hosts, 0);
+  std::vector<std::vector<std::uint64_t>> load(
+      hosts, std::vector<std::uint64_t>(std::max<std::uint32_t>(1, s.ps_cores), 0));
   std::vector<SimChunk> chunks;
+  const auto least = [](const std::vector<std::uint64_t>& v) {
+    return static_cast<std::uint32_t>(std::min_element(v.begin(), v.end()) - v.begin());
+  };
   for (std::uint32_t t = 0; t < s.tensors.size(); ++t) {
     for (std::uint64_t at = 0; at < s.tensors[t].bytes; at += piece) {
       const std::uint64_t bytes = std::min(piece, s.tensors[t].bytes - at);
-      const auto core = static_cast<std::uint32_t>(
-          std::min_element(load.begin(), load.end()) - load.begin());
-      load[core] += bytes;
-      chunks.push_back({t, bytes, core});
+      const std::uint32_t server = least(host_load);
+      const std::uint32_t core = least(load[server]);
+      host_load[server] += bytes;
+      load[server][core] += bytes;
+      chunks.push_back({t, bytes, server, core});
     }
   }
   return chunks;

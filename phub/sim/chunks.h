@@ -1,6 +1,6 @@
 // The chunks a scenario's tensors are cut into and the PBox core each goes to, as phubd's key
 // table does it (phub/keys: each tensor cut into pieces of at most chunk_bytes, each piece to
-// the least loaded core by bytes so far). A model of thousands of chunks is simulated with
+// the least loaded core by bytes so far; with several PS hosts, the least loaded host first). A model of thousands of chunks is simulated with
 // fewer, larger ones (at most Scenario::max_chunks, a tensor's pieces merged): every chunk is a
 // flow from every worker group, and flows all sharing the PBox's link cost SimGrid's solver
 // their number squared; the larger pieces pipeline a little more coarsely.
@@ -16,7 +16,8 @@ namespace phub::sim {
 struct SimChunk {
   std::uint32_t tensor = 0;
   std::uint64_t bytes = 0;
-  std::uint32_t core = 0;
+  std::uint32_t server = 0;  // the PS host
+  std::uint32_t core = 0;    // of that host
 };
 
 std::vector<SimChunk> CutChunks(const Scenario& scenario);

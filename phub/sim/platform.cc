@@ -58,8 +58,10 @@ Platform BuildPlatform(const Scenario& s) {
     }
   }
   if (s.scheme == Scheme::kPs) {
-    platform.pbox = AddHost(star, "pbox", PboxBytesPerSecond(s), latency_s,
-                            static_cast<int>(s.ps_cores));
+    for (std::uint32_t k = 0; k < s.ps_hosts; ++k) {
+      platform.servers.push_back(AddHost(star, "ps" + std::to_string(k), PboxBytesPerSecond(s),
+                                         latency_s, static_cast<int>(s.ps_cores)));
+    }
   }
   star->seal();
   return platform;

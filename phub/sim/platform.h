@@ -25,12 +25,12 @@ struct WorkerGroup {
 
 struct Platform {
   std::vector<WorkerGroup> groups;
-  simgrid::s4u::Host* pbox = nullptr;  // kPs: the PBox, Scenario::ps_cores cores
+  std::vector<simgrid::s4u::Host*> servers;  // kPs: the PS hosts, Scenario::ps_cores cores each
 };
 
 // A worker's link rate in bytes a second after the calibrated goodput.
 double WorkerBytesPerSecond(const Scenario& scenario);
-// The PBox's link rate in bytes a second (kPbox: N workers' worth; kCloud: one worker's).
+// A PS host's link rate in bytes a second (kPbox: N workers' worth; kCloud: one worker's).
 double PboxBytesPerSecond(const Scenario& scenario);
 
 // Builds the platform in the current engine (before Engine::run). Hosts compute at 1e9

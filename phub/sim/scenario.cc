@@ -18,6 +18,7 @@ Status Check(const Scenario& s) {
   if (!(s.link_gbps > 0)) return bad("link_gbps must be above 0");
   if (!(s.latency_us >= 0) || !(s.forward_seconds >= 0)) return bad("negative times");
   if (s.ps_cores < 1) return bad("ps_cores: give 1 or more");
+  if (s.ps_hosts < 1 || s.ps_hosts > 4096) return bad("ps_hosts: give 1 to 4096");
   if (s.chunk_bytes < 4) return bad("chunk_bytes: give 4 or more");
   if (s.iterations < 1) return bad("iterations: give 1 or more (2+: the first is not timed)");
   if (s.max_worker_hosts < 2 || s.max_chunks < 1) return bad("max_worker_hosts >= 2, max_chunks >= 1");

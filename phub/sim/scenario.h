@@ -17,8 +17,8 @@ enum class Scheme {
 };
 
 enum class Network {
-  kPbox,   // the PBox's link is N x the worker's (the PBox design: a NIC port per rack share)
-  kCloud,  // the PBox's link is a worker's (a cloud VM as the parameter server)
+  kPbox,   // each PS host's link is N x the worker's (the PBox design: a NIC port per rack share)
+  kCloud,  // each PS host's link is a worker's (cloud VMs as parameter servers)
 };
 
 // A tensor the backward pass produces: its bytes and the compute before it is ready (from the
@@ -37,7 +37,10 @@ struct Scenario {
   double forward_seconds = 0;      // before the first tensor's backward
   double link_gbps = 1;            // each worker's link
   double latency_us = 0;           // one way, per link
-  std::uint32_t ps_cores = 2;
+  std::uint32_t ps_cores = 2;      // of each PS host
+  // PS hosts (kPs): the keys spread over them (BytePS's and ps-lite's several servers; the
+  // emulated racks' multips). Each has `network`'s link and ps_cores cores.
+  std::uint32_t ps_hosts = 1;
   std::uint64_t chunk_bytes = 1 << 20;
   std::uint64_t ring_piece_bytes = 1 << 20;  // phub/ring's pieces
   bool verbs = false;              // the PBox's transport: its CPU per byte received

@@ -39,10 +39,12 @@ void FindBottleneck(const Scenario& s, Prediction& p) {
   std::vector<std::pair<std::string, double>> busy;
   if (s.scheme == Scheme::kPs) {
     p.bytes_per_worker = total;
-    busy.emplace_back("the PBox's link", s.workers * total / PboxBytesPerSecond(s) / t);
+    busy.emplace_back(s.ps_hosts > 1 ? "a PS host's link" : "the PBox's link",
+                      s.workers * total / s.ps_hosts / PboxBytesPerSecond(s) / t);
     busy.emplace_back("a worker's link", total / WorkerBytesPerSecond(s) / t);
-    busy.emplace_back("the PBox's cores", s.workers * total * CoreSecondsPerByteIn(s) /
-                                              std::max<std::uint32_t>(1, s.ps_cores) / t);
+    busy.emplace_back(s.ps_hosts > 1 ? "a PS host's cores" : "the PBox's cores",
+                      s.workers * total * CoreSecondsPerByteIn(s) / s.ps_hosts /
+                          std::max<std::uint32_t>(1, s.ps_cores) / t);
   } else {
     p.bytes_per_worker = 2.0 * (s.workers - 1) / s.workers * total;
     busy.emplace_back("a worker's link", p.bytes_per_worker / WorkerBytesPerSecond(s) / t);

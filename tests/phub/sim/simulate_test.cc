@@ -55,6 +55,21 @@ TEST(SimulateTest, APboxOfNLinksTakesAboutOneGradientTimeAndACloudServerNOfThem)
   }
 }
 
+TEST(SimulateTest, KServersOfOneLinkEachTakeNOverKGradientTimes) {
+  for (auto [n, k] : {std::pair{4u, 4u}, std::pair{4u, 2u}, std::pair{8u, 2u}}) {
+    Scenario s = OneGradient(Scheme::kPs, n, 64);
+    s.network = Network::kCloud;
+    s.ps_hosts = k;
+    s.chunk_bytes = (1 << 20) / n;  // as run_exchange.py's ps-multi: the pipeline's fill small
+    auto p = Simulate(s);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const double reference = static_cast<double>(n) / k * Bytes(s) / WorkerBytesPerSecond(s);
+    EXPECT_GT(p->seconds_per_iteration, reference);
+    EXPECT_LT(p->seconds_per_iteration, 1.05 * reference) << n << " workers, " << k << " servers";
+    EXPECT_EQ(p->bottleneck, "a PS host's link");
+  }
+}
+
 TEST(SimulateTest, APboxWithTooFewCoresIsBoundByThem) {
   Scenario s = OneGradient(Scheme::kPs, 8, 64);
   s.link_gbps = 400;  // links far faster than one core's 0.5 ns a byte
