@@ -10,6 +10,15 @@ struct Calibration {
   // A shaped link's goodput over its rate: TCP through an htb-shaped veth, 95.6 % of the rate
   // (deploy/netns/README.md "Shaping", bench/topo/measure_shaping.py). Applied to every link.
   double link_goodput = 0.956;
+  // Incast: a PS host's link into which more senders push than it can take (o = the senders'
+  // rates together over its rate; a cloud server's o = N, each of K servers' N / K) loses goodput to the queue's drops
+  // and TCP's backoff: its goodput is min(link_goodput, incast_floor + incast_slope / o) of
+  // its rate. Fitted on the cloud PS rows at 100 MiB, N = 2, 4, 8 (docs/benchmarks.md
+  // "Exchange", cloud: 1902.0, 4324.8, 9198.8 ms against 1678, 3355, 6711 at the rate: 0.882,
+  // 0.776, 0.730 = 0.679 + 0.405 / N within 0.004); every other row validates it
+  // (bench/sim/validate.py).
+  double incast_floor = 0.679;
+  double incast_slope = 0.405;
   // Gradient bytes one phubd core absorbs a second with the fused sum + optimizer kernel, N
   // copies summed and momentum applied, one core of this VM (bench/aggregation, "Kernel on C
   // cores": 25.3 GB/s at C = 1, ~19 GB/s a core at C = 2).

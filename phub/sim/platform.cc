@@ -2,6 +2,7 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <algorithm>
 #include <string>
 
 namespace phub::sim {
@@ -27,6 +28,35 @@ sg4::Host* AddHost(sg4::NetZone* star, const std::string& name, double bytes_per
       star->create_split_duplex_link(name + "_link", bytes_per_second)->set_latency(latency_s)->seal();
   star->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
                   {{link, sg4::LinkInRoute::Direction::UP}}, true);
+  return host;
+}
+
+// A PS host: its outgoing link shared as any (its own sends), its incoming link with the
+// calibrated incast (calibration.h): the flows into it are `flows_per_sender` a sending host,
+// each host standing for `members` workers whose links run at `sender_bytes_per_second`.
+sg4::Host* AddServer(sg4::NetZone* star, const std::string& name, double raw_bytes_per_second,
+                     double latency_s, int cores, const Calibration& c, double members,
+                     double flows_per_sender, double sender_bytes_per_second) {
+  sg4::Host* host = star->create_host(name, kFlopsPerSecond)->set_core_count(cores)->seal();
+  const sg4::Link* up = star->create_link(name + "_up", raw_bytes_per_second * c.link_goodput)
+                            ->set_latency(latency_s)
+                            ->seal();
+  const auto incast = [c, members, flows_per_sender, sender_bytes_per_second](double capacity,
+                                                                              int flows) {
+    const double offered = flows / flows_per_sender * members * sender_bytes_per_second;
+    const double overload = offered / capacity;
+    const double goodput =
+        overload <= 1 ? c.link_goodput
+                      : std::min(c.link_goodput, c.incast_floor + c.incast_slope / overload);
+    return capacity * goodput;
+  };
+  const sg4::Link* down = star->create_link(name + "_down", raw_bytes_per_second)
+                              ->set_latency(latency_s)
+                              ->set_sharing_policy(sg4::Link::SharingPolicy::NONLINEAR, incast)
+                              ->seal();
+  star->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
+  star->add_route(nullptr, host->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)},
+                  false);
   return host;
 }
 
@@ -58,9 +88,14 @@ Platform BuildPlatform(const Scenario& s) {
     }
   }
   if (s.scheme == Scheme::kPs) {
+    const double members = platform.groups.front().members;
     for (std::uint32_t k = 0; k < s.ps_hosts; ++k) {
-      platform.servers.push_back(AddHost(star, "ps" + std::to_string(k), PboxBytesPerSecond(s),
-                                         latency_s, static_cast<int>(s.ps_cores)));
+      // Each worker pushes to a host on one connection per core (ps_actors.h), its link's rate
+      // spread over the hosts it pushes to at once.
+      platform.servers.push_back(AddServer(
+          star, "ps" + std::to_string(k), PboxBytesPerSecond(s) / s.calibration.link_goodput,
+          latency_s, static_cast<int>(s.ps_cores), s.calibration, members, s.ps_cores,
+          WorkerBytesPerSecond(s) / s.calibration.link_goodput / s.ps_hosts));
     }
   }
   star->seal();

@@ -15,8 +15,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Without the calibrated incast (a link's goodput the same however many push into it), so that
+// the reference is a link's rate; IncastSlowsAServerThatNPushInto has it.
 Scenario OneGradient(Scheme scheme, std::uint32_t workers, double mib) {
   Scenario s;
+  s.calibration.incast_floor = 1;
+  s.calibration.incast_slope = 0;
   s.scheme = scheme;
   s.workers = workers;
   s.tensors = {{static_cast<std::uint64_t>(mib * (1 << 20)), 0}};
@@ -67,6 +71,24 @@ TEST(SimulateTest, KServersOfOneLinkEachTakeNOverKGradientTimes) {
     EXPECT_GT(p->seconds_per_iteration, reference);
     EXPECT_LT(p->seconds_per_iteration, 1.05 * reference) << n << " workers, " << k << " servers";
     EXPECT_EQ(p->bottleneck, "a PS host's link");
+  }
+}
+
+TEST(SimulateTest, IncastSlowsAServerThatNPushIntoAsCalibrated) {
+  for (std::uint32_t n : {2u, 4u, 8u}) {
+    Scenario s = OneGradient(Scheme::kPs, n, 64);
+    s.network = Network::kCloud;
+    s.calibration = Calibration{};
+    auto p = Simulate(s);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const Calibration& c = s.calibration;
+    // Into the server: N x S at its rate x (floor + slope / N); out of it: N x S at its
+    // goodput, overlapped chunk by chunk with the pushes, so the pushes bound it.
+    const double rate = s.link_gbps * 1e9 / 8;
+    const double reference =
+        n * Bytes(s) / (rate * std::min(c.link_goodput, c.incast_floor + c.incast_slope / n));
+    EXPECT_GT(p->seconds_per_iteration, reference);
+    EXPECT_LT(p->seconds_per_iteration, 1.05 * reference) << n << " workers";
   }
 }
 
