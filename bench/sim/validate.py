@@ -25,13 +25,18 @@ from benchlib import tables  # noqa: E402
 from systems import multips_partition_bytes  # noqa: E402
 
 SCHEME = {("pbox", "ps"): "ps-pbox", ("cloud", "ps"): "ps-cloud", ("pbox", "ring"): "ring",
-          ("cloud", "ring"): "ring", ("multips", "ps-multi"): "ps-multi"}
+          ("cloud", "ring"): "ring", ("multips", "ps-multi"): "ps-multi",
+          ("racks", "ps-racks"): "ps-racks", ("racks", "ps"): "ps-pbox",
+          ("racks", "ps-multi"): "ps-multi", ("racks", "ring"): "ring"}
 
 
 def predict(phubctl, row):
     argv = [phubctl, "plan", "--schemes", SCHEME[(row["topology"], row["system"])], "--workers",
             row["workers"], "--mib", row["mib"], "--gbps", "1", "--ps-cores", "2", "--json"]
-    if row["system"] == "ps-multi":  # as run_exchange.py runs it
+    if row["racks"] != "1":  # bench/racks/run_racks.py's clusters
+        argv += ["--racks", row["racks"], "--uplink-gbps", row["uplink_gbps"], "--chunk-bytes",
+                 row["chunk_bytes"]]
+    elif row["system"] == "ps-multi":  # as run_exchange.py runs it
         k = int(row["ps_hosts"])
         argv += ["--ps-hosts", str(k), "--chunk-bytes",
                  str(multips_partition_bytes(int(row["workers"]), k, float(row["mib"])))]
@@ -57,18 +62,20 @@ def main():
                          "ratio": round(predicted / measured, 3),
                          "within_10pct": abs(predicted / measured - 1) <= 0.10})
     tables.write_tsv(os.path.join(a.out, "validation.tsv"), rows,
-                     ["topology", "system", "workers", "ps_hosts", "mib", "ms", "predicted_ms", "ratio",
+                     ["topology", "system", "workers", "ps_hosts", "racks", "uplink_gbps", "mib",
+                      "ms", "predicted_ms", "ratio",
                       "within_10pct", "source"])
     within = sum(r["within_10pct"] for r in rows)
     lines = [f"The simulator against the measured exchanges (bench/sim/measured.tsv): "
              f"{within} of {len(rows)} rows within +-10 %; median |ratio - 1| "
              f"{statistics.median(abs(r['ratio'] - 1) for r in rows):.3f}.", ""]
     lines += tables.md_table(
-        ["topology", "system", "N", "K", "S MiB", "measured ms", "predicted ms",
-         "predicted / measured", "within 10 %"],
-        [[r["topology"], r["system"], r["workers"], r["ps_hosts"] or "-", r["mib"], r["ms"],
-          f"{r['predicted_ms']:.1f}", f"{r['ratio']:.3f}", "yes" if r["within_10pct"] else "no"]
-         for r in rows], "llrrrrrrl")
+        ["topology", "system", "N", "K", "racks x uplink", "S MiB", "measured ms",
+         "predicted ms", "predicted / measured", "within 10 %"],
+        [[r["topology"], r["system"], r["workers"], r["ps_hosts"] or "-",
+          f"{r['racks']} x {r['uplink_gbps']} Gbit/s" if r["racks"] != "1" else "-", r["mib"],
+          r["ms"], f"{r['predicted_ms']:.1f}", f"{r['ratio']:.3f}",
+          "yes" if r["within_10pct"] else "no"] for r in rows], "llrrlrrrrl")
     print(tables.write_markdown(os.path.join(a.out, "validation.md"), lines))
     return 0
 

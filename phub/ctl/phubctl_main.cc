@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       "time an iteration of the gradient exchange takes per scheme on a cluster of --workers "
       "workers, what each worker moves, and what bounds it (docs/operations.md \"Sizing a "
       "PBox\")");
-  plan_command->add_option("--schemes", plan.schemes, "ps-pbox, ps-cloud, ps-multi, ring")
+  plan_command->add_option("--schemes", plan.schemes, "ps-pbox, ps-cloud, ps-multi, ps-racks, ring")
       ->delimiter(',')
       ->capture_default_str();
   plan_command->add_option("--workers", plan.workers, "Workers (N)")
@@ -164,6 +164,13 @@ int main(int argc, char** argv) {
                            "ps-multi: PS hosts the keys spread over (each with one worker's link)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 4096u));
+  plan_command->add_option("--racks", plan.racks,
+                           "Racks of --workers / --racks workers each, a PBox in each")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  plan_command->add_option("--uplink-gbps", plan.uplink_gbps,
+                           "With --racks above 1: each rack's uplink to the core, Gbit/s")
+      ->check(CLI::Range(1e-3, 1e6));
   plan_command->add_option("--chunk-bytes", plan.chunk_bytes, "phubd's --chunk-bytes")
       ->capture_default_str()
       ->check(CLI::Range(std::uint64_t{4}, std::uint64_t{1} << 32));

@@ -11,17 +11,24 @@ namespace phub::ctl {
 
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& o) {
   sim::Scenario s;
+  s.racks = o.racks;
+  s.uplink_gbps = o.uplink_gbps;
   if (scheme == "ps-pbox" || scheme == "ps-cloud" || scheme == "ps-multi") {
     s.scheme = sim::Scheme::kPs;
-    s.network = scheme == "ps-pbox" ? sim::Network::kPbox : sim::Network::kCloud;
-    if (scheme == "ps-multi") s.ps_hosts = o.ps_hosts;
+    s.network = scheme == "ps-cloud" || (scheme == "ps-multi" && o.racks == 1)
+                    ? sim::Network::kCloud
+                    : sim::Network::kPbox;
+    if (scheme == "ps-multi") s.ps_hosts = o.racks > 1 ? o.racks : o.ps_hosts;
+  } else if (scheme == "ps-racks") {
+    s.scheme = sim::Scheme::kPsRacks;
   } else if (scheme == "ring") {
     s.scheme = sim::Scheme::kRing;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "scheme '", scheme, "': give ps-pbox (a PBox with a link of N workers' rate), ps-cloud "
         "(a parameter server with one worker's link), ps-multi (--ps-hosts servers, each with "
-        "one worker's link) or ring"));
+        "one worker's link; across racks every rack's PBox), ps-racks (racks of racks: each "
+        "rack's PBox, then each chunk's home) or ring"));
   }
   if (!(o.mib > 0) || !std::isfinite(o.mib) || o.mib > 1e7) {
     return absl::InvalidArgumentError("--mib: give the gradient's size, above 0 and at most 1e7");
@@ -50,8 +57,14 @@ StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& o) {
 
 std::string RenderPlanText(const PlanOptions& o, const std::vector<PlanRow>& rows) {
   std::string out = absl::StrFormat(
-      "%u workers, a gradient of %g MiB, %g Gbit/s links, PBox of %u cores (%s)\n", o.workers,
+      "%u workers, a gradient of %g MiB, %g Gbit/s links, PBox of %u cores (%s)", o.workers,
       o.mib, o.gbps, o.ps_cores, o.verbs ? "verbs" : "TCP");
+  if (o.racks > 1) {
+    out += absl::StrFormat("; %u racks of %u, uplinks %g Gbit/s (%.3g:1)", o.racks,
+                           o.workers / o.racks, o.uplink_gbps,
+                           o.workers / o.racks * o.gbps / o.uplink_gbps);
+  }
+  out += "\n";
   out += absl::StrFormat("%-10s %14s %16s  %s\n", "scheme", "ms/iteration", "MB/worker", "bound by");
   for (const PlanRow& r : rows) {
     out += absl::StrFormat("%-10s %14.1f %16.1f  %s (%.0f %% busy)\n", r.scheme,

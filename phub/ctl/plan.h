@@ -21,7 +21,9 @@ struct PlanOptions {
   double gbps = 1;
   double latency_us = 0;
   std::uint32_t ps_cores = 2;
-  std::uint32_t ps_hosts = 2;  // ps-multi's
+  std::uint32_t ps_hosts = 2;  // ps-multi's, in one rack
+  std::uint32_t racks = 1;
+  double uplink_gbps = 0;  // each rack's, with racks > 1
   std::uint64_t chunk_bytes = 1 << 20;
   std::uint32_t iterations = 3;
   bool verbs = false;
@@ -33,8 +35,9 @@ struct PlanRow {
   sim::Prediction prediction;
 };
 
-// The scenario of `scheme` ("ps-pbox", "ps-cloud", "ps-multi", "ring") under `options`, or
-// InvalidArgument.
+// The scenario of `scheme` ("ps-pbox", "ps-cloud", "ps-multi", "ps-racks", "ring") under
+// `options`, or InvalidArgument. Across racks ps-pbox is one PBox (rack 0's) for every rack,
+// ps-multi the keys spread over every rack's PBox, ps-racks the hierarchy.
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& options);
 // Simulates every scheme (one child process each: simulate.h).
 StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& options);

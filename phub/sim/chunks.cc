@@ -10,7 +10,9 @@ std::vector<SimChunk> CutChunks(const Scenario& s) {
   // Pieces of chunk_bytes, or larger where there would be more than max_chunks of them.
   const std::uint64_t piece =
       std::max<std::uint64_t>(s.chunk_bytes, (total + s.max_chunks - 1) / std::max<std::uint32_t>(1, s.max_chunks));
-  const std::uint32_t hosts = std::max<std::uint32_t>(1, s.ps_hosts);
+  // Racks of racks: each chunk's home is a rack's PBox.
+  const std::uint32_t hosts =
+      std::max<std::uint32_t>(1, s.scheme == Scheme::kPsRacks ? s.racks : s.ps_hosts);
   std::vector<std::uint64_t> host_load(hosts, 0);
   std::vector<std::vector<std::uint64_t>> load(
       hosts, std::vector<std::uint64_t>(std::max<std::uint32_t>(1, s.ps_cores), 0));
@@ -29,6 +31,13 @@ std::vector<SimChunk> CutChunks(const Scenario& s) {
     }
   }
   return chunks;
+}
+
+std::vector<std::vector<std::size_t>> ChunksByTensor(const Scenario& s,
+                                                     const std::vector<SimChunk>& chunks) {
+  std::vector<std::vector<std::size_t>> of(s.tensors.size());
+  for (std::size_t c = 0; c < chunks.size(); ++c) of[chunks[c].tensor].push_back(c);
+  return of;
 }
 
 double CoreSecondsPerByteIn(const Scenario& s) {

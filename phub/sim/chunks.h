@@ -21,6 +21,9 @@ struct SimChunk {
 };
 
 std::vector<SimChunk> CutChunks(const Scenario& scenario);
+// The chunks' indices by tensor.
+std::vector<std::vector<std::size_t>> ChunksByTensor(const Scenario& scenario,
+                                                     const std::vector<SimChunk>& chunks);
 
 // The PBox core's seconds per byte it receives (its transport's, at least the sum's).
 double CoreSecondsPerByteIn(const Scenario& scenario);

@@ -13,92 +13,147 @@ double WorkerBytesPerSecond(const Scenario& s) {
   return s.link_gbps * 1e9 / 8 * s.calibration.link_goodput;
 }
 
+double UplinkBytesPerSecond(const Scenario& s) {
+  return s.racks > 1 ? s.uplink_gbps * 1e9 / 8 * s.calibration.link_goodput : 0;
+}
+
 double PboxBytesPerSecond(const Scenario& s) {
-  const double workers = s.network == Network::kPbox ? s.workers : 1;
-  return workers * WorkerBytesPerSecond(s);
+  if (s.network == Network::kCloud) return WorkerBytesPerSecond(s);
+  return static_cast<double>(s.workers / s.racks) * WorkerBytesPerSecond(s) + UplinkBytesPerSecond(s);
 }
 
 namespace {
 
-// A host of the star with its private link (split duplex: sending and receiving do not share).
-sg4::Host* AddHost(sg4::NetZone* star, const std::string& name, double bytes_per_second,
-                   double latency_s, int cores) {
-  sg4::Host* host = star->create_host(name, kFlopsPerSecond)->set_core_count(cores)->seal();
-  const sg4::Link* link =
-      star->create_split_duplex_link(name + "_link", bytes_per_second)->set_latency(latency_s)->seal();
-  star->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
-                  {{link, sg4::LinkInRoute::Direction::UP}}, true);
-  return host;
-}
+// A host's two links to its rack's switch.
+struct Port {
+  sg4::Host* host;
+  const sg4::Link* up;
+  const sg4::Link* down;
+  std::uint32_t rack;
+};
 
-// A PS host: its outgoing link shared as any (its own sends), its incoming link with the
-// calibrated incast (calibration.h): the flows into it are `flows_per_sender` a sending host,
-// each host standing for `members` workers whose links run at `sender_bytes_per_second`.
-sg4::Host* AddServer(sg4::NetZone* star, const std::string& name, double raw_bytes_per_second,
-                     double latency_s, int cores, const Calibration& c, double members,
-                     double flows_per_sender, double sender_bytes_per_second) {
-  sg4::Host* host = star->create_host(name, kFlopsPerSecond)->set_core_count(cores)->seal();
-  const sg4::Link* up = star->create_link(name + "_up", raw_bytes_per_second * c.link_goodput)
-                            ->set_latency(latency_s)
-                            ->seal();
-  const auto incast = [c, members, flows_per_sender, sender_bytes_per_second](double capacity,
-                                                                              int flows) {
-    const double offered = flows / flows_per_sender * members * sender_bytes_per_second;
-    const double overload = offered / capacity;
-    const double goodput =
-        overload <= 1 ? c.link_goodput
-                      : std::min(c.link_goodput, c.incast_floor + c.incast_slope / overload);
-    return capacity * goodput;
-  };
-  const sg4::Link* down = star->create_link(name + "_down", raw_bytes_per_second)
-                              ->set_latency(latency_s)
-                              ->set_sharing_policy(sg4::Link::SharingPolicy::NONLINEAR, incast)
-                              ->seal();
-  star->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
-  star->add_route(nullptr, host->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)},
-                  false);
-  return host;
+class Builder {
+ public:
+  Builder(const Scenario& s, double members) : s_(s), zone_(sg4::create_full_zone("cluster")),
+                                               members_(members) {
+    for (std::uint32_t r = 0; s.racks > 1 && r < s.racks; ++r) {
+      const std::string name = "uplink" + std::to_string(r);
+      const double raw = s.uplink_gbps * 1e9 / 8;
+      uplinks_.push_back({IncastLink(name + "_up", raw), IncastLink(name + "_down", raw)});
+    }
+  }
+
+  // A host whose links run at `bytes_per_second` each way.
+  sg4::Host* Host(const std::string& name, double bytes_per_second, int cores, std::uint32_t rack) {
+    sg4::Host* host = zone_->create_host(name, kFlopsPerSecond)->set_core_count(cores)->seal();
+    ports_.push_back({host, Link(name + "_up", bytes_per_second),
+                      Link(name + "_down", bytes_per_second), rack});
+    return host;
+  }
+
+  // A PS host: its outgoing link shared as any, its incoming link with the calibrated incast.
+  sg4::Host* Server(const std::string& name, std::uint32_t rack) {
+    const double raw = PboxBytesPerSecond(s_) / s_.calibration.link_goodput;
+    sg4::Host* host =
+        zone_->create_host(name, kFlopsPerSecond)->set_core_count(static_cast<int>(s_.ps_cores))->seal();
+    ports_.push_back({host, Link(name + "_up", raw * s_.calibration.link_goodput),
+                      IncastLink(name + "_down", raw), rack});
+    return host;
+  }
+
+  // Every route between two hosts: the sender's link up, the racks' uplinks if they differ,
+  // the receiver's link down.
+  void Seal() {
+    for (const Port& from : ports_) {
+      for (const Port& to : ports_) {
+        if (from.host == to.host) continue;
+        std::vector<sg4::LinkInRoute> links = {sg4::LinkInRoute(from.up)};
+        if (from.rack != to.rack) {
+          links.emplace_back(uplinks_[from.rack].first);
+          links.emplace_back(uplinks_[to.rack].second);
+        }
+        links.emplace_back(to.down);
+        zone_->add_route(from.host->get_netpoint(), to.host->get_netpoint(), nullptr, nullptr,
+                         links, false);
+      }
+    }
+    zone_->seal();
+  }
+
+ private:
+  const sg4::Link* Link(const std::string& name, double bytes_per_second) {
+    return zone_->create_link(name, bytes_per_second)->set_latency(s_.latency_us * 1e-6)->seal();
+  }
+
+  // A link (of `raw` bytes a second before the goodput) that the PS's pushes may overload: a
+  // PS host's way in, a rack's uplink. Its capacity follows the calibrated incast: each flow
+  // through it is a worker group's connection to one core of one PS host, standing for
+  // `members_` workers' whose links' rate is spread over those connections (calibration.h).
+  const sg4::Link* IncastLink(const std::string& name, double raw) {
+    const Calibration c = s_.calibration;
+    const double per_flow =
+        members_ * s_.link_gbps * 1e9 / 8 / (static_cast<double>(s_.ps_cores) * s_.ps_hosts);
+    const auto incast = [c, per_flow](double capacity, int flows) {
+      const double overload = flows * per_flow / capacity;
+      const double goodput =
+          overload <= 1 ? c.link_goodput
+                        : std::min(c.link_goodput, c.incast_floor + c.incast_slope / overload);
+      return capacity * goodput;
+    };
+    return zone_->create_link(name, raw)
+        ->set_latency(s_.latency_us * 1e-6)
+        ->set_sharing_policy(sg4::Link::SharingPolicy::NONLINEAR, incast)
+        ->seal();
+  }
+
+  const Scenario& s_;
+  sg4::NetZone* zone_;
+  std::vector<std::pair<const sg4::Link*, const sg4::Link*>> uplinks_;  // by rack: up, down
+  std::vector<Port> ports_;
+  double members_;  // workers a group host stands for
+};
+
+// The largest divisor of `n` that is at most `most` (at least 1).
+std::uint32_t LargestDivisorAtMost(std::uint32_t n, std::uint32_t most) {
+  std::uint32_t d = std::max<std::uint32_t>(1, std::min(n, most));
+  while (n % d != 0) --d;
+  return d;
 }
 
 }  // namespace
 
 Platform BuildPlatform(const Scenario& s) {
-  sg4::NetZone* star = sg4::create_star_zone("cluster");
   Platform platform;
-  const double latency_s = s.latency_us * 1e-6;
-  if (s.scheme == Scheme::kRing) {
-    // Every link of a ring on a star carries the same flow each step: a ring of fewer hosts,
-    // each one worker, with the N-worker ring's steps and segments takes the same time.
-    const std::uint32_t hosts = std::min(s.workers, s.max_worker_hosts);
-    for (std::uint32_t g = 0; g < hosts; ++g) {
-      platform.groups.push_back(
-          {AddHost(star, "w" + std::to_string(g), WorkerBytesPerSecond(s), latency_s, 1), 1});
+  const std::uint32_t per_rack = s.workers / s.racks;
+  const std::uint32_t hosts_per_rack = std::max<std::uint32_t>(1, s.max_worker_hosts / s.racks);
+  const std::uint32_t groups = LargestDivisorAtMost(per_rack, hosts_per_rack);
+  Builder builder(s, s.scheme == Scheme::kRing ? 1.0 : static_cast<double>(per_rack / groups));
+  for (std::uint32_t r = 0; r < s.racks; ++r) {
+    if (s.scheme == Scheme::kRing) {
+      // Every link of a ring carries one segment each way a step: a ring of fewer hosts, each
+      // one worker, with the N-worker ring's steps and segments takes the same time.
+      for (std::uint32_t g = 0; g < std::min(per_rack, hosts_per_rack); ++g) {
+        const std::string name = "w" + std::to_string(r) + "_" + std::to_string(g);
+        platform.groups.push_back({builder.Host(name, WorkerBytesPerSecond(s), 1, r), 1, r});
+      }
+      continue;
     }
-  } else {
-    // Groups of equal size (the largest divisor of N within max_worker_hosts): max-min sharing
-    // gives every flow of a link the same share, so a group's flow stands for its members' only
-    // when every group has as many.
-    std::uint32_t hosts = std::min(s.workers, s.max_worker_hosts);
-    while (s.workers % hosts != 0) --hosts;
-    const std::uint32_t members = s.workers / hosts;
-    for (std::uint32_t g = 0; g < hosts; ++g) {
+    const std::uint32_t members = per_rack / groups;
+    for (std::uint32_t g = 0; g < groups; ++g) {
+      const std::string name = "w" + std::to_string(r) + "_" + std::to_string(g);
       platform.groups.push_back(
-          {AddHost(star, "w" + std::to_string(g), members * WorkerBytesPerSecond(s), latency_s, 1),
-           members});
+          {builder.Host(name, members * WorkerBytesPerSecond(s), 1, r), members, r});
     }
   }
-  if (s.scheme == Scheme::kPs) {
-    const double members = platform.groups.front().members;
-    for (std::uint32_t k = 0; k < s.ps_hosts; ++k) {
-      // Each worker pushes to a host on one connection per core (ps_actors.h), its link's rate
-      // spread over the hosts it pushes to at once.
-      platform.servers.push_back(AddServer(
-          star, "ps" + std::to_string(k), PboxBytesPerSecond(s) / s.calibration.link_goodput,
-          latency_s, static_cast<int>(s.ps_cores), s.calibration, members, s.ps_cores,
-          WorkerBytesPerSecond(s) / s.calibration.link_goodput / s.ps_hosts));
+  if (s.scheme != Scheme::kRing) {
+    // One rack: ps_hosts servers in it. Racks: rack 0's PBox, or every rack's.
+    const std::uint32_t servers = s.scheme == Scheme::kPsRacks ? s.racks : s.ps_hosts;
+    for (std::uint32_t k = 0; k < servers; ++k) {
+      platform.servers.push_back(
+          builder.Server("ps" + std::to_string(k), s.racks > 1 ? k : 0));
     }
   }
-  star->seal();
+  builder.Seal();
   return platform;
 }
 

@@ -1,10 +1,15 @@
-// The simulated cluster of a Scenario, built in the running SimGrid engine: a star (a
-// non-blocking switch) with a private split-duplex link per host. For the PS, workers are
-// merged into at most Scenario::max_worker_hosts groups of as many identical members each: a
-// group's host has the link of all its members together and sends their flows as one; every
-// flow of a link gets the same max-min share, so with equal groups a group's flow gets what
-// its members' would together, and the times are the members' (exact while the members are
-// identical, as in data-parallel training). The ring's hosts are single workers (ring_actors.h).
+// The simulated cluster of a Scenario, built in the running SimGrid engine: racks of hosts, each
+// host with a private link each way to its rack's (non-blocking) switch, each rack's switch
+// with an uplink each way to the core (racks > 1), every route between two hosts given
+// explicitly (a full zone: their links, and the two racks' uplinks when the racks differ).
+//
+// Workers are merged into equal groups (at most Scenario::max_worker_hosts hosts in all, as
+// many in each rack): a group's host has the links of all its members together and sends their
+// flows as one; max-min sharing gives every flow of a link the same share, so with equal groups
+// a group's flow gets what its members' would together, and the times are the members' (exact
+// while the members are identical, as in data-parallel training). The ring's hosts are single
+// workers (ring_actors.h). A PS host's incoming link carries the calibrated incast
+// (calibration.h): its capacity follows how far the hosts pushing into it overload it.
 #pragma once
 
 #include <cstdint>
@@ -21,17 +26,22 @@ namespace phub::sim {
 struct WorkerGroup {
   simgrid::s4u::Host* host = nullptr;
   std::uint32_t members = 0;
+  std::uint32_t rack = 0;
 };
 
 struct Platform {
-  std::vector<WorkerGroup> groups;
-  std::vector<simgrid::s4u::Host*> servers;  // kPs: the PS hosts, Scenario::ps_cores cores each
+  std::vector<WorkerGroup> groups;  // rack by rack
+  // kPs: the PS hosts the keys spread over; kPsRacks: every rack's PBox, by rack.
+  std::vector<simgrid::s4u::Host*> servers;
 };
 
 // A worker's link rate in bytes a second after the calibrated goodput.
 double WorkerBytesPerSecond(const Scenario& scenario);
-// A PS host's link rate in bytes a second (kPbox: N workers' worth; kCloud: one worker's).
+// A PS host's link rate in bytes a second: a PBox's is its rack's workers' rates plus its
+// rack's uplink's (kPbox), a cloud server's one worker's (kCloud).
 double PboxBytesPerSecond(const Scenario& scenario);
+// A rack's uplink rate in bytes a second after the goodput (0 with one rack).
+double UplinkBytesPerSecond(const Scenario& scenario);
 
 // Builds the platform in the current engine (before Engine::run). Hosts compute at 1e9
 // flop/s: an execution of x * 1e9 flops takes x seconds.

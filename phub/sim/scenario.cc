@@ -19,6 +19,14 @@ Status Check(const Scenario& s) {
   if (!(s.latency_us >= 0) || !(s.forward_seconds >= 0)) return bad("negative times");
   if (s.ps_cores < 1) return bad("ps_cores: give 1 or more");
   if (s.ps_hosts < 1 || s.ps_hosts > 4096) return bad("ps_hosts: give 1 to 4096");
+  if (s.racks < 1 || s.workers % s.racks != 0) {
+    return bad("racks: give 1 or more, dividing the workers (every rack as many)");
+  }
+  if (s.racks > 1 && !(s.uplink_gbps > 0)) return bad("uplink_gbps: a rack's uplink above 0");
+  if (s.racks > 1 && s.scheme == Scheme::kPs && s.ps_hosts != 1 && s.ps_hosts != s.racks) {
+    return bad("ps_hosts across racks: 1 (rack 0's PBox) or racks (every rack's)");
+  }
+  if (s.scheme == Scheme::kPsRacks && s.racks < 2) return bad("kPsRacks needs 2 racks or more");
   if (s.chunk_bytes < 4) return bad("chunk_bytes: give 4 or more");
   if (s.iterations < 1) return bad("iterations: give 1 or more (2+: the first is not timed)");
   if (s.max_worker_hosts < 2 || s.max_chunks < 1) return bad("max_worker_hosts >= 2, max_chunks >= 1");

@@ -12,8 +12,10 @@
 namespace phub::sim {
 
 enum class Scheme {
-  kPs,    // one PBox (phubd): chunks spread over its cores, each summed once and sent back
-  kRing,  // ring allreduce: reduce-scatter then all-gather, 2 (N - 1) steps of S / N
+  kPs,       // PS hosts (one PBox, or ps_hosts of them): each chunk summed once and sent back
+  kPsRacks,  // racks of racks: each rack's PBox sums its rack's copies, each chunk's home PBox
+             // sums the racks' sums (phubd --topology; docs/design.md "Racks of racks")
+  kRing,     // ring allreduce: reduce-scatter then all-gather, 2 (N - 1) steps of S / N
 };
 
 enum class Network {
@@ -32,6 +34,13 @@ struct Scenario {
   Scheme scheme = Scheme::kPs;
   Network network = Network::kPbox;
   std::uint32_t workers = 2;
+  // Racks of racks: `racks` racks of workers / racks each, a PBox in each (its link the rack's
+  // workers' rates plus the uplink's), each rack's uplink to the core at uplink_gbps (its
+  // oversubscription: workers / racks x link_gbps over it). One rack: a non-blocking switch.
+  // kPs across racks serves every rack from rack 0's PBox (or, with ps_hosts = racks, from
+  // every rack's: keys spread); the ring goes through the racks in order.
+  std::uint32_t racks = 1;
+  double uplink_gbps = 0;
   // Tensors in the order backward produces them (the last layer's first).
   std::vector<Tensor> tensors;
   double forward_seconds = 0;      // before the first tensor's backward

@@ -18,6 +18,7 @@
 #include "phub/sim/chunks.h"
 #include "phub/sim/platform.h"
 #include "phub/sim/ps_actors.h"
+#include "phub/sim/rack_ps_actors.h"
 #include "phub/sim/ring_actors.h"
 
 namespace phub::sim {
@@ -37,17 +38,35 @@ void FindBottleneck(const Scenario& s, Prediction& p) {
   for (const Tensor& t : s.tensors) total += static_cast<double>(t.bytes);
   const double t = p.seconds_per_iteration;
   std::vector<std::pair<std::string, double>> busy;
+  const double n = static_cast<double>(s.workers / s.racks), racks = s.racks;
+  const double uplink = UplinkBytesPerSecond(s);
+  const double cores = std::max<std::uint32_t>(1, s.ps_cores);
+  // Bytes each resource carries an iteration (each way), over its rate and the time.
   if (s.scheme == Scheme::kPs) {
+    const double k = s.ps_hosts;
     p.bytes_per_worker = total;
-    busy.emplace_back(s.ps_hosts > 1 ? "a PS host's link" : "the PBox's link",
-                      s.workers * total / s.ps_hosts / PboxBytesPerSecond(s) / t);
+    busy.emplace_back(k > 1 ? "a PS host's link" : "the PBox's link",
+                      s.workers * total / k / PboxBytesPerSecond(s) / t);
     busy.emplace_back("a worker's link", total / WorkerBytesPerSecond(s) / t);
-    busy.emplace_back(s.ps_hosts > 1 ? "a PS host's cores" : "the PBox's cores",
-                      s.workers * total * CoreSecondsPerByteIn(s) / s.ps_hosts /
-                          std::max<std::uint32_t>(1, s.ps_cores) / t);
+    busy.emplace_back(k > 1 ? "a PS host's cores" : "the PBox's cores",
+                      s.workers * total * CoreSecondsPerByteIn(s) / k / cores / t);
+    if (s.racks > 1) {  // rack 0's PBox takes every other rack's; K = racks: each 1 / K
+      // each way: pushes out to (and weights in from) the other racks' PBoxes, weights out to
+      // (pushes in from) the other racks' workers
+      const double crossing = k > 1 ? 2 * n * total * (racks - 1) / racks : (racks - 1) * n * total;
+      busy.emplace_back("a rack's uplink", crossing / uplink / t);
+    }
+  } else if (s.scheme == Scheme::kPsRacks) {
+    p.bytes_per_worker = total;
+    const double crossing = 2 * (racks - 1) / racks * total;  // sums out, others' sums in
+    busy.emplace_back("a rack's PBox's link", (n * total + crossing) / PboxBytesPerSecond(s) / t);
+    busy.emplace_back("a worker's link", total / WorkerBytesPerSecond(s) / t);
+    busy.emplace_back("a rack's uplink", crossing / uplink / t);
+    busy.emplace_back("a rack's PBox's cores", (n + 1) * total * CoreSecondsPerByteIn(s) / cores / t);
   } else {
     p.bytes_per_worker = 2.0 * (s.workers - 1) / s.workers * total;
     busy.emplace_back("a worker's link", p.bytes_per_worker / WorkerBytesPerSecond(s) / t);
+    if (s.racks > 1) busy.emplace_back("a rack's uplink", p.bytes_per_worker / uplink / t);
   }
   const auto top = std::max_element(busy.begin(), busy.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -66,10 +85,10 @@ Prediction RunInEngine(const Scenario& s) {
   sg4::Engine engine(&argc, argv.data());
   const Platform platform = BuildPlatform(s);
   IterationLog log;
-  if (s.scheme == Scheme::kPs) {
-    StartPsActors(s, platform, log);
-  } else {
-    StartRingActors(s, platform, log);
+  switch (s.scheme) {
+    case Scheme::kPs: StartPsActors(s, platform, log); break;
+    case Scheme::kPsRacks: StartRackPsActors(s, platform, log); break;
+    case Scheme::kRing: StartRingActors(s, platform, log); break;
   }
   engine.run();
   Prediction p;

@@ -92,6 +92,29 @@ TEST(SimulateTest, IncastSlowsAServerThatNPushIntoAsCalibrated) {
   }
 }
 
+// 2 racks of 4 behind 4:1 uplinks (U = B), without the incast: the hierarchy moves one copy of
+// each chunk each way across the core and is bound by its PBoxes' links (n + 2 (R - 1) / R) S
+// over n B + U = S / B; one PBox for both racks takes rack 1's four copies over one uplink,
+// 4 S / B; the ring 2 (N - 1) / N S over min(B, U). bench/topo/topology.py's limits.
+TEST(SimulateTest, RacksBehindAnOversubscribedCoreAsTheirLimitsSay) {
+  const auto run = [](Scheme scheme) {
+    Scenario s = OneGradient(scheme, 8, 64);
+    s.racks = 2;
+    s.uplink_gbps = 1;
+    s.chunk_bytes = 256 << 10;
+    auto p = Simulate(s);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return std::pair{p.ok() ? p->seconds_per_iteration : 0.0, Bytes(s) / WorkerBytesPerSecond(s)};
+  };
+  const auto [racks, one] = run(Scheme::kPsRacks);
+  EXPECT_GT(racks, one);
+  EXPECT_LT(racks, 1.05 * one);
+  const auto [flat, one_again] = run(Scheme::kPs);
+  EXPECT_NEAR(flat, 4 * one, 0.05 * 4 * one);
+  const auto [ring, also_one] = run(Scheme::kRing);
+  EXPECT_NEAR(ring, 1.75 * one, 1e-3 * one);
+}
+
 TEST(SimulateTest, APboxWithTooFewCoresIsBoundByThem) {
   Scenario s = OneGradient(Scheme::kPs, 8, 64);
   s.link_gbps = 400;  // links far faster than one core's 0.5 ns a byte

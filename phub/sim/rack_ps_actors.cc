@@ -1,0 +1,135 @@
+#include "phub/sim/rack_ps_actors.h"
+
+#include <simgrid/s4u.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "phub/sim/chunks.h"
+#include "phub/sim/streams.h"
+
+namespace phub::sim {
+
+namespace sg4 = simgrid::s4u;
+
+namespace {
+
+std::string Box(const char* what, std::size_t a, std::size_t b = 0) {
+  return std::string(what) + std::to_string(a) + "_" + std::to_string(b);
+}
+
+// The simulation's connections, each an ordered Stream: (group, core) both ways between a
+// group and its rack's PBox; (rack, home, core) both ways between PBoxes.
+struct Connections {
+  std::vector<Stream> up, down;            // [group * cores + core]
+  std::vector<Stream> to_home, from_home;  // [(rack * racks + home) * cores + core]
+};
+
+}  // namespace
+
+void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog& log) {
+  auto chunks = std::make_shared<const std::vector<SimChunk>>(CutChunks(s));
+  auto by_tensor = std::make_shared<const std::vector<std::vector<std::size_t>>>(
+      ChunksByTensor(s, *chunks));
+  const std::size_t groups = platform.groups.size(), racks = s.racks, cores = s.ps_cores;
+  log.Resize(groups, s.iterations);
+  auto net = std::make_shared<Connections>();
+  for (std::size_t g = 0; g < groups; ++g) {
+    const std::size_t rack = platform.groups[g].rack;
+    for (std::size_t k = 0; k < cores; ++k) {
+      net->up.push_back(Stream::Open(Box("up", g, k), platform.groups[g].host));
+      net->down.push_back(Stream::Open(Box("down", g, k), platform.servers[rack]));
+    }
+  }
+  for (std::size_t r = 0; r < racks; ++r) {
+    for (std::size_t h = 0; h < racks; ++h) {
+      for (std::size_t k = 0; k < cores; ++k) {
+        const std::string name = Box("rack", r, h) + "_" + std::to_string(k);
+        net->to_home.push_back(Stream::Open("to" + name, platform.servers[r]));
+        net->from_home.push_back(Stream::Open("from" + name, platform.servers[h]));
+      }
+    }
+  }
+  const auto between = [racks, cores](std::size_t r, std::size_t h, std::size_t k) {
+    return (r * racks + h) * cores + k;
+  };
+
+  for (std::size_t g = 0; g < groups; ++g) {
+    const WorkerGroup group = platform.groups[g];
+    sg4::Actor::create("worker" + std::to_string(g), group.host,
+                       [&s, &log, g, group, cores, chunks, by_tensor, net] {
+      Own(Box("weights", g));
+      for (std::uint32_t it = 0; it < s.iterations; ++it) {
+        sg4::this_actor::sleep_for(s.forward_seconds);
+        for (std::size_t t = 0; t < s.tensors.size(); ++t) {
+          sg4::this_actor::sleep_for(s.tensors[t].backward_seconds);
+          for (std::size_t c : (*by_tensor)[t]) {
+            const SimChunk& chunk = (*chunks)[c];
+            net->up[g * cores + chunk.core].Send(Box("push", group.rack, c),
+                                                 static_cast<double>(chunk.bytes) * group.members);
+          }
+        }
+        for (std::size_t c = 0; c < chunks->size(); ++c) Receive(Box("weights", g));
+        log.ends[g][it] = sg4::Engine::get_clock();
+      }
+    });
+  }
+
+  // Every PBox core runs one chunk's work at a time, its rack's sums and its homes' alike.
+  auto locks = std::make_shared<std::vector<sg4::MutexPtr>>();  // [rack * cores + core]
+  for (std::size_t k = 0; k < racks * cores; ++k) locks->push_back(sg4::Mutex::create());
+  const double per_byte = CoreSecondsPerByteIn(s);
+  const auto work = [locks, cores, per_byte](std::size_t rack, const SimChunk& chunk,
+                                             double copies) {
+    sg4::MutexPtr core = (*locks)[rack * cores + chunk.core];
+    core->lock();
+    sg4::this_actor::execute(per_byte * static_cast<double>(chunk.bytes) * copies * kFlopsPerSecond);
+    core->unlock();
+  };
+  for (std::size_t c = 0; c < chunks->size(); ++c) {
+    const SimChunk chunk = (*chunks)[c];
+    const std::size_t home = chunk.server;
+    // Each rack's part of the chunk.
+    for (std::size_t r = 0; r < racks; ++r) {
+      std::vector<std::size_t> mine;
+      for (std::size_t g = 0; g < groups; ++g) {
+        if (platform.groups[g].rack == r) mine.push_back(g);
+      }
+      const double rack_workers = static_cast<double>(s.workers / s.racks);
+      sg4::Actor::create(Box("part", r, c), platform.servers[r],
+                         [&s, &platform, r, c, chunk, home, mine, rack_workers, work, net,
+                          between, cores] {
+        Own(Box("push", r, c));
+        Own(Box("rackweights", r, c));
+        for (std::uint32_t it = 0; it < s.iterations; ++it) {
+          for (std::size_t i = 0; i < mine.size(); ++i) Receive(Box("push", r, c));
+          work(r, chunk, rack_workers);
+          // The rack's sum to the home (to itself, no link, at the home).
+          net->to_home[between(r, home, chunk.core)].Send(
+              Box("home", c), r == home ? 0.0 : static_cast<double>(chunk.bytes));
+          Receive(Box("rackweights", r, c));
+          for (std::size_t g : mine) {
+            net->down[g * cores + chunk.core].Send(
+                Box("weights", g), static_cast<double>(chunk.bytes) * platform.groups[g].members);
+          }
+        }
+      });
+    }
+    // The chunk's home.
+    sg4::Actor::create(Box("home", c), platform.servers[home],
+                       [&s, c, chunk, home, racks, work, net, between] {
+      Own(Box("home", c));
+      for (std::uint32_t it = 0; it < s.iterations; ++it) {
+        for (std::size_t r = 0; r < racks; ++r) Receive(Box("home", c));
+        work(home, chunk, static_cast<double>(racks));
+        for (std::size_t r = 0; r < racks; ++r) {
+          net->from_home[between(r, home, chunk.core)].Send(
+              Box("rackweights", r, c), r == home ? 0.0 : static_cast<double>(chunk.bytes));
+        }
+      }
+    });
+  }
+}
+
+}  // namespace phub::sim
