@@ -7,15 +7,20 @@ namespace phub::sim {
 std::vector<SimChunk> CutChunks(const Scenario& s) {
   std::uint64_t total = 0;
   for (const Tensor& t : s.tensors) total += t.bytes;
+  // Racks of racks: a chunk is an actor in every rack's PBox; at most 8,192 of them.
+  const std::uint32_t most =
+      s.scheme == Scheme::kPsRacks ? std::min(s.max_chunks, std::max<std::uint32_t>(16, 8192 / s.racks))
+                                   : s.max_chunks;
   // Pieces of chunk_bytes, or larger where there would be more than max_chunks of them.
   const std::uint64_t piece =
-      std::max<std::uint64_t>(s.chunk_bytes, (total + s.max_chunks - 1) / std::max<std::uint32_t>(1, s.max_chunks));
+      std::max<std::uint64_t>(s.chunk_bytes, (total + most - 1) / std::max<std::uint32_t>(1, most));
   // Racks of racks: each chunk's home is a rack's PBox.
   const std::uint32_t hosts =
       std::max<std::uint32_t>(1, s.scheme == Scheme::kPsRacks ? s.racks : s.ps_hosts);
   std::vector<std::uint64_t> host_load(hosts, 0);
   std::vector<std::vector<std::uint64_t>> load(
       hosts, std::vector<std::uint64_t>(std::max<std::uint32_t>(1, s.ps_cores), 0));
+  std::vector<std::uint64_t> rack_load(std::max<std::uint32_t>(1, s.ps_cores), 0);
   std::vector<SimChunk> chunks;
   const auto least = [](const std::vector<std::uint64_t>& v) {
     return static_cast<std::uint32_t>(std::min_element(v.begin(), v.end()) - v.begin());
@@ -25,9 +30,11 @@ std::vector<SimChunk> CutChunks(const Scenario& s) {
       const std::uint64_t bytes = std::min(piece, s.tensors[t].bytes - at);
       const std::uint32_t server = least(host_load);
       const std::uint32_t core = least(load[server]);
+      const std::uint32_t rack_core = least(rack_load);
       host_load[server] += bytes;
       load[server][core] += bytes;
-      chunks.push_back({t, bytes, server, core});
+      rack_load[rack_core] += bytes;
+      chunks.push_back({t, bytes, server, core, rack_core});
     }
   }
   return chunks;

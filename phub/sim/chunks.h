@@ -16,8 +16,11 @@ namespace phub::sim {
 struct SimChunk {
   std::uint32_t tensor = 0;
   std::uint64_t bytes = 0;
-  std::uint32_t server = 0;  // the PS host
+  std::uint32_t server = 0;  // the PS host (racks of racks: the chunk's home)
   std::uint32_t core = 0;    // of that host
+  // Racks of racks: the core of every rack's PBox that sums the rack's copies (each PBox's key
+  // table spreads every chunk over its cores; the home's spreads the chunks it is home to).
+  std::uint32_t rack_core = 0;
 };
 
 std::vector<SimChunk> CutChunks(const Scenario& scenario);

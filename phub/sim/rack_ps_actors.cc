@@ -2,6 +2,7 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,10 +21,14 @@ std::string Box(const char* what, std::size_t a, std::size_t b = 0) {
 }
 
 // The simulation's connections, each an ordered Stream: (group, core) both ways between a
-// group and its rack's PBox; (rack, home, core) both ways between PBoxes.
+// group and its rack's PBox; (rack, home, lane) both ways between PBoxes, where a chunk of core
+// k takes lane k % kPboxLanes: a rack's PBox reaches each home core on a connection of its
+// own, but racks² x cores of them (131,072 at 64 racks of 16 cores) would be as many actors,
+// and two lanes a pair already keep a chunk in flight while the next is summed.
+constexpr std::size_t kPboxLanes = 2;
 struct Connections {
   std::vector<Stream> up, down;            // [group * cores + core]
-  std::vector<Stream> to_home, from_home;  // [(rack * racks + home) * cores + core]
+  std::vector<Stream> to_home, from_home;  // [(rack * racks + home) * lanes + lane]
 };
 
 }  // namespace
@@ -42,17 +47,18 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
       net->down.push_back(Stream::Open(Box("down", g, k), platform.servers[rack]));
     }
   }
+  const std::size_t lanes = std::min(cores, kPboxLanes);
   for (std::size_t r = 0; r < racks; ++r) {
     for (std::size_t h = 0; h < racks; ++h) {
-      for (std::size_t k = 0; k < cores; ++k) {
+      for (std::size_t k = 0; k < lanes; ++k) {
         const std::string name = Box("rack", r, h) + "_" + std::to_string(k);
         net->to_home.push_back(Stream::Open("to" + name, platform.servers[r]));
         net->from_home.push_back(Stream::Open("from" + name, platform.servers[h]));
       }
     }
   }
-  const auto between = [racks, cores](std::size_t r, std::size_t h, std::size_t k) {
-    return (r * racks + h) * cores + k;
+  const auto between = [racks, lanes](std::size_t r, std::size_t h, std::size_t k) {
+    return (r * racks + h) * lanes + k % lanes;
   };
 
   for (std::size_t g = 0; g < groups; ++g) {
@@ -66,7 +72,7 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
           sg4::this_actor::sleep_for(s.tensors[t].backward_seconds);
           for (std::size_t c : (*by_tensor)[t]) {
             const SimChunk& chunk = (*chunks)[c];
-            net->up[g * cores + chunk.core].Send(Box("push", group.rack, c),
+            net->up[g * cores + chunk.rack_core].Send(Box("push", group.rack, c),
                                                  static_cast<double>(chunk.bytes) * group.members);
           }
         }
@@ -80,9 +86,9 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
   auto locks = std::make_shared<std::vector<sg4::MutexPtr>>();  // [rack * cores + core]
   for (std::size_t k = 0; k < racks * cores; ++k) locks->push_back(sg4::Mutex::create());
   const double per_byte = CoreSecondsPerByteIn(s);
-  const auto work = [locks, cores, per_byte](std::size_t rack, const SimChunk& chunk,
-                                             double copies) {
-    sg4::MutexPtr core = (*locks)[rack * cores + chunk.core];
+  const auto work = [locks, cores, per_byte](std::size_t rack, std::uint32_t on_core,
+                                             const SimChunk& chunk, double copies) {
+    sg4::MutexPtr core = (*locks)[rack * cores + on_core];
     core->lock();
     sg4::this_actor::execute(per_byte * static_cast<double>(chunk.bytes) * copies * kFlopsPerSecond);
     core->unlock();
@@ -104,13 +110,13 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
         Own(Box("rackweights", r, c));
         for (std::uint32_t it = 0; it < s.iterations; ++it) {
           for (std::size_t i = 0; i < mine.size(); ++i) Receive(Box("push", r, c));
-          work(r, chunk, rack_workers);
+          work(r, chunk.rack_core, chunk, rack_workers);
           // The rack's sum to the home (to itself, no link, at the home).
           net->to_home[between(r, home, chunk.core)].Send(
               Box("home", c), r == home ? 0.0 : static_cast<double>(chunk.bytes));
           Receive(Box("rackweights", r, c));
           for (std::size_t g : mine) {
-            net->down[g * cores + chunk.core].Send(
+            net->down[g * cores + chunk.rack_core].Send(
                 Box("weights", g), static_cast<double>(chunk.bytes) * platform.groups[g].members);
           }
         }
@@ -122,7 +128,7 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
       Own(Box("home", c));
       for (std::uint32_t it = 0; it < s.iterations; ++it) {
         for (std::size_t r = 0; r < racks; ++r) Receive(Box("home", c));
-        work(home, chunk, static_cast<double>(racks));
+        work(home, chunk.core, chunk, static_cast<double>(racks));
         for (std::size_t r = 0; r < racks; ++r) {
           net->from_home[between(r, home, chunk.core)].Send(
               Box("rackweights", r, c), r == home ? 0.0 : static_cast<double>(chunk.bytes));

@@ -78,7 +78,10 @@ void FindBottleneck(const Scenario& s, Prediction& p) {
 Prediction RunInEngine(const Scenario& s) {
   std::vector<std::string> args = {"phub-sim", "--log=root.thresh:critical",
                                    "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
-                                   "--cfg=contexts/stack-size:128"};
+                                   // Thousands of actors, each shallow: small stacks, no
+                                   // guard page (each one a memory mapping of its own, and
+                                   // Linux allows a process 65,536 of them).
+                                   "--cfg=contexts/stack-size:64", "--cfg=contexts/guard-size:0"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
