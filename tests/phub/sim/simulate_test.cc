@@ -141,10 +141,14 @@ TEST(SimulateTest, MergingIdenticalWorkersIntoGroupsLeavesTheTimes) {
 }
 
 TEST(SimulateTest, FourThousandWorkersRunInOneCall) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under ASan SimGrid runs each actor as a thread (simulate.cc), and the ring's "
+                  "8,190 steps of N = 4,096 take minutes; the other builds (TSan included) run it";
+#endif
   for (Scheme scheme : {Scheme::kPs, Scheme::kRing}) {
     Scenario s = OneGradient(scheme, 4096, 100);
     s.link_gbps = 100;
-    s.ps_cores = 64;
+    s.ps_cores = 8;
     auto p = Simulate(s, 120);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_GT(p->seconds_per_iteration, 0);
