@@ -48,7 +48,7 @@ from torch.nn.parallel import DistributedDataParallel
 import phub
 from phub.elastic import ElasticBatches, elastic_size
 
-__all__ = ["PhubState", "connect", "allreduce_hook", "local_process_group"]
+__all__ = ["PhubState", "connect", "allreduce_hook"]
 
 _STOP = object()
 
@@ -377,24 +377,6 @@ class PhubState:
         # Leaving the block by an exception (SystemExit from a SIGTERM handler included) is a
         # stop, not the end, as at Python's shutdown.
         self._close(goodbye=exc_type is None or self._done_or_fixed("an exception"))
-
-
-_LOCAL_GROUP = None
-
-
-def local_process_group():
-    """A process group of this process alone (gloo, size 1), for DDP in an elastic job:
-    DistributedDataParallel(model, process_group=phub.torch.local_process_group()). Needs no
-    init_process_group. An elastic job's workers must not share a DDP group: phubd admits
-    joiners at iteration boundaries of its own choosing, so workers of one torchrun group may
-    start at different iterations, and DDP's collectives after construction (its bucket rebuild
-    at each process's second iteration, buffer broadcasts) would wait for a peer that waits on
-    phubd for them. With ServerOptimizer DDP needs no peer: phubd holds the weights."""
-    global _LOCAL_GROUP
-    if _LOCAL_GROUP is None:
-        import torch.distributed as dist
-        _LOCAL_GROUP = dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
-    return _LOCAL_GROUP
 
 
 def connect(model: torch.nn.Module, address: Optional[str] = None, **kwargs) -> PhubState:

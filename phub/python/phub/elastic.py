@@ -15,7 +15,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["elastic_size", "ElasticBatches"]
+__all__ = ["elastic_size", "ElasticBatches", "local_process_group"]
 
 
 def _env_count(name: str) -> Optional[int]:
@@ -149,3 +149,21 @@ class ElasticBatches:
         global_batch = before + int(members["index"])
         self.batches_taken.append(global_batch)
         return self.batch(global_batch)
+
+
+_LOCAL_GROUP = None
+
+
+def local_process_group():
+    """A process group of this process alone (gloo, size 1), for DDP in an elastic job:
+    DistributedDataParallel(model, process_group=phub.torch.local_process_group()). Needs no
+    init_process_group. An elastic job's workers must not share a DDP group: phubd admits
+    joiners at iteration boundaries of its own choosing, so workers of one torchrun group may
+    start at different iterations, and DDP's collectives after construction (its bucket rebuild
+    at each process's second iteration, buffer broadcasts) would wait for a peer that waits on
+    phubd for them. With ServerOptimizer DDP needs no peer: phubd holds the weights."""
+    global _LOCAL_GROUP
+    if _LOCAL_GROUP is None:
+        import torch.distributed as dist
+        _LOCAL_GROUP = dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
+    return _LOCAL_GROUP

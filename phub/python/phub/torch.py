@@ -15,8 +15,8 @@ How the hook works: ddp_hook.py; the optimizer: server_optimizer.py.
 """
 # The pieces live in modules of their own: the hook's state (ddp_hook.py) and the server-side
 # optimizer that uses it (server_optimizer.py); this module is their public face.
-from phub.ddp_hook import PhubState, allreduce_hook, connect, local_process_group  # noqa: F401
-from phub.elastic import ElasticBatches  # noqa: F401
+from phub.ddp_hook import PhubState, allreduce_hook, connect  # noqa: F401
+from phub.elastic import ElasticBatches, local_process_group  # noqa: F401
 from phub.server_optimizer import (ServerOptimizer, check_server_steps,  # noqa: F401
                                    optimizer_spec)
 
