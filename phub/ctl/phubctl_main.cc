@@ -151,6 +151,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
   plan_command->add_option("--mib", plan.mib, "The gradient's size, MiB")->capture_default_str();
+  plan_command->add_option("--tensors-file", plan.tensors_file,
+                           "A model's gradient instead: one tensor's bytes a line, in the order "
+                           "backward produces them (bench/sim/models.py)");
   plan_command->add_option("--gbps", plan.gbps, "Each worker's link, Gbit/s")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1e5));

@@ -1,7 +1,9 @@
 #include "phub/ctl/plan.h"
 
 #include <cmath>
+#include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "phub/ctl/json_text.h"
@@ -30,11 +32,14 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
         "one worker's link; across racks every rack's PBox), ps-racks (racks of racks: each "
         "rack's PBox, then each chunk's home) or ring"));
   }
-  if (!(o.mib > 0) || !std::isfinite(o.mib) || o.mib > 1e7) {
+  if (!o.tensors_file.empty()) {
+    PHUB_ASSIGN_OR_RETURN(s.tensors, ReadTensorsFile(o.tensors_file));
+  } else if (!(o.mib > 0) || !std::isfinite(o.mib) || o.mib > 1e7) {
     return absl::InvalidArgumentError("--mib: give the gradient's size, above 0 and at most 1e7");
+  } else {
+    s.tensors = {{static_cast<std::uint64_t>(o.mib * (1 << 20)), 0}};
   }
   s.workers = o.workers;
-  s.tensors = {{static_cast<std::uint64_t>(o.mib * (1 << 20)), 0}};
   s.link_gbps = o.gbps;
   s.latency_us = o.latency_us;
   s.ps_cores = o.ps_cores;
@@ -43,6 +48,36 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
   s.verbs = o.verbs;
   PHUB_RETURN_IF_ERROR(sim::Check(s));
   return s;
+}
+
+StatusOr<std::vector<sim::Tensor>> ReadTensorsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensors-file ", path, ": cannot be read (give a file of one tensor's "
+                     "bytes a line, backward order)"));
+  }
+  constexpr std::size_t kMostTensors = 1 << 20;
+  std::vector<sim::Tensor> tensors;
+  std::string line;
+  for (std::size_t number = 1; std::getline(in, line); ++number) {
+    if (line.empty() || line[0] == '#') continue;
+    std::uint64_t bytes = 0;
+    if (!absl::SimpleAtoi(line, &bytes) || bytes == 0 || bytes > (std::uint64_t{1} << 40)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensors-file ", path, " line ", number, ": '", line.substr(0, 40),
+                       "' is not a tensor's size in bytes (1 to 2^40)"));
+    }
+    if (tensors.size() == kMostTensors) {
+      return absl::InvalidArgumentError(absl::StrCat("--tensors-file ", path, ": more than ",
+                                                     kMostTensors, " tensors"));
+    }
+    tensors.push_back({bytes, 0});
+  }
+  if (tensors.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensors-file ", path, ": no tensors"));
+  }
+  return tensors;
 }
 
 StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& o) {
@@ -57,8 +92,8 @@ StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& o) {
 
 std::string RenderPlanText(const PlanOptions& o, const std::vector<PlanRow>& rows) {
   std::string out = absl::StrFormat(
-      "%u workers, a gradient of %g MiB, %g Gbit/s links, PBox of %u cores (%s)", o.workers,
-      o.mib, o.gbps, o.ps_cores, o.verbs ? "verbs" : "TCP");
+      "%u workers, a gradient of %s, %g Gbit/s links, PBox of %u cores (%s)", o.workers,
+      o.tensors_file.empty() ? absl::StrCat(o.mib, " MiB") : o.tensors_file, o.gbps, o.ps_cores, o.verbs ? "verbs" : "TCP");
   if (o.racks > 1) {
     out += absl::StrFormat("; %u racks of %u, uplinks %g Gbit/s (%.3g:1)", o.racks,
                            o.workers / o.racks, o.uplink_gbps,

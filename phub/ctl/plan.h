@@ -18,6 +18,9 @@ struct PlanOptions {
   std::vector<std::string> schemes = {"ps-pbox", "ps-cloud", "ring"};
   std::uint32_t workers = 4;
   double mib = 100;
+  // A model's gradient instead of one of --mib: one tensor's bytes a line, in the order
+  // backward produces them (bench/sim/models.py writes them for ResNet-50, BERT-large, ...).
+  std::string tensors_file;
   double gbps = 1;
   double latency_us = 0;
   std::uint32_t ps_cores = 2;
@@ -39,6 +42,8 @@ struct PlanRow {
 // `options`, or InvalidArgument. Across racks ps-pbox is one PBox (rack 0's) for every rack,
 // ps-multi the keys spread over every rack's PBox, ps-racks the hierarchy.
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& options);
+// The tensors of `path` (one size in bytes a line), or InvalidArgument naming the line.
+StatusOr<std::vector<sim::Tensor>> ReadTensorsFile(const std::string& path);
 // Simulates every scheme (one child process each: simulate.h).
 StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& options);
 std::string RenderPlanText(const PlanOptions& options, const std::vector<PlanRow>& rows);
