@@ -59,6 +59,11 @@ bool Shard::SendTo(std::uint32_t rank, ChunkState& state, const AlignedBuffer& s
                    std::uint64_t iteration, std::function<void()> sent) {
   ShardMember& member = members_[rank];
   if (!member.connection || member.connection->closed()) return false;
+  // After its BYE a worker wants nothing more and is closing. On verbs a write would land in
+  // its weight buffers (the caller's memory) before anything there could refuse it: an elastic
+  // member leaving by Goodbye is still in the schedule of the iterations the others finish
+  // without it, and its final weights were overwritten by those (the verbs elastic test).
+  if (member.said_bye) return false;
   // Elastic: a joiner gets nothing before its first weights; a leaver nothing after its last.
   if (!Receives(iteration, rank)) return false;
   // Answered when its replay arrives.
