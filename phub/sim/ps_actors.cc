@@ -8,6 +8,7 @@
 
 #include "phub/sim/chunks.h"
 #include "phub/sim/streams.h"
+#include "phub/sim/worker_actor.h"
 
 namespace phub::sim {
 
@@ -24,9 +25,8 @@ std::string Name(const char* what, std::size_t a, std::size_t b, std::size_t c) 
 }  // namespace
 
 void StartPsActors(const Scenario& s, const Platform& platform, IterationLog& log) {
-  auto chunks = std::make_shared<const std::vector<SimChunk>>(CutChunks(s));
-  auto by_tensor = std::make_shared<const std::vector<std::vector<std::size_t>>>(
-      ChunksByTensor(s, *chunks));
+  const SharedChunks shared = SharedChunks::Of(s);
+  const auto& chunks = shared.chunks;
   const std::size_t groups = platform.groups.size(), servers = platform.servers.size();
   log.Resize(groups, s.iterations);
   // One connection a (worker group, PS host, core), each way.
@@ -45,22 +45,11 @@ void StartPsActors(const Scenario& s, const Platform& platform, IterationLog& lo
 
   for (std::size_t g = 0; g < groups; ++g) {
     const double members = platform.groups[g].members;
-    sg4::Actor::create("worker" + std::to_string(g), platform.groups[g].host,
-                       [&s, &log, g, members, chunks, by_tensor, pushes, at] {
-      Own(WeightsBox(g));  // weights land as they come
-      for (std::uint32_t it = 0; it < s.iterations; ++it) {
-        sg4::this_actor::sleep_for(s.forward_seconds);
-        for (std::size_t t = 0; t < s.tensors.size(); ++t) {
-          sg4::this_actor::sleep_for(s.tensors[t].backward_seconds);
-          for (std::size_t c : (*by_tensor)[t]) {
-            const SimChunk& chunk = (*chunks)[c];
-            (*pushes)[at(g, chunk.server, chunk.core)].Send(PushBox(c), chunk.bytes * members);
-          }
-        }
-        for (std::size_t c = 0; c < chunks->size(); ++c) Receive(WeightsBox(g));
-        log.ends[g][it] = sg4::Engine::get_clock();
-      }
-    });
+    StartWorkerActor(s, log, g, platform.groups[g].host, shared,
+                     [g, members, chunks, pushes, at](std::size_t c) {
+      const SimChunk& chunk = (*chunks)[c];
+      (*pushes)[at(g, chunk.server, chunk.core)].Send(PushBox(c), chunk.bytes * members);
+    }, WeightsBox(g));
   }
 
   // A core runs one chunk's work at a time, as phubd's pinned core does.

@@ -9,6 +9,7 @@
 
 #include "phub/sim/chunks.h"
 #include "phub/sim/streams.h"
+#include "phub/sim/worker_actor.h"
 
 namespace phub::sim {
 
@@ -34,9 +35,8 @@ struct Connections {
 }  // namespace
 
 void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog& log) {
-  auto chunks = std::make_shared<const std::vector<SimChunk>>(CutChunks(s));
-  auto by_tensor = std::make_shared<const std::vector<std::vector<std::size_t>>>(
-      ChunksByTensor(s, *chunks));
+  const SharedChunks shared = SharedChunks::Of(s);
+  const auto& chunks = shared.chunks;
   const std::size_t groups = platform.groups.size(), racks = s.racks, cores = s.ps_cores;
   log.Resize(groups, s.iterations);
   auto net = std::make_shared<Connections>();
@@ -63,23 +63,11 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
 
   for (std::size_t g = 0; g < groups; ++g) {
     const WorkerGroup group = platform.groups[g];
-    sg4::Actor::create("worker" + std::to_string(g), group.host,
-                       [&s, &log, g, group, cores, chunks, by_tensor, net] {
-      Own(Box("weights", g));
-      for (std::uint32_t it = 0; it < s.iterations; ++it) {
-        sg4::this_actor::sleep_for(s.forward_seconds);
-        for (std::size_t t = 0; t < s.tensors.size(); ++t) {
-          sg4::this_actor::sleep_for(s.tensors[t].backward_seconds);
-          for (std::size_t c : (*by_tensor)[t]) {
-            const SimChunk& chunk = (*chunks)[c];
-            net->up[g * cores + chunk.rack_core].Send(Box("push", group.rack, c),
-                                                 static_cast<double>(chunk.bytes) * group.members);
-          }
-        }
-        for (std::size_t c = 0; c < chunks->size(); ++c) Receive(Box("weights", g));
-        log.ends[g][it] = sg4::Engine::get_clock();
-      }
-    });
+    StartWorkerActor(s, log, g, group.host, shared, [g, group, cores, chunks, net](std::size_t c) {
+      const SimChunk& chunk = (*chunks)[c];
+      net->up[g * cores + chunk.rack_core].Send(Box("push", group.rack, c),
+                                               static_cast<double>(chunk.bytes) * group.members);
+    }, Box("weights", g));
   }
 
   // Every PBox core runs one chunk's work at a time, its rack's sums and its homes' alike.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "phub/client/detail/rack_role.h"
+#include "phub/server/shard/copy_count.h"
 #include "tests/integration/child_worker.h"
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
@@ -155,6 +157,55 @@ struct RackPhubds {
   }
   std::vector<std::uint16_t> ports;
   std::vector<RunningPhubd> phubds;
+};
+
+// A chunk's home phubd (rack r0's, of a topology of r0 with 2 hosts and r1 with 1) driven by
+// two forged PBoxes attached as the racks' PBoxes, for the tests that make the sums themselves:
+// the homes' job is one tensor, a rack's chunk of kElements and its counts; rack r0's initial
+// weights are 1, 2, ..., kElements. Start() attaches both PBoxes (their Hello's lr scaling
+// `lr_scaling`); the caller asserts pboxes[0] && pboxes[1].
+struct ForgedPboxes {
+  static constexpr std::uint32_t kElements = 64;
+  static constexpr std::uint32_t kRackWorkers[2] = {2, 1};
+
+  void Start(kernels::LrScaling lr_scaling) {
+    const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
+    const std::string file = dir.File("racks.txtpb");
+    std::ofstream(file) << "rack { name: \"r0\" pbox: \"127.0.0.1:" << ports[0]
+                        << "\" host: \"w0\" host: \"w1\" }\n"
+                        << "rack { name: \"r1\" pbox: \"127.0.0.1:" << ports[1]
+                        << "\" host: \"w2\" }\n";
+    home = StartPhubdOnPort(dir, ports[0], {"--topology", file, "--rack", "r0", "--chunk-bytes",
+                                            "256", "--rejoin-timeout-ms", "0"});
+    const std::vector<keys::TensorSpec> tensors = {{"t0@0", kElements + server::kCountElements}};
+    weights.assign(2, std::vector<float>(kElements + server::kCountElements, 0.0f));
+    for (std::uint32_t i = 0; i < kElements; ++i) weights[0][i] = 1.0f + static_cast<float>(i);
+    pboxes.resize(2);
+    std::vector<std::thread> threads;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        client::PsClientOptions options;
+        options.port = ports[0];
+        options.connect_timeout_ms = 10000;
+        options.lr_scaling = lr_scaling;
+        options.optimizer =
+            kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 1.0f};
+        auto c = client::detail::ConnectInRacks(
+            options, {r, 2},
+            {.racks = 2, .rack = r, .rack_workers = kRackWorkers[r], .rack_start = 1}, tensors,
+            {std::span<float>(weights[r])});
+        ASSERT_TRUE(c.ok()) << c.status();
+        pboxes[r] = std::move(*c);
+        ASSERT_TRUE(pboxes[r]->Init().ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  TempDir dir;
+  RunningPhubd home;
+  std::vector<std::vector<float>> weights;
+  std::vector<std::unique_ptr<client::PsClient>> pboxes;
 };
 
 }  // namespace phub::testing

@@ -233,44 +233,10 @@ TEST(ElasticRacksTest, ARackWhoseMembersAreAllLostSendsSumsOfNoCopiesUntilAJoine
 // are all 0 without a step, and refuses a count beyond the sender's rack (5 copies of 5 members
 // from a rack of 1), naming it, without ever dividing by it.
 TEST(ElasticRacksTest, AHomeDividesByTheCountsItIsSentAndRefusesACountNoRackHas) {
-  TempDir dir;
-  const std::vector<std::uint16_t> ports = {FreeLoopbackPort(), FreeLoopbackPort()};
-  const std::string file = dir.File("racks.txtpb");
-  std::ofstream(file) << "rack { name: \"r0\" pbox: \"127.0.0.1:" << ports[0]
-                      << "\" host: \"w0\" host: \"w1\" }\n"
-                      << "rack { name: \"r1\" pbox: \"127.0.0.1:" << ports[1]
-                      << "\" host: \"w2\" }\n";
-  RunningPhubd home = StartPhubdOnPort(
-      dir, ports[0],
-      {"--topology", file, "--rack", "r0", "--chunk-bytes", "256", "--rejoin-timeout-ms", "0"});
-  // One home tensor: a rack's chunk of 64 elements and its counts.
-  constexpr std::uint32_t kElements = 64;
-  const std::vector<keys::TensorSpec> tensors = {{"t0@0", kElements + server::kCountElements}};
-  constexpr std::uint32_t kRackWorkers[2] = {2, 1};
-  std::vector<std::vector<float>> weights(
-      2, std::vector<float>(kElements + server::kCountElements, 0.0f));
-  for (std::uint32_t i = 0; i < kElements; ++i) weights[0][i] = 1.0f + static_cast<float>(i);
-  std::vector<std::unique_ptr<client::PsClient>> pboxes(2);
-  {
-    std::vector<std::thread> threads;
-    for (std::uint32_t r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        client::PsClientOptions options;
-        options.port = ports[0];
-        options.connect_timeout_ms = 10000;
-        options.optimizer =
-            kernels::OptimizerConfig{.kind = kernels::OptimizerKind::kSgd, .lr = 1.0f};
-        auto c = client::detail::ConnectInRacks(
-            options, {r, 2},
-            {.racks = 2, .rack = r, .rack_workers = kRackWorkers[r], .rack_start = 1}, tensors,
-            {std::span<float>(weights[r])});
-        ASSERT_TRUE(c.ok()) << c.status();
-        pboxes[r] = std::move(*c);
-        ASSERT_TRUE(pboxes[r]->Init().ok());
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
+  ForgedPboxes forged;
+  forged.Start(kernels::LrScaling::kFixed);
+  auto& [dir, home, weights, pboxes] = forged;
+  constexpr std::uint32_t kElements = ForgedPboxes::kElements;
   ASSERT_TRUE(pboxes[0] && pboxes[1]) << ReadFile(home.log_path);
   ASSERT_EQ(weights[1], weights[0]);
   // Each PBox's sum: every element `value`, its counts last (copies, and members: as many

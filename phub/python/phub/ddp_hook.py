@@ -1,18 +1,5 @@
-"""phub.torch's DDP side (imported through phub.torch, docs/torch.md): PhubState, the comm hook,
-the local process group.
-
-PHub behind PyTorch's DistributedDataParallel (docs/torch.md).
-
-Gradient averaging through phubd (its summation mode), a two-line change to a DDP script:
-
-    model = DistributedDataParallel(model)
-    state = phub.torch.connect(model)                        # PHUB_ADDRESS, RANK, WORLD_SIZE
-    model.register_comm_hook(state, phub.torch.allreduce_hook)
-
-Or the PHub design, phubd's fused optimizer steps the weights and the workers receive weights:
-
-    model = DistributedDataParallel(model)
-    optimizer = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+"""phub.torch's DDP side, PhubState and the comm hook (imported through phub.torch, whose
+docstring shows the two ways to use them; docs/torch.md).
 
 How it works. The PS job has one tensor per trainable parameter, in model.parameters() order:
 parameters are stable, DDP's buckets are not (DDP rebuilds them after the first iteration, in
