@@ -890,15 +890,18 @@ TEST(ElasticTest, AStalledJobEndsWhenItsLastMemberIsGoneAndItsNameIsRefusedAWhil
     EXPECT_TRUE(worker.client->Close().ok());
   }
   // Refused until the memory has passed since phubd ended the job (after `late`): bounded
-  // retries from then.
+  // retries from then. The memory can pass between the two ranks' Hellos (one refused, the
+  // other admitted to a job that waits for it): each attempt ends by its own deadline.
   std::this_thread::sleep_until(late + std::chrono::milliseconds(1500));
   std::vector<InProcessWorker> again;
   ASSERT_TRUE(WaitFor(
       [&] {
-        again = ConnectWorkers(options, 2, {0, 1}, TestTensors(kSizes), kSeed);
+        client::PsClientOptions attempt = options;
+        attempt.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+        again = ConnectWorkers(attempt, 2, {0, 1}, TestTensors(kSizes), kSeed);
         return again.size() == 2 && again[0].status.ok() && again[1].status.ok();
       },
-      std::chrono::milliseconds(10000)))
+      std::chrono::milliseconds(20000)))
       << "the stalled job's name was never free again: " << again[0].status;
   std::vector<std::thread> inits;
   for (auto& worker : again) {
