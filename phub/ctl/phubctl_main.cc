@@ -152,8 +152,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1u << 20));
   plan_command->add_option("--mib", plan.mib, "The gradient's size, MiB")->capture_default_str();
   plan_command->add_option("--tensors-file", plan.tensors_file,
-                           "A model's gradient instead: one tensor's bytes a line, in the order "
-                           "backward produces them (bench/sim/models.py)");
+                           "A model's gradient and compute instead: a tensor's bytes and its "
+                           "backward FLOPs a line, in the order backward produces them, and a "
+                           "line `forward FLOPS` (bench/sim/models.py writes them)");
+  plan_command->add_option("--gpu-tflops", plan.gpu_tflops,
+                           "A worker's compute, TFLOP/s (default: the measured rate of "
+                           "phub/sim/calibration.h, one H200 in TF32)")
+      ->check(CLI::Range(1e-6, 1e6));
   plan_command->add_option("--gbps", plan.gbps, "Each worker's link, Gbit/s")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1e5));
@@ -182,6 +187,21 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000u));
   plan_command->add_flag("--verbs", plan.verbs, "The PBox on verbs (its CPU per byte), not TCP");
+  plan_command->add_option("--max-worker-hosts", plan.max_worker_hosts,
+                           "Simulation: hosts standing for the workers (identical workers merged)")
+      ->capture_default_str()
+      ->check(CLI::Range(2u, 4096u));
+  plan_command->add_option("--max-chunks", plan.max_chunks,
+                           "Simulation: chunks simulated; past them a model's pieces grow beyond "
+                           "--chunk-bytes (faster, coarser)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  plan_command->add_option("--nic-gbps", plan.nic_gbps, "Sizing: the NICs a PBox is built with, Gbit/s")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 1e5));
+  plan_command->add_option("--max-nics", plan.max_nics, "Sizing: the NICs one PBox holds")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
   plan_command->add_flag("--json", plan.json, "Print one JSON object instead of the table");
 
   try {
@@ -192,13 +212,13 @@ int main(int argc, char** argv) {
   }
   if (status_command->parsed()) return RunStatus(status);
   if (plan_command->parsed()) {
-    auto rows = phub::ctl::Plan(plan);
-    if (!rows.ok()) {
-      std::fprintf(stderr, "phubctl plan: %s\n", std::string(rows.status().message()).c_str());
-      return rows.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    auto result = phub::ctl::Plan(plan);
+    if (!result.ok()) {
+      std::fprintf(stderr, "phubctl plan: %s\n", std::string(result.status().message()).c_str());
+      return result.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
     }
-    const std::string out = plan.json ? phub::ctl::RenderPlanJson(plan, *rows)
-                                      : phub::ctl::RenderPlanText(plan, *rows);
+    const std::string out = plan.json ? phub::ctl::RenderPlanJson(plan, *result)
+                                      : phub::ctl::RenderPlanText(plan, *result);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   }

@@ -1,12 +1,11 @@
 #include "phub/ctl/plan.h"
 
 #include <cmath>
-#include <fstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "phub/ctl/json_text.h"
+#include "phub/ctl/plan_model_file.h"
 #include "phub/sim/simulate.h"
 
 namespace phub::ctl {
@@ -32,8 +31,12 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
         "one worker's link; across racks every rack's PBox), ps-racks (racks of racks: each "
         "rack's PBox, then each chunk's home) or ring"));
   }
+  if (o.gpu_tflops > 0) s.calibration.compute_flops_per_second = o.gpu_tflops * 1e12;
   if (!o.tensors_file.empty()) {
-    PHUB_ASSIGN_OR_RETURN(s.tensors, ReadTensorsFile(o.tensors_file));
+    PHUB_ASSIGN_OR_RETURN(ModelFile model, ReadTensorsFile(o.tensors_file,
+                                                           s.calibration.compute_flops_per_second));
+    s.tensors = std::move(model.tensors);
+    s.forward_seconds = model.forward_seconds;
   } else if (!(o.mib > 0) || !std::isfinite(o.mib) || o.mib > 1e7) {
     return absl::InvalidArgumentError("--mib: give the gradient's size, above 0 and at most 1e7");
   } else {
@@ -45,52 +48,40 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
   s.ps_cores = o.ps_cores;
   s.chunk_bytes = o.chunk_bytes;
   s.iterations = o.iterations;
+  s.max_worker_hosts = o.max_worker_hosts;
+  s.max_chunks = o.max_chunks;
   s.verbs = o.verbs;
   PHUB_RETURN_IF_ERROR(sim::Check(s));
   return s;
 }
 
-StatusOr<std::vector<sim::Tensor>> ReadTensorsFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tensors-file ", path, ": cannot be read (give a file of one tensor's "
-                     "bytes a line, backward order)"));
-  }
-  constexpr std::size_t kMostTensors = 1 << 20;
-  std::vector<sim::Tensor> tensors;
-  std::string line;
-  for (std::size_t number = 1; std::getline(in, line); ++number) {
-    if (line.empty() || line[0] == '#') continue;
-    std::uint64_t bytes = 0;
-    if (!absl::SimpleAtoi(line, &bytes) || bytes == 0 || bytes > (std::uint64_t{1} << 40)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tensors-file ", path, " line ", number, ": '", line.substr(0, 40),
-                       "' is not a tensor's size in bytes (1 to 2^40)"));
-    }
-    if (tensors.size() == kMostTensors) {
-      return absl::InvalidArgumentError(absl::StrCat("--tensors-file ", path, ": more than ",
-                                                     kMostTensors, " tensors"));
-    }
-    tensors.push_back({bytes, 0});
-  }
-  if (tensors.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--tensors-file ", path, ": no tensors"));
-  }
-  return tensors;
-}
-
-StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& o) {
-  std::vector<PlanRow> rows;
+StatusOr<PlanResult> Plan(const PlanOptions& o) {
+  PlanResult result;
   for (const std::string& scheme : o.schemes) {
     PHUB_ASSIGN_OR_RETURN(const sim::Scenario s, ScenarioFor(scheme, o));
     PHUB_ASSIGN_OR_RETURN(sim::Prediction p, sim::Simulate(s));
-    rows.push_back({scheme, std::move(p)});
+    result.rows.push_back({scheme, std::move(p)});
   }
-  return rows;
+  PHUB_ASSIGN_OR_RETURN(const sim::Scenario base, ScenarioFor("ps-pbox", o));
+  result.sizing = SizePboxes(o, base.calibration);
+  PHUB_ASSIGN_OR_RETURN(result.sized, sim::Simulate(SizedScenario(base, result.sizing)));
+  double bytes = 0;
+  for (const sim::Tensor& t : base.tensors) bytes += static_cast<double>(t.bytes);
+  result.link_limit_seconds = bytes / (o.gbps * 1e9 / 8);
+  return result;
 }
 
-std::string RenderPlanText(const PlanOptions& o, const std::vector<PlanRow>& rows) {
+namespace {
+
+// With compute: the efficiency and the exchange's time not hidden behind the compute.
+std::string WithCompute(const sim::Prediction& p) {
+  return absl::StrFormat("%11.2f %12.1f", p.compute_seconds / p.seconds_per_iteration,
+                         1000 * (p.seconds_per_iteration - p.compute_seconds));
+}
+
+}  // namespace
+
+std::string RenderPlanText(const PlanOptions& o, const PlanResult& result) {
   std::string out = absl::StrFormat(
       "%u workers, a gradient of %s, %g Gbit/s links, PBox of %u cores (%s)", o.workers,
       o.tensors_file.empty() ? absl::StrCat(o.mib, " MiB") : o.tensors_file, o.gbps, o.ps_cores, o.verbs ? "verbs" : "TCP");
@@ -100,17 +91,50 @@ std::string RenderPlanText(const PlanOptions& o, const std::vector<PlanRow>& row
                            o.workers / o.racks * o.gbps / o.uplink_gbps);
   }
   out += "\n";
-  out += absl::StrFormat("%-10s %14s %16s  %s\n", "scheme", "ms/iteration", "MB/worker", "bound by");
-  for (const PlanRow& r : rows) {
-    out += absl::StrFormat("%-10s %14.1f %16.1f  %s (%.0f %% busy)\n", r.scheme,
-                           1000 * r.prediction.seconds_per_iteration,
-                           r.prediction.bytes_per_worker / 1e6, r.prediction.bottleneck,
-                           100 * r.prediction.bottleneck_busy);
+  const double compute = result.sized.compute_seconds;
+  if (compute > 0) {
+    out += absl::StrFormat("a worker's compute alone: %.1f ms an iteration; efficiency: that over "
+                           "the iteration; exposed: the exchange's time not hidden by it\n",
+                           1000 * compute);
+  }
+  out += absl::StrFormat("%-10s %14s %16s%s  %s\n", "scheme", "ms/iteration", "MB/worker",
+                         compute > 0 ? absl::StrFormat(" %11s %12s", "efficiency", "exposed ms") : "",
+                         "busiest");
+  for (const PlanRow& r : result.rows) {
+    const sim::Prediction& p = r.prediction;
+    out += absl::StrFormat("%-10s %14.1f %16.1f%s  %s (%.0f %% busy)\n", r.scheme,
+                           1000 * p.seconds_per_iteration, p.bytes_per_worker / 1e6,
+                           compute > 0 ? " " + WithCompute(p) : "", p.bottleneck,
+                           100 * p.bottleneck_busy);
+  }
+  const PboxSizing& z = result.sizing;
+  const sim::Prediction& sized = result.sized;
+  out += absl::StrFormat(
+      "\nFor the workers' links to be the limit (%g Gbit/s a rack%s): %u PBox%s a rack, each "
+      "with %u NIC%s of %g Gbit/s and %u core%s (%s; a core at most %.0f %% busy).\n",
+      z.rack_gbps, o.racks > 1 ? ", its uplink included" : "", z.pboxes_per_rack,
+      z.pboxes_per_rack == 1 ? "" : "es", z.nics, z.nics == 1 ? "" : "s", z.nic_gbps, z.cores,
+      z.cores == 1 ? "" : "s", o.verbs ? "verbs" : "TCP", 100 * kBusiestCore);
+  if (compute > 0) {
+    out += absl::StrFormat(
+        "Predicted with them: %.1f ms an iteration, efficiency %.2f, the exchange exposed %.1f ms "
+        "(S / B = %.1f ms); busiest: %s.\n",
+        1000 * sized.seconds_per_iteration, compute / sized.seconds_per_iteration,
+        1000 * (sized.seconds_per_iteration - compute), 1000 * result.link_limit_seconds,
+        sized.bottleneck);
+  } else {
+    out += absl::StrFormat(
+        "Predicted with them: %.1f ms an iteration, %.2f x the link limit (S / B = %.1f ms); "
+        "busiest: %s.\n",
+        1000 * sized.seconds_per_iteration,
+        sized.seconds_per_iteration / result.link_limit_seconds,
+        1000 * result.link_limit_seconds, sized.bottleneck);
   }
   return out;
 }
 
-std::string RenderPlanJson(const PlanOptions& o, const std::vector<PlanRow>& rows) {
+std::string RenderPlanJson(const PlanOptions& o, const PlanResult& result) {
+  const std::vector<PlanRow>& rows = result.rows;
   std::string out = absl::StrCat("{\"workers\": ", o.workers, ", \"mib\": ", JsonNumber(o.mib),
                                  ", \"gbps\": ", JsonNumber(o.gbps), ", \"schemes\": [");
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -120,9 +144,17 @@ std::string RenderPlanJson(const PlanOptions& o, const std::vector<PlanRow>& row
                     ", \"first_iteration_seconds\": ", JsonNumber(p.first_iteration_seconds),
                     ", \"bytes_per_worker\": ", JsonNumber(p.bytes_per_worker),
                     ", \"bottleneck\": ", JsonString(p.bottleneck),
-                    ", \"bottleneck_busy\": ", JsonNumber(p.bottleneck_busy), "}");
+                    ", \"bottleneck_busy\": ", JsonNumber(p.bottleneck_busy),
+                    ", \"compute_seconds\": ", JsonNumber(p.compute_seconds), "}");
   }
-  out += "]}\n";
+  const PboxSizing& z = result.sizing;
+  absl::StrAppend(&out, "], \"sizing\": {\"pboxes_per_rack\": ", z.pboxes_per_rack,
+                  ", \"nics\": ", z.nics, ", \"nic_gbps\": ", JsonNumber(z.nic_gbps),
+                  ", \"cores\": ", z.cores, ", \"rack_gbps\": ", JsonNumber(z.rack_gbps),
+                  ", \"seconds_per_iteration\": ", JsonNumber(result.sized.seconds_per_iteration),
+                  ", \"link_limit_seconds\": ", JsonNumber(result.link_limit_seconds),
+                  ", \"compute_seconds\": ", JsonNumber(result.sized.compute_seconds),
+                  ", \"bottleneck\": ", JsonString(result.sized.bottleneck), "}}\n");
   return out;
 }
 

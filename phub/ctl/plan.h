@@ -1,8 +1,9 @@
-// `phubctl plan`: what a data-parallel job's exchange would take on a cluster this machine
+// `phubctl plan`: what a data-parallel job's iteration would take on a cluster this machine
 // cannot emulate, from the simulator (phub/sim) calibrated on this project's measurements: per
-// scheme, the predicted time an iteration, the bytes each worker moves, and the resource that
-// bounds it. This first version takes one gradient of S MiB (bench/exchange's shape) and the
-// single-rack schemes; docs/design.md "The simulator" says what is still to come.
+// scheme, the predicted time an iteration, the bytes each worker moves, what bounds it and,
+// with a model's compute (--tensors-file with FLOPs), the scaling efficiency; then the PBoxes,
+// NICs and cores a rack needs for the workers' links to be the limit (plan_sizing.h), and what
+// the simulator predicts with them.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "phub/common/status.h"
+#include "phub/ctl/plan_sizing.h"
 #include "phub/sim/scenario.h"
 
 namespace phub::ctl {
@@ -18,9 +20,10 @@ struct PlanOptions {
   std::vector<std::string> schemes = {"ps-pbox", "ps-cloud", "ring"};
   std::uint32_t workers = 4;
   double mib = 100;
-  // A model's gradient instead of one of --mib: one tensor's bytes a line, in the order
-  // backward produces them (bench/sim/models.py writes them for ResNet-50, BERT-large, ...).
+  // A model's gradient and compute instead of one gradient of --mib: a tensor's bytes (and
+  // backward FLOPs) a line, backward order (plan_model_file.h; bench/sim/models.py).
   std::string tensors_file;
+  double gpu_tflops = 0;  // a worker's compute; 0: calibration.h's measured rate
   double gbps = 1;
   double latency_us = 0;
   std::uint32_t ps_cores = 2;
@@ -30,6 +33,12 @@ struct PlanOptions {
   std::uint64_t chunk_bytes = 1 << 20;
   std::uint32_t iterations = 3;
   bool verbs = false;
+  // The simulation's fidelity (sim::Scenario's): worker hosts standing for the workers, and
+  // chunks past which a model's pieces grow beyond --chunk-bytes.
+  std::uint32_t max_worker_hosts = 64;
+  std::uint32_t max_chunks = 256;
+  double nic_gbps = 100;     // sizing: the NICs a PBox is built with
+  std::uint32_t max_nics = 8;  // sizing: the NICs one PBox holds (PCIe slots, NUMA nodes)
   bool json = false;
 };
 
@@ -38,15 +47,20 @@ struct PlanRow {
   sim::Prediction prediction;
 };
 
+struct PlanResult {
+  std::vector<PlanRow> rows;
+  PboxSizing sizing;
+  sim::Prediction sized;  // the PS with `sizing`'s PBoxes
+  double link_limit_seconds = 0;  // S over a worker's link: what a PS exchange cannot beat
+};
+
 // The scenario of `scheme` ("ps-pbox", "ps-cloud", "ps-multi", "ps-racks", "ring") under
 // `options`, or InvalidArgument. Across racks ps-pbox is one PBox (rack 0's) for every rack,
 // ps-multi the keys spread over every rack's PBox, ps-racks the hierarchy.
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& options);
-// The tensors of `path` (one size in bytes a line), or InvalidArgument naming the line.
-StatusOr<std::vector<sim::Tensor>> ReadTensorsFile(const std::string& path);
-// Simulates every scheme (one child process each: simulate.h).
-StatusOr<std::vector<PlanRow>> Plan(const PlanOptions& options);
-std::string RenderPlanText(const PlanOptions& options, const std::vector<PlanRow>& rows);
-std::string RenderPlanJson(const PlanOptions& options, const std::vector<PlanRow>& rows);
+// Simulates every scheme, then the sized PBoxes (one child process each: simulate.h).
+StatusOr<PlanResult> Plan(const PlanOptions& options);
+std::string RenderPlanText(const PlanOptions& options, const PlanResult& result);
+std::string RenderPlanJson(const PlanOptions& options, const PlanResult& result);
 
 }  // namespace phub::ctl

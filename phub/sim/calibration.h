@@ -4,6 +4,8 @@
 // any of them (another machine's measurements, a faster NIC).
 #pragma once
 
+#include "phub/placement/sizing.h"
+
 namespace phub::sim {
 
 struct Calibration {
@@ -24,11 +26,17 @@ struct Calibration {
   // cores": 25.3 GB/s at C = 1, ~19 GB/s a core at C = 2).
   double aggregate_bytes_per_core_second = 19e9;
   // phubd's core-seconds per byte received over TCP on the emulated PBox rack (the job-end log
-  // line's "ns per byte in", "phubd CPU per byte": 0.504 / 0.506 ns on pbox, 0.30 on loopback;
-  // phub/placement/sizing.h's kTcpCoreSecondsPerByte rounds it to 0.5 ns).
-  double tcp_core_seconds_per_byte = 0.5e-9;
-  // The same over verbs (sizing.h kVerbsCoreSecondsPerByte: the NIC places the bytes).
-  double verbs_core_seconds_per_byte = 0.08e-9;
+  // line's "ns per byte in", "phubd CPU per byte": 0.504 / 0.506 ns on pbox, 0.30 on loopback),
+  // and over verbs (the NIC places the bytes): phubd's own sizing figures, which warn at start
+  // when a NIC has too few cores (phub/placement/sizing.h says where each was measured).
+  double tcp_core_seconds_per_byte = placement::kTcpCoreSecondsPerByte;
+  double verbs_core_seconds_per_byte = placement::kVerbsCoreSecondsPerByte;
+  // A worker's compute, FLOPs a second (a model's FLOPs as bench/sim/models.py counts them: the
+  // convolutions' and matrix products'): ResNet-50 at batch 64, 1.570 TFLOP a step, took
+  // phub-worker 38.9 ms on one H200 in TF32 (docs/benchmarks.md "Fourth GPU": 40.4 TFLOP/s;
+  // PyTorch took 32.8 ms, 47.9). Transformers' FLOPs are denser matrix products and run faster
+  // on the same GPU, so their compute here is, if anything, long: the exchange's share short.
+  double compute_flops_per_second = 40.4e12;
   // One message's fixed cost on its link beyond its bytes (headers, the stack's per-send
   // work), in seconds. The emulated racks add no delay (this kernel has no netem), so this is
   // all a message costs beyond bandwidth there; 0 until bench/sim/validate.py fits it.

@@ -34,7 +34,8 @@ Status Check(const Scenario& s) {
   if (!(c.link_goodput > 0 && c.link_goodput <= 1)) return bad("link_goodput in (0, 1]");
   if (!(c.aggregate_bytes_per_core_second > 0) || !(c.tcp_core_seconds_per_byte >= 0) ||
       !(c.verbs_core_seconds_per_byte >= 0) || !(c.message_seconds >= 0) ||
-      !(c.incast_floor > 0 && c.incast_floor <= 1) || !(c.incast_slope >= 0)) {
+      !(c.incast_floor > 0 && c.incast_floor <= 1) || !(c.incast_slope >= 0) ||
+      !(c.compute_flops_per_second > 0)) {
     return bad("a calibration constant out of range");
   }
   return absl::OkStatus();

@@ -70,6 +70,10 @@ struct Prediction {
   double bytes_per_worker = 0;       // sent by one worker an iteration
   std::string bottleneck;            // the resource busiest over the timed iterations
   double bottleneck_busy = 0;        // its busy fraction, 0..1
+  // A worker's forward and backward alone (the scenario's compute): an iteration's time
+  // without any exchange. compute_seconds / seconds_per_iteration is the scaling efficiency
+  // (weak scaling: N workers' images a second over N times one's).
+  double compute_seconds = 0;
 };
 
 // InvalidArgument naming the field for what no simulation can mean (no workers, no tensor).

@@ -68,6 +68,7 @@ void FindBottleneck(const Scenario& s, Prediction& p) {
     busy.emplace_back("a worker's link", p.bytes_per_worker / WorkerBytesPerSecond(s) / t);
     if (s.racks > 1) busy.emplace_back("a rack's uplink", p.bytes_per_worker / uplink / t);
   }
+  if (p.compute_seconds > 0) busy.emplace_back("a worker's compute", p.compute_seconds / t);
   const auto top = std::max_element(busy.begin(), busy.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
   p.bottleneck = top->first;
@@ -104,6 +105,8 @@ Prediction RunInEngine(const Scenario& s) {
   p.first_iteration_seconds = log.Duration(0);
   for (std::uint32_t i = 1; i < s.iterations; ++i) timed.push_back(log.Duration(i));
   p.seconds_per_iteration = timed.empty() ? p.first_iteration_seconds : Median(timed);
+  p.compute_seconds = s.forward_seconds;
+  for (const Tensor& t : s.tensors) p.compute_seconds += t.backward_seconds;
   FindBottleneck(s, p);
   return p;
 }
@@ -122,7 +125,7 @@ StatusOr<Prediction> Simulate(const Scenario& scenario, double timeout_s) {
     const Prediction p = RunInEngine(scenario);
     const std::string text = absl::StrCat(p.seconds_per_iteration, " ", p.first_iteration_seconds,
                                           " ", p.bytes_per_worker, " ", p.bottleneck_busy, " ",
-                                          p.bottleneck, "\n");
+                                          p.compute_seconds, " ", p.bottleneck, "\n");
     ssize_t ignored = write(fds[1], text.data(), text.size());
     (void)ignored;
     _exit(0);
@@ -158,7 +161,7 @@ StatusOr<Prediction> Simulate(const Scenario& scenario, double timeout_s) {
   Prediction p;
   std::istringstream in(text);
   in >> p.seconds_per_iteration >> p.first_iteration_seconds >> p.bytes_per_worker >>
-      p.bottleneck_busy;
+      p.bottleneck_busy >> p.compute_seconds;
   std::getline(in >> std::ws, p.bottleneck);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.fail() || p.bottleneck.empty()) {
     return absl::InternalError(absl::StrCat("the simulation failed (exit status ", status,

@@ -1,10 +1,12 @@
 // phubctl plan's inputs: the tensors file (one size a line, each line checked, the line named
 // when refused) and the schemes' scenarios (which network, how many PS hosts, across racks).
 #include "phub/ctl/plan.h"
+#include "phub/ctl/plan_model_file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -21,20 +23,77 @@ std::string WriteFile(const std::string& text) {
 }
 
 TEST(PlanTest, ATensorsFileIsReadLineByLineAndABadLineIsNamed) {
-  auto tensors = ReadTensorsFile(WriteFile("# fc, then conv\n4000\n\n1024\n"));
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
-  ASSERT_EQ(tensors->size(), 2u);
-  EXPECT_EQ((*tensors)[0].bytes, 4000u);
-  EXPECT_EQ((*tensors)[1].bytes, 1024u);
-  for (const std::string& bad : {std::string("12\nabc\n"), std::string("12\n0\n"),
-                                 std::string("12\n-5\n"), std::string("12\n99999999999999999\n")}) {
-    auto refused = ReadTensorsFile(WriteFile(bad));
+  auto model = ReadTensorsFile(WriteFile("# fc, then conv\n4000\n\n1024\n"), 1e12);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->tensors.size(), 2u);
+  EXPECT_EQ(model->tensors[0].bytes, 4000u);
+  EXPECT_EQ(model->tensors[1].bytes, 1024u);
+  EXPECT_EQ(model->tensors[1].backward_seconds, 0);  // bytes only: an exchange alone
+  EXPECT_EQ(model->forward_seconds, 0);
+  for (const std::string& bad :
+       {std::string("12\nabc\n"), std::string("12\n0\n"), std::string("12\n-5\n"),
+        std::string("12\n99999999999999999\n"), std::string("12\n8 -1\n"),
+        std::string("12\n8 1e30\n"), std::string("12\n8 9 10\n"), std::string("12\n8 nan\n"),
+        std::string("forward 5\nforward 5\n"), std::string("12\nforward\n")}) {
+    auto refused = ReadTensorsFile(WriteFile(bad), 1e12);
     EXPECT_THAT(std::string(refused.status().message()), HasSubstr("line 2")) << bad;
   }
-  EXPECT_THAT(std::string(ReadTensorsFile(WriteFile("# nothing\n")).status().message()),
+  EXPECT_THAT(std::string(ReadTensorsFile(WriteFile("# nothing\nforward 9\n"), 1e12)
+                              .status().message()),
               HasSubstr("no tensors"));
-  EXPECT_THAT(std::string(ReadTensorsFile("/nonexistent/tensors").status().message()),
+  EXPECT_THAT(std::string(ReadTensorsFile("/nonexistent/tensors", 1e12).status().message()),
               HasSubstr("cannot be read"));
+}
+
+TEST(PlanTest, AModelsFlopsBecomeSecondsAtTheGivenRate) {
+  const std::string path = WriteFile("forward 3e12\n4000 2e12\n1024\t4e12\n");
+  auto model = ReadTensorsFile(path, 2e12);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_DOUBLE_EQ(model->forward_seconds, 1.5);
+  ASSERT_EQ(model->tensors.size(), 2u);
+  EXPECT_DOUBLE_EQ(model->tensors[0].backward_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(model->tensors[1].backward_seconds, 2.0);
+  // --gpu-tflops overrides the calibrated rate in every scheme's scenario.
+  PlanOptions o;
+  o.tensors_file = path;
+  o.gpu_tflops = 4;
+  auto s = ScenarioFor("ring", o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->forward_seconds, 0.75);
+  EXPECT_DOUBLE_EQ(s->tensors[1].backward_seconds, 1.0);
+}
+
+// The sizing rule worked by hand: NICs for the rack's rate, boxes for the NICs, cores for each
+// box's bytes at the calibrated CPU per byte with the headroom.
+TEST(PlanTest, PboxesNicsAndCoresFollowTheRacksRate) {
+  PlanOptions o;
+  o.workers = 64;
+  o.gbps = 100;  // 6,400 Gbit/s of workers
+  o.nic_gbps = 400;
+  o.max_nics = 8;
+  o.verbs = true;
+  sim::Calibration c;
+  PboxSizing z = SizePboxes(o, c);
+  EXPECT_DOUBLE_EQ(z.rack_gbps, 6400);
+  EXPECT_EQ(z.pboxes_per_rack, 2u);  // 16 NICs of 400, at most 8 a box
+  EXPECT_EQ(z.nics, 8u);
+  const double per_box = 6400e9 / 8 / 2;
+  EXPECT_EQ(z.cores, static_cast<std::uint32_t>(
+                         std::ceil(per_box * c.verbs_core_seconds_per_byte / kBusiestCore)));
+  o.verbs = false;  // TCP: the copies' CPU
+  EXPECT_EQ(SizePboxes(o, c).cores, static_cast<std::uint32_t>(std::ceil(
+                                        per_box * c.tcp_core_seconds_per_byte / kBusiestCore)));
+  // Across racks a rack's PBoxes take its uplink too.
+  o.workers = 128;
+  o.racks = 2;
+  o.uplink_gbps = 3200;
+  z = SizePboxes(o, c);
+  EXPECT_DOUBLE_EQ(z.rack_gbps, 9600);
+  EXPECT_EQ(z.pboxes_per_rack, 3u);  // 24 NICs
+  EXPECT_EQ(z.nics, 8u);
+  const sim::Scenario sized = SizedScenario(*ScenarioFor("ring", o), z);
+  EXPECT_EQ(sized.scheme, sim::Scheme::kPsRacks);
+  EXPECT_EQ(sized.ps_cores, z.cores * 3);
 }
 
 TEST(PlanTest, EachSchemeIsItsScenario) {
