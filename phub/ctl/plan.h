@@ -36,7 +36,7 @@ struct PlanOptions {
   // The simulation's fidelity (sim::Scenario's): worker hosts standing for the workers, and
   // chunks past which a model's pieces grow beyond --chunk-bytes.
   std::uint32_t max_worker_hosts = 64;
-  std::uint32_t max_chunks = 256;
+  std::uint32_t max_chunks = 2048;
   double nic_gbps = 100;     // sizing: the NICs a PBox is built with
   std::uint32_t max_nics = 8;  // sizing: the NICs one PBox holds (PCIe slots, NUMA nodes)
   bool json = false;

@@ -7,10 +7,7 @@ namespace phub::sim {
 std::vector<SimChunk> CutChunks(const Scenario& s) {
   std::uint64_t total = 0;
   for (const Tensor& t : s.tensors) total += t.bytes;
-  // Racks of racks: a chunk is an actor in every rack's PBox; at most 8,192 of them.
-  const std::uint32_t most =
-      s.scheme == Scheme::kPsRacks ? std::min(s.max_chunks, std::max<std::uint32_t>(16, 8192 / s.racks))
-                                   : s.max_chunks;
+  const std::uint32_t most = s.max_chunks;
   // Pieces of chunk_bytes, or larger where there would be more than max_chunks of them.
   const std::uint64_t piece =
       std::max<std::uint64_t>(s.chunk_bytes, (total + most - 1) / std::max<std::uint32_t>(1, most));

@@ -1,9 +1,11 @@
 // The chunks a scenario's tensors are cut into and the PBox core each goes to, as phubd's key
 // table does it (phub/keys: each tensor cut into pieces of at most chunk_bytes, each piece to
-// the least loaded core by bytes so far; with several PS hosts, the least loaded host first). A model of thousands of chunks is simulated with
-// fewer, larger ones (at most Scenario::max_chunks, a tensor's pieces merged): every chunk is a
-// flow from every worker group, and flows all sharing the PBox's link cost SimGrid's solver
-// their number squared; the larger pieces pipeline a little more coarsely.
+// the least loaded core by bytes so far; with several PS hosts, the least loaded host first).
+// Past Scenario::max_chunks a model is simulated in fewer, larger pieces (a tensor's pieces
+// merged): every chunk is a flow from every worker group, and the flows sharing a PBox's link
+// cost SimGrid's solver about their number squared. Larger pieces fill and drain the pipeline
+// more coarsely, and a core sums all N copies of a piece at once (phubd's one pass), so they
+// make the PS look slower at large N: 2,048 keeps phubd's 1 MiB up to a 2 GiB gradient.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "phub/sim/chunks.h"
@@ -65,12 +66,17 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
     const WorkerGroup group = platform.groups[g];
     StartWorkerActor(s, log, g, group.host, shared, [g, group, cores, chunks, net](std::size_t c) {
       const SimChunk& chunk = (*chunks)[c];
-      net->up[g * cores + chunk.rack_core].Send(Box("push", group.rack, c),
-                                               static_cast<double>(chunk.bytes) * group.members);
+      net->up[g * cores + chunk.rack_core].Send(Box("push", group.rack, chunk.rack_core),
+                                               static_cast<double>(chunk.bytes) * group.members,
+                                               const_cast<SimChunk*>(&chunk));
     }, Box("weights", g));
   }
 
-  // Every PBox core runs one chunk's work at a time, its rack's sums and its homes' alike.
+  // Every PBox core runs one chunk's work at a time, its rack's sums and its homes' alike. A
+  // core is three actors, whatever the number of chunks (so phubd's chunk size holds at any
+  // number of racks): its rack part sums each chunk once every group of the rack has pushed
+  // it, its home part once every rack's sum is in, its weights part sends each chunk's weights
+  // on to the rack's workers. Messages carry their chunk (Stream::Send's `what`).
   auto locks = std::make_shared<std::vector<sg4::MutexPtr>>();  // [rack * cores + core]
   for (std::size_t k = 0; k < racks * cores; ++k) locks->push_back(sg4::Mutex::create());
   const double per_byte = CoreSecondsPerByteIn(s);
@@ -81,48 +87,68 @@ void StartRackPsActors(const Scenario& s, const Platform& platform, IterationLog
     sg4::this_actor::execute(per_byte * static_cast<double>(chunk.bytes) * copies * kFlopsPerSecond);
     core->unlock();
   };
-  for (std::size_t c = 0; c < chunks->size(); ++c) {
-    const SimChunk chunk = (*chunks)[c];
-    const std::size_t home = chunk.server;
-    // Each rack's part of the chunk.
-    for (std::size_t r = 0; r < racks; ++r) {
-      std::vector<std::size_t> mine;
-      for (std::size_t g = 0; g < groups; ++g) {
-        if (platform.groups[g].rack == r) mine.push_back(g);
-      }
-      const double rack_workers = static_cast<double>(s.workers / s.racks);
-      sg4::Actor::create(Box("part", r, c), platform.servers[r],
-                         [&s, &platform, r, c, chunk, home, mine, rack_workers, work, net,
-                          between, cores] {
-        Own(Box("push", r, c));
-        Own(Box("rackweights", r, c));
-        for (std::uint32_t it = 0; it < s.iterations; ++it) {
-          for (std::size_t i = 0; i < mine.size(); ++i) Receive(Box("push", r, c));
-          work(r, chunk.rack_core, chunk, rack_workers);
+  const auto index = [chunks](void* what) {
+    return static_cast<std::size_t>(static_cast<const SimChunk*>(what) - chunks->data());
+  };
+  // Counts a chunk's arrivals; true (and forgets it) when the `expected`-th has come.
+  const auto complete = [](std::unordered_map<std::size_t, std::uint32_t>& counts, std::size_t c,
+                           std::uint32_t expected) {
+    if (++counts[c] < expected) return false;
+    counts.erase(c);
+    return true;
+  };
+  for (std::size_t r = 0; r < racks; ++r) {
+    std::vector<std::size_t> mine;
+    for (std::size_t g = 0; g < groups; ++g) {
+      if (platform.groups[g].rack == r) mine.push_back(g);
+    }
+    const double rack_workers = static_cast<double>(s.workers / s.racks);
+    for (std::uint32_t k = 0; k < cores; ++k) {
+      sg4::Actor::create(Box("part", r, k), platform.servers[r],
+                         [r, k, mine, rack_workers, work, index, complete, chunks, net, between] {
+        Own(Box("push", r, k));
+        std::unordered_map<std::size_t, std::uint32_t> counts;
+        for (;;) {
+          void* what = Receive(Box("push", r, k));
+          const std::size_t c = index(what);
+          if (!complete(counts, c, static_cast<std::uint32_t>(mine.size()))) continue;
+          const SimChunk& chunk = (*chunks)[c];
+          work(r, k, chunk, rack_workers);
           // The rack's sum to the home (to itself, no link, at the home).
-          net->to_home[between(r, home, chunk.core)].Send(
-              Box("home", c), r == home ? 0.0 : static_cast<double>(chunk.bytes));
-          Receive(Box("rackweights", r, c));
+          net->to_home[between(r, chunk.server, chunk.core)].Send(
+              Box("home", chunk.server, chunk.core),
+              r == chunk.server ? 0.0 : static_cast<double>(chunk.bytes), what);
+        }
+      })->daemonize();
+      sg4::Actor::create(Box("home", r, k), platform.servers[r],
+                         [r, k, racks, work, index, complete, chunks, net, between] {
+        Own(Box("home", r, k));
+        std::unordered_map<std::size_t, std::uint32_t> counts;
+        for (;;) {
+          void* what = Receive(Box("home", r, k));
+          const std::size_t c = index(what);
+          if (!complete(counts, c, static_cast<std::uint32_t>(racks))) continue;
+          const SimChunk& chunk = (*chunks)[c];
+          work(r, k, chunk, static_cast<double>(racks));
+          for (std::size_t to = 0; to < racks; ++to) {
+            net->from_home[between(to, r, k)].Send(
+                Box("rackweights", to, chunk.rack_core),
+                to == r ? 0.0 : static_cast<double>(chunk.bytes), what);
+          }
+        }
+      })->daemonize();
+      sg4::Actor::create(Box("rackweights", r, k), platform.servers[r],
+                         [&platform, r, k, mine, cores, chunks, index, net] {
+        Own(Box("rackweights", r, k));
+        for (;;) {
+          const SimChunk& chunk = (*chunks)[index(Receive(Box("rackweights", r, k)))];
           for (std::size_t g : mine) {
-            net->down[g * cores + chunk.rack_core].Send(
+            net->down[g * cores + k].Send(
                 Box("weights", g), static_cast<double>(chunk.bytes) * platform.groups[g].members);
           }
         }
-      });
+      })->daemonize();
     }
-    // The chunk's home.
-    sg4::Actor::create(Box("home", c), platform.servers[home],
-                       [&s, c, chunk, home, racks, work, net, between] {
-      Own(Box("home", c));
-      for (std::uint32_t it = 0; it < s.iterations; ++it) {
-        for (std::size_t r = 0; r < racks; ++r) Receive(Box("home", c));
-        work(home, chunk.core, chunk, static_cast<double>(racks));
-        for (std::size_t r = 0; r < racks; ++r) {
-          net->from_home[between(r, home, chunk.core)].Send(
-              Box("rackweights", r, c), r == home ? 0.0 : static_cast<double>(chunk.bytes));
-        }
-      }
-    });
   }
 }
 

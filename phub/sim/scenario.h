@@ -59,7 +59,7 @@ struct Scenario {
   // would be (see simulate.cc). Makes N = 4,096 take seconds.
   std::uint32_t max_worker_hosts = 64;
   // At most this many chunks are simulated (chunks.h): larger pieces past it.
-  std::uint32_t max_chunks = 256;
+  std::uint32_t max_chunks = 2048;
   Calibration calibration;
 };
 

@@ -18,7 +18,9 @@ class Stream {
   // Starts the sender on `from`; `name` must be unique in the simulation.
   static Stream Open(const std::string& name, simgrid::s4u::Host* from);
   // Queues `bytes` for mailbox `to`: they arrive there once those queued before have left.
-  void Send(const std::string& to, double bytes) const;
+  // `what` (by default Token()) is what the receiver gets: which chunk, where one mailbox
+  // takes many.
+  void Send(const std::string& to, double bytes, void* what = nullptr) const;
 
  private:
   explicit Stream(simgrid::s4u::Mailbox* queue) : queue_(queue) {}
@@ -29,8 +31,8 @@ class Stream {
 int* Token();
 
 // Receives one message on `box` (which this actor must own: set_receiver, so that messages
-// flow as soon as they are sent, not when they are asked for).
-void Receive(const std::string& box);
+// flow as soon as they are sent, not when they are asked for), and returns what it carries.
+void* Receive(const std::string& box);
 // Makes the calling actor the permanent receiver of `box`.
 void Own(const std::string& box);
 
