@@ -30,6 +30,17 @@ struct PlanOptions {
   std::uint64_t chunk_bytes = 1 << 20;
   std::uint32_t iterations = 3;
   bool verbs = false;
+  // The PS schemes' (ps-pbox, ps-cloud, ps-multi; the others have no PS host): each PS host's
+  // NICs and their rate (0: its link split), the jobs sharing it ("W[:WEIGHT],...", empty:
+  // one), phubd's --nic-gbps pacing them, and a push's bytes over the weights'.
+  std::uint32_t ps_nics = 1;
+  double ps_nic_gbps = 0;
+  std::string jobs;
+  double pace_gbps = 0;
+  double push_bytes_ratio = 1;
+  // PS schemes: the --mib gradient in this many tensors, each pushed again as soon as its
+  // weights are in (phub_exchange_worker --streams; 0: a training step's exchange).
+  std::uint32_t streams = 0;
   bool json = false;
 };
 
@@ -42,6 +53,9 @@ struct PlanRow {
 // `options`, or InvalidArgument. Across racks ps-pbox is one PBox (rack 0's) for every rack,
 // ps-multi the keys spread over every rack's PBox, ps-racks the hierarchy.
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& options);
+// --jobs' text, "WORKERS[:WEIGHT],..." (weight 1 where not given), or InvalidArgument naming
+// --jobs and the entry.
+StatusOr<std::vector<sim::Job>> ParseJobs(const std::string& text);
 // The tensors of `path` (one size in bytes a line), or InvalidArgument naming the line.
 StatusOr<std::vector<sim::Tensor>> ReadTensorsFile(const std::string& path);
 // Simulates every scheme (one child process each: simulate.h).
