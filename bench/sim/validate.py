@@ -11,6 +11,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -27,21 +28,41 @@ from systems import multips_partition_bytes  # noqa: E402
 SCHEME = {("pbox", "ps"): "ps-pbox", ("cloud", "ps"): "ps-cloud", ("pbox", "ring"): "ring",
           ("cloud", "ring"): "ring", ("multips", "ps-multi"): "ps-multi",
           ("racks", "ps-racks"): "ps-racks", ("racks", "ps"): "ps-pbox",
-          ("racks", "ps-multi"): "ps-multi", ("racks", "ring"): "ring"}
+          ("racks", "ps-multi"): "ps-multi", ("racks", "ring"): "ring",
+          # bench/pbox/run_nics.py's PS host of one or two NICs; bench/tenants' shared PBox
+          ("pbox-nics", "ps"): "ps-pbox", ("tenants-pbox", "ps"): "ps-pbox",
+          ("tenants-cloud", "ps"): "ps-cloud"}
 
 
 def predict(phubctl, row):
-    argv = [phubctl, "plan", "--schemes", SCHEME[(row["topology"], row["system"])], "--workers",
-            row["workers"], "--mib", row["mib"], "--gbps", "1", "--ps-cores", "2", "--json"]
+    """The row's predicted ms: its scheme's time an iteration, or with `job` that job's (the
+    row's `flags` are plan flags of its own: NICs, jobs, pacing, streams)."""
+    flags = {"--schemes": SCHEME[(row["topology"], row["system"])], "--workers": row["workers"],
+             "--mib": row["mib"], "--gbps": "1", "--ps-cores": "2"}
     if row["racks"] != "1":  # bench/racks/run_racks.py's clusters
-        argv += ["--racks", row["racks"], "--uplink-gbps", row["uplink_gbps"], "--chunk-bytes",
-                 row["chunk_bytes"]]
+        flags.update({"--racks": row["racks"], "--uplink-gbps": row["uplink_gbps"],
+                      "--chunk-bytes": row["chunk_bytes"]})
     elif row["system"] == "ps-multi":  # as run_exchange.py runs it
         k = int(row["ps_hosts"])
-        argv += ["--ps-hosts", str(k), "--chunk-bytes",
-                 str(multips_partition_bytes(int(row["workers"]), k, float(row["mib"])))]
+        flags.update({"--ps-hosts": str(k), "--chunk-bytes": str(
+            multips_partition_bytes(int(row["workers"]), k, float(row["mib"])))})
+    elif row["chunk_bytes"]:
+        flags["--chunk-bytes"] = row["chunk_bytes"]
+    extra = shlex.split(row["flags"])
+    flags.update(zip(extra[::2], extra[1::2]))
+    argv = [phubctl, "plan", "--json"] + [x for kv in flags.items() for x in kv]
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    return 1000 * json.loads(out)["schemes"][0]["seconds_per_iteration"]
+    scheme = json.loads(out)["schemes"][0]
+    if row["job"]:
+        return 1000 * scheme["job_seconds_per_iteration"][int(row["job"])]
+    return 1000 * scheme["seconds_per_iteration"]
+
+
+def setting(row):
+    """What a row sets beyond the table's columns, for the table."""
+    extra = shlex.split(row["flags"])
+    shown = [f"{k} {v}" for k, v in zip(extra[::2], extra[1::2]) if k != "--iterations"]
+    return " ".join(shown + ([f"(job {row['job']})"] if row["job"] else [])) or "-"
 
 
 def main():
@@ -63,19 +84,19 @@ def main():
                          "within_10pct": abs(predicted / measured - 1) <= 0.10})
     tables.write_tsv(os.path.join(a.out, "validation.tsv"), rows,
                      ["topology", "system", "workers", "ps_hosts", "racks", "uplink_gbps", "mib",
-                      "ms", "predicted_ms", "ratio",
+                      "flags", "job", "ms", "predicted_ms", "ratio",
                       "within_10pct", "source"])
     within = sum(r["within_10pct"] for r in rows)
     lines = [f"The simulator against the measured exchanges (bench/sim/measured.tsv): "
              f"{within} of {len(rows)} rows within +-10 %; median |ratio - 1| "
              f"{statistics.median(abs(r['ratio'] - 1) for r in rows):.3f}.", ""]
     lines += tables.md_table(
-        ["topology", "system", "N", "K", "racks x uplink", "S MiB", "measured ms",
+        ["topology", "system", "N", "K", "racks x uplink", "setting", "S MiB", "measured ms",
          "predicted ms", "predicted / measured", "within 10 %"],
         [[r["topology"], r["system"], r["workers"], r["ps_hosts"] or "-",
-          f"{r['racks']} x {r['uplink_gbps']} Gbit/s" if r["racks"] != "1" else "-", r["mib"],
-          r["ms"], f"{r['predicted_ms']:.1f}", f"{r['ratio']:.3f}",
-          "yes" if r["within_10pct"] else "no"] for r in rows], "llrrlrrrrl")
+          f"{r['racks']} x {r['uplink_gbps']} Gbit/s" if r["racks"] != "1" else "-", setting(r),
+          r["mib"], r["ms"], f"{r['predicted_ms']:.1f}", f"{r['ratio']:.3f}",
+          "yes" if r["within_10pct"] else "no"] for r in rows], "llrrllrrrrl")
     print(tables.write_markdown(os.path.join(a.out, "validation.md"), lines))
     return 0
 

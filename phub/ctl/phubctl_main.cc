@@ -13,6 +13,7 @@
 #include "phub/ctl/http_get.h"
 #include "phub/ctl/metrics_text.h"
 #include "phub/ctl/plan.h"
+#include "phub/ctl/plan_flags.h"
 #include "phub/ctl/scrape.h"
 #include "phub/ctl/status_render.h"
 #include "phub/ctl/status_report.h"
@@ -144,65 +145,7 @@ int main(int argc, char** argv) {
       "time an iteration of the gradient exchange takes per scheme on a cluster of --workers "
       "workers, what each worker moves, and what bounds it (docs/operations.md \"Sizing a "
       "PBox\")");
-  plan_command->add_option("--schemes", plan.schemes, "ps-pbox, ps-cloud, ps-multi, ps-racks, ring")
-      ->delimiter(',')
-      ->capture_default_str();
-  plan_command->add_option("--workers", plan.workers, "Workers (N)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
-  plan_command->add_option("--mib", plan.mib, "The gradient's size, MiB")->capture_default_str();
-  plan_command->add_option("--tensors-file", plan.tensors_file,
-                           "A model's gradient and compute instead: a tensor's bytes and its "
-                           "backward FLOPs a line, in the order backward produces them, and a "
-                           "line `forward FLOPS` (bench/sim/models.py writes them)");
-  plan_command->add_option("--gpu-tflops", plan.gpu_tflops,
-                           "A worker's compute, TFLOP/s (default: the measured rate of "
-                           "phub/sim/calibration.h, one H200 in TF32)")
-      ->check(CLI::Range(1e-6, 1e6));
-  plan_command->add_option("--gbps", plan.gbps, "Each worker's link, Gbit/s")
-      ->capture_default_str()
-      ->check(CLI::Range(1e-3, 1e5));
-  plan_command->add_option("--latency-us", plan.latency_us, "One-way latency of each link, us")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
-  plan_command->add_option("--ps-cores", plan.ps_cores, "The PBox's cores serving the job")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  plan_command->add_option("--ps-hosts", plan.ps_hosts,
-                           "ps-multi: PS hosts the keys spread over (each with one worker's link)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  plan_command->add_option("--racks", plan.racks,
-                           "Racks of --workers / --racks workers each, a PBox in each")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  plan_command->add_option("--uplink-gbps", plan.uplink_gbps,
-                           "With --racks above 1: each rack's uplink to the core, Gbit/s")
-      ->check(CLI::Range(1e-3, 1e6));
-  plan_command->add_option("--chunk-bytes", plan.chunk_bytes, "phubd's --chunk-bytes")
-      ->capture_default_str()
-      ->check(CLI::Range(std::uint64_t{4}, std::uint64_t{1} << 32));
-  plan_command->add_option("--iterations", plan.iterations,
-                           "Iterations simulated (the first, filling the pipeline, is not timed)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1000u));
-  plan_command->add_flag("--verbs", plan.verbs, "The PBox on verbs (its CPU per byte), not TCP");
-  plan_command->add_option("--max-worker-hosts", plan.max_worker_hosts,
-                           "Simulation: hosts standing for the workers (identical workers merged)")
-      ->capture_default_str()
-      ->check(CLI::Range(2u, 4096u));
-  plan_command->add_option("--max-chunks", plan.max_chunks,
-                           "Simulation: chunks simulated; past them a model's pieces grow beyond "
-                           "--chunk-bytes (faster, coarser)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 65536u));
-  plan_command->add_option("--nic-gbps", plan.nic_gbps, "Sizing: the NICs a PBox is built with, Gbit/s")
-      ->capture_default_str()
-      ->check(CLI::Range(1e-3, 1e5));
-  plan_command->add_option("--max-nics", plan.max_nics, "Sizing: the NICs one PBox holds")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 64u));
-  plan_command->add_flag("--json", plan.json, "Print one JSON object instead of the table");
+  phub::ctl::AddPlanFlags(*plan_command, plan);
 
   try {
     app.parse(argc, argv);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "phub/ctl/json_text.h"
 #include "phub/ctl/plan_model_file.h"
 #include "phub/sim/simulate.h"
@@ -51,8 +52,56 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
   s.max_worker_hosts = o.max_worker_hosts;
   s.max_chunks = o.max_chunks;
   s.verbs = o.verbs;
+  if (s.scheme == sim::Scheme::kPs) {
+    s.ps_nics = o.ps_nics;
+    s.ps_nic_gbps = o.ps_nic_gbps;
+    s.ps_pace_gbps = o.pace_gbps;
+    s.push_bytes_ratio = o.push_bytes_ratio;
+    if (o.streams > 0) {
+      if (!o.tensors_file.empty()) {
+        return absl::InvalidArgumentError("--streams: with --mib only (not --tensors-file)");
+      }
+      // As phub_exchange_worker cuts its tensor: K pieces of floats, the last ones larger.
+      const std::uint64_t floats = s.tensors[0].bytes / 4;
+      if (floats < o.streams) return absl::InvalidArgumentError("--streams: more than --mib's floats");
+      s.tensors.clear();
+      for (std::uint64_t k = 0; k < o.streams; ++k) {
+        s.tensors.push_back({4 * (floats * (k + 1) / o.streams - floats * k / o.streams), 0});
+      }
+      s.streaming = true;
+    }
+    if (!o.jobs.empty()) {
+      PHUB_ASSIGN_OR_RETURN(s.jobs, ParseJobs(o.jobs));
+      std::uint64_t workers = 0;
+      for (const sim::Job& j : s.jobs) workers += j.workers;
+      if (workers != o.workers) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--jobs '", o.jobs, "': their workers add up to ", workers, ", not --workers ",
+            o.workers));
+      }
+      if (o.racks != 1) return absl::InvalidArgumentError("--jobs: in one rack only (--racks 1)");
+    }
+  }
   PHUB_RETURN_IF_ERROR(sim::Check(s));
   return s;
+}
+
+StatusOr<std::vector<sim::Job>> ParseJobs(const std::string& text) {
+  std::vector<sim::Job> jobs;
+  for (const absl::string_view entry : absl::StrSplit(text, ',')) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(entry, ':');
+    sim::Job job;
+    if (parts.size() > 2 || !absl::SimpleAtoi(parts[0], &job.workers) || job.workers < 1 ||
+        (parts.size() == 2 &&
+         (!absl::SimpleAtod(parts[1], &job.weight) || !(job.weight >= 0.01 && job.weight <= 100)))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--jobs entry '", entry.substr(0, 40),
+                       "': give WORKERS[:WEIGHT] (workers 1 or more, a weight from 0.01 to 100)"));
+    }
+    if (jobs.size() == 64) return absl::InvalidArgumentError("--jobs: at most 64 jobs");
+    jobs.push_back(job);
+  }
+  return jobs;
 }
 
 StatusOr<PlanResult> Plan(const PlanOptions& o) {
@@ -106,6 +155,11 @@ std::string RenderPlanText(const PlanOptions& o, const PlanResult& result) {
                            1000 * p.seconds_per_iteration, p.bytes_per_worker / 1e6,
                            compute > 0 ? " " + WithCompute(p) : "", p.bottleneck,
                            100 * p.bottleneck_busy);
+    const std::vector<double>& jobs = p.job_seconds_per_iteration;
+    for (std::size_t j = 0; jobs.size() > 1 && j < jobs.size(); ++j) {
+      out += absl::StrFormat("%-10s %14.1f  job %u of %u (--jobs)\n", "", 1000 * jobs[j], j,
+                             jobs.size());
+    }
   }
   const PboxSizing& z = result.sizing;
   const sim::Prediction& sized = result.sized;
@@ -145,7 +199,12 @@ std::string RenderPlanJson(const PlanOptions& o, const PlanResult& result) {
                     ", \"bytes_per_worker\": ", JsonNumber(p.bytes_per_worker),
                     ", \"bottleneck\": ", JsonString(p.bottleneck),
                     ", \"bottleneck_busy\": ", JsonNumber(p.bottleneck_busy),
-                    ", \"compute_seconds\": ", JsonNumber(p.compute_seconds), "}");
+                    ", \"compute_seconds\": ", JsonNumber(p.compute_seconds),
+                    ", \"job_seconds_per_iteration\": [");
+    for (std::size_t j = 0; j < p.job_seconds_per_iteration.size(); ++j) {
+      absl::StrAppend(&out, j ? ", " : "", JsonNumber(p.job_seconds_per_iteration[j]));
+    }
+    out += "]}";
   }
   const PboxSizing& z = result.sizing;
   absl::StrAppend(&out, "], \"sizing\": {\"pboxes_per_rack\": ", z.pboxes_per_rack,

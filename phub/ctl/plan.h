@@ -39,6 +39,17 @@ struct PlanOptions {
   std::uint32_t max_chunks = 2048;
   double nic_gbps = 100;     // sizing: the NICs a PBox is built with
   std::uint32_t max_nics = 8;  // sizing: the NICs one PBox holds (PCIe slots, NUMA nodes)
+  // The PS schemes' (ps-pbox, ps-cloud, ps-multi; the others have no PS host): each PS host's
+  // NICs and their rate (0: its link split), the jobs sharing it ("W[:WEIGHT],...", empty:
+  // one), phubd's --nic-gbps pacing them, and a push's bytes over the weights'.
+  std::uint32_t ps_nics = 1;
+  double ps_nic_gbps = 0;
+  std::string jobs;
+  double pace_gbps = 0;
+  double push_bytes_ratio = 1;
+  // PS schemes: the --mib gradient in this many tensors, each pushed again as soon as its
+  // weights are in (phub_exchange_worker --streams; 0: a training step's exchange).
+  std::uint32_t streams = 0;
   bool json = false;
 };
 
@@ -62,5 +73,8 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
 StatusOr<PlanResult> Plan(const PlanOptions& options);
 std::string RenderPlanText(const PlanOptions& options, const PlanResult& result);
 std::string RenderPlanJson(const PlanOptions& options, const PlanResult& result);
+// --jobs' text, "WORKERS[:WEIGHT],..." (weight 1 where not given), or InvalidArgument naming
+// --jobs and the entry.
+StatusOr<std::vector<sim::Job>> ParseJobs(const std::string& text);
 
 }  // namespace phub::ctl

@@ -30,7 +30,8 @@ std::vector<SimChunk> CutChunks(const Scenario& scenario);
 std::vector<std::vector<std::size_t>> ChunksByTensor(const Scenario& scenario,
                                                      const std::vector<SimChunk>& chunks);
 
-// The PBox core's seconds per byte it receives (its transport's, at least the sum's).
+// The PBox core's seconds per gradient byte a worker pushes (its transport's on the bytes on
+// the wire, Scenario::push_bytes_ratio of them; at least the sum's).
 double CoreSecondsPerByteIn(const Scenario& scenario);
 
 }  // namespace phub::sim

@@ -1,8 +1,22 @@
 #include "phub/sim/scenario.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace phub::sim {
+
+std::vector<Job> JobsOf(const Scenario& s) {
+  return s.jobs.empty() ? std::vector<Job>{{s.workers, 1}} : s.jobs;
+}
+
+std::uint32_t JobIterations(const Scenario& s, std::size_t job) {
+  const std::vector<Job> jobs = JobsOf(s);
+  double least = jobs[0].weight;
+  for (const Job& j : jobs) least = std::min(least, j.weight);
+  return static_cast<std::uint32_t>(std::lround(s.iterations * jobs[job].weight / least));
+}
 
 Status Check(const Scenario& s) {
   const auto bad = [](const std::string& what) {
@@ -27,6 +41,38 @@ Status Check(const Scenario& s) {
     return bad("ps_hosts across racks: 1 (rack 0's PBox) or racks (every rack's)");
   }
   if (s.scheme == Scheme::kPsRacks && s.racks < 2) return bad("kPsRacks needs 2 racks or more");
+  if (s.ps_nics < 1 || s.ps_nics > 64) return bad("ps_nics: give 1 to 64");
+  if (!(s.ps_nic_gbps >= 0) || !std::isfinite(s.ps_nic_gbps)) {
+    return bad("ps_nic_gbps: 0 (the network's PS link split) or a NIC's rate above 0");
+  }
+  if ((s.ps_nics > 1 || s.ps_nic_gbps > 0) && s.scheme != Scheme::kPs) {
+    return bad("ps_nics, ps_nic_gbps: for kPs only");
+  }
+  if (!s.jobs.empty()) {
+    if (s.scheme != Scheme::kPs || s.racks != 1) return bad("jobs: kPs in one rack only");
+    if (s.jobs.size() > 64) return bad("jobs: at most 64");
+    std::uint64_t workers = 0;
+    for (const Job& j : s.jobs) {
+      if (j.workers < 1) return bad("jobs: a job of no workers");
+      if (!(j.weight >= 0.01 && j.weight <= 100)) return bad("jobs: a weight outside 0.01 to 100");
+      workers += j.workers;
+    }
+    if (workers != s.workers) return bad("jobs: their workers must add up to workers");
+    // The heaviest job's iterations: weights far apart would make it run hundreds.
+    for (std::size_t j = 0; j < s.jobs.size(); ++j) {
+      if (JobIterations(s, j) > 1000) return bad("jobs: weights too far apart (1000 iterations)");
+    }
+  }
+  if (!(s.ps_pace_gbps >= 0) || !std::isfinite(s.ps_pace_gbps)) {
+    return bad("ps_pace_gbps: 0 (not paced) or a rate above 0");
+  }
+  if (s.streaming) {
+    if (s.scheme != Scheme::kPs) return bad("streaming: kPs only");
+    bool compute = s.forward_seconds > 0;
+    for (const Tensor& t : s.tensors) compute = compute || t.backward_seconds > 0;
+    if (compute) return bad("streaming: an exchange only, no compute");
+  }
+  if (!(s.push_bytes_ratio > 0 && s.push_bytes_ratio <= 8)) return bad("push_bytes_ratio in (0, 8]");
   if (s.chunk_bytes < 4) return bad("chunk_bytes: give 4 or more");
   if (s.iterations < 1) return bad("iterations: give 1 or more (2+: the first is not timed)");
   if (s.max_worker_hosts < 2 || s.max_chunks < 1) return bad("max_worker_hosts >= 2, max_chunks >= 1");

@@ -30,6 +30,14 @@ struct Tensor {
   double backward_seconds = 0;
 };
 
+// A job sharing the PS hosts with others (Scenario::jobs): its workers and phubd's weight for
+// it (--job-weight: its share of a core's sends while jobs share, phub/server/shard/
+// fair_send_queue.h).
+struct Job {
+  std::uint32_t workers = 1;
+  double weight = 1;
+};
+
 struct Scenario {
   Scheme scheme = Scheme::kPs;
   Network network = Network::kPbox;
@@ -50,6 +58,28 @@ struct Scenario {
   // PS hosts (kPs): the keys spread over them (BytePS's and ps-lite's several servers; the
   // emulated racks' multips). Each has `network`'s link and ps_cores cores.
   std::uint32_t ps_hosts = 1;
+  // Each PS host's NICs (kPs): its link split into ps_nics links each way, each of ps_nic_gbps
+  // (0: the network's PS link over ps_nics). phubd's cores alternate over its NICs (core i on
+  // NIC i % ps_nics: phub/placement/core_placement.cc with NICs of no known NUMA node), and a
+  // core's connections all go through its NIC; a NIC without a core carries nothing.
+  std::uint32_t ps_nics = 1;
+  double ps_nic_gbps = 0;
+  // Jobs sharing the PS hosts (kPs, one rack): their workers together are `workers`, each
+  // job's cut from the same tensors, all jobs' chunks on the same cores. Empty: one job. A job
+  // of weight w runs w / (the least weight) x iterations, so that all run to about the same
+  // end, as bench/tenants runs them.
+  std::vector<Job> jobs;
+  // phubd's --nic-gbps: while two jobs or more share it, a PS host's sends go out no faster
+  // than this, shared by weight (0: not paced). See pacing.h for how that is modelled.
+  double ps_pace_gbps = 0;
+  // kPs: each tensor pushed again as soon as its weights are in, no step between (a job whose
+  // layers overlap perfectly: phub_exchange_worker --streams, as bench/tenants runs it); an
+  // iteration is then every tensor's exchange once, and there is no compute. False: a training
+  // step, every tensor pushed as backward produces it, then every weight waited for.
+  bool streaming = false;
+  // A push's bytes over the weights' sent back: 0.5 for bf16 pushes with fp32 weights
+  // (phub_exchange_worker --wire bf16 --wire-weights fp32).
+  double push_bytes_ratio = 1;
   std::uint64_t chunk_bytes = 1 << 20;
   std::uint64_t ring_piece_bytes = 1 << 20;  // phub/ring's pieces
   bool verbs = false;              // the PBox's transport: its CPU per byte received
@@ -74,7 +104,16 @@ struct Prediction {
   // without any exchange. compute_seconds / seconds_per_iteration is the scaling efficiency
   // (weak scaling: N workers' images a second over N times one's).
   double compute_seconds = 0;
+  // Scenario::jobs: each job's median time an iteration over its timed iterations that ended
+  // while every job still ran (the window bench/tenants/shares.py measures shares in); one
+  // entry (seconds_per_iteration) for one job. seconds_per_iteration is then the slowest's.
+  std::vector<double> job_seconds_per_iteration;
 };
+
+// The scenario's jobs: Scenario::jobs, or one job of every worker.
+std::vector<Job> JobsOf(const Scenario& scenario);
+// Job j's iterations: Scenario::iterations x its weight over the least weight, rounded.
+std::uint32_t JobIterations(const Scenario& scenario, std::size_t job);
 
 // InvalidArgument naming the field for what no simulation can mean (no workers, no tensor).
 Status Check(const Scenario& scenario);

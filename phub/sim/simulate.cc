@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "phub/sim/chunks.h"
+#include "phub/sim/bottleneck.h"
 #include "phub/sim/platform.h"
 #include "phub/sim/ps_actors.h"
 #include "phub/sim/rack_ps_actors.h"
@@ -26,54 +26,6 @@ namespace phub::sim {
 namespace sg4 = simgrid::s4u;
 
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// The busiest resource at `seconds` an iteration, from the bytes and CPU one iteration needs.
-void FindBottleneck(const Scenario& s, Prediction& p) {
-  double total = 0;
-  for (const Tensor& t : s.tensors) total += static_cast<double>(t.bytes);
-  const double t = p.seconds_per_iteration;
-  std::vector<std::pair<std::string, double>> busy;
-  const double n = static_cast<double>(s.workers / s.racks), racks = s.racks;
-  const double uplink = UplinkBytesPerSecond(s);
-  const double cores = std::max<std::uint32_t>(1, s.ps_cores);
-  // Bytes each resource carries an iteration (each way), over its rate and the time.
-  if (s.scheme == Scheme::kPs) {
-    const double k = s.ps_hosts;
-    p.bytes_per_worker = total;
-    busy.emplace_back(k > 1 ? "a PS host's link" : "the PBox's link",
-                      s.workers * total / k / PboxBytesPerSecond(s) / t);
-    busy.emplace_back("a worker's link", total / WorkerBytesPerSecond(s) / t);
-    busy.emplace_back(k > 1 ? "a PS host's cores" : "the PBox's cores",
-                      s.workers * total * CoreSecondsPerByteIn(s) / k / cores / t);
-    if (s.racks > 1) {  // rack 0's PBox takes every other rack's; K = racks: each 1 / K
-      // each way: pushes out to (and weights in from) the other racks' PBoxes, weights out to
-      // (pushes in from) the other racks' workers
-      const double crossing = k > 1 ? 2 * n * total * (racks - 1) / racks : (racks - 1) * n * total;
-      busy.emplace_back("a rack's uplink", crossing / uplink / t);
-    }
-  } else if (s.scheme == Scheme::kPsRacks) {
-    p.bytes_per_worker = total;
-    const double crossing = 2 * (racks - 1) / racks * total;  // sums out, others' sums in
-    busy.emplace_back("a rack's PBox's link", (n * total + crossing) / PboxBytesPerSecond(s) / t);
-    busy.emplace_back("a worker's link", total / WorkerBytesPerSecond(s) / t);
-    busy.emplace_back("a rack's uplink", crossing / uplink / t);
-    busy.emplace_back("a rack's PBox's cores", (n + 1) * total * CoreSecondsPerByteIn(s) / cores / t);
-  } else {
-    p.bytes_per_worker = 2.0 * (s.workers - 1) / s.workers * total;
-    busy.emplace_back("a worker's link", p.bytes_per_worker / WorkerBytesPerSecond(s) / t);
-    if (s.racks > 1) busy.emplace_back("a rack's uplink", p.bytes_per_worker / uplink / t);
-  }
-  if (p.compute_seconds > 0) busy.emplace_back("a worker's compute", p.compute_seconds / t);
-  const auto top = std::max_element(busy.begin(), busy.end(),
-                                    [](const auto& a, const auto& b) { return a.second < b.second; });
-  p.bottleneck = top->first;
-  p.bottleneck_busy = top->second;
-}
 
 // In the child: one engine, one scenario.
 Prediction RunInEngine(const Scenario& s) {
@@ -101,10 +53,23 @@ Prediction RunInEngine(const Scenario& s) {
   }
   engine.run();
   Prediction p;
-  std::vector<double> timed;
-  p.first_iteration_seconds = log.Duration(0);
-  for (std::uint32_t i = 1; i < s.iterations; ++i) timed.push_back(log.Duration(i));
-  p.seconds_per_iteration = timed.empty() ? p.first_iteration_seconds : Median(timed);
+  const std::size_t jobs = JobsOf(s).size();
+  if (jobs == 1) {
+    std::vector<double> timed;
+    p.first_iteration_seconds = log.Duration(0);
+    for (std::uint32_t i = 1; i < s.iterations; ++i) timed.push_back(log.Duration(i));
+    p.seconds_per_iteration =
+        timed.empty() ? p.first_iteration_seconds : IterationLog::Median(timed);
+    p.job_seconds_per_iteration = {p.seconds_per_iteration};
+  } else {
+    for (std::size_t j = 0; j < jobs; ++j) {
+      p.first_iteration_seconds =
+          std::max(p.first_iteration_seconds, log.Duration(0, static_cast<int>(j)));
+    }
+    p.job_seconds_per_iteration = log.SharedSecondsPerIteration(static_cast<std::uint32_t>(jobs));
+    p.seconds_per_iteration =
+        *std::max_element(p.job_seconds_per_iteration.begin(), p.job_seconds_per_iteration.end());
+  }
   p.compute_seconds = s.forward_seconds;
   for (const Tensor& t : s.tensors) p.compute_seconds += t.backward_seconds;
   FindBottleneck(s, p);
@@ -123,9 +88,11 @@ StatusOr<Prediction> Simulate(const Scenario& scenario, double timeout_s) {
   if (pid == 0) {
     close(fds[0]);
     const Prediction p = RunInEngine(scenario);
-    const std::string text = absl::StrCat(p.seconds_per_iteration, " ", p.first_iteration_seconds,
-                                          " ", p.bytes_per_worker, " ", p.bottleneck_busy, " ",
-                                          p.compute_seconds, " ", p.bottleneck, "\n");
+    std::string text = absl::StrCat(p.seconds_per_iteration, " ", p.first_iteration_seconds, " ",
+                                    p.bytes_per_worker, " ", p.bottleneck_busy, " ",
+                                    p.compute_seconds, " ", p.job_seconds_per_iteration.size());
+    for (double seconds : p.job_seconds_per_iteration) absl::StrAppend(&text, " ", seconds);
+    absl::StrAppend(&text, " ", p.bottleneck, "\n");
     ssize_t ignored = write(fds[1], text.data(), text.size());
     (void)ignored;
     _exit(0);
@@ -160,8 +127,12 @@ StatusOr<Prediction> Simulate(const Scenario& scenario, double timeout_s) {
   }
   Prediction p;
   std::istringstream in(text);
+  std::size_t jobs = 0;
   in >> p.seconds_per_iteration >> p.first_iteration_seconds >> p.bytes_per_worker >>
-      p.bottleneck_busy >> p.compute_seconds;
+      p.bottleneck_busy >> p.compute_seconds >> jobs;
+  for (std::size_t j = 0; j < jobs && j < 64 && in; ++j) {
+    in >> p.job_seconds_per_iteration.emplace_back();
+  }
   std::getline(in >> std::ws, p.bottleneck);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.fail() || p.bottleneck.empty()) {
     return absl::InternalError(absl::StrCat("the simulation failed (exit status ", status,

@@ -2,6 +2,8 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <algorithm>
+
 #include "phub/sim/streams.h"
 
 namespace phub::sim {
@@ -15,13 +17,32 @@ SharedChunks SharedChunks::Of(const Scenario& s) {
   return {std::move(chunks), std::move(by_tensor)};
 }
 
+std::string WeightsBoxOf(const Scenario& s, const std::string& weights_box, std::size_t tensor) {
+  return s.streaming ? weights_box + "_" + std::to_string(tensor) : weights_box;
+}
+
 void StartWorkerActor(const Scenario& s, IterationLog& log, std::size_t g, sg4::Host* host,
                       const SharedChunks& shared, std::function<void(std::size_t)> push,
                       const std::string& weights_box) {
+  if (s.streaming) {
+    for (std::size_t t = 0; t < s.tensors.size(); ++t) {
+      sg4::Actor::create("worker" + std::to_string(g) + "_" + std::to_string(t), host,
+                         [&log, g, t, shared, push, box = WeightsBoxOf(s, weights_box, t)] {
+        Own(box);
+        const std::vector<std::size_t>& mine = (*shared.by_tensor)[t];
+        for (std::size_t it = 0; it < log.ends[g].size(); ++it) {
+          for (std::size_t c : mine) push(c);
+          for (std::size_t n = 0; n < mine.size(); ++n) Receive(box);
+          log.ends[g][it] = std::max(log.ends[g][it], sg4::Engine::get_clock());
+        }
+      });
+    }
+    return;
+  }
   sg4::Actor::create("worker" + std::to_string(g), host,
                      [&s, &log, g, shared, push = std::move(push), weights_box] {
     Own(weights_box);  // weights land as they come
-    for (std::uint32_t it = 0; it < s.iterations; ++it) {
+    for (std::size_t it = 0; it < log.ends[g].size(); ++it) {  // its job's (iteration_log.h)
       sg4::this_actor::sleep_for(s.forward_seconds);
       for (std::size_t t = 0; t < s.tensors.size(); ++t) {
         sg4::this_actor::sleep_for(s.tensors[t].backward_seconds);
