@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
       "time an iteration of the gradient exchange takes per scheme on a cluster of --workers "
       "workers, what each worker moves, and what bounds it (docs/operations.md \"Sizing a "
       "PBox\")");
-  plan_command->add_option("--schemes", plan.schemes, "ps-pbox, ps-cloud, ps-multi, ps-racks, ring")
+  plan_command->add_option("--schemes", plan.schemes,
+                           "ps-pbox, ps-cloud, ps-multi, ps-racks, ring, tree")
       ->delimiter(',')
       ->capture_default_str();
   plan_command->add_option("--workers", plan.workers, "Workers (N)")
@@ -177,6 +178,11 @@ int main(int argc, char** argv) {
   plan_command->add_option("--chunk-bytes", plan.chunk_bytes, "phubd's --chunk-bytes")
       ->capture_default_str()
       ->check(CLI::Range(std::uint64_t{4}, std::uint64_t{1} << 32));
+  plan_command->add_option("--bucket-mib", plan.bucket_mib,
+                           "ring, tree: allreduce the gradient in buckets of this many MiB as "
+                           "backward fills them (DDP's bucket_cap_mb); 0: one allreduce")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   plan_command->add_option("--iterations", plan.iterations,
                            "Iterations simulated (the first, filling the pipeline, is not timed)")
       ->capture_default_str()
