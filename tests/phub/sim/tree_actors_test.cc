@@ -45,7 +45,7 @@ TEST(TreeTest, TheTwoTreesAreNcclsAndEachRankIsInteriorInOneAtMost) {
   EXPECT_EQ(twelve[1][11].parent, -1);
   EXPECT_EQ(twelve[1][11].children, std::vector<int>{3});
   EXPECT_THAT(twelve[1][7].children, ElementsAre(5, 9));
-  // ... and for 13 it is tree 0 shifted by one rank (root 1, children 9 and ... 0).
+  // ... and for 13 it is tree 0 shifted by one rank (root 1, its one child 9).
   const auto thirteen = DoubleBinaryTree(13);
   EXPECT_EQ(thirteen[0][12].children, std::vector<int>{10});
   EXPECT_EQ(thirteen[1][1].children, std::vector<int>{9});
@@ -75,7 +75,7 @@ TEST(TreeTest, TheBusiestRankMovesTwoGradientsLikeTheRing) {
 // Bandwidth: every link carries 2 S, so no less than 2 S / B; pieces pipeline, so no more than
 // that plus the fill and drain: 2 x depth hops of the hop latency and a piece's time on a link
 // shared with its sibling's copy (2 p / B). (A 64 MiB tree of 64 ranks: 1.064 x 2 S / B, its
-// bound 1.09.)
+// bound 1.098.)
 TEST(SimulateTest, ATreeTakesTheLinksTwoGradientsPlusAtMostItsFillAndDrain) {
   for (std::uint32_t n : {8u, 64u, 1000u}) {
     Scenario s = OneGradient(Scheme::kTree, n, 64);
