@@ -25,12 +25,14 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
     s.scheme = sim::Scheme::kPsRacks;
   } else if (scheme == "ring") {
     s.scheme = sim::Scheme::kRing;
+  } else if (scheme == "tree") {
+    s.scheme = sim::Scheme::kTree;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "scheme '", scheme, "': give ps-pbox (a PBox with a link of N workers' rate), ps-cloud "
         "(a parameter server with one worker's link), ps-multi (--ps-hosts servers, each with "
         "one worker's link; across racks every rack's PBox), ps-racks (racks of racks: each "
-        "rack's PBox, then each chunk's home) or ring"));
+        "rack's PBox, then each chunk's home), ring or tree (NCCL's double binary tree)"));
   }
   if (o.gpu_tflops > 0) s.calibration.compute_flops_per_second = o.gpu_tflops * 1e12;
   if (!o.tensors_file.empty()) {
@@ -43,6 +45,11 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
   } else {
     s.tensors = {{static_cast<std::uint64_t>(o.mib * (1 << 20)), 0}};
   }
+  if (!(o.bucket_mib >= 0) || !std::isfinite(o.bucket_mib) || o.bucket_mib > 1e6) {
+    return absl::InvalidArgumentError(
+        "--bucket-mib: give DDP's bucket_cap_mb, 0 (one allreduce after backward) to 1e6");
+  }
+  s.bucket_bytes = static_cast<std::uint64_t>(o.bucket_mib * (1 << 20));
   s.workers = o.workers;
   s.link_gbps = o.gbps;
   s.latency_us = o.latency_us;

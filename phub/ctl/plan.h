@@ -31,6 +31,9 @@ struct PlanOptions {
   std::uint32_t racks = 1;
   double uplink_gbps = 0;  // each rack's, with racks > 1
   std::uint64_t chunk_bytes = 1 << 20;
+  // ring and tree: the gradient allreduced in buckets of this many MiB as backward fills them
+  // (DDP's bucket_cap_mb and its default); 0: one allreduce of the whole gradient.
+  double bucket_mib = 25;
   std::uint32_t iterations = 3;
   bool verbs = false;
   // The simulation's fidelity (sim::Scenario's): worker hosts standing for the workers, and
@@ -65,7 +68,7 @@ struct PlanResult {
   double link_limit_seconds = 0;  // S over a worker's link: what a PS exchange cannot beat
 };
 
-// The scenario of `scheme` ("ps-pbox", "ps-cloud", "ps-multi", "ps-racks", "ring") under
+// The scenario of `scheme` ("ps-pbox", "ps-cloud", "ps-multi", "ps-racks", "ring", "tree") under
 // `options`, or InvalidArgument. Across racks ps-pbox is one PBox (rack 0's) for every rack,
 // ps-multi the keys spread over every rack's PBox, ps-racks the hierarchy.
 StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions& options);

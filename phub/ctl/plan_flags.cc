@@ -3,7 +3,7 @@
 namespace phub::ctl {
 
 void AddPlanFlags(CLI::App& app, PlanOptions& options) {
-  app.add_option("--schemes", options.schemes, "ps-pbox, ps-cloud, ps-multi, ps-racks, ring")
+  app.add_option("--schemes", options.schemes, "ps-pbox, ps-cloud, ps-multi, ps-racks, ring, tree")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--workers", options.workers, "Workers (N)")
@@ -45,6 +45,11 @@ void AddPlanFlags(CLI::App& app, PlanOptions& options) {
                  "Iterations simulated (the first, filling the pipeline, is not timed)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000u));
+  app.add_option("--bucket-mib", options.bucket_mib,
+                 "ring, tree: allreduce the gradient in buckets of this many MiB as backward "
+                 "fills them (DDP's bucket_cap_mb); 0: one allreduce")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   app.add_flag("--verbs", options.verbs, "The PBox on verbs (its CPU per byte), not TCP");
   app.add_flag("--json", options.json, "Print one JSON object instead of the table");
   app.add_option("--max-worker-hosts", options.max_worker_hosts,

@@ -8,6 +8,7 @@
 #include "phub/sim/chunks.h"
 #include "phub/sim/pacing.h"
 #include "phub/sim/platform.h"
+#include "phub/sim/tree_actors.h"
 
 namespace phub::sim {
 
@@ -59,6 +60,9 @@ void FindBottleneck(const Scenario& s, Prediction& p) {
     busy.emplace_back("a worker's link", total / WorkerBytesPerSecond(s) / t);
     busy.emplace_back("a rack's uplink", crossing / uplink / t);
     busy.emplace_back("a rack's PBox's cores", (n + 1) * total * CoreSecondsPerByteIn(s) / cores / t);
+  } else if (s.scheme == Scheme::kTree) {
+    p.bytes_per_worker = TreeBytesPerWorker(s);  // the busiest rank's, 2 S from N = 4 on
+    busy.emplace_back("a worker's link", p.bytes_per_worker / WorkerBytesPerSecond(s) / t);
   } else {
     p.bytes_per_worker = 2.0 * (s.workers - 1) / s.workers * total;
     busy.emplace_back("a worker's link", p.bytes_per_worker / WorkerBytesPerSecond(s) / t);

@@ -107,7 +107,9 @@ class Builder {
 
  private:
   const sg4::Link* Link(const std::string& name, double bytes_per_second) {
-    return zone_->create_link(name, bytes_per_second)->set_latency(s_.latency_us * 1e-6)->seal();
+    // The tree's hops add the latency themselves (tree_actors.h).
+    const double latency = s_.scheme == Scheme::kTree ? 0 : s_.latency_us * 1e-6;
+    return zone_->create_link(name, bytes_per_second)->set_latency(latency)->seal();
   }
 
   // A link (of `raw` bytes a second before the goodput) that the PS's pushes may overload: a
@@ -162,11 +164,13 @@ Platform BuildPlatform(const Scenario& s) {
     groups.push_back(LargestDivisorAtMost(job.workers / s.racks, hosts_per_job));
     all_groups += groups.back() * s.racks;
   }
-  Builder builder(s, s.scheme == Scheme::kRing ? 1.0 : static_cast<double>(s.workers) / all_groups);
+  const bool allreduce = s.scheme == Scheme::kRing || s.scheme == Scheme::kTree;
+  Builder builder(s, allreduce ? 1.0 : static_cast<double>(s.workers) / all_groups);
   for (std::uint32_t r = 0; r < s.racks; ++r) {
-    if (s.scheme == Scheme::kRing) {
+    if (allreduce) {
       // Every link of a ring carries one segment each way a step: a ring of fewer hosts, each
-      // one worker, with the N-worker ring's steps and segments takes the same time.
+      // one worker, with the N-worker ring's steps and segments takes the same time. A tree's
+      // links carry as much at any size; its depth is added (tree_actors.h).
       for (std::uint32_t g = 0; g < std::min(s.workers / s.racks, hosts_per_rack); ++g) {
         const std::string name = "w" + std::to_string(r) + "_" + std::to_string(g);
         platform.groups.push_back({builder.Host(name, WorkerBytesPerSecond(s), r, 0), 1, r, 0});
@@ -183,7 +187,7 @@ Platform BuildPlatform(const Scenario& s) {
       }
     }
   }
-  if (s.scheme != Scheme::kRing) {
+  if (!allreduce) {
     // One rack: ps_hosts servers in it. Racks: rack 0's PBox, or every rack's.
     const std::uint32_t servers = s.scheme == Scheme::kPsRacks ? s.racks : s.ps_hosts;
     for (std::uint32_t k = 0; k < servers; ++k) {

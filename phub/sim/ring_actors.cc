@@ -4,36 +4,30 @@
 
 #include <string>
 
+#include "phub/sim/collective_rank.h"
+#include "phub/sim/streams.h"
+
 namespace phub::sim {
 
 namespace sg4 = simgrid::s4u;
 
-namespace {
-int kToken = 0;
-}  // namespace
-
 void StartRingActors(const Scenario& s, const Platform& platform, IterationLog& log) {
   log.Resize(platform.groups.size(), s.iterations);
-  std::uint64_t total = 0;
-  for (const Tensor& t : s.tensors) total += t.bytes;
-  const double segment = static_cast<double>(total) / s.workers;
   const std::uint64_t steps = 2ull * (s.workers - 1);
   const std::size_t hosts = platform.groups.size();
   for (std::size_t g = 0; g < hosts; ++g) {
-    const WorkerGroup group = platform.groups[g];
-    sg4::Actor::create("rank" + std::to_string(g), group.host, [&s, &log, g, hosts,
-                                                                segment, steps] {
-      sg4::Mailbox* in = sg4::Mailbox::by_name("ring" + std::to_string(g));
-      in->set_receiver(sg4::Actor::self());
-      sg4::Mailbox* next = sg4::Mailbox::by_name("ring" + std::to_string((g + 1) % hosts));
-      for (std::uint32_t it = 0; it < s.iterations; ++it) {
-        sg4::this_actor::sleep_for(s.forward_seconds);
-        for (const Tensor& t : s.tensors) sg4::this_actor::sleep_for(t.backward_seconds);
-        for (std::uint64_t step = 0; step < steps; ++step) {
-          next->put_init(&kToken, static_cast<std::uint64_t>(segment))->detach();
-          in->get<int>();
-        }
-        log.ends[g][it] = sg4::Engine::get_clock();
+    const std::string in = "ring" + std::to_string(g);
+    const std::string next = "ring" + std::to_string((g + 1) % hosts);
+    StartCollectiveRank(s, log, g, platform.groups[g].host,
+                        [&s, in, next, steps](std::uint64_t bytes) {
+      // A rank's previous bucket may still be arriving when the next starts: its own box,
+      // owned by the actor that runs every bucket, keeps them in order.
+      Own(in);
+      const double segment = static_cast<double>(bytes) / s.workers;
+      for (std::uint64_t step = 0; step < steps; ++step) {
+        sg4::Mailbox::by_name(next)->put_init(Token(), static_cast<std::uint64_t>(segment))
+            ->detach();
+        Receive(in);
       }
     });
   }

@@ -24,6 +24,14 @@ Status Check(const Scenario& s) {
   };
   if (s.workers < 1) return bad("no workers: give 1 or more");
   if (s.scheme == Scheme::kRing && s.workers < 2) return bad("a ring of 1 worker moves nothing");
+  if (s.scheme == Scheme::kTree && s.workers < 2) return bad("a tree of 1 worker moves nothing");
+  if (s.scheme == Scheme::kTree && s.racks != 1) {
+    return bad("kTree across racks is not modelled yet: give racks = 1");
+  }
+  if (s.scheme == Scheme::kTree && s.max_worker_hosts < 4) {
+    return bad("kTree: max_worker_hosts of 4 or more (smaller trees load their links less)");
+  }
+  if (s.tree_piece_bytes < 1 || s.ring_piece_bytes < 1) return bad("piece bytes: give 1 or more");
   if (s.tensors.empty()) return bad("no tensors: give the gradient's sizes");
   for (const Tensor& t : s.tensors) {
     if (t.bytes == 0) return bad("a tensor of 0 bytes");

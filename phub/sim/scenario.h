@@ -16,6 +16,8 @@ enum class Scheme {
   kPsRacks,  // racks of racks: each rack's PBox sums its rack's copies, each chunk's home PBox
              // sums the racks' sums (phubd --topology; docs/design.md "Racks of racks")
   kRing,     // ring allreduce: reduce-scatter then all-gather, 2 (N - 1) steps of S / N
+  kTree,     // NCCL's double binary tree: half of S reduced up and broadcast down each tree,
+             // pipelined in pieces (tree_actors.h)
 };
 
 enum class Network {
@@ -82,6 +84,14 @@ struct Scenario {
   double push_bytes_ratio = 1;
   std::uint64_t chunk_bytes = 1 << 20;
   std::uint64_t ring_piece_bytes = 1 << 20;  // phub/ring's pieces
+  // The tree's pieces: NCCL's step of its SIMPLE protocol, its 4 MiB buffer (NCCL_BUFFSIZE)
+  // over NCCL_STEPS = 8; each piece goes up and down the tree on its own (tree_actors.h).
+  std::uint64_t tree_piece_bytes = 512 << 10;
+  // kRing and kTree: the gradient is allreduced in buckets as DDP fills them (its
+  // bucket_cap_mb, 25 MiB by default): tensors in backward order, a bucket closed once it holds
+  // this many bytes, each bucket's allreduce started when backward has filled it and the one
+  // before is done (collective_rank.h). 0: one allreduce of the whole gradient after backward.
+  std::uint64_t bucket_bytes = 0;
   bool verbs = false;              // the PBox's transport: its CPU per byte received
   std::uint32_t iterations = 3;    // the first warms the pipeline; the rest are timed
   // At most this many hosts stand for the workers: identical workers are merged into groups

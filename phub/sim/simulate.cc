@@ -20,6 +20,7 @@
 #include "phub/sim/ps_actors.h"
 #include "phub/sim/rack_ps_actors.h"
 #include "phub/sim/ring_actors.h"
+#include "phub/sim/tree_actors.h"
 
 namespace phub::sim {
 
@@ -50,6 +51,7 @@ Prediction RunInEngine(const Scenario& s) {
     case Scheme::kPs: StartPsActors(s, platform, log); break;
     case Scheme::kPsRacks: StartRackPsActors(s, platform, log); break;
     case Scheme::kRing: StartRingActors(s, platform, log); break;
+    case Scheme::kTree: StartTreeActors(s, platform, log); break;
   }
   engine.run();
   Prediction p;

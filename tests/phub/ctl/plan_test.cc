@@ -112,6 +112,9 @@ TEST(PlanTest, EachSchemeIsItsScenario) {
   ASSERT_TRUE(multi.ok());
   EXPECT_EQ(multi->ps_hosts, o.ps_hosts);
   EXPECT_EQ(multi->network, sim::Network::kCloud);
+  auto tree = ScenarioFor("tree", o);
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->scheme, sim::Scheme::kTree);
   o.racks = 2;
   o.uplink_gbps = 2;
   multi = ScenarioFor("ps-multi", o);  // across racks: every rack's PBox
@@ -121,6 +124,7 @@ TEST(PlanTest, EachSchemeIsItsScenario) {
   auto racks = ScenarioFor("ps-racks", o);
   ASSERT_TRUE(racks.ok());
   EXPECT_EQ(racks->scheme, sim::Scheme::kPsRacks);
+  EXPECT_THAT(std::string(ScenarioFor("tree", o).status().message()), HasSubstr("across racks"));
   EXPECT_THAT(std::string(ScenarioFor("allgather", o).status().message()),
               HasSubstr("give ps-pbox"));
   o.racks = 3;  // 8 workers in 3 racks
@@ -198,6 +202,24 @@ TEST(PlanTest, ABadNicOrJobFlagIsRefusedNamingIt) {
   o.streams = 4;
   o.tensors_file = WriteFile("1024\n");
   EXPECT_THAT(std::string(ScenarioFor("ps-pbox", o).status().message()), HasSubstr("--streams"));
+}
+
+TEST(PlanTest, BucketMibIsDdpsBucketCapAndABadOneIsRefused) {
+  PlanOptions o;
+  auto ring = ScenarioFor("ring", o);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(ring->bucket_bytes, 25u << 20);  // DDP's bucket_cap_mb default
+  o.bucket_mib = 0.5;
+  auto tree = ScenarioFor("tree", o);
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->bucket_bytes, 512u << 10);
+  o.bucket_mib = 0;  // one allreduce after backward
+  EXPECT_EQ(ScenarioFor("ring", o)->bucket_bytes, 0u);
+  for (double bad : {-1.0, std::nan(""), 1e9}) {
+    o.bucket_mib = bad;
+    EXPECT_THAT(std::string(ScenarioFor("tree", o).status().message()), HasSubstr("--bucket-mib"))
+        << bad;
+  }
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ TEST(SimulateComputeTest, OnlyTheLastTensorsExchangeIsLeftAfterBackward) {
   const double last = 2.0 * (1 << 20) / WorkerBytesPerSecond(s);
   EXPECT_THAT(p->seconds_per_iteration / (0.6 + last), AllOf(Gt(1.0), Lt(1.02)));
   EXPECT_EQ(p->bottleneck, "a worker's compute");
-  // The ring as it runs today waits for the whole backward: compute, then 2 (N - 1) / N S.
+  // The ring with one allreduce after backward (bucket_bytes 0): compute, then 2 (N - 1) / N S.
   Scenario ring = s;
   ring.scheme = Scheme::kRing;
   auto r = Simulate(ring);

@@ -152,7 +152,7 @@ TEST(SimulateTest, FourThousandWorkersRunInOneCall) {
   GTEST_SKIP() << "under ASan SimGrid runs each actor as a thread (simulate.cc), and the ring's "
                   "8,190 steps of N = 4,096 take minutes; the other builds (TSan included) run it";
 #endif
-  for (Scheme scheme : {Scheme::kPs, Scheme::kRing}) {
+  for (Scheme scheme : {Scheme::kPs, Scheme::kRing, Scheme::kTree}) {
     Scenario s = OneGradient(scheme, 4096, 100);
     s.link_gbps = 100;
     s.ps_cores = 8;
@@ -167,6 +167,10 @@ TEST(SimulateTest, AScenarioWithoutMeaningIsRefusedNamingTheField) {
   EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("no workers"));
   s = OneGradient(Scheme::kRing, 1, 1);
   EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("a ring of 1 worker"));
+  s = OneGradient(Scheme::kTree, 8, 1);
+  s.racks = 2;
+  s.uplink_gbps = 1;
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("kTree across racks"));
   s = OneGradient(Scheme::kPs, 2, 1);
   s.tensors.clear();
   EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("no tensors"));
