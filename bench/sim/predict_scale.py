@@ -36,12 +36,15 @@ OVERSUBSCRIPTION = 2  # the uplink is RACK x B / 2
 def plan(phubctl, tensors_file, n, gbps, racks=None, extra=()):
     """`phubctl plan` of the ring, with its sizing of the PS: (ring, sized PS) as JSON."""
     racks = racks if racks is not None else max(1, n // RACK)
+    # The tree in one rack (phub/sim models it on a non-blocking network only).
     argv = [phubctl, "plan", "--tensors-file", tensors_file, "--workers", str(n), "--gbps",
-            str(gbps), "--verbs", "--json", "--schemes", "ring", *extra]
+            str(gbps), "--verbs", "--json", "--schemes", "ring,tree" if racks == 1 else "ring",
+            *extra]
     if racks > 1:
         argv += ["--racks", str(racks), "--uplink-gbps", str(n // racks * gbps / OVERSUBSCRIPTION)]
     out = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
-    return out["schemes"][0], out["sizing"], racks
+    tree = out["schemes"][1] if racks == 1 else None
+    return out["schemes"][0], tree, out["sizing"], racks
 
 
 def efficiency(p):
@@ -97,7 +100,7 @@ def main():
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for i, (model, n, gbps) in enumerate(points):
-            ring, sized, racks = plan(phubctl, tensors_file(tmp, model), n, gbps)
+            ring, tree, sized, racks = plan(phubctl, tensors_file(tmp, model), n, gbps)
             row = {"model": model, "workers": n, "gbps": gbps, "racks": racks,
                    "pboxes_per_rack": sized["pboxes_per_rack"], "nics": sized["nics"],
                    "cores": sized["cores"],
@@ -106,6 +109,7 @@ def main():
                    "ps_efficiency": efficiency(sized), "ps_busiest": sized["bottleneck"],
                    "ring_ms": round(1000 * ring["seconds_per_iteration"], 2),
                    "ring_efficiency": efficiency(ring),
+                   "tree_efficiency": efficiency(tree) if tree else "-",
                    "ring_over_ps": round(ring["seconds_per_iteration"] /
                                          sized["seconds_per_iteration"], 2)}
             rows.append(row)
@@ -115,11 +119,12 @@ def main():
         published = []
         for pub in PUBLISHED if a.published else []:
             nodes = pub["gpus"] // pub["gpus_per_node"]
-            ring, sized, _ = plan(phubctl, tensors_file(tmp, pub["model"]), nodes, pub["gbps"],
-                                  racks=1)
+            ring, tree, sized, _ = plan(phubctl, tensors_file(tmp, pub["model"]), nodes,
+                                        pub["gbps"], racks=1)
             published.append({**pub, "nodes": nodes, "ps_efficiency": efficiency(sized),
                               "pboxes": sized["pboxes_per_rack"], "nics": sized["nics"],
-                              "cores": sized["cores"], "ring_efficiency_sim": efficiency(ring)})
+                              "cores": sized["cores"], "ring_efficiency_sim": efficiency(ring),
+                              "tree_efficiency_sim": efficiency(tree)})
             log(f"{pub['system']}'s setting ({pub['gpus']} GPUs): PHub {efficiency(sized)}, ring "
                 f"{efficiency(ring)} against the published {pub['efficiency']}")
     tables.write_tsv(os.path.join(a.out, "scale.tsv"), rows, list(rows[0]))
@@ -134,24 +139,28 @@ def render(a, rows, how, published=()):
              "across racks; efficiency: a worker's compute alone over the iteration.", ""]
     lines += tables.md_table(
         ["model", "N", "Gbit/s", "racks", "PBoxes a rack x NICs, cores", "compute ms", "PS ms",
-         "PS efficiency", "PS busiest", "ring ms", "ring efficiency", "ring / PS"],
+         "PS efficiency", "PS busiest", "ring ms", "ring efficiency", "ring / PS",
+         "tree efficiency"],
         [[str(c) for c in (r["model"], r["workers"], f"{float(r['gbps']):g}", r["racks"],
                            f"{r['pboxes_per_rack']} x {r['nics']}, {r['cores']}",
                            r["compute_ms"], r["ps_ms"], r["ps_efficiency"], r["ps_busiest"],
-                           r["ring_ms"], r["ring_efficiency"], r["ring_over_ps"])] for r in rows],
-        "lrrrlrrrlrrr")
+                           r["ring_ms"], r["ring_efficiency"], r["ring_over_ps"],
+                           r["tree_efficiency"])] for r in rows],
+        "lrrrlrrrlrrrr")
     if published:
         lines += ["", "Beside the published figures (a worker: a node of 8 GPUs behind one NIC, "
                   "one non-blocking network; the compute at this project's calibrated rate, "
                   "not a V100's):", ""]
         lines += tables.md_table(
             ["system", "model", "GPUs (nodes)", "Gbit/s a node", "published efficiency",
-             "PHub predicted", "PBoxes x NICs, cores", "ring predicted", "ring published"],
+             "PHub predicted", "PBoxes x NICs, cores", "ring predicted", "ring published",
+             "tree predicted"],
             [[p["system"], p["model"], f"{p['gpus']} ({p['nodes']})", f"{p['gbps']:g}",
               f"{p['efficiency']:.2f}", f"{p['ps_efficiency']:.2f}",
               f"{p['pboxes']} x {p['nics']}, {p['cores']}", f"{p['ring_efficiency_sim']:.2f}",
-              "-" if p["ring_efficiency"] is None else f"{p['ring_efficiency']:.2f}"]
-             for p in published], "llrrrrlrr")
+              "-" if p["ring_efficiency"] is None else f"{p['ring_efficiency']:.2f}",
+              f"{p['tree_efficiency_sim']:.2f}"]
+             for p in published], "llrrrrlrrr")
     print(tables.write_markdown(os.path.join(a.out, "scale.md"), lines))
     plt = plots.import_pyplot()
     if plt is not None:
