@@ -3,7 +3,9 @@ produces them (the last layer's first), float32 bytes each, with each layer's co
 from the architectures' published definitions (torchvision's ResNet-50 v1.5 at 224 x 224;
 BERT-large, Devlin et al. 2019: 24 layers, hidden 1024, 16 heads, FFN 4096, vocabulary 30,522,
 512 positions; a GPT-2 XL-shaped transformer, Radford et al. 2019: 48 layers, width 1600,
-vocabulary 50,257, 1,024 positions, ~1.56 B parameters), counted here rather than copied;
+vocabulary 50,257, 1,024 positions, ~1.56 B parameters; BERT as BertModel, encoder and pooler:
+the pre-training heads' own transform, bias and NSP layer, 0.3 % of the gradient, are left
+out, their tied decoder's FLOPs counted), counted here rather than copied;
 main() prints each one's tensor count, parameters and forward FLOPs so they can be checked
 against the published totals (25.6 M and ~4.1 G multiply-adds an image; 335 M; 1.56 B).
 
@@ -53,10 +55,11 @@ def resnet50():
 
 def transformer(layers, width, ffn, vocab, positions, seq, segments=0, head_share=1.0):
     """(parameters, forward FLOPs a sequence of `seq` tokens) per tensor. The output head is
-    tied to the word embeddings: its FLOPs (on head_share of the tokens: BERT's masked 15 %,
-    GPT's all) go to that tensor."""
+    tied to the word embeddings, so it has no tensor of its own: it is an entry of 0 parameters
+    at the end (forward order), its FLOPs on head_share of the tokens (BERT's masked 15 %, GPT's
+    all), which backward runs first (step_flops)."""
     lin = lambda i, o: (i * o, 2 * i * o * seq)  # noqa: E731
-    t = [(vocab * width, 2 * vocab * width * int(seq * head_share)), (positions * width, 0)]
+    t = [(vocab * width, 0), (positions * width, 0)]
     t += [(segments * width, 0)] if segments else []
     t += [(width, 0), (width, 0)]  # the embeddings' LayerNorm (BERT) / final LayerNorm (GPT)
     attention = 2 * 2 * seq * seq * width  # scores and their weighted sum
@@ -68,7 +71,7 @@ def transformer(layers, width, ffn, vocab, positions, seq, segments=0, head_shar
               lin(width, ffn), (ffn, 0),
               lin(ffn, width), (width, 0),
               (width, 0), (width, 0)]
-    return t
+    return t + [(0, 2 * vocab * width * int(seq * head_share))]
 
 
 def bert_large():
@@ -86,14 +89,22 @@ MODELS = {"resnet50": resnet50, "bert-large": bert_large, "gpt-1.5b": gpt_1_5b}
 
 def backward_bytes(name):
     """The model's tensors in backward order, in bytes (float32)."""
-    return [4 * n for n, _ in reversed(MODELS[name]())]
+    return [4 * n for n, _ in reversed(MODELS[name]()) if n > 0]
 
 
 def step_flops(name):
-    """(forward FLOPs, [backward FLOPs per tensor, backward order]) of one worker's step."""
+    """(forward FLOPs, [backward FLOPs per tensor, backward order]) of one worker's step: a
+    tensor's are the backward's since the tensor before it, so the FLOPs of an entry with no
+    tensor (a tied head) go to the next tensor backward reaches."""
     t = MODELS[name]()
     batch = BATCH[name]
-    return batch * sum(f for _, f in t), [2 * batch * f for _, f in reversed(t)]
+    backward, pending = [], 0
+    for n, f in reversed(t):
+        pending += 2 * batch * f
+        if n > 0:
+            backward.append(pending)
+            pending = 0
+    return batch * sum(f for _, f in t), backward
 
 
 def write_tensors_file(name, path):
@@ -112,7 +123,7 @@ def main():
     for name, make in MODELS.items():
         t = make()
         forward, backward = step_flops(name)
-        print(f"{name}: {len(t)} tensors, {sum(n for n, _ in t):,} parameters, "
+        print(f"{name}: {sum(n > 0 for n, _ in t)} tensors, {sum(n for n, _ in t):,} parameters, "
               f"{4 * sum(n for n, _ in t) / 2**20:.1f} MiB; forward {sum(f for _, f in t) / 2e9:.2f} "
               f"G multiply-adds a sample; a step of batch {BATCH[name]}: "
               f"{(forward + sum(backward)) / 1e12:.2f} TFLOP")

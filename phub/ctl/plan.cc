@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "phub/ctl/json_text.h"
 #include "phub/ctl/plan_model_file.h"
+#include "phub/sim/platform.h"
 #include "phub/sim/simulate.h"
 
 namespace phub::ctl {
@@ -58,6 +59,7 @@ StatusOr<sim::Scenario> ScenarioFor(const std::string& scheme, const PlanOptions
   s.iterations = o.iterations;
   s.max_worker_hosts = o.max_worker_hosts;
   s.max_chunks = o.max_chunks;
+  s.progress_seconds = o.progress_seconds;
   s.verbs = o.verbs;
   if (s.scheme == sim::Scheme::kPs) {
     s.ps_nics = o.ps_nics;
@@ -123,7 +125,7 @@ StatusOr<PlanResult> Plan(const PlanOptions& o) {
   PHUB_ASSIGN_OR_RETURN(result.sized, sim::Simulate(SizedScenario(base, result.sizing)));
   double bytes = 0;
   for (const sim::Tensor& t : base.tensors) bytes += static_cast<double>(t.bytes);
-  result.link_limit_seconds = bytes / (o.gbps * 1e9 / 8);
+  result.link_limit_seconds = bytes / sim::WorkerBytesPerSecond(base);  // its goodput's
   return result;
 }
 

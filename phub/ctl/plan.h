@@ -40,6 +40,7 @@ struct PlanOptions {
   // chunks past which a model's pieces grow beyond --chunk-bytes.
   std::uint32_t max_worker_hosts = 64;
   std::uint32_t max_chunks = 2048;
+  double progress_seconds = 10;  // a progress line on stderr this often in a long simulation
   double nic_gbps = 100;     // sizing: the NICs a PBox is built with
   std::uint32_t max_nics = 8;  // sizing: the NICs one PBox holds (PCIe slots, NUMA nodes)
   // The PS schemes' (ps-pbox, ps-cloud, ps-multi; the others have no PS host): each PS host's

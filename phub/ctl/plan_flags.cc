@@ -61,6 +61,10 @@ void AddPlanFlags(CLI::App& app, PlanOptions& options) {
                  "--chunk-bytes (faster, coarser)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 65536u));
+  app.add_option("--progress-seconds", options.progress_seconds,
+                 "A progress line on stderr this often while a simulation runs (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--nic-gbps", options.nic_gbps, "Sizing: the NICs a PBox is built with, Gbit/s")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1e5));

@@ -11,8 +11,7 @@ namespace phub::ctl {
 
 namespace {
 
-constexpr std::size_t kMostTensors = 1 << 20;
-constexpr std::uint64_t kMostBytes = std::uint64_t{1} << 40;
+constexpr std::uint64_t kMostBytes = std::uint64_t{1} << 40;  // a tensor's
 constexpr double kMostFlops = 1e21;  // a step of a trillion-parameter model is ~1e19
 
 bool ParseFlops(absl::string_view text, double* flops) {
@@ -31,6 +30,7 @@ StatusOr<ModelFile> ReadTensorsFile(const std::string& path, double flops_per_se
   }
   ModelFile model;
   bool forward_seen = false;
+  double total = 0;
   std::string line;
   for (std::size_t number = 1; std::getline(in, line); ++number) {
     if (line.empty() || line[0] == '#') continue;
@@ -58,9 +58,11 @@ StatusOr<ModelFile> ReadTensorsFile(const std::string& path, double flops_per_se
     if (fields.size() == 2 && !ParseFlops(fields[1], &flops)) {
       return bad("has no backward FLOPs after the bytes (0 to 1e21)");
     }
-    if (model.tensors.size() == kMostTensors) {
-      return absl::InvalidArgumentError(absl::StrCat("--tensors-file ", path, ": more than ",
-                                                     kMostTensors, " tensors"));
+    total += static_cast<double>(bytes);
+    if (model.tensors.size() == sim::kMostTensors || total > sim::kMostGradientBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tensors-file ", path, " line ", number, ": more than ", sim::kMostTensors,
+          " tensors or 8 TiB of gradient (merge small tensors: a chunk holds one tensor)"));
     }
     model.tensors.push_back({bytes, flops / flops_per_second});
   }

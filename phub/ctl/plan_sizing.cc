@@ -38,7 +38,19 @@ sim::Scenario SizedScenario(const sim::Scenario& base, const PboxSizing& sizing)
   s.scheme = s.racks > 1 ? sim::Scheme::kPsRacks : sim::Scheme::kPs;
   s.network = sim::Network::kPbox;
   s.ps_hosts = 1;
-  s.ps_cores = sizing.cores * sizing.pboxes_per_rack;
+  // One job on the sized boxes, their NICs as one link of the rack's rate: the user's own PS
+  // host (--ps-nics, --jobs, --streams, --pace-gbps) is not what is sized.
+  s.ps_nics = 1;
+  s.ps_nic_gbps = 0;
+  s.jobs.clear();
+  s.streaming = false;
+  s.ps_pace_gbps = 0;
+  if (s.scheme != sim::Scheme::kPs) s.push_bytes_ratio = 1;
+  // Cores past the chunks carry nothing (each chunk is on one core), and each is connections
+  // to simulate: at most one a chunk.
+  const std::uint32_t cores = sizing.cores * sizing.pboxes_per_rack;
+  s.ps_cores = std::max<std::uint32_t>(
+      1, std::min<std::uint64_t>(cores, sim::CutChunks(s).size()));
   return s;
 }
 

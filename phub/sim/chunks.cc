@@ -47,8 +47,11 @@ std::vector<std::vector<std::size_t>> ChunksByTensor(const Scenario& s,
 double CoreSecondsPerByteIn(const Scenario& s) {
   const Calibration& c = s.calibration;
   const double transport = s.verbs ? c.verbs_core_seconds_per_byte : c.tcp_core_seconds_per_byte;
-  // The transport's on the bytes on the wire (bf16 pushes: half), the sum's on every element.
-  return std::max(transport * s.push_bytes_ratio, 1.0 / c.aggregate_bytes_per_core_second);
+  // The transport's per byte received covers the weights sent back too (calibration.h), and
+  // bf16 pushes shrink only the way in: taken as half of it each way. The sum's on every
+  // element.
+  return std::max(transport * (1 + s.push_bytes_ratio) / 2,
+                  1.0 / c.aggregate_bytes_per_core_second);
 }
 
 }  // namespace phub::sim

@@ -81,6 +81,23 @@ Status Check(const Scenario& s) {
     if (compute) return bad("streaming: an exchange only, no compute");
   }
   if (!(s.push_bytes_ratio > 0 && s.push_bytes_ratio <= 8)) return bad("push_bytes_ratio in (0, 8]");
+  if (s.push_bytes_ratio != 1 && s.scheme != Scheme::kPs) return bad("push_bytes_ratio: kPs only");
+  if (s.tensors.size() > kMostTensors) return bad("more than 65,536 tensors");
+  double bytes = 0;
+  for (const Tensor& t : s.tensors) bytes += static_cast<double>(t.bytes);
+  if (bytes > kMostGradientBytes) return bad("a gradient above 2^43 bytes (8 TiB)");
+  // Each (worker host, PS host, core) is two connections, each an actor of its own: past this
+  // the simulation needs tens of GB (an actor's stack and context, ~60 KB).
+  const double worker_hosts = std::min(s.workers, s.max_worker_hosts);
+  const double connections =
+      s.scheme == Scheme::kPsRacks
+          ? 2.0 * worker_hosts * s.ps_cores + 4.0 * s.racks * s.racks  // and PBox to PBox
+          : 2.0 * worker_hosts * s.ps_hosts * s.ps_cores;
+  if (s.scheme != Scheme::kRing && s.scheme != Scheme::kTree && connections > kMostConnections) {
+    return bad(absl::StrCat("ps_cores x PS hosts x worker hosts: ", connections,
+                            " connections to simulate, at most ", kMostConnections,
+                            " (fewer cores: they need not exceed the chunks)"));
+  }
   if (s.chunk_bytes < 4) return bad("chunk_bytes: give 4 or more");
   if (s.iterations < 1) return bad("iterations: give 1 or more (2+: the first is not timed)");
   if (s.max_worker_hosts < 2 || s.max_chunks < 1) return bad("max_worker_hosts >= 2, max_chunks >= 1");

@@ -100,6 +100,9 @@ struct Scenario {
   std::uint32_t max_worker_hosts = 64;
   // At most this many chunks are simulated (chunks.h): larger pieces past it.
   std::uint32_t max_chunks = 2048;
+  // Long simulations show progress: every this many seconds of wall time a line on stderr
+  // (the simulated time reached, the iterations done); 0: silent.
+  double progress_seconds = 0;
   Calibration calibration;
 };
 
@@ -124,6 +127,12 @@ struct Prediction {
 std::vector<Job> JobsOf(const Scenario& scenario);
 // Job j's iterations: Scenario::iterations x its weight over the least weight, rounded.
 std::uint32_t JobIterations(const Scenario& scenario, std::size_t job);
+
+// What one simulation may hold: tensors, a gradient's bytes, and the PS's connections (each an
+// actor; 100,000 of them take ~6 GB).
+inline constexpr std::size_t kMostTensors = 65536;
+inline constexpr double kMostGradientBytes = 8.0 * (1ull << 40);
+inline constexpr double kMostConnections = 100000;
 
 // InvalidArgument naming the field for what no simulation can mean (no workers, no tensor).
 Status Check(const Scenario& scenario);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +28,40 @@ namespace phub::sim {
 namespace sg4 = simgrid::s4u;
 
 namespace {
+
+const char* SchemeName(Scheme scheme) {
+  switch (scheme) {
+    case Scheme::kPs: return "ps";
+    case Scheme::kPsRacks: return "ps-racks";
+    case Scheme::kRing: return "ring";
+    case Scheme::kTree: return "tree";
+  }
+  return "?";
+}
+
+// Every progress_seconds of wall time while the engine runs, a line on stderr: the simulated
+// clock and the iterations the first worker group has finished (the clock's advances are
+// SimGrid's events, so the check costs a clock read an event).
+void ShowProgress(const Scenario& s, const IterationLog& log) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  auto next = std::make_shared<Clock::time_point>(
+      start + std::chrono::milliseconds(static_cast<long>(s.progress_seconds * 1000)));
+  sg4::Engine::on_time_advance_cb([&s, &log, start, next](double) {
+    const Clock::time_point now = Clock::now();
+    if (now < *next) return;
+    *next = now + std::chrono::milliseconds(static_cast<long>(s.progress_seconds * 1000));
+    std::size_t done = 0, of = 0;
+    if (!log.ends.empty()) {
+      for (double end : log.ends[0]) done += end > 0;
+      of = log.ends[0].size();
+    }
+    std::fprintf(stderr, "phub-sim: %s, %u workers: %zu of %zu iterations, %.4f s simulated, "
+                 "%.0f s of wall time\n", SchemeName(s.scheme), s.workers, done, of,
+                 sg4::Engine::get_clock(),
+                 std::chrono::duration<double>(now - start).count());
+  });
+}
 
 // In the child: one engine, one scenario.
 Prediction RunInEngine(const Scenario& s) {
@@ -47,6 +82,7 @@ Prediction RunInEngine(const Scenario& s) {
   sg4::Engine engine(&argc, argv.data());
   const Platform platform = BuildPlatform(s);
   IterationLog log;
+  if (s.progress_seconds > 0) ShowProgress(s, log);
   switch (s.scheme) {
     case Scheme::kPs: StartPsActors(s, platform, log); break;
     case Scheme::kPsRacks: StartRackPsActors(s, platform, log); break;

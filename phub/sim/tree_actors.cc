@@ -79,14 +79,23 @@ class Hop {
   std::string queue_;
 };
 
-// The pieces of tree t's half of `bytes`.
-std::vector<double> Pieces(const Scenario& s, std::uint64_t bytes, int t) {
-  const std::uint64_t half = t == 0 ? (bytes + 1) / 2 : bytes / 2;
-  std::vector<double> pieces;
-  for (std::uint64_t at = 0; at < half; at += s.tree_piece_bytes) {
-    pieces.push_back(static_cast<double>(std::min(s.tree_piece_bytes, half - at)));
+// The pieces of tree t's half of `bytes`: tree_piece_bytes each (the last the rest), or
+// larger where there would be more than kMostPieces (a gradient of terabytes would otherwise
+// be millions of messages a hop).
+constexpr std::uint64_t kMostPieces = 4096;
+struct PieceCut {
+  std::uint64_t half = 0, piece = 1, count = 0;
+  double Size(std::uint64_t k) const {
+    return static_cast<double>(std::min(piece, half - k * piece));
   }
-  return pieces;
+};
+PieceCut Pieces(const Scenario& s, std::uint64_t bytes, int t) {
+  PieceCut cut;
+  cut.half = t == 0 ? (bytes + 1) / 2 : bytes / 2;
+  cut.piece = std::max<std::uint64_t>(
+      {1, s.tree_piece_bytes, (cut.half + kMostPieces - 1) / kMostPieces});
+  cut.count = (cut.half + cut.piece - 1) / cut.piece;
+  return cut;
 }
 
 }  // namespace
@@ -154,7 +163,8 @@ std::uint32_t ExtraLevels(std::uint32_t workers, std::uint32_t hosts) {
 }
 
 double ExtraDepthSeconds(const Scenario& s, std::uint32_t levels, std::uint64_t bytes) {
-  const double piece = static_cast<double>(std::min(s.tree_piece_bytes, (bytes + 1) / 2));
+  const PieceCut cut = Pieces(s, bytes, 0);
+  const double piece = static_cast<double>(std::min(cut.piece, cut.half));
   // A level's hop up shares the parent's link with the sibling's copy, its hop down the
   // parent's link with the copy to the sibling: 2 p / B each.
   return 2.0 * levels * (TreeHopSeconds(s) + 2 * piece / WorkerBytesPerSecond(s));
@@ -191,7 +201,9 @@ void StartTreeActors(const Scenario& s, const Platform& platform, IterationLog& 
         const TreeNode& me = (*trees)[t][rank];
         for (int c : me.children) Own(ReadyBox(t, c, r));
         for (;;) {
-          for (double piece : Pieces(s, go("up", t, rank), t)) {
+          const PieceCut cut = Pieces(s, go("up", t, rank), t);
+          for (std::uint64_t k = 0; k < cut.count; ++k) {
+            const double piece = cut.Size(k);
             for (int c : me.children) Take(ReadyBox(t, c, r));
             if (up) {
               up->Send(piece);
@@ -214,7 +226,9 @@ void StartTreeActors(const Scenario& s, const Platform& platform, IterationLog& 
         Own(GoBox("down", t, rank));
         Own(ReadyBox(t, from, r));
         for (;;) {
-          for (double piece : Pieces(s, go("down", t, rank), t)) {
+          const PieceCut cut = Pieces(s, go("down", t, rank), t);
+          for (std::uint64_t k = 0; k < cut.count; ++k) {
+            const double piece = cut.Size(k);
             Take(ReadyBox(t, from, r));
             for (const auto& hop_to_child : down) hop_to_child->Send(piece);
           }

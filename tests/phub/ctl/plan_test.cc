@@ -97,9 +97,27 @@ TEST(PlanTest, PboxesNicsAndCoresFollowTheRacksRate) {
   EXPECT_DOUBLE_EQ(z.rack_gbps, 9600);
   EXPECT_EQ(z.pboxes_per_rack, 3u);  // 24 NICs
   EXPECT_EQ(z.nics, 8u);
-  const sim::Scenario sized = SizedScenario(*ScenarioFor("ring", o), z);
+  sim::Scenario sized = SizedScenario(*ScenarioFor("ring", o), z);
   EXPECT_EQ(sized.scheme, sim::Scheme::kPsRacks);
-  EXPECT_EQ(sized.ps_cores, z.cores * 3);
+  // A rack's 3 boxes' cores as one host's, but no more than the chunks (100 MiB: 100), each
+  // chunk being on one core.
+  ASSERT_GT(z.cores * 3, 100u);
+  EXPECT_EQ(sized.ps_cores, 100u);
+  o.mib = 1000;
+  EXPECT_EQ(SizedScenario(*ScenarioFor("ring", o), z).ps_cores, z.cores * 3);
+  // What is sized is one job on the sized boxes, not the user's own PS host.
+  o.racks = 1;
+  o.workers = 4;
+  o.ps_nics = 2;
+  o.ps_nic_gbps = 0.5;
+  o.jobs = "2,2";
+  o.pace_gbps = 1;
+  sized = SizedScenario(*ScenarioFor("ps-pbox", o), SizePboxes(o, c));
+  EXPECT_EQ(sized.ps_nics, 1u);
+  EXPECT_EQ(sized.ps_nic_gbps, 0);
+  EXPECT_TRUE(sized.jobs.empty());
+  EXPECT_EQ(sized.ps_pace_gbps, 0);
+  EXPECT_TRUE(sim::Check(sized).ok()) << sim::Check(sized);
 }
 
 TEST(PlanTest, EachSchemeIsItsScenario) {

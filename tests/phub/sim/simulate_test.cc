@@ -177,6 +177,16 @@ TEST(SimulateTest, AScenarioWithoutMeaningIsRefusedNamingTheField) {
   s = OneGradient(Scheme::kPs, 2, 1);
   s.calibration.link_goodput = 1.5;
   EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("link_goodput"));
+  // Too many connections to simulate (each an actor): refused before any memory is spent.
+  s = OneGradient(Scheme::kPs, 64, 1);
+  s.ps_cores = 2048;
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("connections to simulate"));
+  s = OneGradient(Scheme::kRing, 4, 1);
+  s.push_bytes_ratio = 0.5;
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("push_bytes_ratio"));
+  s = OneGradient(Scheme::kPs, 4, 1);
+  s.tensors.assign(kMostTensors + 1, Tensor{4, 0});
+  EXPECT_THAT(std::string(Simulate(s).status().message()), HasSubstr("tensors"));
 }
 
 TEST(ChunksTest, ChunksGoToTheLeastLoadedCoreAndAreMergedPastMaxChunks) {
