@@ -2,7 +2,8 @@
 // on the simulated platform. Two binary trees over the N ranks, each carrying half of every
 // bucket (collective_rank.h): tree 0 is ncclGetBtree's (rank 0 the root with one child, the
 // odd ranks the leaves), tree 1 its mirror (N even) or tree 0 shifted by one rank (N odd), so
-// a leaf of one tree is an interior node of the other. Each half is cut into pieces
+// a leaf of one tree is an interior node of the other (for odd N one rank is interior in
+// both; its link still carries 2 S). Each half is cut into pieces
 // (tree_piece_bytes); a rank sends a piece to its parent once its children's copies are in, the
 // root turns the sum around, and each rank passes it on to its children: reduce up and
 // broadcast down, piece after piece, so the pieces pipeline. A rank with two children in one

@@ -36,7 +36,7 @@ double Seconds(const Scenario& s) {
   return p.ok() ? p->seconds_per_iteration : 0;
 }
 
-TEST(TreeTest, TheTwoTreesAreNcclsAndEachRankIsInteriorInOneAtMost) {
+TEST(TreeTest, TheTwoTreesAreNcclsAndARankIsInteriorInOneAtMostButOneForOddN) {
   // trees.cc's picture for 12 ranks: tree 1 mirrors tree 0 (root 11, its one child 3).
   const auto twelve = DoubleBinaryTree(12);
   EXPECT_EQ(twelve[0][0].children, std::vector<int>{8});
@@ -50,14 +50,17 @@ TEST(TreeTest, TheTwoTreesAreNcclsAndEachRankIsInteriorInOneAtMost) {
   EXPECT_EQ(thirteen[0][12].children, std::vector<int>{10});
   EXPECT_EQ(thirteen[1][1].children, std::vector<int>{9});
   EXPECT_EQ(thirteen[1][0].parent, 9);
-  for (std::uint32_t n : {4u, 6u, 12u, 64u, 100u, 4096u}) {
+  // Even N: every rank is a leaf in one tree at least. Odd N (the shift): exactly one rank is
+  // interior in both (its links still carry 2 S: TheBusiestRankMovesTwoGradientsLikeTheRing).
+  for (std::uint32_t n : {4u, 6u, 12u, 64u, 100u, 4096u, 3u, 13u, 65u, 4095u}) {
     const auto trees = DoubleBinaryTree(n);
+    std::uint32_t interior_in_both = 0;
     for (std::uint32_t r = 0; r < n; ++r) {
       EXPECT_LE(trees[0][r].children.size(), 2u);
       EXPECT_LE(trees[1][r].children.size(), 2u);
-      EXPECT_TRUE(trees[0][r].children.empty() || trees[1][r].children.empty())
-          << "rank " << r << " of " << n << " is interior in both trees";
+      interior_in_both += !trees[0][r].children.empty() && !trees[1][r].children.empty();
     }
+    EXPECT_EQ(interior_in_both, n % 2) << n << " ranks";
   }
   EXPECT_EQ(Depth(DoubleBinaryTree(4096)[0]), 12u);
   EXPECT_EQ(Depth(DoubleBinaryTree(4096)[1]), 12u);
