@@ -124,6 +124,14 @@ TEST(SimulateTest, ATreeOnFewerHostsTakesWhatTheWholeTreeTakes) {
   for (const Case c : {Case{128, 64, 2, 0.005}, Case{128, 16, 20, 0.05}, Case{100, 16, 2, 0.015}}) {
     Scenario s = OneGradient(Scheme::kTree, c.n, c.mib);
     s.latency_us = c.latency_us;
+    // 64 MiB in pieces of 1 MiB, not NCCL's 512 KiB: the same model compared with itself, at
+    // half the messages (the whole tree of 128 ranks is the slowest simulation of the suite).
+    if (c.mib >= 64) s.tree_piece_bytes = 1 << 20;
+#if defined(__SANITIZE_ADDRESS__)
+    // Under ASan each actor is a thread (simulate.cc): 128 ranks' whole tree at 64 MiB takes a
+    // minute there; the 16 MiB cases run the same code. The other builds run all three.
+    if (c.mib >= 64) continue;
+#endif
     s.max_worker_hosts = c.n;
     const double whole = Seconds(s);
     for (std::uint32_t hosts : {8u, 32u}) {
