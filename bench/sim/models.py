@@ -18,7 +18,8 @@ rate in phub/sim/calibration.h (compute_flops_per_second)."""
 import sys
 
 # What one sample is, and the batch a worker trains on, for each model's step (its FLOPs).
-BATCH = {"resnet50": 64, "bert-large": 64, "gpt-1.5b": 8}   # images; sequences
+BATCH = {"resnet50": 64, "bert-large": 64, "gpt-1.5b": 8,   # images; sequences
+         "alexnet-zoo": 2, "resnet56": 16}                   # as bench/train's racks ran them
 SEQUENCE = {"bert-large": 128, "gpt-1.5b": 1024}             # tokens a sequence
 
 
@@ -53,6 +54,36 @@ def resnet50():
     return t
 
 
+def alexnet_zoo():
+    """phub-worker's AlexNet (worker/nn/models; bench/train/torch_models.py's alexnet: LRN,
+    61.1 M parameters) at 224 x 224: the one the emulated racks trained (docs/benchmarks.md
+    "distributed")."""
+    t = []
+    for cout, cin, k, hw in ((64, 3, 11, 55), (192, 64, 5, 27), (384, 192, 3, 13),
+                             (256, 384, 3, 13), (256, 256, 3, 13)):
+        t += [(cout * cin * k * k, 2 * cout * cin * k * k * hw * hw), (cout, 0)]
+    for cout, cin in ((4096, 256 * 6 * 6), (4096, 4096), (1000, 4096)):
+        t += [(cout * cin, 2 * cout * cin), (cout, 0)]
+    return t
+
+
+def resnet56():
+    """phub-worker's ResNet-56 for 32 x 32 images (CIFAR; shortcut A, no parameters)."""
+    t = []
+
+    def conv_bn(cout, cin, hw):
+        t.extend([(cout * cin * 9, 2 * cout * cin * 9 * hw * hw), (cout, 0), (cout, 0)])
+
+    conv_bn(16, 3, 32)
+    cin = 16
+    for width, hw in ((16, 32), (32, 16), (64, 8)):
+        for _ in range(9):
+            conv_bn(width, cin, hw)
+            conv_bn(width, width, hw)
+            cin = width
+    return t + [(10 * 64, 2 * 10 * 64), (10, 0)]
+
+
 def transformer(layers, width, ffn, vocab, positions, seq, segments=0, head_share=1.0):
     """(parameters, forward FLOPs a sequence of `seq` tokens) per tensor. The output head is
     tied to the word embeddings, so it has no tensor of its own: it is an entry of 0 parameters
@@ -84,7 +115,8 @@ def gpt_1_5b():
     return transformer(48, 1600, 6400, 50257, 1024, SEQUENCE["gpt-1.5b"])
 
 
-MODELS = {"resnet50": resnet50, "bert-large": bert_large, "gpt-1.5b": gpt_1_5b}
+MODELS = {"resnet50": resnet50, "bert-large": bert_large, "gpt-1.5b": gpt_1_5b,
+          "alexnet-zoo": alexnet_zoo, "resnet56": resnet56}
 
 
 def backward_bytes(name):

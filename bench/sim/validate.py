@@ -14,6 +14,7 @@ import os
 import shlex
 import statistics
 import subprocess
+import tempfile
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,13 +26,21 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "exchange"))
 from benchlib import tables  # noqa: E402
 from systems import multips_partition_bytes  # noqa: E402
 
+sys.path.insert(0, HERE)
+import models  # noqa: E402
+
+TMP = tempfile.TemporaryDirectory()  # the training rows' tensors files
+
 SCHEME = {("pbox", "ps"): "ps-pbox", ("cloud", "ps"): "ps-cloud", ("pbox", "ring"): "ring",
           ("cloud", "ring"): "ring", ("multips", "ps-multi"): "ps-multi",
           ("racks", "ps-racks"): "ps-racks", ("racks", "ps"): "ps-pbox",
           ("racks", "ps-multi"): "ps-multi", ("racks", "ring"): "ring",
           # bench/pbox/run_nics.py's PS host of one or two NICs; bench/tenants' shared PBox
           ("pbox-nics", "ps"): "ps-pbox", ("tenants-pbox", "ps"): "ps-pbox",
-          ("tenants-cloud", "ps"): "ps-cloud"}
+          ("tenants-cloud", "ps"): "ps-cloud",
+          # bench/train/run_distributed.py's phub-worker training on the racks
+          ("train-pbox", "ps"): "ps-pbox", ("train-pbox", "ring"): "ring",
+          ("train-cloud", "ps"): "ps-cloud", ("train-cloud", "ring"): "ring"}
 
 
 def predict(phubctl, row):
@@ -50,6 +59,13 @@ def predict(phubctl, row):
         flags["--chunk-bytes"] = row["chunk_bytes"]
     extra = shlex.split(row["flags"])
     flags.update(zip(extra[::2], extra[1::2]))
+    if "--model" in flags:  # a training row: the model's tensors and FLOPs, the rig's compute
+        model, compute_ms = flags.pop("--model"), float(flags.pop("--compute-ms"))
+        path = os.path.join(TMP.name, model + ".txt")
+        models.write_tensors_file(model, path)
+        forward, backward = models.step_flops(model)
+        flags["--tensors-file"] = path
+        flags["--gpu-tflops"] = str((forward + sum(backward)) / (compute_ms / 1000) / 1e12)
     argv = [phubctl, "plan", "--json"] + [x for kv in flags.items() for x in kv]
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     scheme = json.loads(out)["schemes"][0]
@@ -61,7 +77,10 @@ def predict(phubctl, row):
 def setting(row):
     """What a row sets beyond the table's columns, for the table."""
     extra = shlex.split(row["flags"])
-    shown = [f"{k} {v}" for k, v in zip(extra[::2], extra[1::2]) if k != "--iterations"]
+    # validate.py's own (a training row's model and compute) in words, plan's as flags
+    words = {"--model": "model {}", "--compute-ms": "compute {} ms"}
+    shown = [words[k].format(v) if k in words else f"{k} {v}"
+             for k, v in zip(extra[::2], extra[1::2]) if k not in ("--iterations", "--bucket-mib")]
     return " ".join(shown + ([f"(job {row['job']})"] if row["job"] else [])) or "-"
 
 

@@ -54,6 +54,23 @@ def check_resnet50():
           "multiply-adds agree with torchvision's")
 
 
+def check_zoo(name, zoo_name, shape):
+    """models.py's table of phub-worker's model against bench/train/torch_models.py's (the zoo
+    layer for layer in PyTorch), tensor by tensor, FLOPs by hooks."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "train"))
+    import torch_models
+    net = torch_models.MODELS[zoo_name][0]().eval()
+    measured = hook_flops(net, torch.zeros((1,) + shape), (torch.nn.Conv2d, torch.nn.Linear))
+    ours = models.MODELS[name]()
+    params = list(net.parameters())
+    assert len(params) == len(ours), (name, len(params), len(ours))
+    for i, (p, (n, f)) in enumerate(zip(params, ours)):
+        assert p.numel() == n, f"{name} tensor {i}: the zoo's {p.numel()} parameters, ours {n}"
+        want = measured.get(id(p), 0)
+        assert f == want, f"{name} tensor {i} ({tuple(p.shape)}): the zoo's {want} FLOPs, ours {f}"
+    print(f"{name}: {len(ours)} tensors and their FLOPs agree with bench/train's {zoo_name}")
+
+
 def check_transformer_layer():
     width, heads, ffn, seq = 1024, 16, 4096, 128
     layer = torch.nn.TransformerEncoderLayer(width, heads, ffn, batch_first=True).eval()
@@ -72,6 +89,8 @@ def check_transformer_layer():
 
 def main():
     check_resnet50()
+    check_zoo("alexnet-zoo", "alexnet", (3, 224, 224))
+    check_zoo("resnet56", "resnet56", (3, 32, 32))
     check_transformer_layer()
     return 0
 
