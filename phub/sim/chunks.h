@@ -2,7 +2,9 @@
 // table does it (phub/keys: each tensor cut into pieces of at most chunk_bytes, each piece to
 // the least loaded core by bytes so far; with several PS hosts, the least loaded host first).
 // Past Scenario::max_chunks a model is simulated in fewer, larger pieces (a tensor's pieces
-// merged): every chunk is a flow from every worker group, and the flows sharing a PBox's link
+// merged; a tensor is still one chunk at least, so a model of more tensors than max_chunks has
+// as many chunks as tensors, at most kMostTensors): every chunk is a flow from every worker
+// group, and the flows sharing a PBox's link
 // cost SimGrid's solver about their number squared. Larger pieces fill and drain the pipeline
 // more coarsely, and a core sums all N copies of a piece at once (phubd's one pass), so they
 // make the PS look slower at large N: 2,048 keeps phubd's 1 MiB up to a 2 GiB gradient.
