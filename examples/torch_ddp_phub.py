@@ -7,7 +7,9 @@ phubd or through DDP's own backends: what a PyTorch user changes to use PHub (do
       --backend phub --model resnet18 --epochs 1
 
 Backends: phub (DDP hook, phubd averages, the local optimizer steps), phub-optimizer (phubd's
-fused optimizer steps, workers install the weights it returns), phub-c10d (plain DDP over
+fused optimizer steps, workers install the weights it returns), phub-optimizer-overlap (the
+same, each module's weights installed as the next forward reaches it: overlap_forward=True),
+phub-c10d (plain DDP over
 init_process_group("phub"): phub.c10d, no hook; phubd sums, the local optimizer steps), gloo
 (DDP's CPU allreduce),
 nccl (DDP's GPU allreduce; needs one GPU per rank). Every rank prints nothing but rank 0 prints
@@ -120,7 +122,8 @@ def evaluate(model, x, y, device, batch=500):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="phub", choices=["phub", "phub-optimizer", "phub-c10d", "gloo", "nccl"])
+    p.add_argument("--backend", default="phub", choices=["phub", "phub-optimizer", "phub-optimizer-overlap", "phub-c10d", "gloo",
+                            "nccl"])
     p.add_argument("--model", default="resnet18", choices=["alexnet", "resnet18", "resnet50"])
     p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--epochs", type=int, default=1)
@@ -178,9 +181,10 @@ def main():
     if a.backend == "phub":                                    # the two lines a user adds:
         state = phub.torch.connect(model, a.phub, rank=rank, world_size=world)
         model.register_comm_hook(state, phub.torch.allreduce_hook)
-    elif a.backend == "phub-optimizer":                        # or this one:
+    elif a.backend.startswith("phub-optimizer"):               # or this one:
         optimizer = phub.torch.ServerOptimizer(model, optimizer, a.phub, rank=rank,
-                                               world_size=world)
+                                               world_size=world,
+                                               overlap_forward=a.backend.endswith("-overlap"))
         state = optimizer.phub
 
     if a.data == "fashion-mnist":

@@ -2,11 +2,12 @@
 """phub.torch on CUDA against DDP + NCCL at N = 1, in one run (issue 39's last figure).
 
 examples/torch_ddp_phub.py on GPU 0, synthetic data: DDP with NCCL (the reference), then DDP
-with PHub's comm hook (phub, summation mode) and with ServerOptimizer (phub-optimizer), each
-through a phubd on loopback, for every package directory given (--package NAME=DIR: a `phub`
-package on PYTHONPATH; several compare phub.torch versions in the same run). Rounds alternate
-the order. Prints and writes OUT/torch_gpu.{tsv,md}: median ms per mini-batch (median over
-rounds) and the ratio to NCCL's (issue 39's bar: <= 1.2).
+with each of --backends through a phubd on loopback with each of --ps-cores: PHub's comm hook
+(phub, summation mode), ServerOptimizer (phub-optimizer) and ServerOptimizer installing each
+module's weights in the next forward (phub-optimizer-overlap), for every package directory
+given (--package NAME=DIR: a `phub` package on PYTHONPATH; several compare phub.torch versions
+in the same run). Rounds alternate the order. Prints and writes OUT/torch_gpu.{tsv,md}: median
+ms per mini-batch (median over rounds) and the ratio to NCCL's (issue 39's bar: <= 1.2).
 
     torch_gpu.py --phubd build-gpu/phub/server/phubd --package after=build-gpu/python312 \\
         --package before=build-gpu/python312-before --out DIR
@@ -28,14 +29,14 @@ from benchlib.tables import md_table, write_tsv  # noqa: E402
 EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
 
 
-def run(a, backend, package, model, batch, d, port):
+def run(a, backend, package, cores, model, batch, d, port):
     env = {"PYTHONPATH": package or "", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     procs = []
     if backend.startswith("phub"):
         pf, log = os.path.join(d, "port"), os.path.join(d, "phubd.log")
         p = start([a.phubd, "--listen", "127.0.0.1", "--port", "0", "--port-file", pf,
-                   "--max-world-size", "1", "--cores", "4", "--one-job", "--log-level", "warn"],
+                   "--max-world-size", "1", "--cores", str(cores), "--one-job", "--log-level", "warn"],
                   log)
         procs.append(("phubd", p, log))
         env["PHUB_ADDRESS"] = f"127.0.0.1:{wait_port_file(pf, p, 'phubd', log)}"
@@ -57,6 +58,8 @@ def main():
     p.add_argument("--phubd", required=True)
     p.add_argument("--package", action="append", default=[], help="NAME=DIR (repeat)")
     p.add_argument("--models", default="resnet18:64,resnet50:64")
+    p.add_argument("--backends", default="phub,phub-optimizer,phub-optimizer-overlap")
+    p.add_argument("--ps-cores", default="4", help="phubd --cores, a list: each a system")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
@@ -66,34 +69,37 @@ def main():
     packages = dict(x.split("=", 1) for x in a.package)
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="torch-gpu-", dir=a.out)
-    systems = [("nccl", None)] + [(b, n) for n in packages for b in ("phub", "phub-optimizer")]
+    systems = [("nccl", None, 0)] + [(b, n, int(c)) for n in packages
+                                     for c in a.ps_cores.split(",")
+                                     for b in a.backends.split(",")]
     rows, port = [], 29600
     for spec in a.models.split(","):
         model, batch = spec.split(":")
         ms = {s: [] for s in systems}
         for r in range(a.rounds):
             for s in (systems if r % 2 == 0 else systems[::-1]):
-                backend, name = s
-                d = os.path.join(work, f"{model}_{backend}_{name}_{r}")
+                backend, name, cores = s
+                d = os.path.join(work, f"{model}_{backend}_{name}_c{cores}_{r}")
                 os.makedirs(d)
                 port += 1
                 # The example imports phub.torch whatever the backend: NCCL's run gets any package.
                 package = packages.get(name) or next(iter(packages.values()), None)
                 try:
-                    ms[s].append(run(a, backend, package, model, int(batch), d, port))
+                    ms[s].append(run(a, backend, package, cores, model, int(batch), d, port))
                 except (BenchError, OSError, ValueError, KeyError) as e:
                     print(f"{model} {backend} {name}: FAILED: {e}", flush=True)
-        ref = statistics.median(ms[("nccl", None)]) if ms[("nccl", None)] else None
+        ref = statistics.median(ms[systems[0]]) if ms[systems[0]] else None
         for s in systems:
-            backend, name = s
+            backend, name, cores = s
             m = statistics.median(ms[s]) if ms[s] else None
             row = {"model": model, "batch": batch, "system": backend, "package": name or "-",
+                   "ps_cores": str(cores or "-"),
                    "ms": f"{m:.2f}" if m else "-",
                    "over_nccl": f"{m / ref:.2f}" if m and ref else "-",
                    "rounds": " / ".join(f"{x:.1f}" for x in ms[s])}
             rows.append(row)
             print("\t".join(row.values()), flush=True)
-    keys = ["model", "batch", "system", "package", "ms", "over_nccl", "rounds"]
+    keys = ["model", "batch", "system", "package", "ps_cores", "ms", "over_nccl", "rounds"]
     write_tsv(os.path.join(a.out, "torch_gpu.tsv"), rows, keys)
     table = "\n".join(md_table(keys, [[r[k] for k in keys] for r in rows]))
     with open(os.path.join(a.out, "torch_gpu.md"), "w") as f:

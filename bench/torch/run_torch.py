@@ -4,6 +4,7 @@
 For each topology x model x N x backend, N ranks of examples/torch_ddp_phub.py (one torch thread
 each, synthetic data) train through: phub (DDP communication hook, phubd in summation mode, the
 local optimizer steps), phub-optimizer (phubd's fused optimizer steps, workers install weights),
+phub-optimizer-overlap (the same, each module's weights installed as the next forward reaches it),
 gloo (DDP's CPU allreduce: the reference, measured in the same run), and nccl with --device
 cuda. Reported: time per mini-batch (rank 0's median over the timed steps; the median over
 --repeats runs), of which optimizer.step() (phub-optimizer's only installs weights), images/s,
@@ -82,7 +83,7 @@ def main():
     p = parser(__doc__, epilog=False)
     p.add_argument("--topologies", default="pbox")
     p.add_argument("--models", default="alexnet:8,resnet18:16", help="MODEL:BATCH per rank,...")
-    p.add_argument("--backends", default="phub,phub-optimizer,gloo")
+    p.add_argument("--backends", default="phub,phub-optimizer,phub-optimizer-overlap,gloo")
     add_rack_run_flags(p, ROOT, "torch", "cuda: adds nccl (one GPU per rank)")
     p.add_argument("--repeats", type=int, default=2, help="runs per row; the median is reported")
     p.add_argument("--quick", action="store_true", help="4 timed steps, 1 warm-up, 1 run")

@@ -13,6 +13,10 @@ in the environment. Runs one scenario and torch.save()s what the test compares t
                decay switched off halfway: local optimizer vs ServerOptimizer, the scheduler on it
   state-KIND   ServerOptimizer.state_dict() after 3 of 6 steps vs the local optimizer's; a new
                job loaded from it runs steps 3..5 and must end bitwise where the first did
+  overlap-KIND ServerOptimizer(overlap_forward=True) beside the same without it (two jobs): the
+               parameters after each step() (unchanged: deferred), each forward's loss,
+               model.state_dict() after step 2, the final parameters
+  overlap-misuse  a parameter used without its module's forward: the forward must raise
   c10d         plain DDP with init_process_group("phub") vs DDP over a gloo group
   kind-changed SGD's momentum set from 0 to 0.9 mid-job: the next backward must raise
   dead-phubd   trains until the test kills phubd; saves the error and how long it took
@@ -194,6 +198,64 @@ def scenario_state(rank, kind):
             "steps": saved_optimizer["phub_steps"]}
 
 
+def scenario_overlap(rank, kind):
+    """The same training through a ServerOptimizer that installs each step's weights at once
+    and one that installs them module by module in the next forward: every forward must see
+    the same weights (bitwise: phubd sums the two ranks' copies alike in both jobs)."""
+    plain, lazy = wrap(make_model()), wrap(make_model())
+    sync = phub.torch.ServerOptimizer(plain, make_optimizer(kind, plain.parameters()),
+                                      job="plain")
+    overlap = phub.torch.ServerOptimizer(lazy, make_optimizer(kind, lazy.parameters()),
+                                         job="lazy", overlap_forward=True)
+    out = {"losses": {"plain": [], "lazy": []}, "unchanged_after_step": []}
+    for step in range(STEPS):
+        for name, model, opt in (("plain", plain, sync), ("lazy", lazy, overlap)):
+            opt.zero_grad()
+            loss = loss_of(model, rank, step)
+            out["losses"][name].append(loss.item())
+            loss.backward()
+            before = params_of(model)
+            opt.step()
+        out["unchanged_after_step"].append(
+            all(torch.equal(a, b) for a, b in zip(before, params_of(lazy))))
+        if step == 2:  # model.state_dict() installs what is pending
+            out["state_dict"] = [v.clone() for v in lazy.module.state_dict().values()]
+            out["state_dict_plain"] = [v.clone() for v in plain.module.state_dict().values()]
+    sync.close()
+    overlap.close()  # installs the last step's weights
+    out.update({"plain": params_of(plain), "lazy": params_of(lazy)})
+    return out
+
+
+class HeadByHand(nn.Module):
+    """Uses self.head's parameters without calling self.head: overlap_forward's contract broken."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1234)
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 32), nn.ReLU())
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return nn.functional.linear(self.body(x), self.head.weight, self.head.bias)
+
+
+def scenario_overlap_misuse(rank):
+    model = wrap(HeadByHand())
+    server = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.05),
+                                        overlap_forward=True)
+    out = {"error": None}
+    for step in range(3):
+        server.zero_grad()
+        try:
+            loss_of(model, rank, step).backward()
+            server.step()
+        except (RuntimeError, ValueError) as e:
+            out = {"error": str(e), "step": step}
+            break
+    return out
+
+
 def scenario_c10d(rank):
     """Plain DDP over the default group, the "phub" backend, against DDP over a gloo group: the
     same momentum training; and a collective the backend does not do."""
@@ -275,6 +337,12 @@ def main():
         out = scenario_kind_changed(rank)
         torch.save(out, out_path)
         os._exit(0)  # the job stalled: no orderly teardown
+    elif scenario == "overlap-misuse":
+        out = scenario_overlap_misuse(rank)
+        torch.save(out, out_path)
+        os._exit(0)  # the job failed: no orderly teardown
+    elif scenario.startswith("overlap-"):
+        out = scenario_overlap(rank, scenario[len("overlap-"):])
     elif scenario.startswith("server-"):
         out = scenario_server(rank, scenario[len("server-"):])
     elif scenario in ("dead-phubd", "dead-peer"):

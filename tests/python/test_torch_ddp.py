@@ -149,6 +149,37 @@ class ServerOptimizerTest(unittest.TestCase):
             self.assertIn("the optimizer became momentum", r["error"])
 
 
+class OverlapForwardTest(unittest.TestCase):
+    """ServerOptimizer(overlap_forward=True): the weights come in module by module in the next
+    forward, and training is bitwise the same as with step() installing them."""
+
+    def check(self, kind):
+        results = run(f"overlap-{kind}", 2)
+        for rank, r in enumerate(results):
+            # Deferred: step() left the parameters alone (a step always changes them here).
+            self.assertEqual(r["unchanged_after_step"], [True] * len(r["unchanged_after_step"]),
+                             f"{kind} rank {rank}")
+            # Yet every forward saw the fresh weights, and the end is the same bit for bit.
+            self.assertEqual(r["losses"]["lazy"], r["losses"]["plain"], f"{kind} rank {rank}")
+            assert_all_close(r["state_dict"], r["state_dict_plain"], 0, 0,
+                             f"{kind} rank {rank}: model.state_dict() after step 2")
+            assert_all_close(r["lazy"], r["plain"], 0, 0, f"{kind} rank {rank}: the end")
+
+    def test_momentum(self):
+        self.check("momentum")
+
+    def test_adam(self):
+        self.check("adam")
+
+    def test_a_parameter_used_without_its_module_is_named(self):
+        for rank, r in enumerate(run("overlap-misuse", 2)):
+            # Step 0 used the initial weights (nothing pending); step 1's forward used head's
+            # before they came in, and its end says so.
+            self.assertEqual(r.get("step"), 1, f"rank {rank}: {r}")
+            self.assertIn("parameter head.weight, head.bias did not run", r["error"])
+            self.assertIn("previous step's weights", r["error"])
+
+
 class C10dTest(unittest.TestCase):
     """init_process_group("phub"): plain DDP through phubd (phub/python/phub/c10d.py)."""
 
@@ -236,6 +267,20 @@ class ServerStepsTest(unittest.TestCase):
         for p in self.model[0].parameters():
             p.requires_grad_(False)
         pt.check_server_steps(self.model, optimizer, spec)
+
+    def test_what_overlap_forward_cannot_serve_is_refused(self):
+        from types import SimpleNamespace
+
+        from phub.server_optimizer import refuse_overlap
+        ddp = SimpleNamespace(module=self.model, gradient_as_bucket_view=True)
+        with self.assertRaises(ValueError) as raised:
+            refuse_overlap(ddp, {})
+        self.assertIn("gradient_as_bucket_view=True on CPU", str(raised.exception))
+        ddp.gradient_as_bucket_view = False
+        refuse_overlap(ddp, {})
+        with self.assertRaises(ValueError) as raised:
+            refuse_overlap(ddp, {"min_workers": 1, "max_workers": 2})
+        self.assertIn("elastic job", str(raised.exception))
 
     def test_a_parameter_without_a_gradient_is_never_moved(self):
         import phub.torch as pt

@@ -184,6 +184,8 @@ class PhubState:
         for t in self._threads:
             t.start()
         self._closed = False
+        # ServerOptimizer(overlap_forward=True): weights installed in the next forward.
+        self.deferred = None  # a WeightsInForward
         # An elastic job's data ran out for this worker (ElasticBatches stopped): its exit is
         # the end of its part, not a stop (_at_exit).
         self.finished = False
@@ -210,6 +212,8 @@ class PhubState:
             self._in_flight += 1
         grads = bucket.gradients()
         try:
+            if self.deferred is not None:
+                self.deferred.before_push(ids)
             if self._values_due:  # the iteration's first bucket: its values go first
                 self._values_due = False
                 self.client.step_with(self._values_of())
@@ -224,6 +228,10 @@ class PhubState:
         except BaseException as e:  # noqa: B902 - every failure must reach the future
             self._fail(e)
             self._finish(job, None, e)
+            return future
+        if self.deferred is not None:  # the answers are waited for in the next forward
+            self.deferred.pushed(ids)
+            self._finish(job, job.buffer, None)
             return future
         self._waits.put(job)
         return future
@@ -302,12 +310,16 @@ class PhubState:
         """Optimizer mode: the weights phubd sent become the parameters; the next bucket is
         the next iteration's first."""
         self.synchronize()
-        self._values_due = self._values_of is not None
+        self.next_iteration()
         if self.cuda:  # the answers' copies were made on the waiter's stream
             torch.cuda.current_stream(self.device).wait_stream(self._stream)
         with torch.no_grad():
             for p, v in zip(self.params, self.received_views):
                 p.copy_(v.view_as(p))
+
+    def next_iteration(self):
+        """The next bucket is the next iteration's first (its values go to phubd first)."""
+        self._values_due = self._values_of is not None
 
     def close(self):
         """Leaves the job cleanly (phubd ends it once every worker has). Idempotent."""

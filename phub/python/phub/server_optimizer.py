@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from phub.elastic import ElasticBatches, elastic_size
 from phub.ddp_hook import PhubState, allreduce_hook
+from phub.weights_in_forward import WeightsInForward
 
 
 def optimizer_spec(optimizer: torch.optim.Optimizer) -> dict:
@@ -72,6 +73,19 @@ def check_server_steps(module: torch.nn.Module, optimizer: torch.optim.Optimizer
             "summation mode (phub.torch.connect + allreduce_hook) with this optimizer")
 
 
+def refuse_overlap(model: DistributedDataParallel, kwargs: dict):
+    """What overlap_forward=True cannot serve yet, refused with what to do instead."""
+    if elastic_size(kwargs.get("min_workers"), kwargs.get("max_workers")) is not None:
+        raise ValueError("overlap_forward=True in an elastic job: not yet (a joiner's weights "
+                         "are installed whole); leave overlap_forward off there")
+    cpu = all(p.device.type == "cpu" for p in model.module.parameters())
+    if cpu and getattr(model, "gradient_as_bucket_view", False):
+        raise ValueError("overlap_forward=True with gradient_as_bucket_view=True on CPU: "
+                         "phubd's transport sends the gradients straight from DDP's buckets "
+                         "while the script's zero_grad() would already clear them; leave "
+                         "gradient_as_bucket_view off, or overlap_forward")
+
+
 class ServerOptimizer(torch.optim.Optimizer):
     """PHub's design: phubd's fused optimizer steps the weights; step() installs them.
 
@@ -92,12 +106,19 @@ class ServerOptimizer(torch.optim.Optimizer):
     fast-forwards its schedule (`for _ in range(optimizer.iteration - 1): scheduler.step()`:
     every member must give phubd the same values for an iteration) and takes its data from
     ElasticBatches (optimizer.batches(...)), never from a sampler of its own rank and world.
-    DDP must then run over a group of its own (local_process_group()), not torchrun's world."""
+    DDP must then run over a group of its own (local_process_group()), not torchrun's world.
+
+    overlap_forward=True (weights_in_forward.py; docs/torch.md "Weights in the next forward"):
+    step() returns at once and each module's weights are installed as its next forward starts,
+    so the exchange overlaps the next forward; parameters read outside a forward need
+    wait_for_weights() first."""
 
     def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
-                 address: Optional[str] = None, **kwargs):
+                 address: Optional[str] = None, overlap_forward: bool = False, **kwargs):
         if not isinstance(model, DistributedDataParallel):
             raise TypeError("ServerOptimizer wraps a DistributedDataParallel model")
+        if overlap_forward:
+            refuse_overlap(model, kwargs)
         self.optimizer = optimizer
         self.spec = optimizer_spec(optimizer)
         self._find_unused = getattr(model, "find_unused_parameters", False)
@@ -118,6 +139,9 @@ class ServerOptimizer(torch.optim.Optimizer):
         # Rank 0's initial weights, through phubd; a joiner's: the job's, of resume_iteration.
         self.phub.install_weights()
         self._steps = 0
+        if overlap_forward:
+            self.phub.deferred = WeightsInForward(self.phub, model.module,
+                                                  check_use=not self._find_unused)
         model.register_comm_hook(self.phub, allreduce_hook)
 
     @property
@@ -161,8 +185,19 @@ class ServerOptimizer(torch.optim.Optimizer):
         if closure is not None:
             raise ValueError("ServerOptimizer.step takes no closure: phubd steps once per "
                              "backward")
-        self.phub.install_weights()
+        if self.phub.deferred is None:
+            self.phub.install_weights()
+        else:  # the weights come in as the next forward reaches each module
+            if self.phub.error is not None:
+                raise self.phub.error
+            self.phub.next_iteration()
         self._steps += 1
+
+    def wait_for_weights(self):
+        """With overlap_forward, makes every parameter hold the last step()'s weights now (to
+        read them outside a forward: an EMA, logging); without it they always do."""
+        if self.phub.deferred is not None:
+            self.phub.deferred.install_all()
 
     def add_param_group(self, param_group):
         if getattr(self, "phub", None) is None:  # Optimizer.__init__ adds the wrapped groups
@@ -190,6 +225,7 @@ class ServerOptimizer(torch.optim.Optimizer):
             raise NotImplementedError("ServerOptimizer.state_dict on a GPU model: not yet "
                                       "(the staged client does not fetch state); checkpoint the "
                                       "job with phubd's --checkpoint-dir")
+        self.wait_for_weights()
         self.phub.synchronize()
         steps, arrays = self.phub.client.fetch_optimizer_state()
         kind = self.spec["kind"]
@@ -261,7 +297,10 @@ class ServerOptimizer(torch.optim.Optimizer):
                     group[key] = value
 
     def close(self):
-        """Leaves phubd's job (a Goodbye). Idempotent."""
+        """Leaves phubd's job (a Goodbye), the last step()'s weights installed. Idempotent."""
+        if self.phub.deferred is not None and self.phub.error is None \
+                and not self.phub._closed:
+            self.wait_for_weights()
         self.phub.close()
 
     def abandon(self):
