@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "phub/client/io_threads_flag.h"
 #include "phub/client/wire_flags.h"
 #include "phub/exchange/ps_exchange.h"
 #include "phub/transport/transport_flags.h"
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
                  "Fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning")
       ->capture_default_str();
   phub::transport::AddSendWindowFlag(app, options.send_window_bytes);
+  phub::client::AddIoThreadsFlag(app, options.io_threads);
   phub::client::AddWireFlags(app, options.wire);
   app.add_option("--out", out_path, "Per-iteration times and the weight checksum (TSV)")
       ->required();

@@ -89,18 +89,19 @@ phase_exchange() {
   fi
 }
 
-# torch: phub.torch on CUDA (phub.DeviceClient, the staging pipeline; the hook, ServerOptimizer
-# and ServerOptimizer(overlap_forward=True)) against DDP + NCCL at N = 1, ResNet-18 and
-# ResNet-50, phubd with 4 and 8 cores (bench/gpu/torch_gpu.py; PHUB_TORCH_PS_CORES,
-# PHUB_TORCH_BACKENDS); needs the Python 3.12 package of bench/gpu/build_py312_module.sh in the
-# bundle.
+# torch: phub.torch on CUDA (phub.DeviceClient, the staging pipeline; the hook and
+# ServerOptimizer(overlap_forward=True)) against DDP + NCCL at N = 1, ResNet-18 and
+# ResNet-50, phubd with 8 cores, the worker with 1 and 4 I/O threads (bench/gpu/torch_gpu.py;
+# PHUB_TORCH_PS_CORES, PHUB_TORCH_IO_THREADS, PHUB_TORCH_BACKENDS); needs the Python 3.12
+# package of bench/gpu/build_py312_module.sh in the bundle.
 phase_torch() {
   local pkgs=()
   [[ -d build-gpu/python312/phub ]] && pkgs+=(--package after=build-gpu/python312)
   [[ -d build-gpu/python312-before/phub ]] && pkgs+=(--package before=build-gpu/python312-before)
   step torch-gpu "$py" bench/gpu/torch_gpu.py --phubd $B/phub/server/phubd "${pkgs[@]}" \
-    --rounds "${PHUB_TORCH_ROUNDS:-2}" --ps-cores "${PHUB_TORCH_PS_CORES:-4,8}" \
-    --backends "${PHUB_TORCH_BACKENDS:-phub,phub-optimizer,phub-optimizer-overlap}" \
+    --rounds "${PHUB_TORCH_ROUNDS:-2}" --ps-cores "${PHUB_TORCH_PS_CORES:-8}" \
+    --io-threads "${PHUB_TORCH_IO_THREADS:-1,4}" \
+    --backends "${PHUB_TORCH_BACKENDS:-phub,phub-optimizer-overlap}" \
     --out "$out/logs/torch-gpu"
   cat "$out/logs/torch-gpu/torch_gpu.md" 2>/dev/null
 }

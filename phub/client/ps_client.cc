@@ -89,7 +89,7 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
       if (compact_weights()) weights_wire_.emplace_back(floats);
     }
   }
-  PHUB_RETURN_IF_ERROR(OpenTransport(job.transport));
+  PHUB_RETURN_IF_ERROR(OpenTransport(job.transport, job.cores.size()));
   for (std::uint32_t core = 0; core < job.cores.size(); ++core) {
     const CoreAddress& address = job.cores[core];
     const std::size_t nic = address.nic % nic_address_.size();
@@ -97,7 +97,7 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
                                    WithinDeadline(options_, options_.connect_timeout_ms),
                                    WireHeader{Op::kAttach, membership_.rank, core, session_, 0},
                                    ClientSizing(table_->chunk_bytes()), nic_address_[nic]};
-    auto connection = transports_[transport_of_nic_[nic]]->Dial(request, this);
+    auto connection = transports_[loop_of_core(core)][transport_of_nic_[nic]]->Dial(request, this);
     if (!connection.ok()) {
       return Status(connection.status().code(),
                     absl::StrCat("attaching to phubd core ", core, " at ", address.host, ":",
@@ -107,15 +107,19 @@ Status PsClient::Impl::Handshake(std::vector<keys::TensorSpec> tensors) {
     senders_.push_back(transport::SendScheduler::Create(*connection, options_.send_window_bytes));
     connections_.push_back(*std::move(connection));
   }
+  RunOnEachLoop([this](std::size_t k) {
+    for (std::uint32_t core = 0; core < connections_.size(); ++core) {
+      if (loop_of_core(core) == k) connections_[core]->Start();
+    }
+  });
   loop_.Run([this] {
-    for (auto& c : connections_) c->Start();
     phubd_heard_ = std::chrono::steady_clock::now();
     WatchControl();
     ArmHeartbeat();
     started_ = true;
   });
-  spdlog::debug("rank {}: attached to {} server cores, {} chunks", membership_.rank,
-                connections_.size(), table_->chunks().size());
+  spdlog::debug("rank {}: attached to {} server cores, {} chunks, {} I/O threads",
+                membership_.rank, connections_.size(), table_->chunks().size(), loop_count());
   return absl::OkStatus();
 }
 
@@ -213,6 +217,19 @@ void PsClient::Impl::ArmHeartbeat() {
     ArmHeartbeat();
   });
 }
+void PsClient::Impl::RunOnEachLoop(const std::function<void(std::size_t)>& fn) {
+  for (std::size_t k = 0; k < loop_count(); ++k) data_loop(k).Run([&fn, k] { fn(k); });
+}
+
+void PsClient::Impl::ReleaseLoop(std::size_t k) {
+  for (std::uint32_t core = 0; core < connections_.size(); ++core) {
+    if (loop_of_core(core) != k) continue;
+    if (core < senders_.size()) senders_[core].reset();
+    connections_[core].reset();
+  }
+  if (k < transports_.size()) transports_[k].clear();
+}
+
 Status PsClient::Impl::Close(bool goodbye) {
   if (closed_) return absl::OkStatus();
   closed_ = true;
@@ -236,13 +253,16 @@ Status PsClient::Impl::Close(bool goodbye) {
   // dropped) must not say it: a Goodbye means "done", and this worker may be about to rejoin.
   // Nor does one abandoning the job, for the same reason.
   if (!started_ || broken || !goodbye) {
+    RunOnEachLoop([&](std::size_t k) {
+      for (std::uint32_t core = 0; core < connections_.size(); ++core) {
+        if (loop_of_core(core) != k) continue;
+        connections_[core]->Close(absl::CancelledError(broken    ? "the client failed"
+                                                       : goodbye ? "the handshake failed"
+                                                                 : "the worker abandoned the job"));
+      }
+    });
     loop_.Run([&] {
       if (heartbeat_timer_) heartbeat_timer_->cancel();
-      for (auto& c : connections_) {
-        c->Close(absl::CancelledError(broken    ? "the client failed"
-                                      : goodbye ? "the handshake failed"
-                                                : "the worker abandoned the job"));
-      }
       boost::system::error_code ignored;
       control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
       control_.close(ignored);
@@ -253,8 +273,10 @@ Status PsClient::Impl::Close(bool goodbye) {
   std::mutex done_mu;
   std::condition_variable done_cv;
   std::size_t remaining = connections_.size();
-  loop_.Run([&] {
-    for (auto& sender : senders_) {
+  RunOnEachLoop([&](std::size_t k) {
+    for (std::uint32_t core = 0; core < senders_.size(); ++core) {
+      if (loop_of_core(core) != k) continue;
+      const std::shared_ptr<transport::SendScheduler>& sender = senders_[core];
       const std::shared_ptr<Connection>& c = sender->connection();
       sender->Send(WireHeader{Op::kBye, membership_.rank, 0, 0, 0}, {}, [&, c](const Status&) {
         c->Close(absl::OkStatus());

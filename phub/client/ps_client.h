@@ -80,6 +80,12 @@ struct PsClientOptions {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   bool tcp_no_delay = true;        // TCP_NODELAY (off only to measure what it is worth)
   int socket_buffer_bytes = 0;     // fixed SO_SNDBUF/SO_RCVBUF; 0 = Linux autotuning
+  // Threads for the data connections on TCP (docs/design.md "A worker's I/O threads"): server
+  // core c's connection is served by thread c % io_threads, the first of them the thread that
+  // also serves the control connection. On loopback or a fast NIC one thread copying every
+  // byte both ways through the kernel bounds a fat worker (a GPU's 100 MB a step); more
+  // spread it over cores. At most phubd's cores; verbs uses one (the NIC moves the bytes).
+  int io_threads = 1;
   // Priority scheduling of each data connection's pushes (first layers first): payload bytes
   // in flight per connection; 0 = send in the order pushed.
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;

@@ -14,10 +14,20 @@ void PsClient::Impl::RecordError(const Status& status) {
   error_.Record(status);
   spdlog::error("rank {}: {}", membership_.rank, status.message());
 }
-void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
+void PsClient::Impl::PostChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
                                 std::size_t element_bytes, std::uint64_t iteration) {
-  // Runs on the loop thread.
+  for (std::size_t k = 0; k < loop_count(); ++k) {
+    data_loop(k).Post([this, op, tensor, data, element_bytes, iteration, k] {
+      SendChunks(op, tensor, data, element_bytes, iteration, k);
+    });
+  }
+}
+
+void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
+                                std::size_t element_bytes, std::uint64_t iteration,
+                                std::size_t k) {
   for (const keys::Chunk& chunk : table_->chunks_of_tensor(tensor)) {
+    if (loop_of_core(table_->owner(chunk.id)) != k) continue;
     auto bytes = data.subspan(chunk.offset * element_bytes, chunk.elements * element_bytes);
     WireHeader header{op, membership_.rank, chunk.id, iteration,
                       static_cast<std::uint32_t>(bytes.size())};
@@ -45,19 +55,18 @@ Status PsClient::Impl::StepWith(const kernels::StepValues& values) {
     values_iteration_ = pushed_iteration_ + 1;
     StepValuesToProto(values_iteration_, values, *message.mutable_step_values());
   }
-  // Posted before the iteration's pushes, on the same loop: phubd has them on the control
-  // connection before the pushes leave.
+  // Posted before the iteration's pushes: with one data loop (loop_) phubd has them on the
+  // control connection before the pushes leave; with several a push may overtake them, and
+  // phubd's shard holds a chunk whose copies are in until its iteration's values come.
   loop_.Post([this, message = std::move(message)] { SendControl(message); });
   return absl::OkStatus();
 }
 
 Status PsClient::Impl::Init() {
   if (membership_.rank == 0 && !weights_from_server_ && !resumed_) {
-    loop_.Post([this] {
-      for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
-        SendChunks(Op::kInit, t, std::as_bytes(weights_[t]), sizeof(float), 0);  // float32
-      }
-    });
+    for (std::uint32_t t = 0; t < tensors_.size(); ++t) {
+      PostChunks(Op::kInit, t, std::as_bytes(weights_[t]), sizeof(float), 0);  // float32
+    }
   }
   return WaitAll();
 }
@@ -109,9 +118,7 @@ Status PsClient::Impl::Push(std::uint32_t tensor, std::span<const float> grads) 
   }
   const std::size_t element_bytes =
       compact_pushes() ? kernels::WireBytes(options_.wire.format) : sizeof(float);
-  loop_.Post([this, tensor, data, element_bytes, iteration] {
-    SendChunks(Op::kPush, tensor, data, element_bytes, iteration);
-  });
+  PostChunks(Op::kPush, tensor, data, element_bytes, iteration);
   return absl::OkStatus();
 }
 

@@ -62,8 +62,12 @@ class PsClient::Impl final : public transport::ConnectionHandler {
 
   ~Impl() override {
     (void)Close();
-    // Connections and the transport (verbs: its CQ) are the loop thread's.
+    // Connections and the transports (verbs: its CQ) are their loop thread's.
+    for (std::size_t k = io_loops_.size(); k > 0; --k) {
+      io_loops_[k - 1]->Run([this, k] { ReleaseLoop(k); });
+    }
     loop_.Run([this] {
+      ReleaseLoop(0);
       senders_.clear();
       connections_.clear();
       transports_.clear();
@@ -117,7 +121,20 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   };
 
   void RecordError(const Status& status);
-  Status OpenTransport(transport::TransportKind kind);
+  // The data plane's event loops: 0 is loop_ (the control connection's too), k > 0
+  // io_loops_[k - 1] (PsClientOptions::io_threads). Server core c's connection is loop c % n's.
+  std::size_t loop_count() const { return 1 + io_loops_.size(); }
+  transport::EventLoop& data_loop(std::size_t k) { return k == 0 ? loop_ : *io_loops_[k - 1]; }
+  std::size_t loop_of_core(std::uint32_t core) const { return core % loop_count(); }
+  // Runs fn(k) on every data loop k, waiting for each.
+  void RunOnEachLoop(const std::function<void(std::size_t)>& fn);
+  // On loop k's thread: drops its connections, their senders and its transports.
+  void ReleaseLoop(std::size_t k);
+  // Posts each loop the sends of `tensor`'s chunks whose core it serves (SendChunks).
+  void PostChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
+                  std::size_t element_bytes, std::uint64_t iteration);
+  // Binds phubd's transport on the data loops (io_threads of them on TCP, at most `cores`).
+  Status OpenTransport(transport::TransportKind kind, std::size_t cores);
   // With options_.device_memory, what cannot carry device memory is refused before connecting
   // (a compact wire: its conversions run on the CPU).
   Status CheckDeviceMemory() const;
@@ -144,9 +161,10 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   void WriteControlQueued();
   // Every liveness/4: a Heartbeat out, and phubd's silence checked (ps_client.cc).
   void ArmHeartbeat();
-  // Sends every chunk of `tensor` from `data` (the whole tensor, `element_bytes` an element).
+  // Sends the chunks of `tensor` that loop `k` serves from `data` (the whole tensor,
+  // `element_bytes` an element). On loop k's thread.
   void SendChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
-                  std::size_t element_bytes, std::uint64_t iteration);
+                  std::size_t element_bytes, std::uint64_t iteration, std::size_t k);
   // The compact wire (PsClientOptions::wire): pushes, and maybe weights, in bf16/fp16.
   bool compact_pushes() const { return options_.wire.compact(); }
   bool compact_weights() const { return compact_pushes() && options_.wire.weights; }
@@ -174,14 +192,17 @@ class PsClient::Impl final : public transport::ConnectionHandler {
   // far (float32, zero at first), added to its next push. Only the caller's thread touches it.
   std::vector<AlignedBuffer> push_residual_;
 
-  // phubd's choice, on loop_: one per RDMA device of this worker's NICs (TCP: one), and by
-  // NIC which of them it uses and the address it dials from (empty: the kernel's choice).
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  // The data loops past loop_ (io_threads - 1 on TCP, made by OpenTransport).
+  std::vector<std::unique_ptr<transport::EventLoop>> io_loops_;
+  // phubd's choice, by data loop (each bound to it): one per RDMA device of this worker's NICs
+  // (TCP: one), and by NIC which of them it uses and the address it dials from (empty: the
+  // kernel's choice).
+  std::vector<std::vector<std::unique_ptr<transport::Transport>>> transports_;  // [loop][device]
   std::vector<std::size_t> transport_of_nic_;
   std::vector<std::string> nic_address_;
-  std::vector<std::shared_ptr<Connection>> connections_;  // by server core
+  std::vector<std::shared_ptr<Connection>> connections_;  // by server core, each on its loop
   // By server core, beside connections_: every message goes out through these, pushes first
-  // layers first (PsClientOptions::send_window_bytes).
+  // layers first (PsClientOptions::send_window_bytes). Each is its connection's loop's.
   std::vector<std::shared_ptr<transport::SendScheduler>> senders_;
   bool weights_from_server_ = false;
   bool resumed_ = false;                 // the Welcome's: no INIT, weights of resume_iteration_

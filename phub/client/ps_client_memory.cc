@@ -1,5 +1,5 @@
 // PsClient's memory and the data plane: the transport phubd chose, bound once per RDMA device
-// (one per NIC) on the client's loop, and the caller's buffers registered with it — the weights
+// (one per NIC) on each of the client's data loops, and the caller's buffers registered with it — the weights
 // (landing zones) at connect, the gradients when declared — as host memory, or as device memory
 // the NIC reads and writes itself (PsClientOptions::device_memory, GPUDirect RDMA).
 #include "absl/strings/str_cat.h"
@@ -36,7 +36,7 @@ Status PsClient::Impl::RegisterWith(transport::Transport& transport, std::span<s
   return absl::OkStatus();
 }
 
-Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
+Status PsClient::Impl::OpenTransport(transport::TransportKind kind, std::size_t cores) {
   // This worker's NICs: the kernel's choice, or --nics (each with its RDMA device).
   const std::vector<std::string> named = placement::SplitList(options_.rdma.device);
   std::vector<placement::Nic> nics{{"", "", options_.rdma.device}};
@@ -59,7 +59,23 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
                   absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
                                ", which this worker cannot open: ", per_nic.status().message()));
   }
-  // A transport per distinct device, all on loop_; each NIC uses its device's.
+  // TCP: io_threads data loops (at most one per server core), loop_ the first; verbs: loop_
+  // alone, the NIC moving the bytes.
+  std::size_t threads = 1;
+  if (options_.io_threads > 1) {
+    if (kind == transport::TransportKind::kTcp) {
+      threads = std::min<std::size_t>(options_.io_threads, std::max<std::size_t>(cores, 1));
+    } else {
+      spdlog::info("rank {}: one I/O thread on {}, not {}: the NIC moves the bytes",
+                   membership_.rank, transport::TransportName(kind), options_.io_threads);
+    }
+  }
+  for (std::size_t k = 1; k < threads; ++k) {
+    io_loops_.push_back(std::make_unique<transport::EventLoop>(
+        absl::StrCat("client ", membership_.rank, " io ", k), /*pin_core=*/-1));
+  }
+  transports_.resize(threads);
+  // On every data loop a transport per distinct device; each NIC uses its device's.
   std::vector<std::shared_ptr<transport::Device>> devices;
   for (const auto& device : *per_nic) {
     auto known = std::find(devices.begin(), devices.end(), device);
@@ -70,7 +86,8 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
     }
   }
   Status status;
-  loop_.Run([&] {
+  RunOnEachLoop([&](std::size_t k) {
+    if (!status.ok()) return;
     // The weight buffers are where phubd writes fresh weights: registered once, here (with
     // a compact wire: their staging buffers, and the pushes' too, which they are sent from),
     // with every device.
@@ -79,7 +96,7 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
     for (AlignedBuffer& b : weights_wire_) regions.push_back(std::as_writable_bytes(b.span()));
     for (AlignedBuffer& b : push_wire_) regions.push_back(std::as_writable_bytes(b.span()));
     for (std::size_t d = 0; d < devices.size(); ++d) {
-      auto transport = devices[d]->Bind(loop_, static_cast<int>(d));
+      auto transport = devices[d]->Bind(data_loop(k), static_cast<int>(d));
       if (!transport.ok()) {
         status = transport.status();
         return;
@@ -89,7 +106,7 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind) {
         status = RegisterWith(**transport, region);
         if (!status.ok()) return;
       }
-      transports_.push_back(*std::move(transport));
+      transports_[k].push_back(*std::move(transport));
     }
   });
   return status;
@@ -108,12 +125,13 @@ Status PsClient::Impl::DeclareGradients(const std::vector<std::span<const float>
     }
   }
   Status status;
-  loop_.Run([&] {  // the transport is the loop's
+  RunOnEachLoop([&](std::size_t k) {  // each transport is its loop's
+    if (!status.ok()) return;
     for (std::span<const float> g : grads) {
       if (g.empty()) continue;
       // Only ever read from (verbs: no rkey of it is published).
       std::span<float> writable(const_cast<float*>(g.data()), g.size());
-      for (auto& transport : transports_) {
+      for (auto& transport : transports_[k]) {
         status = RegisterWith(*transport, std::as_writable_bytes(writable));
         if (!status.ok()) return;
       }

@@ -2,9 +2,11 @@
 // (the ring's links; a PS job follows phubd's --transport), --nics (a PS client's NICs) and the
 // RDMA device flags, written
 // into every exchange's options so ps, ps-colocated and ring use the same device; and the PS
-// client's --send-window-bytes (priority scheduling of its pushes), and --wire (PS, ring and NCCL).
+// client's --send-window-bytes (priority scheduling of its pushes) and --io-threads, and --wire
+// (PS, ring and NCCL).
 #pragma once
 
+#include "phub/client/io_threads_flag.h"
 #include "phub/client/wire_flags.h"
 #include "phub/exchange/make_exchange.h"
 #include "phub/placement/nics.h"
@@ -39,6 +41,7 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
          "error; off: always stage")
       ->default_str("auto");
   transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
+  client::AddIoThreadsFlag(app, options.ps.client.io_threads);
   client::AddWireFlags(app, options.ps.client.wire,
                        {&options.ring.ring.wire, &options.nccl.wire});
 }

@@ -72,7 +72,7 @@ class Client {
          const py::list& weights, const std::string& token, const std::optional<py::dict>& optimizer,
          int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
          bool per_iteration_values, std::uint32_t min_workers, std::uint32_t start_workers,
-         const std::string& lr_scaling) {
+         const std::string& lr_scaling, int io_threads) {
     if (static_cast<std::size_t>(py::len(weights)) != tensors.size()) {
       throw py::value_error(absl::StrCat("weights: ", py::len(weights), " buffers for ",
                                          tensors.size(), " tensors; give one per tensor"));
@@ -84,6 +84,8 @@ class Client {
     options.job = job;
     options.connect_timeout_ms = connect_timeout_ms;
     options.rdma.device = rdma_device;
+    if (io_threads < 1) throw py::value_error(absl::StrCat("io_threads ", io_threads, ": at least 1"));
+    options.io_threads = io_threads;
     if (optimizer) {
       auto config = ParseOptimizer(*optimizer);
       if (!config.ok()) throw py::value_error(std::string(config.status().message()));
@@ -295,13 +297,14 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
                     const std::vector<std::pair<std::string, std::uint64_t>>&, const py::list&,
                     const std::string&, const std::optional<py::dict>&, int,
                     const std::string&, const std::string&, bool, std::uint32_t,
-                    std::uint32_t, const std::string&>(),
+                    std::uint32_t, const std::string&, int>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("weights"), py::arg("token") = "",
            py::arg("optimizer") = py::none(), py::arg("connect_timeout_ms") = 30000,
            py::arg("rdma_device") = "", py::arg("job") = "",
            py::arg("per_iteration_values") = false, py::arg("min_workers") = 0,
            py::arg("start_workers") = 0, py::arg("lr_scaling") = "none",
+           py::arg("io_threads") = 1,
            "tensors: [(name, elements)], the same on every rank. optimizer: None (phubd's "
            "flags) or a dict {kind: sgd|momentum|nesterov|adam|average, lr, momentum, "
            "weight_decay, beta1, beta2, eps}. job: the job's name on a shared phubd (\"\": "
@@ -310,7 +313,9 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
            "min_workers > 0: an elastic job of min_workers to world_size workers, started by "
            "ranks 0..start_workers-1 (0: min_workers); later clients join it (members_of). "
            "lr_scaling: linear or sqrt: the lr is the rate at start_workers members and "
-           "phubd scales it with each iteration's member count; none: it does not.")
+           "phubd scales it with each iteration's member count; none: it does not. "
+           "io_threads: threads serving the connections to phubd's cores on TCP "
+           "(PsClientOptions::io_threads).")
       .def("init", &Client::Init,
            "Rank 0's weights become everyone's (unless phubd has them); blocks until they land.")
       .def("push", &Client::Push, py::arg("tensor"), py::arg("grads"),

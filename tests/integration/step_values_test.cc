@@ -78,11 +78,18 @@ std::vector<Status> Train(std::vector<InProcessWorker>& workers, std::uint64_t f
 // of order 1 leave a few 1e-6; 1e-4 relative (1e-5 floor) is far above that, and far below what
 // stepping any iteration with another's values moves the weights (the lr differs by >= 1e-3
 // between neighbours; the first values held throughout end > 1e-2 away).
-TEST(StepValuesTest, TwoWorkersFollowAScheduleLikeAFloat64Reference) {
+//
+// With several I/O threads (PsClientOptions::io_threads) a client's pushes leave on other
+// threads than its StepWith and may reach phubd before the values: the same reference holds.
+class StepValuesIoThreadsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StepValuesIoThreadsTest, TwoWorkersFollowAScheduleLikeAFloat64Reference) {
   TempDir dir;
-  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--chunk-bytes", "256"});
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "3", "--chunk-bytes", "256"});
   const auto tensors = TestTensors(kSizes);
-  auto workers = ConnectWorkers(Scheduled(phubd), 2, {0, 1}, tensors, kSeed);
+  client::PsClientOptions options = Scheduled(phubd);
+  options.io_threads = GetParam();
+  auto workers = ConnectWorkers(options, 2, {0, 1}, tensors, kSeed);
   for (auto& w : workers) ASSERT_TRUE(w.status.ok()) << w.status;
   std::vector<std::thread> inits;
   for (auto& w : workers) inits.emplace_back([&w] { w.status = w.client->Init(); });
@@ -117,6 +124,11 @@ TEST(StepValuesTest, TwoWorkersFollowAScheduleLikeAFloat64Reference) {
   }
   for (auto& w : workers) EXPECT_TRUE(w.client->Close().ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(IoThreads, StepValuesIoThreadsTest, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "IoThreads";
+                         });
 
 TEST(StepValuesTest, RanksThatDisagreeStallTheJobNamingBothValues) {
   TempDir dir;

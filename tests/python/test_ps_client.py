@@ -60,6 +60,7 @@ def run_ranks(world_size, address, body):
 
 
 class SummationTest(unittest.TestCase):
+    # Rank r serves its connections to phubd's 2 cores on 1 + r % 2 threads (io_threads).
     def test_average_equals_float64_mean(self):
         n, steps = 3, 3
         rng = np.random.default_rng(7)
@@ -70,7 +71,8 @@ class SummationTest(unittest.TestCase):
                 weights = [np.zeros(e, np.float32) for _, e in SIZES]
                 got = []
                 with phub.connect(SIZES, weights, address=phubd.address, rank=rank,
-                                  world_size=n, optimizer={"kind": "average"}) as client:
+                                  world_size=n, optimizer={"kind": "average"},
+                                  io_threads=1 + rank % 2) as client:
                     client.init()
                     for step in range(steps):
                         for t in range(len(SIZES)):
@@ -108,7 +110,8 @@ class SummationTest(unittest.TestCase):
                         c.wait_all()
                 return weights
 
-            results = run_ranks(n, phubd.address, rank_body)
+            with environment(PHUB_IO_THREADS="2"):  # every rank: two threads
+                results = run_ranks(n, phubd.address, rank_body)
         w = [x.astype(np.float64) for x in w0]
         v = [np.zeros_like(x) for x in w]
         for step in range(3):
@@ -315,6 +318,16 @@ class ErrorTest(unittest.TestCase):
         self.assertRegex(str(raised.exception), "no usable CUDA device|no CUDA toolkit")
         with self.assertRaises(ValueError):
             phub.DeviceClient("127.0.0.1", 1, 0, 1, SIZES, [0], [0], 0)
+
+    def test_io_threads_below_one_or_not_a_number_are_refused(self):
+        weights = [np.zeros(e, np.float32) for _, e in SIZES]
+        with self.assertRaises(ValueError) as raised:
+            phub.connect(SIZES, weights, address="127.0.0.1:1", rank=0, world_size=1,
+                         io_threads=0)
+        self.assertIn("io_threads 0: at least 1", str(raised.exception))
+        with environment(PHUB_IO_THREADS="four"), self.assertRaises(ValueError) as raised:
+            phub.connect(SIZES, weights, address="127.0.0.1:1", rank=0, world_size=1)
+        self.assertIn("PHUB_IO_THREADS='four'", str(raised.exception))
 
     def test_bad_buffers_are_type_errors(self):
         with self.assertRaises(TypeError):

@@ -26,7 +26,7 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
             connect_timeout_ms: int = 30000, rdma_device: str = "",
             job: Optional[str] = None, per_iteration_values: bool = False,
             min_workers: int = 0, start_workers: int = 0,
-            lr_scaling: str = "none") -> PsClient:
+            lr_scaling: str = "none", io_threads: Optional[int] = None) -> PsClient:
     """Joins phubd's job as `rank` of `world_size` (from torchrun's environment when not given;
     phubd's address from PHUB_ADDRESS). Blocks until every worker has joined, at most
     connect_timeout_ms for phubd to answer, then phubd's own --form-timeout-ms.
@@ -42,6 +42,9 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
     and client.members_of(t) says each iteration's members and this rank's place among them.
     lr_scaling ("linear", "sqrt"; elastic jobs): the optimizer's lr (or step_with's) is the rate
     at start_workers members, and phubd scales it with each iteration's member count.
+    io_threads: threads serving the connections to phubd's cores on TCP (default
+    PHUB_IO_THREADS, else 1): a worker moving ~100 MB a step on loopback or a fast NIC needs
+    several (docs/torch.md).
     """
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
@@ -50,7 +53,8 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
                     optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
                     rdma_device=rdma_device, job=launch.job,
                     per_iteration_values=per_iteration_values, min_workers=min_workers,
-                    start_workers=start_workers, lr_scaling=lr_scaling)
+                    start_workers=start_workers, lr_scaling=lr_scaling,
+                    io_threads=io_threads_of(io_threads))
 
 
 def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[int], device: int,
@@ -58,11 +62,12 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                    world_size: Optional[int] = None, token: Optional[str] = None,
                    optimizer: Optional[dict] = None, connect_timeout_ms: int = 30000,
                    rdma_device: str = "", job: Optional[str] = None,
-                   per_iteration_values: bool = False) -> DeviceClient:
+                   per_iteration_values: bool = False,
+                   io_threads: Optional[int] = None) -> DeviceClient:
     """connect() for tensors in GPU `device`'s memory: grads and weights are device pointers
     (tensor.data_ptr()) the caller keeps alive; the client stages them through pinned memory on
     its own CUDA streams (phub/exchange/staged_exchange.h). PhubError in a build without CUDA
-    or on a machine without a GPU."""
+    or on a machine without a GPU. io_threads: as connect's."""
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
     return DeviceClient(launch.host, launch.port, launch.rank, launch.world_size,
@@ -70,4 +75,17 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                         [int(w) for w in weights], int(device), token=launch.token,
                         optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
                         rdma_device=rdma_device, job=launch.job,
-                        per_iteration_values=per_iteration_values)
+                        per_iteration_values=per_iteration_values,
+                        io_threads=io_threads_of(io_threads))
+
+
+def io_threads_of(given: Optional[int]) -> int:
+    """io_threads as given, else PHUB_IO_THREADS, else 1."""
+    if given is not None:
+        return int(given)
+    text = os.environ.get("PHUB_IO_THREADS", "").strip()
+    try:
+        return int(text) if text else 1
+    except ValueError:
+        raise ValueError(f"PHUB_IO_THREADS={text!r}: give a whole number of threads, "
+                         "at least 1") from None

@@ -354,6 +354,11 @@ class PhubState:
     def _close(self, goodbye: bool):
         if getattr(self, "_closed", True):
             return
+        if goodbye and self.deferred is not None and self.error is None:
+            try:  # the last step's weights: in the model, and off the wire before the BYEs
+                self.deferred.install_all()
+            except BaseException:  # noqa: B902 - recorded; the close goes on
+                pass
         self._closed = True
         atexit.unregister(self._at_exit)
         # The client first: a waiter blocked in client.wait() (phubd or a peer silent) returns

@@ -298,9 +298,6 @@ class ServerOptimizer(torch.optim.Optimizer):
 
     def close(self):
         """Leaves phubd's job (a Goodbye), the last step()'s weights installed. Idempotent."""
-        if self.phub.deferred is not None and self.phub.error is None \
-                and not self.phub._closed:
-            self.wait_for_weights()
         self.phub.close()
 
     def abandon(self):
