@@ -305,7 +305,7 @@ def markdown(rows, topologies, sizes, workers, rate):
                     cells.append("-")
                 elif "x_limit" in r:
                     cells.append(f"{r['ms']:.1f} ({r['x_limit']:.2f}×)")
-                elif topo == "loopback" and raw and key in ("raw-tcp", "ps", "ps-fifo", "ps-bf16", "ps-colocated"):
+                elif topo == "loopback" and raw and key in RAW_SHARE:
                     cells.append(f"{r['ms']:.1f} ({raw['ms'] / r['ms']:.0%})")
                 else:
                     cells.append(f"{r['ms']:.1f}")
@@ -385,9 +385,12 @@ def machine_notes(args, start_load):
 
 # ---- plots --------------------------------------------------------------------------------
 
+# Loopback: these are given as a share of raw TCP's time too (the same bytes, the same streams).
+RAW_SHARE = ("raw-tcp", "ps", "ps-fifo", "ps-bf16", "ps-io4", "ps-colocated")
+
 STYLE = {"raw-tcp": ("#9e9e9e", "o", ":"), "ps": ("#1f77b4", "s", "-"),
          "ps-fifo": ("#aec7e8", "s", "--"),
-         "ps-bf16": ("#08306b", "s", "-."),
+         "ps-bf16": ("#08306b", "s", "-."), "ps-io4": ("#6baed6", "s", ":"),
          "ps-colocated": ("#17becf", "s", "-"), "ps-multi": ("#8c564b", "s", "-"),
          "ring": ("#d62728", "^", "-"),
          "ring-bf16": ("#67000d", "^", "-."),
@@ -501,8 +504,9 @@ def main():
     p.add_argument("--ps-hosts", default="n/2,n", metavar="K,...",
                    help="multips: the numbers K of PS hosts, each a number or relative to N as "
                         "n or n/D (default: n/2,n)")
-    p.add_argument("--systems", default=",".join(s.key for s in systems.SYSTEMS),
-                   help="comma list of systems (default: all)")
+    p.add_argument("--systems", default=",".join(s.key for s in systems.SYSTEMS
+                                                 if s.key != "ps-io4"),
+                   help="comma list of systems (default: all but ps-io4)")
     p.add_argument("--sizes", default=None, help="tensor sizes S in MiB (default: 4,32,100; --quick: 4,32)")
     p.add_argument("--workers", default=None, help="worker counts N (default: 2,4,8; --quick: 2,4)")
     p.add_argument("--rate", default="1gbit", help="rack link rate B, tc syntax (default: 1gbit)")

@@ -12,6 +12,8 @@ command on it (on loopback: 127.0.0.1 and as is).
   ps                 phubd on host ps + N phub_exchange_worker
   ps-fifo            the same with priority scheduling off (--send-window-bytes 0)
   ps-bf16            the same with gradients and weights in bf16 (--wire bf16)
+  ps-io4             the same with each worker's connections on 4 threads (--io-threads 4;
+                     not in the default set)
   ring-bf16          our ring with its pieces in bf16 (--wire bf16; sums stay float32)
   ps-colocated       one phubd on every worker host (the model spread over all of them)
   ps-multi           one phubd on each of the K PS hosts ps0..ps{K-1} (multips: BytePS's
@@ -71,6 +73,10 @@ SYSTEMS = [
     # The compact wire: gradients and weights in bf16 (the workers choose; phubd follows).
     System("ps-bf16", "phub_exchange_worker", "ps", needs_ps_host=True,
            worker_extra=["--wire", "bf16", "--wire-weights", "wire"]),
+    # The workers' connections to phubd's cores on 4 threads each (--io-threads): a fat worker's
+    # I/O spread over cores (not in the default set: on a 2-core box it cannot gain).
+    System("ps-io4", "phub_exchange_worker", "ps", needs_ps_host=True,
+           worker_extra=["--io-threads", "4"]),
     System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
     # K dedicated PS hosts (rack topology multips), the workers spreading the keys over them.
     System("ps-multi", "phub_exchange_worker", "ps-multi", needs_ps_host=True),

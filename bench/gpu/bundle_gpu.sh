@@ -13,7 +13,8 @@ jobs=${PHUB_JOBS:-2}
 targets=(tests/worker/backend/cudnn_ops_test tests/phub/nccl/nccl_test
          tests/phub/exchange/exchange_test tests/phub/exchange/staged_exchange_test
          tests/phub/staging/copy_engine_test bench/gpu/staging_bench
-         worker/phub-worker phub/server/phubd)
+         worker/phub-worker phub/server/phubd
+         bench/exchange/phub_exchange_worker bench/exchange/phub_tcp_blaster)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHUB_NATIVE=OFF \
   -DPHUB_WITH_CUDA=ON -DPHUB_BUILD_BENCH=ON >/dev/null
 ninja -C build-gpu -j "$jobs" "${targets[@]}"
@@ -45,4 +46,4 @@ rm -rf .gpu
 # Folders, not scripts: bundle.sh would ldd an executable script. deploy/local/demo.py imports
 # the rack's modules (bench/topo, bench/exchange/nets.py) even with --no-rack.
 ../shared/tools/gpu-bundle/bundle.sh .gpu "${files[@]}" "$data" bench/gpu bench/train \
-  bench/benchlib deploy/local bench/topo bench/exchange/nets.py examples
+  bench/benchlib deploy/local bench/topo bench/exchange examples

@@ -3,6 +3,7 @@
 # bench/gpu/bundle_gpu.sh made here:
 #   bash .gpu/run.sh bash bench/gpu/run_gpu.sh [tests] [alone] [train] [bench] [r50] ...
 # exchange: the exchange before/after on one GPU and the staging pipeline's cost (issue 39).
+# torch, psrate: phub.torch against DDP + NCCL, and one worker's exchange rate (issue 39).
 # tests: cuDNN ops and whole models vs oneDNN, NCCL vs float64, the exchange, and (where bundled)
 #        the same under ASan, whose CUDA driver needs protect_shadow_gap=0.
 # alone: Fashion-MNIST on the GPU, one worker. train: that, then 2 and 4 workers sharing GPU 0
@@ -106,6 +107,15 @@ phase_torch() {
   cat "$out/logs/torch-gpu/torch_gpu.md" 2>/dev/null
 }
 
+# psrate: one worker's exchange of 100 MiB through phubd --cores 8 on loopback, its connections
+# on 1 thread (ps) and on 4 (ps-io4), against raw TCP moving the same bytes over the same
+# streams (bench/exchange/run_exchange.py): whether one client thread limits a GPU worker.
+phase_psrate() {
+  step psrate "$py" bench/exchange/run_exchange.py --build $B --topologies loopback --workers 1 \
+    --sizes 100 --cores 8 --systems raw-tcp,ps,ps-io4 --reps 3 --iters 5 --out "$out/logs/psrate"
+  cat "$out/logs/psrate/exchange.md" 2>/dev/null
+}
+
 bench() {  # bench NAME MODELS [run_train.py flags]
   local name=$1 models=$2; shift 2
   step "$name" timeout "${PHUB_BENCH_TIMEOUT:-480}" "$py" bench/train/run_train.py --device cuda \
@@ -123,6 +133,7 @@ for phase in "${phases[@]}"; do
     tests) phase_tests ;;
     exchange) phase_exchange ;;
     torch) phase_torch ;;
+    psrate) phase_psrate ;;
     alone) phase_alone ;;
     nccl1) phase_nccl1 ;;
     train) phase_train ;;
@@ -131,7 +142,7 @@ for phase in "${phases[@]}"; do
     hostbatch) bench bench-r50-hostbatch resnet50:64 --host-batch ;;
     tf32) bench bench-tf32 "$ALL" --tf32 ;;
     r50tf32) bench bench-r50-tf32 resnet50:64 --tf32 ;;
-    *) echo "run_gpu.sh: unknown phase '$phase' (tests exchange torch alone nccl1 train bench r50 hostbatch tf32 r50tf32)" >&2
+    *) echo "run_gpu.sh: unknown phase '$phase' (tests exchange torch psrate alone nccl1 train bench r50 hostbatch tf32 r50tf32)" >&2
        exit 2 ;;
   esac
 done

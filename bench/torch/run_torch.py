@@ -112,21 +112,24 @@ def main():
                 net = nets.make(topo, n, a.rate)
                 try:
                     for model, batch in models:
-                        for backend in backends:
-                            runs, steps = [], []
-                            for repeat in range(a.repeats):
+                        # Repeats interleave the backends (the order reversed every other
+                        # one), so the box's drift falls on all of them alike.
+                        runs = {b: [] for b in backends}
+                        steps = {b: [] for b in backends}
+                        for repeat in range(a.repeats):
+                            for backend in (backends if repeat % 2 == 0 else backends[::-1]):
                                 ms, step_ms = run_one(a, net, backend, model, batch, n, run_dir,
                                                       repeat)
-                                runs.append(ms)
-                                steps.append(step_ms)
+                                runs[backend].append(ms)
+                                steps[backend].append(step_ms)
                                 progress.step()
-                                log(f"{topo} N={n} {model} {backend}: {runs[-1]:.1f} ms "
-                                    f"({progress})")
-                            ms = statistics.median(runs)
+                                log(f"{topo} N={n} {model} {backend}: {ms:.1f} ms ({progress})")
+                        for backend in backends:
+                            ms = statistics.median(runs[backend])
                             rows.append({"topology": topo, "model": model, "batch": batch,
                                          "n": n, "backend": backend, "ms": round(ms, 1),
-                                         "runs_ms": "/".join(f"{x:.1f}" for x in runs),
-                                         "step_ms": round(statistics.median(steps), 1),
+                                         "runs_ms": "/".join(f"{x:.1f}" for x in runs[backend]),
+                                         "step_ms": round(statistics.median(steps[backend]), 1),
                                          "images_s": round(1000 * n * batch / ms, 1)})
                 finally:
                     net.close()

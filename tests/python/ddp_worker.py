@@ -244,16 +244,20 @@ def scenario_overlap_misuse(rank):
     model = wrap(HeadByHand())
     server = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.05),
                                         overlap_forward=True)
-    out = {"error": None}
+    return steps_until_an_error(model, server, rank)
+
+
+def steps_until_an_error(model, server, rank, before_step=lambda step: None):
+    """Up to 3 steps; the first error's text and step, or {"error": None}."""
     for step in range(3):
+        before_step(step)
         server.zero_grad()
         try:
             loss_of(model, rank, step).backward()
             server.step()
         except (RuntimeError, ValueError) as e:
-            out = {"error": str(e), "step": step}
-            break
-    return out
+            return {"error": str(e), "step": step}
+    return {"error": None}
 
 
 def scenario_c10d(rank):
@@ -279,18 +283,12 @@ def scenario_c10d(rank):
 def scenario_kind_changed(rank):
     model = wrap(make_model())
     server = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.05))
-    out = {"error": None}
-    for step in range(3):
+
+    def raise_momentum(step):
         if step == 1:
             server.param_groups[0]["momentum"] = 0.9
-        server.zero_grad()
-        try:
-            loss_of(model, rank, step).backward()
-            server.step()
-        except (RuntimeError, ValueError) as e:
-            out = {"error": str(e), "step": step}
-            break
-    return out
+
+    return steps_until_an_error(model, server, rank, raise_momentum)
 
 
 def scenario_failure(rank, out_path, what):
