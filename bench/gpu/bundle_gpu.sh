@@ -25,8 +25,13 @@ if [[ -n ${PHUB_GPU_BEFORE:-} ]]; then
   files+=("$PHUB_GPU_BEFORE/worker/phub-worker")
 fi
 # phub's Python package for the GPU machine's Python 3.12 (bench/gpu/build_py312_module.sh), for
-# phub.torch on CUDA (run_gpu.sh's `torch` phase); each file named, so the module's libraries
+# phub.torch on CUDA (run_gpu.sh's `torch` phase): built now from pyenv's 3.12 headers unless
+# one is there already (PHUB_GPU_PY312=0: never); each file named, so the module's libraries
 # are found and taken too.
+if [[ ${PHUB_GPU_PY312:-1} == 1 && ! -d build-gpu/python312/phub ]]; then
+  bash bench/gpu/build_py312_module.sh - >/dev/null ||
+    echo "bundle_gpu.sh: no Python 3.12 package (above): run_gpu.sh's torch phase cannot run" >&2
+fi
 for d in build-gpu/python312/phub build-gpu/python312-before/phub; do
   [[ -d $d ]] && files+=("$d"/*)
 done
