@@ -47,6 +47,9 @@
 
 namespace phub::client {
 
+// PsClientOptions::io_threads past this count as this many.
+inline constexpr std::size_t kMaxIoThreads = 64;
+
 // How to reach phubd and what to ask of it: the same on every worker of a job (who this worker
 // is, its rank and world size, comes apart: Connect's `membership`).
 struct PsClientOptions {
@@ -85,7 +88,7 @@ struct PsClientOptions {
   // also serves the control connection. On loopback or a fast NIC one thread copying every
   // byte both ways through the kernel bounds a fat worker (a GPU's 100 MB a step); more
   // spread it over cores. At most phubd's cores; verbs uses one (the NIC moves the bytes).
-  int io_threads = 1;
+  int io_threads = 1;  // at most kMaxIoThreads are used
   // Priority scheduling of each data connection's pushes (first layers first): payload bytes
   // in flight per connection; 0 = send in the order pushed.
   std::size_t send_window_bytes = transport::kDefaultSendWindowBytes;

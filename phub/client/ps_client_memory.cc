@@ -1,7 +1,10 @@
 // PsClient's memory and the data plane: the transport phubd chose, bound once per RDMA device
-// (one per NIC) on each of the client's data loops, and the caller's buffers registered with it — the weights
-// (landing zones) at connect, the gradients when declared — as host memory, or as device memory
-// the NIC reads and writes itself (PsClientOptions::device_memory, GPUDirect RDMA).
+// (one per NIC) on each of the client's data loops, and the caller's buffers registered with
+// it — the weights (landing zones) at connect, the gradients when declared — as host memory,
+// or as device memory the NIC reads and writes itself (PsClientOptions::device_memory,
+// GPUDirect RDMA).
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "phub/client/ps_client_impl.h"
 #include "phub/placement/nics.h"
@@ -64,7 +67,8 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind, std::size_t 
   std::size_t threads = 1;
   if (options_.io_threads > 1) {
     if (kind == transport::TransportKind::kTcp) {
-      threads = std::min<std::size_t>(options_.io_threads, std::max<std::size_t>(cores, 1));
+      threads = std::min<std::size_t>({static_cast<std::size_t>(options_.io_threads),
+                                        std::max<std::size_t>(cores, 1), kMaxIoThreads});
     } else {
       spdlog::info("rank {}: one I/O thread on {}, not {}: the NIC moves the bytes",
                    membership_.rank, transport::TransportName(kind), options_.io_threads);
