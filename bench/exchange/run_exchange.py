@@ -547,8 +547,10 @@ def main():
         p.error(f"--systems: unknown '{bad}'; known: {', '.join(systems.BY_KEY)}")
     if args.iters < 1 or args.warmup < 0 or args.reps < 1 or args.cores < 1:
         p.error("--iters, --reps and --cores must be >= 1, --warmup >= 0")
-    if any(n < 2 for n in workers):
-        p.error("--workers: every N must be >= 2")
+    collectives = [k for k in chosen if systems.BY_KEY[k].allreduce or k == "ps-colocated"]
+    if any(n < 1 for n in workers) or (collectives and any(n < 2 for n in workers)):
+        p.error("--workers: every N must be >= 2 (>= 1 with phubd's systems and raw-tcp only: "
+                f"not {', '.join(collectives) or 'N < 1'})")
     try:
         specs = nets.parse_ps_hosts(args.ps_hosts)
         if "multips" in topologies:
