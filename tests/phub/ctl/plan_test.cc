@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 #include <utility>
@@ -22,8 +24,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A file of this test's own: ctest runs the tests of this file side by side, and a shared path
+// let one read the other's (seen once under -j2).
 std::string WriteFile(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/plan_test_tensors.txt";
+  const std::string path = ::testing::TempDir() + "/plan_test_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                           "_" + std::to_string(::getpid()) + ".txt";
   std::ofstream(path) << text;
   return path;
 }
