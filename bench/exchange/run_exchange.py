@@ -264,7 +264,7 @@ def markdown(rows, topologies, sizes, workers, rate):
         md += [f"### {topo}", ""]
         if topo == "loopback":
             md += ["Time ms (in parentheses: raw TCP time / this time, i.e. the fraction of "
-                   "raw TCP's byte rate, for raw-tcp/ps/ps-colocated).", ""]
+                   "raw TCP's byte rate, for the PS systems and raw-tcp).", ""]
         else:
             md += [f"Time ms (in parentheses: time / physical limit at B = {rate}).", ""]
         if topo == "multips":
