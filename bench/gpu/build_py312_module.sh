@@ -26,7 +26,7 @@ if [[ -z ${1:-} || ${1:-} == - ]]; then
          "HEADERS fetched from the GPU machine (see the top of this script)" >&2
     exit 2
   fi
-  headers=$(mktemp -d); trap 'rm -rf "$headers"' EXIT
+  headers=$(mktemp -d); made_headers=$headers
   ln -s "$py312" "$headers/python3.12"
   mkdir -p "$headers/include"
   ln -s /usr/include/pybind11 "$headers/include/pybind11"
@@ -37,6 +37,7 @@ else
 fi
 ninja -C build-gpu phub_python >/dev/null
 obj=$(mktemp -d)
+trap 'rm -rf "$obj" ${made_headers:+"$made_headers"}' EXIT
 mkdir -p build-gpu/python312/phub
 (cd build-gpu && ninja -t commands phub_python_module) |
   grep -E 'phub_python_module\.dir/.*\.cc\.o -c|-shared' |
@@ -45,7 +46,6 @@ mkdir -p build-gpu/python312/phub
       -e 's#-MD -MT [^ ]* -MF [^ ]*##' \
       -e 's#python/phub/_phub.cpython-311-x86_64-linux-gnu.so#python312/phub/_phub.cpython-312-x86_64-linux-gnu.so#' |
   while read -r cmd; do (cd build-gpu && eval "$cmd"); done
-rm -rf "$obj"
 cp phub/python/phub/*.py build-gpu/python312/phub/
 if [[ -n $before ]]; then
   mkdir -p build-gpu/python312-before/phub

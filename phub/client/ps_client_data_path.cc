@@ -17,10 +17,13 @@ void PsClient::Impl::RecordError(const Status& status) {
 void PsClient::Impl::PostChunks(Op op, std::uint32_t tensor, std::span<const std::byte> data,
                                 std::size_t element_bytes, std::uint64_t iteration) {
   // Only the loops that serve one of its chunks' cores (a small tensor has one chunk): an idle
-  // loop is not woken for nothing.
-  std::uint64_t serving = 0;  // loop_count() <= kMaxIoThreads = 64
-  for (const keys::Chunk& chunk : table_->chunks_of_tensor(tensor)) {
-    serving |= std::uint64_t{1} << loop_of_core(table_->owner(chunk.id));
+  // loop is not woken for nothing. One loop (the default) serves them all.
+  std::uint64_t serving = 1;  // a bit per loop; loop_count() <= kMaxIoThreads = 64
+  if (loop_count() > 1) {
+    serving = 0;
+    for (const keys::Chunk& chunk : table_->chunks_of_tensor(tensor)) {
+      serving |= std::uint64_t{1} << loop_of_core(table_->owner(chunk.id));
+    }
   }
   for (std::size_t k = 0; k < loop_count(); ++k) {
     if (((serving >> k) & 1) == 0) continue;
