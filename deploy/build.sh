@@ -6,10 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${PHUB_BUILD_DIR:-build}
 JOBS=${PHUB_JOBS:-2}
-export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/phub-ccache}
-# Paths under the checkout are hashed relative to it, and the compiler by its content rather than
-# its mtime, so a checkout elsewhere (CI's fresh clone each run, deploy/bare-debian-check.sh's
-# /phub in a chroot with its own, identical gcc) hits what another checkout compiled.
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_COMPILERCHECK=${CCACHE_COMPILERCHECK:-content}
+# ccache and its settings: CMakeLists.txt's launcher (a checkout elsewhere hits this one's cache).
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 ninja -C "$BUILD_DIR" -j "$JOBS"

@@ -23,7 +23,6 @@ rc=0
 "$HERE/guest_image.sh" >/dev/null || rc=$?
 [[ $rc == 0 ]] || exit "$rc"
 if ! $prebuilt; then
-  export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/phub-ccache}
   cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHUB_NATIVE=OFF \
     -DPHUB_WITH_CUDA=OFF -DPHUB_BUILD_BENCH=OFF >/dev/null
   ninja -C "$build" -j "${PHUB_JOBS:-2}" verbs_test integration_test recovery_test | tail -n 1
