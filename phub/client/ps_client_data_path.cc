@@ -10,6 +10,15 @@
 
 namespace phub::client {
 
+namespace {
+// What a worker reports when a data connection to phubd is lost: the same words whether the
+// connection's end or a send it failed was seen first.
+Status LostDataConnection(const Connection& connection, const Status& why) {
+  return absl::UnavailableError(absl::StrCat("lost the data connection to phubd (",
+                                             connection.peer(), "): ", why.message()));
+}
+}  // namespace
+
 void PsClient::Impl::RecordError(const Status& status) {
   error_.Record(status);
   spdlog::error("rank {}: {}", membership_.rank, status.message());
@@ -41,8 +50,9 @@ void PsClient::Impl::SendChunks(Op op, std::uint32_t tensor, std::span<const std
     auto bytes = data.subspan(chunk.offset * element_bytes, chunk.elements * element_bytes);
     WireHeader header{op, membership_.rank, chunk.id, iteration,
                       static_cast<std::uint32_t>(bytes.size())};
-    senders_[table_->owner(chunk.id)]->Send(header, bytes, [this](const Status& s) {
-      if (!s.ok() && !closing_) RecordError(s);
+    const std::shared_ptr<transport::SendScheduler>& sender = senders_[table_->owner(chunk.id)];
+    sender->Send(header, bytes, [this, c = sender->connection()](const Status& s) {
+      if (!s.ok() && !closing_) RecordError(LostDataConnection(*c, s));
     });
   }
 }
@@ -240,8 +250,7 @@ Status PsClient::Impl::OnReceived(Connection& connection, const WireHeader& head
 
 void PsClient::Impl::OnClosed(Connection& connection, const Status& why) {
   if (closing_) return;
-  RecordError(absl::UnavailableError(
-      absl::StrCat("lost the data connection to phubd (", connection.peer(), "): ", why.message())));
+  RecordError(LostDataConnection(connection, why));
 }
 
 }  // namespace phub::client

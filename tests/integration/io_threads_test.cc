@@ -69,7 +69,10 @@ TEST(IoThreadsTest, WorkersWithThreeThreadsLeaveTheJobCleanly) {
   for (const Status& s : Train(workers, 1, 4)) ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(workers[0].weights, workers[1].weights);
   for (auto& w : workers) EXPECT_TRUE(w.client->Close().ok());
-  const std::string log = ReadFile(phubd.log_path);
+  // Close returns once the Goodbye is out; phubd logs it when it has read it.
+  const std::string log =
+      AwaitLog(phubd.log_path, {"rank 0 says goodbye after 4 iterations",
+                                "rank 1 says goodbye after 4 iterations"});
   EXPECT_THAT(log, HasSubstr("rank 0 says goodbye after 4 iterations"));
   EXPECT_THAT(log, HasSubstr("rank 1 says goodbye after 4 iterations"));
   EXPECT_TRUE(phubd.process.Running());

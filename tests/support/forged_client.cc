@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -141,6 +143,16 @@ RawSocket::~RawSocket() { Close(); }
 void RawSocket::Close() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
+}
+
+std::size_t RawSocket::Unread() const {
+  int bytes = 0;
+  return fd_ >= 0 && ioctl(fd_, SIOCINQ, &bytes) == 0 ? static_cast<std::size_t>(bytes) : 0;
+}
+
+std::size_t RawSocket::Unacknowledged() const {
+  int bytes = 0;
+  return fd_ >= 0 && ioctl(fd_, SIOCOUTQ, &bytes) == 0 ? static_cast<std::size_t>(bytes) : 0;
 }
 
 void RawSocket::ShutdownWrite() {

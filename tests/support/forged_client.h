@@ -77,6 +77,10 @@ class RawSocket {
   // Discards whatever arrives until the peer closes: true if it closed within `timeout`.
   bool WaitClosed(Millis timeout);
 
+  // Bytes arrived and not read yet; bytes sent and not yet acknowledged by the peer's kernel.
+  std::size_t Unread() const;
+  std::size_t Unacknowledged() const;
+
   void ShutdownWrite();  // half-close: the peer reads EOF, we can still read
   void Close();
 
