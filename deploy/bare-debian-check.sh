@@ -25,7 +25,7 @@
 #                               [--ccache-dir ~/.cache/phub-ccache] [--tests]
 #
 # Caches, so CI's later runs neither re-download nor recompile: the base tarball and apt's .deb
-# archive under --cache-dir; ccache's dir (default the one deploy/build.sh uses on this machine,
+# archive under --cache-dir; ccache's dir (default the one CMakeLists.txt's launcher uses here,
 # which CI's `deploy/test.sh` has just filled) is bind-mounted at the chroot's ~/.cache/phub-ccache.
 # Nothing else of the host is written: mounts are private, /sys is read-only, and on any exit
 # (failure, Ctrl-C) every mount is undone in reverse order and the temp root is removed; if a

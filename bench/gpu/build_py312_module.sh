@@ -27,6 +27,7 @@ if [[ -z ${1:-} || ${1:-} == - ]]; then
     exit 2
   fi
   headers=$(mktemp -d); made_headers=$headers
+  trap 'rm -rf "$made_headers"' EXIT
   ln -s "$py312" "$headers/python3.12"
   mkdir -p "$headers/include"
   ln -s /usr/include/pybind11 "$headers/include/pybind11"

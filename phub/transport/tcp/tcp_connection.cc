@@ -122,14 +122,12 @@ void TcpConnection::WriteQueued() {
 
 void TcpConnection::OnWritten(const boost::system::error_code& ec, std::size_t batch) {
   if (closed_) return;  // Close() already failed the queue.
-  if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe) {
-    // The peer has gone, but what it sent before it went may still wait in this socket (a worker
-    // that closes with weights in flight: its BYE). The reader takes that first and closes the
-    // connection on the end of file or reset behind it, at once: the socket is dead, no read
-    // waits. Closing here instead made phubd take a worker that had said BYE for a lost one.
-    // `writing_` stays set, so later sends only queue, and Close() fails them.
-    if (started_) return;
-  }
+  // The peer has gone, but what it sent before it went may still wait in this socket (a worker
+  // that closes with weights in flight: its BYE). The reader takes that first and closes the
+  // connection on the end of file or reset behind it, at once: the socket is dead, no read
+  // waits. Closing here instead made phubd take a worker that had said BYE for a lost one.
+  // `writing_` stays set, so later sends only queue, and Close() fails them.
+  if (started_ && (ec == asio::error::connection_reset || ec == asio::error::broken_pipe)) return;
   if (ec) return FailIo("writing", ec);
   // `writing_` stays true while the callbacks run: a callback that Send()s only queues, and the
   // next write starts below, once. (Clearing it first started a second, overlapping write of

@@ -12,8 +12,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <unistd.h>
-
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -24,12 +24,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A file of this test's own: ctest runs the tests of this file side by side, and a shared path
-// let one read the other's (seen once under -j2).
+// Files in a directory of this process's own (ctest runs the tests of this file side by side,
+// and a shared path let one read the other's: seen once under -j2), removed when it ends.
 std::string WriteFile(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/plan_test_" +
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-                           "_" + std::to_string(::getpid()) + ".txt";
+  static const struct OwnDir {
+    std::string path = ::testing::TempDir() + "/plan_test_XXXXXX";
+    OwnDir() {
+      if (mkdtemp(path.data()) == nullptr) std::abort();  // never fall back to a shared path
+    }
+    ~OwnDir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } dir;
+  const std::string path = dir.path + "/tensors.txt";
   std::ofstream(path) << text;
   return path;
 }
