@@ -11,8 +11,9 @@
 #include "phub/transport/control_channel.h"
 #include "spdlog/spdlog.h"
 
-// PsClient's set-up and tear-down: the handshake (join_job.h), one connection per server core
-// (the transport and its memory: ps_client_memory.cc), and the BYE/Goodbye that leaves the job.
+// PsClient's set-up: the handshake (join_job.h), one connection per server core (the transport
+// and its memory: ps_client_memory.cc), the control connection's heartbeats; the public calls.
+// Leaving the job (BYE, Goodbye): ps_client_leave.cc.
 
 namespace phub::client {
 
@@ -230,94 +231,6 @@ void PsClient::Impl::ReleaseLoop(std::size_t k) {
   if (k < transports_.size()) transports_[k].clear();
 }
 
-Status PsClient::Impl::Close(bool goodbye) {
-  if (closed_) return absl::OkStatus();
-  closed_ = true;
-  bool broken;
-  {
-    std::lock_guard lock(mu_);
-    broken = !error_.status().ok();
-  }
-  closing_ = true;
-  // Weights still in flight can no longer arrive (the connections close and their loss is not
-  // an error now): a Wait blocked on them, on another thread or later, and every later Push,
-  // Wait or Init return this instead of waiting for good.
-  error_.Record(absl::FailedPreconditionError(
-      "the client is closed: Close() was called, so no more weights arrive"));
-  std::uint64_t iterations = 0;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& t : tensors_) iterations = std::max(iterations, t.iteration);
-  }
-  // A failed Handshake has nothing to say goodbye on; a client that lost phubd (or was
-  // dropped) must not say it: a Goodbye means "done", and this worker may be about to rejoin.
-  // Nor does one abandoning the job, for the same reason.
-  if (!started_ || broken || !goodbye) {
-    RunOnEachLoop([&](std::size_t k) {
-      for (std::uint32_t core = 0; core < connections_.size(); ++core) {
-        if (loop_of_core(core) != k) continue;
-        connections_[core]->Close(absl::CancelledError(broken    ? "the client failed"
-                                                       : goodbye ? "the handshake failed"
-                                                                 : "the worker abandoned the job"));
-      }
-    });
-    loop_.Run([&] {
-      if (heartbeat_timer_) heartbeat_timer_->cancel();
-      boost::system::error_code ignored;
-      control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-      control_.close(ignored);
-    });
-    return absl::OkStatus();
-  }
-  // BYE on every data connection, then close it once the BYE is out.
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  std::size_t remaining = connections_.size();
-  RunOnEachLoop([&](std::size_t k) {
-    for (std::uint32_t core = 0; core < senders_.size(); ++core) {
-      if (loop_of_core(core) != k) continue;
-      const std::shared_ptr<transport::SendScheduler>& sender = senders_[core];
-      const std::shared_ptr<Connection>& c = sender->connection();
-      sender->Send(WireHeader{Op::kBye, membership_.rank, 0, 0, 0}, {}, [&, c](const Status&) {
-        c->Close(absl::OkStatus());
-        std::lock_guard lock(done_mu);
-        --remaining;
-        done_cv.notify_all();
-      });
-    }
-  });
-  {
-    std::unique_lock lock(done_mu);
-    done_cv.wait(lock, [&] { return remaining == 0; });
-  }
-  // The Goodbye goes behind any Heartbeat still being written (one write at a time).
-  bool goodbye_out = false;
-  loop_.Run([&] {
-    if (heartbeat_timer_) heartbeat_timer_->cancel();
-    if (!control_.is_open()) {
-      goodbye_out = true;
-      return;
-    }
-    proto::ControlMessage goodbye;
-    goodbye.mutable_goodbye()->set_iterations(iterations);
-    SendControl(goodbye, [&] {
-      std::lock_guard lock(done_mu);
-      goodbye_out = true;
-      done_cv.notify_all();
-    });
-  });
-  {
-    // Bounded: a phubd that does not read gets no more than this.
-    std::unique_lock lock(done_mu);
-    done_cv.wait_for(lock, std::chrono::seconds(5), [&] { return goodbye_out; });
-  }
-  loop_.Run([&] {
-    boost::system::error_code ignored;
-    control_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    control_.close(ignored);
-  });
-  return absl::OkStatus();
-}
 PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsClient::~PsClient() = default;
 

@@ -23,6 +23,8 @@ constexpr std::uint64_t kStepSpan = 1 << 16;
 // Messages of the next call a neighbour may send before this rank starts it: each is at most
 // one piece, so a peer cannot make this rank stage more than kMaxEarlyMessages pieces.
 constexpr std::size_t kMaxEarlyMessages = 1 << 14;
+// How long leaving waits for each neighbour to take this rank's BYE and close its side.
+constexpr std::chrono::seconds kByeLimit{5};
 }  // namespace
 
 RingAllreduce::Impl::~Impl() {
@@ -31,23 +33,27 @@ RingAllreduce::Impl::~Impl() {
   std::mutex bye_mu;
   std::condition_variable bye_cv;
   int byes = 0;
+  closing_ = true;  // a connection's end is no loss now: a Finish ends in one
   loop_.Run([&] {
     if (links_.acceptor) links_.acceptor->Stop();
     for (auto& c : {links_.next, prev_}) {
       if (!c || c->closed()) continue;
       ++byes;
-      c->Send(WireHeader{Op::kBye, rank_, 0, 0, 0}, {}, [&](const Status&) {
-        std::lock_guard lock(bye_mu);
-        --byes;
-        bye_cv.notify_all();
+      // Finished, not closed, once the BYE is out: a neighbour still sending its last pieces
+      // would otherwise get a reset that can throw the BYE away before it arrives.
+      c->Send(WireHeader{Op::kBye, rank_, 0, 0, 0}, {}, [&, c](const Status&) {
+        c->Finish(kByeLimit, [&](const Status&) {
+          std::lock_guard lock(bye_mu);
+          --byes;
+          bye_cv.notify_all();
+        });
       });
     }
   });
   {
     std::unique_lock lock(bye_mu);
-    bye_cv.wait_for(lock, std::chrono::seconds(5), [&] { return byes == 0; });
+    bye_cv.wait_for(lock, kByeLimit, [&] { return byes == 0; });
   }
-  closing_ = true;
   loop_.Run([this] {
     if (links_.next) links_.next->Close(absl::OkStatus());
     if (prev_) prev_->Close(absl::OkStatus());

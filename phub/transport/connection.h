@@ -8,6 +8,7 @@
 // exceptions: a failed connection closes, fails its queued sends, and tells its handler once.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -89,6 +90,24 @@ class Connection {
 
   // Closes now; queued sends fail with `why`; OnClosed(why) follows. Idempotent.
   virtual void Close(const Status& why) = 0;
+
+  // Runs once, on the connection's thread, when a Finish ends: OK once the peer closed its side
+  // too, DeadlineExceeded when the limit came first (what was sent may then be lost).
+  using FinishDone = std::function<void(const Status&)>;
+
+  // Leaves without losing what was sent: the peer receives every message queued so far, then
+  // the end of the stream; whatever the peer still sends is read and dropped (no handler call
+  // for it) until the peer closes its side or `limit` passes. Then the connection closes as
+  // Close(OkStatus()) does, and `done` runs. Later sends fail. Close() instead may lose what the
+  // peer has not received yet: TCP answers a close with unread bytes in the socket with a reset,
+  // which also discards what the closing side's kernel had not delivered (a worker's last pushes
+  // and its BYE, with phubd still writing it weights). This default suits transports whose
+  // sends complete only once the peer holds the message (verbs: a reliable connection's
+  // completion): called after the last send's SendDone, it closes at once.
+  virtual void Finish(std::chrono::milliseconds limit, FinishDone done) {
+    Close(absl::OkStatus());
+    if (done) done(absl::OkStatus());
+  }
 
   virtual bool closed() const = 0;
   // For logs: "127.0.0.1:51234".

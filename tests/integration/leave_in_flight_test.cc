@@ -5,12 +5,16 @@
 // the job stalled (found with phub.torch, which now installs pending weights before it leaves).
 // The worker is played by hand (a PsClient's reset can also discard its own last bytes, before
 // phubd has them), and phubd is stopped while the BYE and the reset arrive, so they are waiting
-// in phubd's socket together, as a loaded phubd finds them.
+// in phubd's socket together, as a loaded phubd finds them. The PsClient's own side of that
+// leave (Finish: nothing it sent is lost to its reset) and its bound when phubd takes no BYE
+// follow.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <future>
 
+#include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
 #include "tests/integration/process.h"
 #include "tests/support/forged_client.h"
@@ -54,6 +58,55 @@ TEST(LeaveInFlightTest, AByeAheadOfAResetIsReadSoTheWorkerLeftAndWasNotLost) {
   EXPECT_THAT(log, HasSubstr("rank 0 says goodbye")) << log;
   EXPECT_THAT(log, Not(HasSubstr("lost rank"))) << log;
   EXPECT_THAT(log, Not(HasSubstr("stalled"))) << log;
+  EXPECT_TRUE(phubd.process.Running());
+}
+
+// A PsClient that closes at once after pushing 32 MiB: phubd sums each chunk as it lands (one
+// worker) and writes its weights back while the last pushes and the BYE are still in this
+// side's kernel. Its Close reads phubd's weights to the end (Finish) instead of resetting the
+// connection, which threw those last bytes away: phubd took the worker for lost and the job
+// stalled.
+TEST(LeaveInFlightTest, AWorkerClosingWithItsLastPushesQueuedLeavesCleanly) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--socket-buffer-bytes", "16384"});
+  client::PsClientOptions options;
+  options.port = phubd.port;
+  options.connect_timeout_ms = 5000;
+  auto workers = ConnectWorkers(options, 1, {0}, TestTensors({8u << 20}));
+  ASSERT_TRUE(workers[0].status.ok()) << workers[0].status;
+  InProcessWorker& w = workers[0];
+  ASSERT_TRUE(w.client->Init().ok());
+  ASSERT_TRUE(RunIteration(w, 1).ok());
+  ASSERT_TRUE(w.client->Push(0, w.grads[0]).ok());
+  EXPECT_TRUE(w.client->Close().ok());
+  const std::string log = AwaitLog(phubd.log_path, {"job 'default' ended"});
+  EXPECT_THAT(log, HasSubstr("rank 0 says goodbye")) << log;
+  EXPECT_THAT(log, Not(HasSubstr("lost rank"))) << log;
+  EXPECT_THAT(log, Not(HasSubstr("stalled"))) << log;
+  EXPECT_TRUE(phubd.process.Running());
+}
+
+// A phubd that is stopped takes no BYE: Close gives up within its bound (5 s for the data
+// connections, 5 s for the Goodbye) instead of waiting for good.
+TEST(LeaveInFlightTest, CloseReturnsWhenAStoppedPhubdTakesNoBye) {
+  TempDir dir;
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "1"});
+  client::PsClientOptions options;
+  options.port = phubd.port;
+  options.connect_timeout_ms = 5000;
+  auto workers = ConnectWorkers(options, 1, {0}, TestTensors({8u << 20}));
+  ASSERT_TRUE(workers[0].status.ok()) << workers[0].status;
+  InProcessWorker& w = workers[0];
+  ASSERT_TRUE(w.client->Init().ok());
+  ASSERT_TRUE(RunIteration(w, 1).ok());
+  phubd.process.Kill(SIGSTOP);
+  // 32 MiB more than the sockets hold: the BYE cannot leave behind them.
+  ASSERT_TRUE(w.client->Push(0, w.grads[0]).ok());
+  auto close = std::async(std::launch::async, [&] { return w.client->Close(); });
+  const bool returned = close.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  phubd.process.Kill(SIGCONT);
+  ASSERT_TRUE(returned) << "Close still waiting for a stopped phubd after 60 s";
+  EXPECT_TRUE(close.get().ok());
   EXPECT_TRUE(phubd.process.Running());
 }
 

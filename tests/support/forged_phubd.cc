@@ -159,6 +159,11 @@ AssertionResult ForgedPhubd::ExpectBye(std::uint32_t core) {
     return AssertionFailure() << "core " << core << " got " << OpName(bye.op) << " of worker "
                               << bye.worker << ", not the BYE";
   }
+  if (!data_[core].WaitClosed(kForgedStep)) {
+    return AssertionFailure() << "core " << core << ": the client did not end the stream after "
+                              << "its BYE";
+  }
+  data_[core].Close();
   return AssertionSuccess();
 }
 

@@ -94,7 +94,9 @@ class ForgedPhubd {
   // client dials before PsClient::Connect returns, so after it this needs no waiting).
   bool DataConnectionPending(std::uint32_t core);
 
-  // The next message on core `core`'s connection is the client's BYE.
+  // The next message on core `core`'s connection is the client's BYE, and the end of the
+  // stream follows (the client half-closes: Connection::Finish); then this side closes, as
+  // phubd does, which lets the client's Finish end.
   ::testing::AssertionResult ExpectBye(std::uint32_t core);
   // The next control message is a Goodbye after `iterations` pushes.
   ::testing::AssertionResult ExpectGoodbye(std::uint64_t iterations);

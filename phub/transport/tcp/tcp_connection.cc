@@ -17,6 +17,9 @@ namespace {
 // small chunks, well under IOV_MAX (1024) with two buffers each.
 constexpr std::size_t kMaxBatch = 64;
 
+// What a Finish reads the peer's last bytes into, a read at a time (they are dropped).
+constexpr std::size_t kDrainBytes = 64 * 1024;
+
 // Completion condition "all of it, in as few syscalls as the kernel allows". Asio's default
 // transfer_all() caps each underlying recv/sendmsg at 64 KiB, which for 512 KiB chunks costs
 // 8x the syscalls and epoll wake-ups and measured ~30 % more CPU per byte than raw TCP
@@ -55,7 +58,7 @@ void TcpConnection::ReadHeader() {
 }
 
 void TcpConnection::OnHeader(const boost::system::error_code& ec) {
-  if (closed_) return;
+  if (closed_ || (finishing_ && finishing_->writing_ended)) return;  // cancelled by a Finish
   if (ec) return FailIo("reading a header", ec);
   bytes_received_ += kWireHeaderBytes;
   StatusOr<WireHeader> decoded = DecodeWireHeader(header_bytes_);
@@ -84,7 +87,7 @@ void TcpConnection::OnHeader(const boost::system::error_code& ec) {
 }
 
 void TcpConnection::OnPayload(const boost::system::error_code& ec) {
-  if (closed_) return;
+  if (closed_ || (finishing_ && finishing_->writing_ended)) return;  // cancelled by a Finish
   if (ec) return FailIo("reading a payload", ec);
   bytes_received_ += header_.payload_bytes;
   if (Status s = handler_->OnReceived(*this, header_); !s.ok()) return Close(s);
@@ -93,8 +96,11 @@ void TcpConnection::OnPayload(const boost::system::error_code& ec) {
 
 void TcpConnection::Send(const WireHeader& header, std::span<const std::byte> payload,
                          SendDone done) {
-  if (closed_) {
-    if (done) done(absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed")));
+  if (closed_ || finishing_) {
+    if (done) {
+      done(absl::UnavailableError(absl::StrCat("connection to ", peer_, " is ",
+                                               closed_ ? "closed" : "finishing (Finish was called)")));
+    }
     return;
   }
   queue_.push_back(PendingSend{EncodeWireHeader(header), payload, std::move(done)});
@@ -139,7 +145,8 @@ void TcpConnection::OnWritten(const boost::system::error_code& ec, std::size_t b
     if (closed_) return;  // a completion callback may close us
   }
   writing_ = false;
-  if (!queue_.empty()) WriteQueued();
+  if (!queue_.empty()) return WriteQueued();
+  if (finishing_) EndWriting();
 }
 
 void TcpConnection::FailIo(const char* what, const boost::system::error_code& ec) {
@@ -166,6 +173,73 @@ void TcpConnection::Close(const Status& why) {
     if (pending.done) pending.done(send_error);
   }
   if (started_) handler_->OnClosed(*this, why);  // callbacks only ever follow Start()
+  if (finishing_) {
+    finishing_->limit.cancel();
+    if (FinishDone done = std::move(finishing_->done)) {
+      // Closed by anything but the Finish's own end (an error, a local Close): not a clean one.
+      done(finishing_->how ? *finishing_->how
+                           : why.ok() ? absl::CancelledError("closed locally before the peer's end")
+                                      : why);
+    }
+  }
+}
+
+void TcpConnection::Finish(std::chrono::milliseconds limit, FinishDone done) {
+  if (closed_ || !started_) {
+    Close(absl::OkStatus());
+    if (done) done(absl::OkStatus());
+    return;
+  }
+  if (finishing_) {  // a second Finish: its caller hears when the first one ends
+    finishing_->done = [first = std::move(finishing_->done), done = std::move(done)](
+                           const Status& how) {
+      if (first) first(how);
+      if (done) done(how);
+    };
+    return;
+  }
+  finishing_ = std::make_unique<Finishing>(std::move(done), socket_.get_executor());
+  finishing_->limit.expires_after(limit);
+  finishing_->limit.async_wait([self = shared_from_this(), limit](const boost::system::error_code& ec) {
+    if (ec || self->closed_) return;
+    self->EndFinish(absl::DeadlineExceededError(absl::StrCat(
+        self->peer_, " did not close its side within ", limit.count(),
+        " ms of this side's end: closed anyway; what it had not received yet may be lost")));
+  });
+  if (!writing_) EndWriting();  // else OnWritten calls it once the queue is out
+}
+
+void TcpConnection::EndWriting() {
+  finishing_->writing_ended = true;
+  boost::system::error_code ignored;
+  // The end of the stream goes behind every byte the kernel holds for the peer.
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  // The read in progress may be into one of the handler's slots: no more lands there.
+  socket_.cancel(ignored);
+  finishing_->drain = std::make_unique<std::byte[]>(kDrainBytes);
+  Drain();
+}
+
+void TcpConnection::Drain() {
+  socket_.async_read_some(
+      asio::buffer(finishing_->drain.get(), kDrainBytes),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+        if (self->closed_) return;
+        // The peer's end. One that ends on reading ours (phubd, a ring neighbour) has read
+        // every byte of ours. A reset: it closed with some of them unread.
+        if (ec == asio::error::eof) return self->EndFinish(absl::OkStatus());
+        if (ec) {
+          return self->EndFinish(absl::UnavailableError(absl::StrCat(
+              self->peer_, " ended the connection (", ec.message(),
+              ") without reading to this side's end: what it had not read is lost")));
+        }
+        self->Drain();
+      });
+}
+
+void TcpConnection::EndFinish(const Status& how) {
+  finishing_->how = how;
+  Close(absl::OkStatus());
 }
 
 int TcpConnection::receive_cpu() const {

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "phub/transport/connection.h"
 
@@ -23,6 +25,8 @@ class TcpConnection final : public Connection,
   void Send(const WireHeader& header, std::span<const std::byte> payload,
             SendDone done) override;
   void Close(const Status& why) override;
+  // Half-closes (FIN behind the queued bytes) and reads the peer to its end: connection.h.
+  void Finish(std::chrono::milliseconds limit, FinishDone done) override;
   bool closed() const override { return closed_; }
   std::string peer() const override { return peer_; }
   int receive_cpu() const override;
@@ -45,6 +49,23 @@ class TcpConnection final : public Connection,
   void WriteQueued();
   void OnWritten(const boost::system::error_code& ec, std::size_t batch);
   void FailIo(const char* what, const boost::system::error_code& ec);
+  // Finish, once nothing is queued: the write side ends, reads switch to dropping.
+  void EndWriting();
+  void Drain();
+  // Closes a Finish, telling its caller `how` it ended.
+  void EndFinish(const Status& how);
+
+  // A Finish under way: its limit, its caller, and the buffer the peer's last bytes are
+  // dropped into (not the handler's slots: its caller may free them once it is done).
+  struct Finishing {
+    Finishing(FinishDone done, const boost::asio::any_io_executor& executor)
+        : done(std::move(done)), limit(executor) {}
+    FinishDone done;
+    boost::asio::steady_timer limit;
+    std::optional<Status> how;  // set by the Finish's own end
+    std::unique_ptr<std::byte[]> drain;
+    bool writing_ended = false;
+  };
 
   boost::asio::ip::tcp::socket socket_;
   ConnectionHandler* handler_;
@@ -55,6 +76,7 @@ class TcpConnection final : public Connection,
   bool writing_ = false;
   bool started_ = false;
   bool closed_ = false;
+  std::unique_ptr<Finishing> finishing_;
   std::uint64_t bytes_sent_ = 0;
   std::uint64_t bytes_received_ = 0;
 };

@@ -415,6 +415,42 @@ TEST_P(ConnectionConformanceTest, SendAfterCloseFailsAtOnceNamingThePeer) {
   EXPECT_TRUE(MessageHas(statuses[0], peer));
 }
 
+// Finish after the last send's completion: the peer receives that message, then the end;
+// Finish's caller hears OK once the peer has closed its side too (the acceptor closes on the
+// end, as phubd does); sends after it fail at once.
+TEST_P(ConnectionConformanceTest, FinishDeliversTheLastMessageThenEndsBothSides) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  ASSERT_TRUE(acceptor_handler_.WaitForMessages(1));  // the ATTACH
+  const std::vector<std::byte> payload = Pattern(kMaxTestPayload, 6);
+  SendResults sent;
+  SendResults finished;
+  SendResults after;
+  dial_loop_.Run([&] {
+    dialed_->Send(WireHeader{Op::kPush, 2, 1, 1, kMaxTestPayload}, payload,
+                  [&, done = sent.Callback()](const Status& s) {
+                    done(s);
+                    dialed_->Finish(std::chrono::milliseconds(60000), finished.Callback());
+                    dialed_->Send(WireHeader{Op::kBye, 2, 0, 0, 0}, {}, after.Callback());
+                  });
+  });
+  ASSERT_TRUE(finished.WaitFor(1));
+  ASSERT_TRUE(acceptor_handler_.WaitForClosed());
+  ASSERT_TRUE(dialer_handler_.WaitForClosed());
+  DrainLoops();
+  EXPECT_TRUE(sent.statuses()[0].ok()) << sent.statuses()[0];
+  EXPECT_TRUE(finished.statuses()[0].ok()) << finished.statuses()[0];
+  ASSERT_EQ(after.statuses().size(), 1u);
+  EXPECT_EQ(after.statuses()[0].code(), absl::StatusCode::kUnavailable) << after.statuses()[0];
+  const std::vector<RecordingHandler::Message> got = acceptor_handler_.messages();
+  ASSERT_EQ(got.size(), 2u);  // the ATTACH and the PUSH; not the BYE sent after Finish
+  EXPECT_TRUE(std::equal(got[1].slot.begin(), got[1].slot.end(), payload.begin(), payload.end()));
+  EXPECT_EQ(acceptor_handler_.why().code(), absl::StatusCode::kUnavailable)
+      << acceptor_handler_.why();
+  EXPECT_TRUE(dialer_handler_.why().ok()) << dialer_handler_.why();
+  EXPECT_EQ(dialer_handler_.closed_count(), 1);
+  EXPECT_EQ(finished.statuses().size(), 1u);
+}
+
 TEST_P(ConnectionConformanceTest, TheDialerLeavingClosesTheAcceptorsSideWithUnavailable) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   dial_loop_.Run([&] { dialed_->Close(absl::OkStatus()); });
