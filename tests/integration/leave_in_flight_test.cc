@@ -26,6 +26,27 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using transport::Op;
 
+// phubd's log once the job ended: rank 0 said goodbye, was not lost, the job did not stall.
+void ExpectRankZeroLeftCleanly(RunningPhubd& phubd) {
+  const std::string log = AwaitLog(phubd.log_path, {"job 'default' ended"});
+  EXPECT_THAT(log, HasSubstr("rank 0 says goodbye")) << log;
+  EXPECT_THAT(log, Not(HasSubstr("lost rank"))) << log;
+  EXPECT_THAT(log, Not(HasSubstr("stalled"))) << log;
+  EXPECT_TRUE(phubd.process.Running());
+}
+
+// The one worker of a job of one 32 MiB tensor (more than the sockets hold), past Init and
+// its first iteration.
+void JoinAndRunAnIteration(const RunningPhubd& phubd, std::vector<InProcessWorker>& workers) {
+  client::PsClientOptions options;
+  options.port = phubd.port;
+  options.connect_timeout_ms = 5000;
+  workers = ConnectWorkers(options, 1, {0}, TestTensors({8u << 20}));
+  ASSERT_TRUE(workers[0].status.ok()) << workers[0].status;
+  ASSERT_TRUE(workers[0].client->Init().ok());
+  ASSERT_TRUE(RunIteration(workers[0], 1).ok());
+}
+
 TEST(LeaveInFlightTest, AByeAheadOfAResetIsReadSoTheWorkerLeftAndWasNotLost) {
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "1"});
@@ -54,11 +75,7 @@ TEST(LeaveInFlightTest, AByeAheadOfAResetIsReadSoTheWorkerLeftAndWasNotLost) {
   data.Close();  // unread weights: the kernel resets the connection
   ASSERT_TRUE(member.control.SendMessage(WrapGoodbye(1)));
   phubd.process.Kill(SIGCONT);
-  const std::string log = AwaitLog(phubd.log_path, {"job 'default' ended"});
-  EXPECT_THAT(log, HasSubstr("rank 0 says goodbye")) << log;
-  EXPECT_THAT(log, Not(HasSubstr("lost rank"))) << log;
-  EXPECT_THAT(log, Not(HasSubstr("stalled"))) << log;
-  EXPECT_TRUE(phubd.process.Running());
+  ExpectRankZeroLeftCleanly(phubd);
 }
 
 // A PsClient that closes at once after pushing 32 MiB: phubd sums each chunk as it lands (one
@@ -69,21 +86,12 @@ TEST(LeaveInFlightTest, AByeAheadOfAResetIsReadSoTheWorkerLeftAndWasNotLost) {
 TEST(LeaveInFlightTest, AWorkerClosingWithItsLastPushesQueuedLeavesCleanly) {
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--socket-buffer-bytes", "16384"});
-  client::PsClientOptions options;
-  options.port = phubd.port;
-  options.connect_timeout_ms = 5000;
-  auto workers = ConnectWorkers(options, 1, {0}, TestTensors({8u << 20}));
-  ASSERT_TRUE(workers[0].status.ok()) << workers[0].status;
+  std::vector<InProcessWorker> workers;
+  ASSERT_NO_FATAL_FAILURE(JoinAndRunAnIteration(phubd, workers));
   InProcessWorker& w = workers[0];
-  ASSERT_TRUE(w.client->Init().ok());
-  ASSERT_TRUE(RunIteration(w, 1).ok());
   ASSERT_TRUE(w.client->Push(0, w.grads[0]).ok());
   EXPECT_TRUE(w.client->Close().ok());
-  const std::string log = AwaitLog(phubd.log_path, {"job 'default' ended"});
-  EXPECT_THAT(log, HasSubstr("rank 0 says goodbye")) << log;
-  EXPECT_THAT(log, Not(HasSubstr("lost rank"))) << log;
-  EXPECT_THAT(log, Not(HasSubstr("stalled"))) << log;
-  EXPECT_TRUE(phubd.process.Running());
+  ExpectRankZeroLeftCleanly(phubd);
 }
 
 // A phubd that is stopped takes no BYE: Close gives up within its bound (5 s for the data
@@ -91,16 +99,11 @@ TEST(LeaveInFlightTest, AWorkerClosingWithItsLastPushesQueuedLeavesCleanly) {
 TEST(LeaveInFlightTest, CloseReturnsWhenAStoppedPhubdTakesNoBye) {
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, {"--cores", "1"});
-  client::PsClientOptions options;
-  options.port = phubd.port;
-  options.connect_timeout_ms = 5000;
-  auto workers = ConnectWorkers(options, 1, {0}, TestTensors({8u << 20}));
-  ASSERT_TRUE(workers[0].status.ok()) << workers[0].status;
+  std::vector<InProcessWorker> workers;
+  ASSERT_NO_FATAL_FAILURE(JoinAndRunAnIteration(phubd, workers));
   InProcessWorker& w = workers[0];
-  ASSERT_TRUE(w.client->Init().ok());
-  ASSERT_TRUE(RunIteration(w, 1).ok());
   phubd.process.Kill(SIGSTOP);
-  // 32 MiB more than the sockets hold: the BYE cannot leave behind them.
+  // 32 MiB more: the BYE cannot leave behind them.
   ASSERT_TRUE(w.client->Push(0, w.grads[0]).ok());
   auto close = std::async(std::launch::async, [&] { return w.client->Close(); });
   const bool returned = close.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
