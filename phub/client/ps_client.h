@@ -199,11 +199,11 @@ class PsClient {
   bool elastic() const;
 
   // Leaves the job cleanly (BYE on every data connection, Goodbye on the control connection)
-  // and closes. Pushes still queued go out ahead of the BYE and are not lost to the close
-  // (each data connection is finished: Connection::Finish). Bounded: a phubd that takes no
-  // BYE within 5 s (stopped, hung) has its data connections closed, with a warning, and the
-  // Goodbye gets at most 5 s more. Idempotent. Afterwards Init, Push, Wait and WaitAll return FailedPrecondition,
-  // a Wait already blocked on another thread included: weights still in flight never arrive.
+  // and closes. Queued pushes go out ahead of the BYE, not lost to the close (Finish).
+  // Bounded: a phubd that takes no BYE within 5 s (stopped, hung) has its data connections
+  // closed, with a warning; the Goodbye gets 5 s more. Idempotent. Afterwards Init, Push, Wait
+  // and WaitAll return FailedPrecondition, a Wait already blocked on another thread included:
+  // weights still in flight never arrive.
   Status Close();
   // Closes without leaving the job: no BYE, no Goodbye, so phubd takes this worker as lost
   // (a crash), as it would a killed process. For a worker that is stopped (torchrun's SIGTERM
