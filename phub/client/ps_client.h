@@ -200,9 +200,9 @@ class PsClient {
 
   // Leaves the job cleanly (BYE on every data connection, Goodbye on the control connection)
   // and closes. Queued pushes go out ahead of the BYE, not lost to the close (Finish).
-  // Bounded: a phubd that takes no BYE within 5 s (stopped, hung) has its data connections
-  // closed, with a warning; the Goodbye gets 5 s more. Idempotent. Afterwards Init, Push, Wait
-  // and WaitAll return FailedPrecondition, a Wait already blocked on another thread included:
+  // Bounded: a phubd taking no BYE within its --liveness-timeout-ms (stopped, hung) has them
+  // closed, with a warning; the Goodbye gets 5 s more. Idempotent. Then Init, Push, Wait and
+  // WaitAll return FailedPrecondition, a Wait already blocked on another thread included:
   // weights still in flight never arrive.
   Status Close();
   // Closes without leaving the job: no BYE, no Goodbye, so phubd takes this worker as lost

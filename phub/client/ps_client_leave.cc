@@ -1,7 +1,8 @@
 // PsClient's leave: BYE on every data connection, each connection finished behind it (nothing
 // this worker sent is lost to the close), then the Goodbye on the control connection; or, for a
 // worker that abandons the job or lost phubd, the connections closed without a word. Every
-// wait is bounded: a stopped phubd costs Close at most 2 * kLeaveLimit.
+// wait is bounded: a stopped phubd costs Close its liveness bound (10 s by default) and at most
+// 5 s for the Goodbye.
 #include <boost/asio/ip/tcp.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -14,9 +15,13 @@ namespace asio = boost::asio;
 
 namespace {
 // How long Close waits for phubd to take this worker's last messages (the BYE out and phubd's
-// end of each data connection), and then for the Goodbye to go out: a stopped or hung phubd
-// costs a Close at most twice this.
-constexpr std::chrono::seconds kLeaveLimit{5};
+// end of each data connection) where phubd's liveness bound is off. Otherwise that bound
+// (--liveness-timeout-ms, from the Welcome) applies: the time after which this worker takes a
+// silent phubd for stopped, and the time phubd may need for a big model's last pushes on a
+// slow or loaded link (5 s was too short for 32 MiB under TSan on 2 loaded CPUs).
+constexpr std::chrono::milliseconds kLeaveLimitWithoutLiveness{10000};
+// How long Close waits for the Goodbye to go out behind a Heartbeat being written.
+constexpr std::chrono::milliseconds kGoodbyeLimit{5000};
 
 // What Close waits on, shared with the callbacks, which may run after Close returned.
 struct Leaving {
@@ -71,7 +76,10 @@ Status PsClient::Impl::Close(bool goodbye) {
   // BYE last, before the connection ends. (Closing it once the BYE was out reset it when
   // phubd's weights were still arriving, and the reset threw away what this side's kernel had
   // not delivered yet: the last pushes and the BYE; phubd took the worker for lost.) Bounded: a
-  // phubd that is stopped or hung takes no BYE; its connections close after kLeaveLimit.
+  // phubd that is stopped or hung takes no BYE; its connections close after `limit`.
+  const std::chrono::milliseconds limit = liveness_timeout_ms_ > 0
+                                              ? std::chrono::milliseconds(liveness_timeout_ms_)
+                                              : kLeaveLimitWithoutLiveness;
   auto leaving = std::make_shared<Leaving>();
   leaving->remaining = connections_.size();
   const std::uint32_t rank = membership_.rank;
@@ -80,8 +88,9 @@ Status PsClient::Impl::Close(bool goodbye) {
       if (loop_of_core(core) != k) continue;
       const std::shared_ptr<transport::SendScheduler>& sender = senders_[core];
       const std::shared_ptr<Connection>& c = sender->connection();
-      sender->Send(WireHeader{Op::kBye, rank, 0, 0, 0}, {}, [leaving, c, rank](const Status& bye) {
-        c->Finish(kLeaveLimit, [leaving, rank, peer = c->peer(), bye](const Status& how) {
+      const WireHeader bye_header{Op::kBye, rank, 0, 0, 0};
+      sender->Send(bye_header, {}, [leaving, c, rank, limit](const Status& bye) {
+        c->Finish(limit, [leaving, rank, peer = c->peer(), bye](const Status& how) {
           std::lock_guard lock(leaving->mu);
           if ((!bye.ok() || !how.ok()) && !leaving->gave_up) {
             spdlog::warn("rank {}: leaving through {}: {}; phubd may take this worker for lost",
@@ -96,20 +105,19 @@ Status PsClient::Impl::Close(bool goodbye) {
   bool left;
   {
     std::unique_lock lock(leaving->mu);
-    left = leaving->cv.wait_for(lock, kLeaveLimit, [&] { return leaving->remaining == 0; });
+    left = leaving->cv.wait_for(lock, limit, [&] { return leaving->remaining == 0; });
     leaving->gave_up = !left;
   }
   if (!left) {
     spdlog::warn("rank {}: phubd took this worker's BYE on none or only some of its {} data "
-                 "connections within {} s (is it stopped, hung or overloaded?): closing them; "
-                 "phubd may take this worker for lost", rank, connections_.size(),
-                 kLeaveLimit.count());
+                 "connections within {} ms (is it stopped, hung or overloaded?): closing them; "
+                 "phubd may take this worker for lost", rank, connections_.size(), limit.count());
     RunOnEachLoop([&](std::size_t k) {
       for (std::uint32_t core = 0; core < connections_.size(); ++core) {
         if (loop_of_core(core) != k) continue;
         connections_[core]->Close(absl::DeadlineExceededError(absl::StrCat(
-            "phubd did not take this worker's BYE within ", kLeaveLimit.count(),
-            " s: is it stopped (SIGSTOP), hung or overloaded?")));
+            "phubd did not take this worker's BYE within ", limit.count(),
+            " ms: is it stopped (SIGSTOP), hung or overloaded?")));
       }
     });
   }
@@ -131,7 +139,7 @@ Status PsClient::Impl::Close(bool goodbye) {
   {
     // Bounded: a phubd that does not read gets no more than this.
     std::unique_lock lock(leaving->mu);
-    leaving->cv.wait_for(lock, kLeaveLimit, [&] { return leaving->goodbye_out; });
+    leaving->cv.wait_for(lock, kGoodbyeLimit, [&] { return leaving->goodbye_out; });
   }
   loop_.Run([&] {
     boost::system::error_code ignored;

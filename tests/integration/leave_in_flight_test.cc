@@ -85,7 +85,10 @@ TEST(LeaveInFlightTest, AByeAheadOfAResetIsReadSoTheWorkerLeftAndWasNotLost) {
 // stalled.
 TEST(LeaveInFlightTest, AWorkerClosingWithItsLastPushesQueuedLeavesCleanly) {
   TempDir dir;
-  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--socket-buffer-bytes", "16384"});
+  // Small socket buffers keep the last pushes waiting in the worker's kernel; a liveness bound
+  // (which bounds Close) that a loaded sanitizer build cannot reach.
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "2", "--socket-buffer-bytes", "16384",
+                                        "--liveness-timeout-ms", "60000"});
   std::vector<InProcessWorker> workers;
   ASSERT_NO_FATAL_FAILURE(JoinAndRunAnIteration(phubd, workers));
   InProcessWorker& w = workers[0];
@@ -94,11 +97,11 @@ TEST(LeaveInFlightTest, AWorkerClosingWithItsLastPushesQueuedLeavesCleanly) {
   ExpectRankZeroLeftCleanly(phubd);
 }
 
-// A phubd that is stopped takes no BYE: Close gives up within its bound (5 s for the data
-// connections, 5 s for the Goodbye) instead of waiting for good.
+// A phubd that is stopped takes no BYE: Close gives up at its bound (phubd's liveness bound,
+// 2 s here, for the data connections; at most 5 s for the Goodbye) instead of waiting for good.
 TEST(LeaveInFlightTest, CloseReturnsWhenAStoppedPhubdTakesNoBye) {
   TempDir dir;
-  RunningPhubd phubd = StartPhubd(dir, {"--cores", "1"});
+  RunningPhubd phubd = StartPhubd(dir, {"--cores", "1", "--liveness-timeout-ms", "2000"});
   std::vector<InProcessWorker> workers;
   ASSERT_NO_FATAL_FAILURE(JoinAndRunAnIteration(phubd, workers));
   InProcessWorker& w = workers[0];
