@@ -13,6 +13,12 @@
 
 #include <csignal>
 #include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 
 #include "tests/integration/in_process_worker.h"
 #include "tests/integration/phubd_launcher.h"
@@ -25,6 +31,25 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using transport::Op;
+
+// What this process logs (spdlog's default logger) while it lives: a worker's own warnings.
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()) {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink_));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  std::string Text() const {
+    std::string text;
+    for (const std::string& line : sink_->last_formatted()) text += line;
+    return text;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_ =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+  std::shared_ptr<spdlog::logger> previous_;
+};
 
 // phubd's log once the job ended: rank 0 said goodbye, was not lost, the job did not stall.
 void ExpectRankZeroLeftCleanly(RunningPhubd& phubd) {
@@ -93,7 +118,12 @@ TEST(LeaveInFlightTest, AWorkerClosingWithItsLastPushesQueuedLeavesCleanly) {
   ASSERT_NO_FATAL_FAILURE(JoinAndRunAnIteration(phubd, workers));
   InProcessWorker& w = workers[0];
   ASSERT_TRUE(w.client->Push(0, w.grads[0]).ok());
+  CapturedLog worker_log;
   EXPECT_TRUE(w.client->Close().ok());
+  // Every connection's Finish ended on phubd's end, none at the bound. (With two reads
+  // outstanding at once, one never saw the end: Close waited out its bound, under TSan.)
+  EXPECT_THAT(worker_log.Text(), Not(HasSubstr("leaving through"))) << worker_log.Text();
+  EXPECT_THAT(worker_log.Text(), Not(HasSubstr("BYE on none or only some"))) << worker_log.Text();
   ExpectRankZeroLeftCleanly(phubd);
 }
 
@@ -108,11 +138,15 @@ TEST(LeaveInFlightTest, CloseReturnsWhenAStoppedPhubdTakesNoBye) {
   phubd.process.Kill(SIGSTOP);
   // 32 MiB more: the BYE cannot leave behind them.
   ASSERT_TRUE(w.client->Push(0, w.grads[0]).ok());
+  CapturedLog worker_log;
   auto close = std::async(std::launch::async, [&] { return w.client->Close(); });
   const bool returned = close.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   phubd.process.Kill(SIGCONT);
   ASSERT_TRUE(returned) << "Close still waiting for a stopped phubd after 60 s";
   EXPECT_TRUE(close.get().ok());
+  EXPECT_THAT(worker_log.Text(), HasSubstr("BYE on none or only some of its 1 data connections "
+                                           "within 2000 ms"))
+      << worker_log.Text();
   EXPECT_TRUE(phubd.process.Running());
 }
 

@@ -49,8 +49,12 @@ void TcpConnection::Start() {
   ReadHeader();
 }
 
+bool TcpConnection::Draining() const { return finishing_ && finishing_->writing_ended; }
+
 void TcpConnection::ReadHeader() {
   if (closed_) return;
+  if (Draining()) return Drain();  // a handler callback just finished us
+  reading_ = true;
   asio::async_read(socket_, asio::buffer(header_bytes_),
                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
                      self->OnHeader(ec);
@@ -58,7 +62,10 @@ void TcpConnection::ReadHeader() {
 }
 
 void TcpConnection::OnHeader(const boost::system::error_code& ec) {
-  if (closed_ || (finishing_ && finishing_->writing_ended)) return;  // cancelled by a Finish
+  reading_ = false;
+  if (closed_) return;
+  // A Finish cancelled this read, or came too late to: either way, what follows is dropped.
+  if (Draining()) return Drain();
   if (ec) return FailIo("reading a header", ec);
   bytes_received_ += kWireHeaderBytes;
   StatusOr<WireHeader> decoded = DecodeWireHeader(header_bytes_);
@@ -80,6 +87,8 @@ void TcpConnection::OnHeader(const boost::system::error_code& ec) {
     if (Status s = handler_->OnReceived(*this, header_); !s.ok()) return Close(s);
     return ReadHeader();
   }
+  if (Draining()) return Drain();  // the handler finished us
+  reading_ = true;
   asio::async_read(socket_, asio::buffer(slot->data(), slot->size()), TransferAllAtOnce{},
                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
                      self->OnPayload(ec);
@@ -87,7 +96,9 @@ void TcpConnection::OnHeader(const boost::system::error_code& ec) {
 }
 
 void TcpConnection::OnPayload(const boost::system::error_code& ec) {
-  if (closed_ || (finishing_ && finishing_->writing_ended)) return;  // cancelled by a Finish
+  reading_ = false;
+  if (closed_) return;
+  if (Draining()) return Drain();  // as in OnHeader
   if (ec) return FailIo("reading a payload", ec);
   bytes_received_ += header_.payload_bytes;
   if (Status s = handler_->OnReceived(*this, header_); !s.ok()) return Close(s);
@@ -214,16 +225,26 @@ void TcpConnection::EndWriting() {
   boost::system::error_code ignored;
   // The end of the stream goes behind every byte the kernel holds for the peer.
   socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
-  // The read in progress may be into one of the handler's slots: no more lands there.
-  socket_.cancel(ignored);
   finishing_->drain = std::make_unique<std::byte[]>(kDrainBytes);
+  // A read in progress may be into one of the handler's slots: cancelled, it ends soon, and its
+  // handler starts the drain. Never two reads at once: with a second one queued, the read that
+  // took the peer's end left the other waiting for good (Asio's edge-triggered epoll gives the
+  // end once; seen under TSan: a Finish that never ended). A composed read whose step had
+  // already completed may still read on into the slot until its message is whole: the caller
+  // keeps its buffers until `done`, which comes only after.
+  if (reading_) {
+    socket_.cancel(ignored);
+    return;
+  }
   Drain();
 }
 
 void TcpConnection::Drain() {
+  reading_ = true;
   socket_.async_read_some(
       asio::buffer(finishing_->drain.get(), kDrainBytes),
       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+        self->reading_ = false;
         if (self->closed_) return;
         // The peer's end. One that ends on reading ours (phubd, a ring neighbour) has read
         // every byte of ours. A reset: it closed with some of them unread.

@@ -51,6 +51,8 @@ class TcpConnection final : public Connection,
   void FailIo(const char* what, const boost::system::error_code& ec);
   // Finish, once nothing is queued: the write side ends, reads switch to dropping.
   void EndWriting();
+  bool Draining() const;
+  // Reads the peer's bytes into the drain buffer until its end; the connection's only read.
   void Drain();
   // Closes a Finish, telling its caller `how` it ended.
   void EndFinish(const Status& how);
@@ -74,6 +76,7 @@ class TcpConnection final : public Connection,
   WireHeader header_;
   std::deque<PendingSend> queue_;
   bool writing_ = false;
+  bool reading_ = false;  // a read is outstanding (at most one ever is)
   bool started_ = false;
   bool closed_ = false;
   std::unique_ptr<Finishing> finishing_;
