@@ -3,11 +3,10 @@
 // already, and phubd reads it before the connection closes, so the worker left; it was not
 // lost. When the failed write closed the connection at once, phubd took the worker for lost and
 // the job stalled (found with phub.torch, which now installs pending weights before it leaves).
-// The worker is played by hand (a PsClient's reset can also discard its own last bytes, before
-// phubd has them), and phubd is stopped while the BYE and the reset arrive, so they are waiting
-// in phubd's socket together, as a loaded phubd finds them. The PsClient's own side of that
-// leave (Finish: nothing it sent is lost to its reset) and its bound when phubd takes no BYE
-// follow.
+// The worker is played by hand (a PsClient no longer resets: it finishes its connections), and
+// phubd is stopped while the BYE and the reset arrive, so they are waiting in phubd's socket
+// together, as a loaded phubd finds them. The PsClient's own side of such a leave (Finish:
+// nothing it sent is lost to a reset) and its bound when phubd takes no BYE follow.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
