@@ -91,8 +91,8 @@ class Connection {
   // Closes now; queued sends fail with `why`; OnClosed(why) follows. Idempotent.
   virtual void Close(const Status& why) = 0;
 
-  // Runs once, on the connection's thread, when a Finish ends: OK once the peer closed its side
-  // too, DeadlineExceeded when the limit came first (what was sent may then be lost).
+  // Runs once, on the connection's thread, when a Finish ends: OK on the peer's end; else why not
+  // (DeadlineExceeded past the limit, Unavailable on a reset: what was sent may then be lost).
   using FinishDone = std::function<void(const Status&)>;
 
   // Leaves without losing what was sent: the peer receives every message queued so far, then
