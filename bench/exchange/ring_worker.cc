@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--host", options.listen_host, "Address this rank listens on and publishes")
       ->capture_default_str();
   app.add_option("--out", run.out_path)->required();
-  phub::transport::AddTransportFlag(app, options.transport, "Ring links: tcp or verbs");
+  phub::transport::AddTransportFlag(app, options.transport, "Ring links: tcp, verbs or shm");
   phub::transport::AddRdmaFlags(app, {&options.rdma});
   app.add_option_function<std::string>(
          "--wire",

@@ -72,10 +72,10 @@ TOPOLOGY_SYSTEMS = {
     "loopback": [s.key for s in systems.SYSTEMS if s.key not in ("ps-multi", "ps-racks")],
     # On a rack the reference is the links' physical limit; raw-tcp (push all, then pull all)
     # would not be one: it does not overlap the two directions as the PS does.
-    "pbox": ["ps", "ps-fifo", "ps-bf16"] + systems.RINGS,
-    "cloud": ["ps", "ps-fifo"] + systems.RINGS,
-    "colocated": ["ps-colocated"] + systems.RINGS,
-    "multips": ["ps-multi"] + systems.RINGS,
+    "pbox": ["ps", "ps-fifo", "ps-bf16"] + systems.NETWORK_RINGS,
+    "cloud": ["ps", "ps-fifo"] + systems.NETWORK_RINGS,
+    "colocated": ["ps-colocated"] + systems.NETWORK_RINGS,
+    "multips": ["ps-multi"] + systems.NETWORK_RINGS,
 }
 # The PS of each topology, compared with the best allreduce.
 TOPOLOGY_PS = {"loopback": "ps", "pbox": "ps", "cloud": "ps", "colocated": "ps-colocated",
@@ -386,14 +386,15 @@ def machine_notes(args, start_load):
 # ---- plots --------------------------------------------------------------------------------
 
 # Loopback: these are given as a share of raw TCP's time too (the same bytes, the same streams).
-RAW_SHARE = ("raw-tcp", "ps", "ps-fifo", "ps-bf16", "ps-io4", "ps-colocated")
+RAW_SHARE = ("raw-tcp", "ps", "ps-fifo", "ps-bf16", "ps-io4", "ps-shm", "ps-colocated")
 
 STYLE = {"raw-tcp": ("#9e9e9e", "o", ":"), "ps": ("#1f77b4", "s", "-"),
          "ps-fifo": ("#aec7e8", "s", "--"),
          "ps-bf16": ("#08306b", "s", "-."), "ps-io4": ("#6baed6", "s", ":"),
+         "ps-shm": ("#3f007d", "s", "-"),
          "ps-colocated": ("#17becf", "s", "-"), "ps-multi": ("#8c564b", "s", "-"),
          "ring": ("#d62728", "^", "-"),
-         "ring-bf16": ("#67000d", "^", "-."),
+         "ring-bf16": ("#67000d", "^", "-."), "ring-shm": ("#fb6a4a", "^", ":"),
          "gloo-ring-chunked": ("#ff7f0e", "v", "--"), "gloo-allreduce": ("#bcbd22", "v", ":"),
          "mpi": ("#2ca02c", "D", "--"), "mpi-ring": ("#9467bd", "D", ":")}
 

@@ -14,7 +14,10 @@ command on it (on loopback: 127.0.0.1 and as is).
   ps-bf16            the same with gradients and weights in bf16 (--wire bf16)
   ps-io4             the same with each worker's connections on 4 threads (--io-threads 4;
                      not in the default set)
+  ps-shm             the same with phubd's data plane in shared memory (--transport shm;
+                     loopback only: every worker on phubd's host)
   ring-bf16          our ring with its pieces in bf16 (--wire bf16; sums stay float32)
+  ring-shm           our ring with its links in shared memory (--transport shm; loopback only)
   ps-colocated       one phubd on every worker host (the model spread over all of them)
   ps-multi           one phubd on each of the K PS hosts ps0..ps{K-1} (multips: BytePS's
                      k CPU boxes), the model spread over them as ps-colocated spreads it
@@ -77,6 +80,10 @@ SYSTEMS = [
     # I/O spread over cores (not in the default set: on a 2-core box it cannot gain).
     System("ps-io4", "phub_exchange_worker", "ps", needs_ps_host=True,
            worker_extra=["--io-threads", "4"]),
+    # phubd's data plane in shared memory (--transport shm; the workers follow it): every
+    # worker on phubd's host, so on loopback only.
+    System("ps-shm", "phub_exchange_worker", "ps", needs_ps_host=True,
+           phubd_extra=["--transport", "shm"]),
     System("ps-colocated", "phub_exchange_worker", "ps-colocated"),
     # K dedicated PS hosts (rack topology multips), the workers spreading the keys over them.
     System("ps-multi", "phub_exchange_worker", "ps-multi", needs_ps_host=True),
@@ -86,6 +93,8 @@ SYSTEMS = [
     # The ring with the PS's compact wire: pieces in bf16, sums in float32 (the honest
     # comparison for ps-bf16).
     System("ring-bf16", "phub_ring_worker", "ranks", extra=["--wire", "bf16"], allreduce=True),
+    # The ring's links in shared memory (every rank on one host: loopback only).
+    System("ring-shm", "phub_ring_worker", "ranks", extra=["--transport", "shm"], allreduce=True),
     System("gloo-ring-chunked", "phub_gloo_worker", "ranks", extra=["--algo", "ring-chunked"],
            allreduce=True),
     System("gloo-allreduce", "phub_gloo_worker", "ranks", extra=["--algo", "allreduce"],
@@ -95,6 +104,9 @@ SYSTEMS = [
 ]
 BY_KEY = {s.key: s for s in SYSTEMS}
 RINGS = [s.key for s in SYSTEMS if s.allreduce]
+# Shared memory reaches only processes on one host: never on an emulated rack (namespaces).
+ONE_HOST_ONLY = {"ps-shm", "ring-shm"}
+NETWORK_RINGS = [k for k in RINGS if k not in ONE_HOST_ONLY]
 # What the fp32 PS is compared with ("best allreduce"); a compact ring only with the compact PS.
 FP32_RINGS = [k for k in RINGS if "--wire" not in BY_KEY[k].extra]
 

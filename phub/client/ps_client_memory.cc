@@ -62,11 +62,11 @@ Status PsClient::Impl::OpenTransport(transport::TransportKind kind, std::size_t 
                   absl::StrCat("phubd's data plane is ", transport::TransportName(kind),
                                ", which this worker cannot open: ", per_nic.status().message()));
   }
-  // TCP: io_threads data loops (at most one per server core), loop_ the first; verbs: loop_
-  // alone, the NIC moving the bytes.
+  // TCP and shm: io_threads data loops (at most one per server core), loop_ the first (their
+  // CPUs copy every byte); verbs: loop_ alone, the NIC moving the bytes.
   std::size_t threads = 1;
   if (options_.io_threads > 1) {
-    if (kind == transport::TransportKind::kTcp) {
+    if (kind != transport::TransportKind::kVerbs) {
       threads = std::min<std::size_t>({static_cast<std::size_t>(options_.io_threads),
                                         std::max<std::size_t>(cores, 1), kMaxIoThreads});
     } else {

@@ -16,8 +16,8 @@ namespace phub::exchange {
 
 inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
   transport::AddTransportFlag(app, options.ring.ring.transport,
-                              "Ring links: tcp or verbs (RDMA). PS jobs use what phubd was "
-                              "started with");
+                              "Ring links: tcp, verbs (RDMA) or shm (every rank on one host). "
+                              "PS jobs use what phubd was started with");
   transport::AddRdmaFlags(app, {&options.ps.client.rdma, &options.ring.ring.rdma});
   app.add_option_function<std::string>(
       "--nics",

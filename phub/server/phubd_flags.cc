@@ -268,7 +268,8 @@ void AddPhubdFlags(CLI::App& app, ServerOptions& options, PhubdFlags& flags) {
   CLI::App& rdma = *app.add_option_group("RDMA and the data plane");
   transport::AddTransportFlag(
       rdma, options.data_plane.transport,
-      "Data plane: tcp, or verbs (RDMA: InfiniBand or RoCE; workers follow phubd's choice)");
+      "Data plane: tcp, verbs (RDMA: InfiniBand or RoCE) or shm (shared memory: every "
+      "worker on this host); workers follow phubd's choice");
   transport::AddRdmaFlags(rdma, {&options.data_plane.rdma});
   AddRacksFlags(*app.add_option_group("Racks of racks"), flags);
   AddExperimentFlags(*app.add_option_group("Experiment knobs",

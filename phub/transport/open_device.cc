@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "phub/transport/shm/shm_transport.h"
 #include "phub/transport/tcp/tcp_transport.h"
 #include "phub/transport/verbs/verbs_transport.h"
 
@@ -20,6 +21,8 @@ StatusOr<std::shared_ptr<Device>> OpenDevice(const TransportOptions& options) {
       }
       return device;
     }
+    case TransportKind::kShm:
+      return shm::OpenShmDevice();
   }
   return absl::InvalidArgumentError("unknown transport kind");
 }

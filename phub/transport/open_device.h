@@ -1,5 +1,5 @@
 // The one place a transport is chosen: everything above works with the Device it returns
-// (transport.h) and never names TCP or verbs again.
+// (transport.h) and never names TCP, verbs or shm again.
 #pragma once
 
 #include <memory>
@@ -20,7 +20,7 @@ struct TransportOptions {
   verbs::DeviceOptions rdma;    // kVerbs: device, port and GID
 };
 
-// kTcp always succeeds; kVerbs opens the RDMA device (an error says which device and why).
+// kTcp and kShm always succeed (shm's errors come at Dial and Listen); kVerbs opens the RDMA device (an error says which device and why).
 StatusOr<std::shared_ptr<Device>> OpenDevice(const TransportOptions& options);
 
 // A Device per NIC of a box with several (phubd's and a worker's --nics): `rdma_devices[k]` is

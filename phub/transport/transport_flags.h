@@ -9,12 +9,12 @@
 
 namespace phub::transport {
 
-// Adds --transport tcp|verbs, writing `kind`.
+// Adds --transport tcp|verbs|shm, writing `kind`.
 inline void AddTransportFlag(CLI::App& app, TransportKind& kind, const std::string& help) {
   app.add_option_function<std::string>(
          "--transport", [&kind](const std::string& name) { kind = *ParseTransportKind(name); },
          help)
-      ->check(CLI::IsMember({"tcp", "verbs"}))
+      ->check(CLI::IsMember({"tcp", "verbs", "shm"}))
       ->default_str(TransportName(kind));
 }
 

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "phub/common/unique_fd.h"
 #include "phub/server/checkpoint/checkpoint_format.h"
 #include "spdlog/spdlog.h"
 
@@ -36,27 +37,6 @@ Status SyscallError(absl::string_view syscall, const std::string& path, int err,
                 absl::StrCat("checkpoint: ", syscall, "('", path, "') failed: ", std::strerror(err),
                              " (errno ", err, "); ", fix));
 }
-
-// Closes the descriptor on every path out.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // Closes now, so that the error of close (NFS reports failed writes there) is seen.
-  int Close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
 
 struct Listing {
   std::vector<std::pair<std::uint64_t, std::string>> checkpoints;  // iteration, name
@@ -119,7 +99,7 @@ Status WriteAll(int fd, const std::string& path, const void* data, std::size_t b
 }
 
 Status SyncDirectory(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) {
     return SyscallError("open", dir, errno, "the checkpoint directory must stay readable");
   }
@@ -195,7 +175,7 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const JobSnapshot&
   // mkstemps: a fresh name even beside the leftovers of a crashed write (mode 0600: weights are
   // the job's data, not the machine's).
   std::string tmp = absl::StrCat(dir, "/", name, ".XXXXXX", kTempSuffix);
-  Fd fd(::mkstemps(tmp.data(), static_cast<int>(kTempSuffix.size())));
+  UniqueFd fd(::mkstemps(tmp.data(), static_cast<int>(kTempSuffix.size())));
   if (fd.get() < 0) {
     return SyscallError("mkstemps", tmp, errno,
                         "the checkpoint directory must exist and be writable by phubd");
@@ -218,7 +198,7 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const JobSnapshot&
 }
 
 StatusOr<JobSnapshot> ReadCheckpoint(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     return SyscallError("open", path, errno, "pass an existing checkpoint file phubd can read");
   }

@@ -609,11 +609,13 @@ TEST_P(ConnectionConformanceTest, TheAcceptorsPortIsTheOneItListensOn) {
       [&] { second = accept_transport_->Listen("127.0.0.1", port_, hooks_).status(); });
   EXPECT_FALSE(second.ok()) << "a second listener bound port " << port_;
   // And dialing it reaches this acceptor: the dialer's peer is 127.0.0.1:port() (verbs adds
-  // the device).
+  // the device; shm names the acceptor's process: this one).
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   std::string peer;
   dial_loop_.Run([&] { peer = dialed_->peer(); });
-  const std::string address = "127.0.0.1:" + std::to_string(port_);
+  const std::string address = GetParam() == TransportKind::kShm
+                                  ? "local:" + std::to_string(getpid())
+                                  : "127.0.0.1:" + std::to_string(port_);
   EXPECT_TRUE(peer == address || peer.starts_with(address + " ")) << peer;
   EXPECT_EQ(admitted_.load(), 1);
 }
@@ -653,7 +655,7 @@ TEST_P(ConnectionConformanceTest, DeviceMemoryNoDriverExportedIsRefusedWithoutHa
   accept_loop_.Run([&] { status = accept_transport_->RegisterDeviceMemory({range, fd, 0}); });
   close(fd);
   ASSERT_FALSE(status.ok());
-  if (GetParam() == TransportKind::kTcp) {
+  if (GetParam() != TransportKind::kVerbs) {
     EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
     EXPECT_NE(status.message().find("stage through host memory"), std::string::npos) << status;
   } else {
@@ -667,7 +669,8 @@ TEST_P(ConnectionConformanceTest, DeviceMemoryNoDriverExportedIsRefusedWithoutHa
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ConnectionConformanceTest,
-                         ::testing::Values(TransportKind::kTcp, TransportKind::kVerbs),
+                         ::testing::Values(TransportKind::kTcp, TransportKind::kVerbs,
+                                           TransportKind::kShm),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return TransportName(info.param);
                          });

@@ -240,7 +240,8 @@ TEST_P(SendSchedulerOverTransportTest, ThePeerReceivesHeldChunksLowestFirstAndIn
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, SendSchedulerOverTransportTest,
-                         ::testing::Values(TransportKind::kTcp, TransportKind::kVerbs),
+                         ::testing::Values(TransportKind::kTcp, TransportKind::kVerbs,
+                                           TransportKind::kShm),
                          [](const auto& info) { return TransportName(info.param); });
 
 }  // namespace
