@@ -107,8 +107,9 @@ RINGS = [s.key for s in SYSTEMS if s.allreduce]
 # Shared memory reaches only processes on one host: never on an emulated rack (namespaces).
 ONE_HOST_ONLY = {"ps-shm", "ring-shm"}
 NETWORK_RINGS = [k for k in RINGS if k not in ONE_HOST_ONLY]
-# What the fp32 PS is compared with ("best allreduce"); a compact ring only with the compact PS.
-FP32_RINGS = [k for k in RINGS if "--wire" not in BY_KEY[k].extra]
+# What the fp32 PS over TCP is compared with ("best allreduce"): over the network too (ring-shm
+# is ps-shm's match); a compact ring only with the compact PS.
+FP32_RINGS = [k for k in NETWORK_RINGS if "--wire" not in BY_KEY[k].extra]
 
 
 # Colocated incast: the N shards answer one worker at the same moment (and N workers push to

@@ -92,8 +92,9 @@ phase_exchange() {
 
 # torch: phub.torch on CUDA (phub.DeviceClient, the staging pipeline; the hook and
 # ServerOptimizer(overlap_forward=True)) against DDP + NCCL at N = 1, ResNet-18 and
-# ResNet-50, phubd with 8 cores, the worker with 1 and 4 I/O threads (bench/gpu/torch_gpu.py;
-# PHUB_TORCH_PS_CORES, PHUB_TORCH_IO_THREADS, PHUB_TORCH_BACKENDS); needs the Python 3.12
+# ResNet-50, phubd with 8 cores on TCP and on shared memory (--transport shm), the worker with
+# 1 and 4 I/O threads (bench/gpu/torch_gpu.py; PHUB_TORCH_PS_CORES, PHUB_TORCH_TRANSPORTS,
+# PHUB_TORCH_IO_THREADS, PHUB_TORCH_BACKENDS); needs the Python 3.12
 # package of bench/gpu/build_py312_module.sh in the bundle.
 phase_torch() {
   local pkgs=()
@@ -101,18 +102,19 @@ phase_torch() {
   [[ -d build-gpu/python312-before/phub ]] && pkgs+=(--package before=build-gpu/python312-before)
   step torch-gpu "$py" bench/gpu/torch_gpu.py --phubd $B/phub/server/phubd "${pkgs[@]}" \
     --rounds "${PHUB_TORCH_ROUNDS:-2}" --ps-cores "${PHUB_TORCH_PS_CORES:-8}" \
-    --io-threads "${PHUB_TORCH_IO_THREADS:-1,4}" \
+    --transports "${PHUB_TORCH_TRANSPORTS:-tcp,shm}" --io-threads "${PHUB_TORCH_IO_THREADS:-1,4}" \
     --backends "${PHUB_TORCH_BACKENDS:-phub,phub-optimizer-overlap}" \
     --out "$out/logs/torch-gpu"
   cat "$out/logs/torch-gpu/torch_gpu.md" 2>/dev/null
 }
 
 # psrate: one worker's exchange of 100 MiB through phubd --cores 8 on loopback, its connections
-# on 1 thread (ps) and on 4 (ps-io4), against raw TCP moving the same bytes over the same
-# streams (bench/exchange/run_exchange.py): whether one client thread limits a GPU worker.
+# on 1 thread (ps) and on 4 (ps-io4), and in shared memory (ps-shm), against raw TCP moving the
+# same bytes over the same streams (bench/exchange/run_exchange.py): whether one client thread
+# limits a GPU worker, and what leaving the kernel out gains.
 phase_psrate() {
   step psrate "$py" bench/exchange/run_exchange.py --build $B --topologies loopback --workers 1 \
-    --sizes 100 --cores 8 --systems raw-tcp,ps,ps-io4 --reps 3 --iters 5 --out "$out/logs/psrate"
+    --sizes 100 --cores 8 --systems raw-tcp,ps,ps-io4,ps-shm --reps 3 --iters 5 --out "$out/logs/psrate"
   cat "$out/logs/psrate/exchange.md" 2>/dev/null
 }
 

@@ -2,8 +2,9 @@
 """phub.torch on CUDA against DDP + NCCL at N = 1, in one run (issue 39's last figure).
 
 examples/torch_ddp_phub.py on GPU 0, synthetic data: DDP with NCCL (the reference), then DDP
-with each of --backends through a phubd on loopback with each of --ps-cores and each of
---io-threads (the worker's PHUB_IO_THREADS: threads serving its connections): PHub's comm hook
+with each of --backends through a phubd on loopback with each of --ps-cores, each of
+--transports (phubd's data plane: tcp, or shm, shared memory with the worker on its host) and
+each of --io-threads (the worker's PHUB_IO_THREADS: threads serving its connections): PHub's comm hook
 (phub, summation mode), ServerOptimizer (phub-optimizer) and ServerOptimizer installing each
 module's weights in the next forward (phub-optimizer-overlap), for every package directory
 given (--package NAME=DIR: a `phub` package on PYTHONPATH; several compare phub.torch versions
@@ -30,7 +31,7 @@ from benchlib.tables import md_table, write_tsv  # noqa: E402
 EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
 
 
-def run(a, backend, package, cores, io_threads, model, batch, d, port):
+def run(a, backend, package, cores, transport, io_threads, model, batch, d, port):
     env = {"PYTHONPATH": package or "", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            "PHUB_IO_THREADS": str(io_threads or 1)}
@@ -38,7 +39,8 @@ def run(a, backend, package, cores, io_threads, model, batch, d, port):
     if backend.startswith("phub"):
         pf, log = os.path.join(d, "port"), os.path.join(d, "phubd.log")
         p = start([a.phubd, "--listen", "127.0.0.1", "--port", "0", "--port-file", pf,
-                   "--max-world-size", "1", "--cores", str(cores), "--one-job", "--log-level", "warn"],
+                   "--max-world-size", "1", "--cores", str(cores), "--transport", transport,
+                   "--one-job", "--log-level", "warn"],
                   log)
         procs.append(("phubd", p, log))
         env["PHUB_ADDRESS"] = f"127.0.0.1:{wait_port_file(pf, p, 'phubd', log)}"
@@ -62,6 +64,8 @@ def main():
     p.add_argument("--models", default="resnet18:64,resnet50:64")
     p.add_argument("--backends", default="phub,phub-optimizer,phub-optimizer-overlap")
     p.add_argument("--ps-cores", default="4", help="phubd --cores, a list: each a system")
+    p.add_argument("--transports", default="tcp",
+                   help="phubd --transport, a list (tcp, shm): each a system")
     p.add_argument("--io-threads", default="1",
                    help="the worker's PHUB_IO_THREADS, a list: each a system")
     p.add_argument("--rounds", type=int, default=2)
@@ -73,40 +77,43 @@ def main():
     packages = dict(x.split("=", 1) for x in a.package)
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="torch-gpu-", dir=a.out)
-    systems = [("nccl", None, 0, 0)] + [(b, n, int(c), int(t)) for n in packages
-                                        for c in a.ps_cores.split(",")
-                                        for t in a.io_threads.split(",")
-                                        for b in a.backends.split(",")]
+    systems = [("nccl", None, 0, "-", 0)] + [(b, n, int(c), tr, int(t)) for n in packages
+                                             for c in a.ps_cores.split(",")
+                                             for tr in a.transports.split(",")
+                                             for t in a.io_threads.split(",")
+                                             for b in a.backends.split(",")]
     rows, port = [], 29600
     for spec in a.models.split(","):
         model, batch = spec.split(":")
         ms = {s: [] for s in systems}
         for r in range(a.rounds):
             for s in (systems if r % 2 == 0 else systems[::-1]):
-                backend, name, cores, threads = s
-                d = os.path.join(work, f"{model}_{backend}_{name}_c{cores}_t{threads}_{r}")
+                backend, name, cores, transport, threads = s
+                d = os.path.join(work,
+                                 f"{model}_{backend}_{name}_c{cores}_{transport}_t{threads}_{r}")
                 os.makedirs(d)
                 port += 1
                 # The example imports phub.torch whatever the backend: NCCL's run gets any package.
                 package = packages.get(name) or next(iter(packages.values()), None)
                 try:
-                    ms[s].append(run(a, backend, package, cores, threads, model, int(batch), d,
-                                     port))
+                    ms[s].append(run(a, backend, package, cores, transport, threads, model,
+                                     int(batch), d, port))
                 except (BenchError, OSError, ValueError, KeyError) as e:
-                    print(f"{model} {backend} {name}: FAILED: {e}", flush=True)
+                    print(f"{model} {backend} {name} {transport}: FAILED: {e}", flush=True)
         ref = statistics.median(ms[systems[0]]) if ms[systems[0]] else None
         for s in systems:
-            backend, name, cores, threads = s
+            backend, name, cores, transport, threads = s
             m = statistics.median(ms[s]) if ms[s] else None
             row = {"model": model, "batch": batch, "system": backend, "package": name or "-",
-                   "ps_cores": str(cores or "-"), "io_threads": str(threads or "-"),
+                   "ps_cores": str(cores or "-"), "transport": transport,
+                   "io_threads": str(threads or "-"),
                    "ms": f"{m:.2f}" if m else "-",
                    "over_nccl": f"{m / ref:.2f}" if m and ref else "-",
                    "rounds": " / ".join(f"{x:.1f}" for x in ms[s])}
             rows.append(row)
             print("\t".join(row.values()), flush=True)
-    keys = ["model", "batch", "system", "package", "ps_cores", "io_threads", "ms", "over_nccl",
-            "rounds"]
+    keys = ["model", "batch", "system", "package", "ps_cores", "transport", "io_threads", "ms",
+            "over_nccl", "rounds"]
     write_tsv(os.path.join(a.out, "torch_gpu.tsv"), rows, keys)
     table = "\n".join(md_table(keys, [[r[k] for k in keys] for r in rows]))
     with open(os.path.join(a.out, "torch_gpu.md"), "w") as f:

@@ -402,6 +402,12 @@ std::vector<TrainingCase> Cases() {
   all.push_back(With(OnWire(ps[1], "bf16", true), "ps-colocated"));
   all.push_back(With(OnWire(ps[1], "bf16", true), "ps", "verbs"));
   all.push_back(With(OnWire(ps[6], "fp16", false), "ps", "verbs"));
+  // Shared memory (every process on this host): several workers and cores, chunks that fill
+  // the rings many times over (512 KiB chunks of a 1.2 MB tensor), the compact wire, the ring.
+  all.push_back(With(ps[3], "ps", "shm"));
+  all.push_back(With(ps[5], "ps", "shm"));
+  all.push_back(With(OnWire(ps[1], "bf16", true), "ps", "shm"));
+  all.push_back(With(ps[4], "ring", "shm"));
   for (const TrainingCase& c : ps) {
     if (c.init_from_file) continue;  // phubd's file only exists with a PS
     if (c.workers > 1) all.push_back(With(c, "ps-colocated"));

@@ -137,7 +137,7 @@ TEST_P(DyingWorkerTest, StallsTheJobButNotTheDaemon) {
   EXPECT_TRUE(phubd.process.Running());
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, DyingWorkerTest, ::testing::Values("tcp", "verbs"),
+INSTANTIATE_TEST_SUITE_P(Transports, DyingWorkerTest, ::testing::Values("tcp", "verbs", "shm"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

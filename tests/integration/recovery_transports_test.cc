@@ -1,6 +1,6 @@
 // Recovery on each transport: one job of real processes in which workers are SIGKILLed and
 // rejoin, and phubd is SIGKILLed and resumes from its checkpoint, before and after each other,
-// ends BITWISE where an uninterrupted run does. On TCP everywhere; on verbs where there is an
+// ends BITWISE where an uninterrupted run does. On TCP and shm everywhere; on verbs where there is an
 // RDMA device (tests/verbs/run_verbs_tests.sh runs it in the soft-RoCE guest). On verbs a
 // rejoiner's pushes land in zones phubd publishes from the iteration after its resume point,
 // and its weights arrive in zones from the iteration phubd resumes it at: this is where that
@@ -86,7 +86,7 @@ TEST_P(RecoveryOnTransport, WorkersRejoinAndPhubdResumesBitwise) {
   EXPECT_EQ(CountOf(log, "stalled"), 0u) << log;
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RecoveryOnTransport, ::testing::Values("tcp", "verbs"),
+INSTANTIATE_TEST_SUITE_P(Transports, RecoveryOnTransport, ::testing::Values("tcp", "verbs", "shm"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

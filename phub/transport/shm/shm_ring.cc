@@ -45,14 +45,14 @@ RingMemory RingIn(std::span<std::byte> mapping, std::size_t ring_bytes, int ring
 
 StatusOr<std::size_t> RingWriter::Free() const {
   const std::uint64_t tail = Load(memory_.tail);
-  const std::uint64_t used = head_ - tail;  // wraps to a huge number if tail > head_
-  if (used > memory_.bytes.size()) {
+  // Positions start at 0 and would take decades to pass 2^64: no wrap to allow for.
+  if (tail > head_ || head_ - tail > memory_.bytes.size()) {
     return absl::DataLossError(absl::StrCat(
         "the peer's read position in the shared ring (", tail, ") is past what this side wrote (",
         head_, ") or more than the ring's ", memory_.bytes.size(),
         " bytes behind it: the peer corrupted the shared memory"));
   }
-  return memory_.bytes.size() - used;
+  return memory_.bytes.size() - (head_ - tail);
 }
 
 std::size_t RingWriter::Write(std::span<const std::byte> bytes, std::size_t free) {
@@ -76,14 +76,13 @@ bool RingWriter::Drained() const { return Load(memory_.tail) == head_; }
 
 StatusOr<std::size_t> RingReader::Available() const {
   const std::uint64_t head = Load(memory_.head);
-  const std::uint64_t available = head - tail_;  // wraps to a huge number if head < tail_
-  if (available > memory_.bytes.size()) {
+  if (head < tail_ || head - tail_ > memory_.bytes.size()) {
     return absl::DataLossError(absl::StrCat(
         "the peer's write position in the shared ring (", head, ") is behind what this side read (",
         tail_, ") or more than the ring's ", memory_.bytes.size(),
         " bytes ahead of it: the peer corrupted the shared memory"));
   }
-  return static_cast<std::size_t>(available);
+  return static_cast<std::size_t>(head - tail_);
 }
 
 std::size_t RingReader::Read(std::span<std::byte> out, std::size_t available) {
