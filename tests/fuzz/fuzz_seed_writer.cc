@@ -334,6 +334,32 @@ void RendezvousFrames(const fs::path& dir) {
   Write(dir, "empty_frame", whole + std::string(4, '\0'));
 }
 
+// shm_stream_fuzzer's ops (its header comment): an ATTACH and a PUSH written in pieces, a forged
+// position, a death in the middle of a payload, a Finish met by the peer's end.
+void ShmStreams(const fs::path& dir) {
+  auto header = [](const WireHeader& h) {
+    const auto bytes = transport::EncodeWireHeader(h);
+    return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  };
+  auto write = [](const std::string& bytes) {  // op 0 takes 4 * N bytes
+    std::string out;
+    for (std::size_t at = 0; at < bytes.size(); at += 4 * 255) {
+      const std::string piece = bytes.substr(at, 4 * 255);
+      const std::size_t n = (piece.size() + 3) / 4;
+      out += std::string(1, '\0') + std::string(1, static_cast<char>(n)) +
+             piece + std::string(4 * n - piece.size(), '\0');
+    }
+    return out;
+  };
+  const std::string attach = header({Op::kAttach, 1, 0, kSession, 0});
+  const std::string push = header({Op::kPush, 1, 3, 7, 16}) + std::string(16, '\x01');
+  Write(dir, "attach_push", write(attach + push));
+  Write(dir, "forged_head", write(attach) + std::string(1, '\1') + std::string(8, '\xff'));
+  Write(dir, "death_mid_payload", write(attach + push.substr(0, 40)) + std::string(1, '\5'));
+  Write(dir, "finish_then_end", write(attach) + std::string(1, '\4') + std::string(1, '\2'));
+  Write(dir, "forged_tail", std::string(1, '\4') + std::string(1, '\3') + std::string(8, '\x7f'));
+}
+
 }  // namespace
 }  // namespace phub::fuzz
 
@@ -349,5 +375,6 @@ int main(int argc, char** argv) {
   phub::fuzz::CheckpointFiles(root / "checkpoint_fuzzer");
   phub::fuzz::RendezvousFrames(root / "rendezvous_frame_fuzzer");
   phub::fuzz::MetricsTexts(root / "metrics_text_fuzzer");
+  phub::fuzz::ShmStreams(root / "shm_stream_fuzzer");
   return 0;
 }

@@ -15,7 +15,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then targets=(wire_header_fuzzer control_frame_fuzzer shard_fuzzer checkpoint_fuzzer metrics_text_fuzzer
-  rendezvous_frame_fuzzer topology_fuzzer); fi
+  rendezvous_frame_fuzzer topology_fuzzer shm_stream_fuzzer); fi
 build=${PHUB_FUZZ_BUILD_DIR:-build-fuzz}
 
 bash deploy/install-deps.sh --fuzz

@@ -133,7 +133,12 @@ void ShmConnection::Pump() {
   SetWaiting(true);
   StatusOr<std::size_t> available = reader_.Available();
   StatusOr<std::size_t> free = writer_.Free();
-  const bool more = !available.ok() || !free.ok() || (started_ && *available > 0) ||
+  // A position the peer forged is an end here, whether or not this side has anything to send:
+  // taken for "more to do" it had this side post itself for good (found by shm_stream_fuzzer).
+  for (const Status& s : {available.status(), free.status()}) {
+    if (!s.ok()) return Close(Status(s.code(), absl::StrCat("shm connection to ", peer_, ": ", s.message())));
+  }
+  const bool more = (started_ && *available > 0) ||
                     (started_ && reader_.PeerEnded() && !peer_gone_) ||
                     (!queue_.empty() && *free > 0);
   if (more) {

@@ -66,6 +66,18 @@ TEST_P(ShmPeerTest, AForgedWritePositionClosesWithDataLoss) {
   EXPECT_TRUE(MessageHas(why, "local:"));  // names the peer
 }
 
+// The read position of the ring this side sends on, forged while this side has nothing to
+// send: an end too. (It was once taken for "more to do": the loop re-posted itself for good,
+// a core spinning on one connection; shm_stream_fuzzer found it.)
+TEST_P(ShmPeerTest, AForgedReadPositionClosesEvenWithNothingToSend) {
+  ASSERT_NO_FATAL_FAILURE(RawDialer());
+  *RingIn(endpoint_->mapping(), endpoint_->ring_bytes(), 0).tail = 12345;  // nothing was sent
+  RingAcceptor();
+  const Status why = AcceptorsEnd();
+  EXPECT_EQ(why.code(), absl::StatusCode::kDataLoss) << why;
+  EXPECT_TRUE(MessageHas(why, "corrupted the shared memory"));
+}
+
 TEST_P(ShmPeerTest, AGarbageHeaderClosesWithInvalidArgument) {
   ASSERT_NO_FATAL_FAILURE(RawDialer());
   RingWriter writer(SendRing());
