@@ -115,6 +115,12 @@ StatusOr<Endpoint> OfferEndpoint(int socket_fd, std::size_t ring_bytes) {
   if (::ftruncate(memory.get(), static_cast<off_t>(bytes)) != 0) {
     return Errno(absl::StrCat("sizing the shm connection's memory to ", bytes, " bytes"));
   }
+  // The pages now, not at the first touch: shared memory that cannot be had at a fault is a
+  // SIGBUS; here it is an error for this one connection.
+  if (const int err = ::posix_fallocate(memory.get(), 0, static_cast<off_t>(bytes)); err != 0) {
+    errno = err;
+    return Errno(absl::StrCat("reserving ", bytes, " bytes of shared memory for a shm connection"));
+  }
   if (::fcntl(memory.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return Errno("sealing the shm connection's memory");
   }
