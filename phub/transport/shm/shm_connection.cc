@@ -303,21 +303,9 @@ void ShmConnection::Close(const Status& why) {
   boost::system::error_code ignored;
   bell_.close(ignored);
   socket_.close(ignored);  // the peer's liveness watch sees the end
-  std::deque<PendingSend> failed;
-  failed.swap(queue_);
-  Status send_error = why.ok() ? absl::CancelledError("connection closed locally") : why;
-  for (auto& pending : failed) {
-    if (pending.done) pending.done(send_error);
-  }
+  FailQueued(queue_, why);
   if (started_) handler_->OnClosed(*this, why);
-  if (finishing_) {
-    finishing_->limit.cancel();
-    if (FinishDone done = std::move(finishing_->done)) {
-      done(finishing_->how ? *finishing_->how
-                           : why.ok() ? absl::CancelledError("closed locally before the peer's end")
-                                      : why);
-    }
-  }
+  if (finishing_) finishing_->Closed(why);
 }
 
 void ShmConnection::Finish(std::chrono::milliseconds limit, FinishDone done) {
@@ -326,21 +314,10 @@ void ShmConnection::Finish(std::chrono::milliseconds limit, FinishDone done) {
     if (done) done(absl::OkStatus());
     return;
   }
-  if (finishing_) {  // a second Finish: its caller hears when the first one ends
-    finishing_->done = [first = std::move(finishing_->done), done = std::move(done)](
-                           const Status& how) {
-      if (first) first(how);
-      if (done) done(how);
-    };
-    return;
-  }
+  if (finishing_) return finishing_->Chain(std::move(done));  // hears when the first one ends
   finishing_ = std::make_unique<Finishing>(std::move(done), bell_.get_executor());
-  finishing_->limit.expires_after(limit);
-  finishing_->limit.async_wait([self = shared_from_this(), limit](const boost::system::error_code& ec) {
-    if (ec || self->closed_) return;
-    self->EndFinish(absl::DeadlineExceededError(absl::StrCat(
-        self->peer_, " did not close its side within ", limit.count(),
-        " ms of this side's end: closed anyway; what it had not received yet may be lost")));
+  finishing_->Arm(limit, peer_, [self = shared_from_this()](const Status& late) {
+    if (!self->closed_) self->EndFinish(late);
   });
   if (queue_.empty()) EndWriting();  // else SendSome does once the queue is in the ring
 }
@@ -356,7 +333,7 @@ void ShmConnection::EndWriting() {
 }
 
 void ShmConnection::EndFinish(const Status& how) {
-  finishing_->how = how;
+  finishing_->set_how(how);
   Close(absl::OkStatus());
 }
 

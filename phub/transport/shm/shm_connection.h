@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "phub/transport/connection.h"
+#include "phub/transport/finishing.h"
 #include "phub/transport/shm/shm_ring.h"
 #include "phub/transport/shm/shm_setup.h"
 
@@ -54,14 +55,6 @@ class ShmConnection final : public Connection,
     std::span<const std::byte> payload;
     SendDone done;
     std::size_t copied = 0;  // of header + payload
-  };
-  struct Finishing {
-    Finishing(FinishDone done, const boost::asio::any_io_executor& executor)
-        : done(std::move(done)), limit(executor) {}
-    FinishDone done;
-    boost::asio::steady_timer limit;
-    std::optional<Status> how;
-    bool writing_ended = false;
   };
 
   ShmConnection(boost::asio::io_context& context, Side side, Endpoint endpoint, UniqueFd socket,

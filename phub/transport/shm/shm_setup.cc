@@ -55,6 +55,22 @@ bool IsEventFd(int fd) {
   return n > 0 && std::string_view(target.data(), n) == "anon_inode:[eventfd]";
 }
 
+// The hello's bytes and room for its descriptors, as sendmsg and recvmsg take them. Not movable:
+// the message points into itself.
+struct HelloMessage {
+  explicit HelloMessage(std::span<std::byte> bytes) : data{bytes.data(), bytes.size()} {
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control.data();
+    message.msg_controllen = control.size();
+  }
+  HelloMessage(const HelloMessage&) = delete;
+  HelloMessage& operator=(const HelloMessage&) = delete;
+  iovec data;
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * kDescriptors)> control{};
+  msghdr message{};
+};
+
 sockaddr_un AddressOf(std::uint16_t port, socklen_t& length) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -137,13 +153,8 @@ StatusOr<Endpoint> OfferEndpoint(int socket_fd, std::size_t ring_bytes) {
   put(0, 4, kShmMagic);
   put(4, 2, kShmVersion);
   put(8, 8, ring_bytes);
-  iovec data{hello.data(), hello.size()};
-  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * kDescriptors)> control{};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control.data();
-  message.msg_controllen = control.size();
+  HelloMessage out(hello);
+  msghdr& message = out.message;
   cmsghdr* rights = CMSG_FIRSTHDR(&message);
   rights->cmsg_level = SOL_SOCKET;
   rights->cmsg_type = SCM_RIGHTS;
@@ -165,14 +176,9 @@ StatusOr<Endpoint> TakeEndpoint(int socket_fd, std::chrono::steady_clock::time_p
     return absl::DeadlineExceededError(
         absl::StrCat(listener, " accepted but sent no shm hello in time: is it phub's?"));
   }
-  std::array<std::byte, kHelloBytes + 1> hello{};
-  iovec data{hello.data(), hello.size()};
-  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * kDescriptors)> control{};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control.data();
-  message.msg_controllen = control.size();
+  std::array<std::byte, kHelloBytes + 1> hello{};  // one more: a longer hello shows as such
+  HelloMessage in(hello);
+  msghdr& message = in.message;
   const ssize_t got = ::recvmsg(socket_fd, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (got < 0) return Errno(absl::StrCat("receiving the shm hello from ", listener));
   // Every descriptor that came is owned (closed on any failure below) before anything is checked.

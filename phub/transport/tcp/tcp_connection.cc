@@ -177,22 +177,9 @@ void TcpConnection::Close(const Status& why) {
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
-  std::deque<PendingSend> failed;
-  failed.swap(queue_);
-  Status send_error = why.ok() ? absl::CancelledError("connection closed locally") : why;
-  for (auto& pending : failed) {
-    if (pending.done) pending.done(send_error);
-  }
+  FailQueued(queue_, why);
   if (started_) handler_->OnClosed(*this, why);  // callbacks only ever follow Start()
-  if (finishing_) {
-    finishing_->limit.cancel();
-    if (FinishDone done = std::move(finishing_->done)) {
-      // Closed by anything but the Finish's own end (an error, a local Close): not a clean one.
-      done(finishing_->how ? *finishing_->how
-                           : why.ok() ? absl::CancelledError("closed locally before the peer's end")
-                                      : why);
-    }
-  }
+  if (finishing_) finishing_->Closed(why);
 }
 
 void TcpConnection::Finish(std::chrono::milliseconds limit, FinishDone done) {
@@ -201,21 +188,10 @@ void TcpConnection::Finish(std::chrono::milliseconds limit, FinishDone done) {
     if (done) done(absl::OkStatus());
     return;
   }
-  if (finishing_) {  // a second Finish: its caller hears when the first one ends
-    finishing_->done = [first = std::move(finishing_->done), done = std::move(done)](
-                           const Status& how) {
-      if (first) first(how);
-      if (done) done(how);
-    };
-    return;
-  }
+  if (finishing_) return finishing_->Chain(std::move(done));  // hears when the first one ends
   finishing_ = std::make_unique<Finishing>(std::move(done), socket_.get_executor());
-  finishing_->limit.expires_after(limit);
-  finishing_->limit.async_wait([self = shared_from_this(), limit](const boost::system::error_code& ec) {
-    if (ec || self->closed_) return;
-    self->EndFinish(absl::DeadlineExceededError(absl::StrCat(
-        self->peer_, " did not close its side within ", limit.count(),
-        " ms of this side's end: closed anyway; what it had not received yet may be lost")));
+  finishing_->Arm(limit, peer_, [self = shared_from_this()](const Status& late) {
+    if (!self->closed_) self->EndFinish(late);
   });
   if (!writing_) EndWriting();  // else OnWritten calls it once the queue is out
 }
@@ -225,7 +201,7 @@ void TcpConnection::EndWriting() {
   boost::system::error_code ignored;
   // The end of the stream goes behind every byte the kernel holds for the peer.
   socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
-  finishing_->drain = std::make_unique<std::byte[]>(kDrainBytes);
+  drain_ = std::make_unique<std::byte[]>(kDrainBytes);
   // A read in progress may be into one of the handler's slots: cancelled, it ends soon, and its
   // handler starts the drain. Never two reads at once: with a second one queued, the read that
   // took the peer's end left the other waiting for good (Asio's edge-triggered epoll gives the
@@ -242,7 +218,7 @@ void TcpConnection::EndWriting() {
 void TcpConnection::Drain() {
   reading_ = true;
   socket_.async_read_some(
-      asio::buffer(finishing_->drain.get(), kDrainBytes),
+      asio::buffer(drain_.get(), kDrainBytes),
       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
         self->reading_ = false;
         if (self->closed_) return;
@@ -259,7 +235,7 @@ void TcpConnection::Drain() {
 }
 
 void TcpConnection::EndFinish(const Status& how) {
-  finishing_->how = how;
+  finishing_->set_how(how);
   Close(absl::OkStatus());
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "phub/transport/connection.h"
+#include "phub/transport/finishing.h"
 
 namespace phub::transport::tcp {
 
@@ -57,17 +58,6 @@ class TcpConnection final : public Connection,
   // Closes a Finish, telling its caller `how` it ended.
   void EndFinish(const Status& how);
 
-  // A Finish under way: its limit, its caller, and the buffer the peer's last bytes are
-  // dropped into (not the handler's slots: its caller may free them once it is done).
-  struct Finishing {
-    Finishing(FinishDone done, const boost::asio::any_io_executor& executor)
-        : done(std::move(done)), limit(executor) {}
-    FinishDone done;
-    boost::asio::steady_timer limit;
-    std::optional<Status> how;  // set by the Finish's own end
-    std::unique_ptr<std::byte[]> drain;
-    bool writing_ended = false;
-  };
 
   boost::asio::ip::tcp::socket socket_;
   ConnectionHandler* handler_;
@@ -79,7 +69,10 @@ class TcpConnection final : public Connection,
   bool reading_ = false;  // a read is outstanding (at most one ever is)
   bool started_ = false;
   bool closed_ = false;
-  std::unique_ptr<Finishing> finishing_;
+  std::unique_ptr<Finishing> finishing_;  // a Finish under way
+  // What a Finish reads the peer's last bytes into (not the handler's slots: its caller may
+  // free them once it is done).
+  std::unique_ptr<std::byte[]> drain_;
   std::uint64_t bytes_sent_ = 0;
   std::uint64_t bytes_received_ = 0;
 };
