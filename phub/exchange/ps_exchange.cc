@@ -75,13 +75,18 @@ StatusOr<std::unique_ptr<PsExchange>> PsExchange::Connect(const PsExchangeOption
     exchange->clients_.push_back(*std::move(client));
   }
   // Several servers resume a worker together only at the same iteration (each holds a share
-  // of every step): one that resumed elsewhere means the job cannot go on consistently.
-  for (const auto& client : exchange->clients_) {
-    if (client->resume_iteration() != exchange->clients_[0]->resume_iteration()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the servers resume this worker at different iterations (",
-          exchange->clients_[0]->resume_iteration(), " and ", client->resume_iteration(),
-          "): restart the job from the same checkpoint on every server"));
+  // of every step): one that resumed elsewhere means the job cannot go on consistently. With
+  // one server there is nothing to compare, and nothing may be read twice: an elastic joiner
+  // (one server only) learns its iteration from a Membership that may land between two reads;
+  // comparing the one client with itself once failed a joiner with "(14 and 14)".
+  if (exchange->clients_.size() > 1) {
+    const std::uint64_t first = exchange->clients_[0]->resume_iteration();
+    for (const auto& client : exchange->clients_) {
+      if (const std::uint64_t here = client->resume_iteration(); here != first) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the servers resume this worker at different iterations (", first, " and ", here,
+            "): restart the job from the same checkpoint on every server"));
+      }
     }
   }
   if (num_servers > 1) {
