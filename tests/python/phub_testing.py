@@ -57,6 +57,17 @@ class Phubd:
         self.process.send_signal(sig)
         if sig == signal.SIGKILL:
             self.process.wait()
+        if sig == signal.SIGSTOP:
+            # kill(2) returns before the threads stop: on a loaded machine a core thread that is
+            # running still answered a push sent right after (a test then saw no silence). Back
+            # only once every thread is stopped.
+            tasks = f"/proc/{self.process.pid}/task"
+            deadline = time.monotonic() + 10
+            while not all(_read(f"{tasks}/{t}/stat").rsplit(")", 1)[-1].split()[:1] == ["T"]
+                          for t in os.listdir(tasks)):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("phubd did not stop within 10 s of SIGSTOP")
+                time.sleep(0.005)
 
     def __enter__(self):
         return self
