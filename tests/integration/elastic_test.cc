@@ -147,8 +147,9 @@ void Connect(InProcessWorker& w, const client::PsClientOptions& options, std::ui
 
 // 2 -> 4 -> 3 -> 2 workers over 80 iterations (more if a joiner is late): ranks 0 and 1 start
 // the job (min 2, max 4); ranks 2 and 3 join once it runs; rank 3 asks to leave (a scheduler's
-// SIGTERM), rank 2 says Goodbye after an iteration. Ranks 0 and 1 never wait for any of it beyond a change, and end
-// with the reference's weights; every member of an iteration was told the same members.
+// SIGTERM), rank 2 says Goodbye after an iteration. Ranks 0 and 1 never wait for any of it
+// beyond a change, and end with the reference's weights; every member of an iteration was told
+// the same members.
 TEST_P(ElasticOnTransport, JoinsAndLeavesMatchAFloat64ReferenceOverEachIterationsMembers) {
   TempDir dir;
   RunningPhubd phubd = StartPhubd(dir, Flags());
