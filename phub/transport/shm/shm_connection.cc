@@ -136,7 +136,7 @@ void ShmConnection::Pump() {
   // A position the peer forged is an end here, whether or not this side has anything to send:
   // taken for "more to do" it had this side post itself for good (found by shm_stream_fuzzer).
   for (const Status& s : {available.status(), free.status()}) {
-    if (!s.ok()) return Close(Status(s.code(), absl::StrCat("shm connection to ", peer_, ": ", s.message())));
+    if (!s.ok()) return CloseCorrupt(s);
   }
   const bool more = (started_ && *available > 0) ||
                     (started_ && reader_.PeerEnded() && !peer_gone_) ||
@@ -155,8 +155,7 @@ bool ShmConnection::ReceiveSome(std::size_t& budget) {
     const bool ended = reader_.PeerEnded();
     StatusOr<std::size_t> available = reader_.Available();
     if (!available.ok()) {
-      Close(Status(available.status().code(), absl::StrCat("shm connection to ", peer_, ": ",
-                                                           available.status().message())));
+      CloseCorrupt(available.status());
       return false;
     }
     if (*available == 0) {
@@ -233,8 +232,7 @@ bool ShmConnection::SendSome(std::size_t& budget) {
   while (!queue_.empty() && budget > 0) {
     StatusOr<std::size_t> free = writer_.Free();
     if (!free.ok()) {
-      Close(Status(free.status().code(),
-                   absl::StrCat("shm connection to ", peer_, ": ", free.status().message())));
+      CloseCorrupt(free.status());
       return false;
     }
     if (*free == 0) return true;  // the peer's bell brings us back once it took some
@@ -295,6 +293,10 @@ void ShmConnection::OnPeerGone(const std::string& how) {
   }
   Close(absl::UnavailableError(absl::StrCat("peer ", peer_, " closed the connection (", how,
                                             in_payload_ ? ", in the middle of a payload)" : ")")));
+}
+
+void ShmConnection::CloseCorrupt(const Status& ring) {
+  Close(Status(ring.code(), absl::StrCat("shm connection to ", peer_, ": ", ring.message())));
 }
 
 void ShmConnection::Close(const Status& why) {

@@ -77,6 +77,8 @@ class ShmConnection final : public Connection,
   bool Draining() const { return finishing_ && finishing_->writing_ended; }
   void EndWriting();
   void EndFinish(const Status& how);
+  // A ring position the peer made impossible (shm_ring.h): closes, naming the peer.
+  void CloseCorrupt(const Status& ring);
 
   Side side_;
   Endpoint endpoint_;
