@@ -2,6 +2,7 @@
 launches them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT, PHUB_ADDRESS in the
 environment). PHUBD names the daemon (ctest sets it; default build/phub/server/phubd)."""
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,6 +16,23 @@ PHUBD = os.environ.get("PHUBD", os.path.join(REPO, "build", "phub", "server", "p
 
 
 def free_port() -> int:
+    """A port on 127.0.0.1 free a moment ago, picked at random below the kernel's ephemeral range
+    (as tests/support/free_port.h does, and why): a port the kernel just handed out may be taken
+    again by any outgoing connection of a test running beside this one."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(100 if low > 2048 else 0):
+        port = random.randrange(max(1024, low - 16384), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
