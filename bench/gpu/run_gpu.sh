@@ -94,7 +94,8 @@ phase_exchange() {
 # ServerOptimizer(overlap_forward=True)) against DDP + NCCL at N = 1, ResNet-18 and
 # ResNet-50, phubd with 8 cores on TCP and on shared memory (--transport shm), the worker with
 # 1 and 4 I/O threads (bench/gpu/torch_gpu.py; PHUB_TORCH_PS_CORES, PHUB_TORCH_TRANSPORTS,
-# PHUB_TORCH_IO_THREADS, PHUB_TORCH_BACKENDS); needs the Python 3.12
+# PHUB_TORCH_IO_THREADS, PHUB_TORCH_BACKENDS; PHUB_TORCH_WIRES=fp32,bf16 adds the compact wire,
+# doubling the PS's runs); needs the Python 3.12
 # package of bench/gpu/build_py312_module.sh in the bundle.
 phase_torch() {
   local pkgs=()
@@ -103,6 +104,7 @@ phase_torch() {
   step torch-gpu "$py" bench/gpu/torch_gpu.py --phubd $B/phub/server/phubd "${pkgs[@]}" \
     --rounds "${PHUB_TORCH_ROUNDS:-2}" --ps-cores "${PHUB_TORCH_PS_CORES:-8}" \
     --transports "${PHUB_TORCH_TRANSPORTS:-tcp,shm}" --io-threads "${PHUB_TORCH_IO_THREADS:-1,4}" \
+    --wires "${PHUB_TORCH_WIRES:-fp32}" \
     --backends "${PHUB_TORCH_BACKENDS:-phub,phub-optimizer-overlap}" \
     --out "$out/logs/torch-gpu"
   cat "$out/logs/torch-gpu/torch_gpu.md" 2>/dev/null

@@ -4,7 +4,8 @@
 examples/torch_ddp_phub.py on GPU 0, synthetic data: DDP with NCCL (the reference), then DDP
 with each of --backends through a phubd on loopback with each of --ps-cores, each of
 --transports (phubd's data plane: tcp, or shm, shared memory with the worker on its host) and
-each of --io-threads (the worker's PHUB_IO_THREADS: threads serving its connections): PHub's comm hook
+each of --io-threads (the worker's PHUB_IO_THREADS: threads serving its connections) and each
+of --wires (PHUB_WIRE: fp32, or bf16 for half the bytes, rounded): PHub's comm hook
 (phub, summation mode), ServerOptimizer (phub-optimizer) and ServerOptimizer installing each
 module's weights in the next forward (phub-optimizer-overlap), for every package directory
 given (--package NAME=DIR: a `phub` package on PYTHONPATH; several compare phub.torch versions
@@ -31,10 +32,10 @@ from benchlib.tables import md_table, write_tsv  # noqa: E402
 EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
 
 
-def run(a, backend, package, cores, transport, io_threads, model, batch, d, port):
+def run(a, backend, package, cores, transport, io_threads, wire, model, batch, d, port):
     env = {"PYTHONPATH": package or "", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           "PHUB_IO_THREADS": str(io_threads or 1)}
+           "PHUB_IO_THREADS": str(io_threads or 1), "PHUB_WIRE": wire if wire != "-" else "fp32"}
     procs = []
     if backend.startswith("phub"):
         pf, log = os.path.join(d, "port"), os.path.join(d, "phubd.log")
@@ -68,6 +69,8 @@ def main():
                    help="phubd --transport, a list (tcp, shm): each a system")
     p.add_argument("--io-threads", default="1",
                    help="the worker's PHUB_IO_THREADS, a list: each a system")
+    p.add_argument("--wires", default="fp32",
+                   help="the worker's PHUB_WIRE (fp32, bf16, fp16), a list: each a system")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
@@ -77,42 +80,45 @@ def main():
     packages = dict(x.split("=", 1) for x in a.package)
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="torch-gpu-", dir=a.out)
-    systems = [("nccl", None, 0, "-", 0)] + [(b, n, int(c), tr, int(t)) for n in packages
-                                             for c in a.ps_cores.split(",")
-                                             for tr in a.transports.split(",")
-                                             for t in a.io_threads.split(",")
-                                             for b in a.backends.split(",")]
+    systems = [("nccl", None, 0, "-", 0, "-")] + [(b, n, int(c), tr, int(t), w)
+                                                  for n in packages
+                                                  for c in a.ps_cores.split(",")
+                                                  for tr in a.transports.split(",")
+                                                  for t in a.io_threads.split(",")
+                                                  for w in a.wires.split(",")
+                                                  for b in a.backends.split(",")]
     rows, port = [], 29600
     for spec in a.models.split(","):
         model, batch = spec.split(":")
         ms = {s: [] for s in systems}
         for r in range(a.rounds):
             for s in (systems if r % 2 == 0 else systems[::-1]):
-                backend, name, cores, transport, threads = s
-                d = os.path.join(work,
-                                 f"{model}_{backend}_{name}_c{cores}_{transport}_t{threads}_{r}")
+                backend, name, cores, transport, threads, wire = s
+                d = os.path.join(work, f"{model}_{backend}_{name}_c{cores}_{transport}"
+                                       f"_t{threads}_{wire}_{r}")
                 os.makedirs(d)
                 port += 1
                 # The example imports phub.torch whatever the backend: NCCL's run gets any package.
                 package = packages.get(name) or next(iter(packages.values()), None)
                 try:
-                    ms[s].append(run(a, backend, package, cores, transport, threads, model,
-                                     int(batch), d, port))
+                    ms[s].append(run(a, backend, package, cores, transport, threads, wire,
+                                     model, int(batch), d, port))
                 except (BenchError, OSError, ValueError, KeyError) as e:
                     print(f"{model} {backend} {name} {transport}: FAILED: {e}", flush=True)
         ref = statistics.median(ms[systems[0]]) if ms[systems[0]] else None
         for s in systems:
-            backend, name, cores, transport, threads = s
+            backend, name, cores, transport, threads, wire = s
             m = statistics.median(ms[s]) if ms[s] else None
             row = {"model": model, "batch": batch, "system": backend, "package": name or "-",
                    "ps_cores": str(cores or "-"), "transport": transport,
-                   "io_threads": str(threads or "-"),
+                   "io_threads": str(threads or "-"), "wire": wire,
                    "ms": f"{m:.2f}" if m else "-",
                    "over_nccl": f"{m / ref:.2f}" if m and ref else "-",
                    "rounds": " / ".join(f"{x:.1f}" for x in ms[s])}
             rows.append(row)
             print("\t".join(row.values()), flush=True)
-    keys = ["model", "batch", "system", "package", "ps_cores", "transport", "io_threads", "ms",
+    keys = ["model", "batch", "system", "package", "ps_cores", "transport", "io_threads", "wire",
+            "ms",
             "over_nccl", "rounds"]
     write_tsv(os.path.join(a.out, "torch_gpu.tsv"), rows, keys)
     table = "\n".join(md_table(keys, [[r[k] for k in keys] for r in rows]))

@@ -37,7 +37,8 @@ class DeviceClient {
                const std::vector<std::uintptr_t>& grads, const std::vector<std::uintptr_t>& weights,
                int device, const std::string& token, const std::optional<py::dict>& optimizer,
                int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
-               bool per_iteration_values, int io_threads)
+               bool per_iteration_values, int io_threads, const std::string& wire,
+               bool wire_weights)
       : rank_(rank) {
     if (grads.size() != tensors.size() || weights.size() != tensors.size()) {
       throw py::value_error(absl::StrCat("grads and weights: ", grads.size(), " and ",
@@ -51,6 +52,7 @@ class DeviceClient {
     options.client.rdma.device = rdma_device;
     if (io_threads < 1) throw py::value_error(absl::StrCat("io_threads ", io_threads, ": at least 1"));
     options.client.io_threads = io_threads;
+    options.client.wire = ParseWire(wire, wire_weights);
     if (optimizer) {
       auto config = ParseOptimizer(*optimizer);
       if (!config.ok()) throw py::value_error(std::string(config.status().message()));
@@ -159,12 +161,13 @@ the answer in weights[t].)doc")
                     const std::vector<std::pair<std::string, std::uint64_t>>&,
                     const std::vector<std::uintptr_t>&, const std::vector<std::uintptr_t>&, int,
                     const std::string&, const std::optional<py::dict>&, int, const std::string&,
-                    const std::string&, bool, int>(),
+                    const std::string&, bool, int, const std::string&, bool>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("grads"), py::arg("weights"), py::arg("device"),
            py::arg("token") = "", py::arg("optimizer") = py::none(),
            py::arg("connect_timeout_ms") = 30000, py::arg("rdma_device") = "", py::arg("job") = "",
-           py::arg("per_iteration_values") = false, py::arg("io_threads") = 1)
+           py::arg("per_iteration_values") = false, py::arg("io_threads") = 1,
+           py::arg("wire") = "fp32", py::arg("wire_weights") = true)
       .def("step_with", &DeviceClient::StepWith, py::arg("values"),
            "As PsClient.step_with: the next iteration's values, before its first push.")
       .def("init", &DeviceClient::Init, py::arg("stream"),

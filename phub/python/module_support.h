@@ -1,5 +1,5 @@
 // What the pieces of phub._phub share: the PhubError every failure raises, running a blocking
-// call without the GIL, and the optimizer spec dict. Included by phub_module.cc and
+// call without the GIL, the optimizer spec dict and the wire format. Included by phub_module.cc and
 // device_client.cc only.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "phub/common/status.h"
 #include "phub/kernels/aggregate_and_step.h"
+#include "phub/kernels/wire_options.h"
 
 namespace phub::python {
 
@@ -108,6 +109,18 @@ inline py::dict StepValuesDict(const kernels::StepValues& v) {
   d["beta2"] = v.beta2;
   d["eps"] = v.eps;
   return d;
+}
+
+// The compact wire from the Python API's `wire` ("fp32", "bf16", "fp16") and `wire_weights`
+// (the weights come back in it too, as phub-worker's --wire-weights wire); ValueError naming the
+// accepted formats otherwise.
+inline kernels::WireOptions ParseWire(const std::string& wire, bool wire_weights) {
+  auto format = kernels::ParseWireFormat(wire);
+  if (!format.ok()) throw py::value_error(absl::StrCat("wire: ", format.status().message()));
+  kernels::WireOptions options;
+  options.format = *format;
+  options.weights = wire_weights;
+  return options;
 }
 
 // device_client.cc: phub._phub.DeviceClient (the staging pipeline for CUDA tensors).

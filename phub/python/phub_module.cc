@@ -72,7 +72,8 @@ class Client {
          const py::list& weights, const std::string& token, const std::optional<py::dict>& optimizer,
          int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
          bool per_iteration_values, std::uint32_t min_workers, std::uint32_t start_workers,
-         const std::string& lr_scaling, int io_threads) {
+         const std::string& lr_scaling, int io_threads, const std::string& wire,
+         bool wire_weights) {
     if (static_cast<std::size_t>(py::len(weights)) != tensors.size()) {
       throw py::value_error(absl::StrCat("weights: ", py::len(weights), " buffers for ",
                                          tensors.size(), " tensors; give one per tensor"));
@@ -86,6 +87,7 @@ class Client {
     options.rdma.device = rdma_device;
     if (io_threads < 1) throw py::value_error(absl::StrCat("io_threads ", io_threads, ": at least 1"));
     options.io_threads = io_threads;
+    options.wire = ParseWire(wire, wire_weights);
     if (optimizer) {
       auto config = ParseOptimizer(*optimizer);
       if (!config.ok()) throw py::value_error(std::string(config.status().message()));
@@ -297,14 +299,14 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
                     const std::vector<std::pair<std::string, std::uint64_t>>&, const py::list&,
                     const std::string&, const std::optional<py::dict>&, int,
                     const std::string&, const std::string&, bool, std::uint32_t,
-                    std::uint32_t, const std::string&, int>(),
+                    std::uint32_t, const std::string&, int, const std::string&, bool>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("weights"), py::arg("token") = "",
            py::arg("optimizer") = py::none(), py::arg("connect_timeout_ms") = 30000,
            py::arg("rdma_device") = "", py::arg("job") = "",
            py::arg("per_iteration_values") = false, py::arg("min_workers") = 0,
            py::arg("start_workers") = 0, py::arg("lr_scaling") = "none",
-           py::arg("io_threads") = 1,
+           py::arg("io_threads") = 1, py::arg("wire") = "fp32", py::arg("wire_weights") = true,
            "tensors: [(name, elements)], the same on every rank. optimizer: None (phubd's "
            "flags) or a dict {kind: sgd|momentum|nesterov|adam|average, lr, momentum, "
            "weight_decay, beta1, beta2, eps}. job: the job's name on a shared phubd (\"\": "
@@ -315,7 +317,8 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
            "lr_scaling: linear or sqrt: the lr is the rate at start_workers members and "
            "phubd scales it with each iteration's member count; none: it does not. "
            "io_threads: threads serving the connections to phubd's cores on TCP "
-           "(PsClientOptions::io_threads).")
+           "(PsClientOptions::io_threads). wire: fp32, or bf16/fp16 to halve the bytes "
+           "(the same on every rank); wire_weights: the weights come back in it too.")
       .def("init", &Client::Init,
            "Rank 0's weights become everyone's (unless phubd has them); blocks until they land.")
       .def("push", &Client::Push, py::arg("tensor"), py::arg("grads"),

@@ -59,30 +59,36 @@ def run_ranks(world_size, address, body):
     return results
 
 
-class SummationTest(unittest.TestCase):
-    # Rank r serves its connections to phubd's 2 cores on 1 + r % 2 threads (io_threads).
-    def test_average_equals_float64_mean(self):
-        n, steps = 3, 3
-        rng = np.random.default_rng(7)
-        grads = [[[rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
-                  for _ in range(n)] for _ in range(steps)]
-        with Phubd(n) as phubd:
-            def rank_body(rank):
-                weights = [np.zeros(e, np.float32) for _, e in SIZES]
-                got = []
-                with phub.connect(SIZES, weights, address=phubd.address, rank=rank,
-                                  world_size=n, optimizer={"kind": "average"},
-                                  io_threads=1 + rank % 2) as client:
-                    client.init()
-                    for step in range(steps):
-                        for t in range(len(SIZES)):
-                            client.push(t, grads[step][rank][t])
-                        for t in range(len(SIZES)):
-                            client.wait(t)
-                        got.append([w.copy() for w in weights])
-                return got
+def averages(n, steps, seed, connect_args):
+    """Random gradients of `steps` steps for n ranks, averaged through a fresh phubd in
+    summation mode, rank r connecting with connect_args(r): (gradients, each rank's weights
+    after each step). Tensors are pushed all, then waited for one by one."""
+    rng = np.random.default_rng(seed)
+    grads = [[[rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
+              for _ in range(n)] for _ in range(steps)]
+    with Phubd(n) as phubd:
+        def rank_body(rank):
+            weights = [np.zeros(e, np.float32) for _, e in SIZES]
+            got = []
+            with phub.connect(SIZES, weights, address=phubd.address, rank=rank, world_size=n,
+                              optimizer={"kind": "average"}, **connect_args(rank)) as client:
+                client.init()
+                for step in range(steps):
+                    for t in range(len(SIZES)):
+                        client.push(t, grads[step][rank][t])
+                    for t in range(len(SIZES)):
+                        client.wait(t)
+                    got.append([w.copy() for w in weights])
+            return got
 
-            results = run_ranks(n, phubd.address, rank_body)
+        return grads, run_ranks(n, phubd.address, rank_body)
+
+
+class SummationTest(unittest.TestCase):
+    def test_average_equals_float64_mean(self):
+        # Rank r serves its connections to phubd's 2 cores on 1 + r % 2 threads (io_threads).
+        n, steps = 3, 3
+        grads, results = averages(n, steps, 7, lambda rank: {"io_threads": 1 + rank % 2})
         for step in range(steps):
             for t in range(len(SIZES)):
                 reference = np.mean([grads[step][r][t].astype(np.float64) for r in range(n)],
@@ -90,6 +96,36 @@ class SummationTest(unittest.TestCase):
                 for rank in range(n):
                     np.testing.assert_allclose(results[rank][step][t], reference, rtol=1e-6,
                                                atol=1e-7, err_msg=f"step {step} tensor {t}")
+
+    def test_a_compact_wire_stays_within_its_rounding_of_the_float64_mean(self):
+        # bf16 both ways (pushes with error feedback, the mean back as rounded changes), rank 0
+        # by argument, rank 1 by PHUB_WIRE: within bf16's rounding of the float64 mean, and off
+        # the float32 mean by more than float32 could be (the bytes really went as bf16).
+        n, steps = 2, 3
+        with environment(PHUB_WIRE="bf16"):
+            grads, results = averages(n, steps, 9,
+                                      lambda rank: {"wire": "bf16"} if rank == 0 else {})
+
+        def size_at(step, t):  # per element: the pushes' largest and the mean's magnitude
+            g = [grads[step][r][t].astype(np.float64) for r in range(n)]
+            return np.max(np.abs(g), axis=0) + np.abs(np.mean(g, axis=0))
+
+        for step in range(steps):
+            for t in range(len(SIZES)):
+                reference = np.mean([grads[step][r][t].astype(np.float64) for r in range(n)],
+                                    axis=0)
+                # Per element, within bf16's half-ulp (2^-9) of: this step's pushes, the step
+                # before's (its rounding residual is fed into this push), and the change sent
+                # back (this mean less the last).
+                scale = size_at(step, t) + (size_at(step - 1, t) if step else 0) + 1e-30
+                for rank in range(n):
+                    error = np.abs(results[rank][step][t] - reference)
+                    self.assertTrue(np.all(error <= 2.0 ** -7 * scale),
+                                    f"step {step} tensor {t}: off by {np.max(error / scale)} "
+                                    "of the values' size, past bf16's rounding")
+                    if reference.size > 100:
+                        self.assertGreater(np.max(error / scale), 2.0 ** -20,
+                                           "exact to float32: the wire was not bf16")
 
     def test_server_momentum_equals_float64_reference(self):
         n, lr, mu = 2, 0.1, 0.9
@@ -328,6 +364,33 @@ class ErrorTest(unittest.TestCase):
         with environment(PHUB_IO_THREADS="four"), self.assertRaises(ValueError) as raised:
             phub.connect(SIZES, weights, address="127.0.0.1:1", rank=0, world_size=1)
         self.assertIn("PHUB_IO_THREADS='four'", str(raised.exception))
+
+    def test_a_wire_phubd_does_not_know_or_a_mix_of_wires_is_refused(self):
+        weights = [np.zeros(e, np.float32) for _, e in SIZES]
+        with self.assertRaises(ValueError) as raised:
+            phub.connect(SIZES, weights, address="127.0.0.1:1", rank=0, world_size=1,
+                         wire="int8")
+        self.assertRegex(str(raised.exception), "wire: .*int8.*fp32.*bf16.*fp16")
+        with environment(PHUB_WIRE_WEIGHTS="bf16"), self.assertRaises(ValueError) as raised:
+            phub.connect(SIZES, weights, address="127.0.0.1:1", rank=0, world_size=1)
+        self.assertIn("PHUB_WIRE_WEIGHTS='bf16'", str(raised.exception))
+        # Rank 1 sends bf16 where rank 0 sent fp32: refused, naming both and the fix.
+        with Phubd(2, "--form-timeout-ms", "2000") as phubd:
+            def body(rank):
+                if rank == 1:
+                    time.sleep(0.3)  # rank 0's Hello first
+                try:
+                    phub.connect(SIZES, [np.zeros(e, np.float32) for _, e in SIZES],
+                                 address=phubd.address, rank=rank, world_size=2,
+                                 optimizer={"kind": "average"}, connect_timeout_ms=5000,
+                                 wire="bf16" if rank == 1 else "fp32")
+                except phub.PhubError as e:
+                    return str(e)
+                return None
+
+            messages = run_ranks(2, phubd.address, body)
+        self.assertIn("rank 1 sends bf16 (weights too), rank 0 fp32", messages[1])
+        self.assertIn("PHUB_WIRE", messages[1])
 
     def test_bad_buffers_are_type_errors(self):
         with self.assertRaises(TypeError):

@@ -3,6 +3,7 @@
 the hook's averaged gradients, training through it, the server-side optimizer against the
 local one, DDP's bucket rebuild, and failures (phubd killed, a peer dead) surfacing as
 exceptions. Exits 77 (ctest: skipped) when torch is not installed."""
+import datetime
 import os
 import signal
 import subprocess
@@ -81,6 +82,16 @@ class HookTest(unittest.TestCase):
     def test_training_equals_gloo_n4(self):
         self.check_train(4)
 
+    def test_a_compact_wire_trains_within_its_rounding_of_gloo(self):
+        # PHUB_WIRE=bf16 reaches the hook's client: the gradients go as bf16 with error
+        # feedback, the means come back as bf16 changes. After 5 momentum steps the weights are
+        # within bf16's rounding of gloo's float32 ones, and not equal to float32's precision.
+        for rank, r in enumerate(run("train", 2, env={"PHUB_WIRE": "bf16"})):
+            assert_all_close(r["phub"], r["gloo"], 2e-2, 2e-4, f"bf16 rank {rank}")
+            worst = max(float((a - b).abs().max()) for a, b in zip(r["phub"], r["gloo"]))
+            self.assertGreater(worst, 1e-5, "as close as float32: the wire was not bf16")
+            print(f"rank {rank}: bf16 wire, worst difference to gloo {worst:.3g}")
+
 
 class ServerOptimizerTest(unittest.TestCase):
     def check(self, kind):
@@ -102,6 +113,17 @@ class ServerOptimizerTest(unittest.TestCase):
 
     def test_adam(self):
         self.check("adam")
+
+    def test_momentum_on_a_compact_wire(self):
+        # PHUB_WIRE=bf16 reaches ServerOptimizer's client: within bf16's rounding of the local
+        # float32 optimizer, not equal to float32's precision, and the same on every rank
+        # (each holds the weights phubd's rounded changes built, bit for bit).
+        results = run("server-momentum", 2, env={"PHUB_WIRE": "bf16"})
+        for rank, r in enumerate(results):
+            assert_all_close(r["server"], r["local"], 2e-2, 2e-4, f"bf16 momentum rank {rank}")
+            worst = max(float((a - b).abs().max()) for a, b in zip(r["server"], r["local"]))
+            self.assertGreater(worst, 1e-5, "as close as float32: the wire was not bf16")
+            assert_all_close(r["server"], results[0]["server"], 0, 0, f"bf16 rank {rank}")
 
     def check_scheduled(self, kind):
         results = run(f"scheduled-{kind}", 2)
@@ -195,6 +217,23 @@ class C10dTest(unittest.TestCase):
             assert_all_close(r["phub"], r["gloo"], 1e-5, 1e-6, f"c10d rank {rank}")
             self.assertEqual(r["total"], 3.0)
             self.assertIn("does not do reduce_scatter", r["refused"])
+
+    def test_a_compact_wire_is_refused_naming_what_takes_it(self):
+        import phub.c10d  # noqa: F401 - the backend under test
+        saved = os.environ.get("PHUB_WIRE")
+        os.environ["PHUB_WIRE"] = "bf16"
+        try:
+            with self.assertRaises(ValueError) as raised:
+                phub.c10d.ProcessGroupPhub(torch.distributed.HashStore(), 0, 1,
+                                           datetime.timedelta(seconds=10))
+        finally:
+            if saved is None:
+                os.environ.pop("PHUB_WIRE")
+            else:
+                os.environ["PHUB_WIRE"] = saved
+        self.assertIn("PHUB_WIRE=bf16: the phub backend carries float32 only",
+                      str(raised.exception))
+        self.assertIn("ServerOptimizer", str(raised.exception))
 
     def test_phub_run_registers_the_backend_for_an_unchanged_script(self):
         script = os.path.join(HERE, "c10d_script.py")

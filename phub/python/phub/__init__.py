@@ -26,7 +26,8 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
             connect_timeout_ms: int = 30000, rdma_device: str = "",
             job: Optional[str] = None, per_iteration_values: bool = False,
             min_workers: int = 0, start_workers: int = 0,
-            lr_scaling: str = "none", io_threads: Optional[int] = None) -> PsClient:
+            lr_scaling: str = "none", io_threads: Optional[int] = None,
+            wire: Optional[str] = None, wire_weights: Optional[bool] = None) -> PsClient:
     """Joins phubd's job as `rank` of `world_size` (from torchrun's environment when not given;
     phubd's address from PHUB_ADDRESS). Blocks until every worker has joined, at most
     connect_timeout_ms for phubd to answer, then phubd's own --form-timeout-ms.
@@ -45,6 +46,10 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
     io_threads: threads serving the connections to phubd's cores on TCP (default
     PHUB_IO_THREADS, else 1): a worker moving ~100 MB a step on loopback or a fast NIC needs
     several (docs/torch.md).
+    wire: how the gradients travel: "fp32", or "bf16"/"fp16" for half the bytes, rounded with
+    error feedback (default PHUB_WIRE, else fp32; the same on every rank: phubd refuses a mix).
+    wire_weights: with a compact wire, the weights come back in it too, as rounded changes of
+    the weights every rank holds (default PHUB_WIRE_WEIGHTS "wire" or "fp32", else True).
     """
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
@@ -54,7 +59,7 @@ def connect(tensors: Sequence, weights: Sequence, address: Optional[str] = None,
                     rdma_device=rdma_device, job=launch.job,
                     per_iteration_values=per_iteration_values, min_workers=min_workers,
                     start_workers=start_workers, lr_scaling=lr_scaling,
-                    io_threads=io_threads_of(io_threads))
+                    io_threads=io_threads_of(io_threads), **wire_of(wire, wire_weights))
 
 
 def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[int], device: int,
@@ -63,11 +68,13 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                    optimizer: Optional[dict] = None, connect_timeout_ms: int = 30000,
                    rdma_device: str = "", job: Optional[str] = None,
                    per_iteration_values: bool = False,
-                   io_threads: Optional[int] = None) -> DeviceClient:
+                   io_threads: Optional[int] = None, wire: Optional[str] = None,
+                   wire_weights: Optional[bool] = None) -> DeviceClient:
     """connect() for tensors in GPU `device`'s memory: grads and weights are device pointers
     (tensor.data_ptr()) the caller keeps alive; the client stages them through pinned memory on
     its own CUDA streams (phub/exchange/staged_exchange.h). PhubError in a build without CUDA
-    or on a machine without a GPU. io_threads: as connect's."""
+    or on a machine without a GPU. io_threads, wire, wire_weights: as connect's (a compact wire's
+    conversions run on the CPU, on the staged copies)."""
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
     return DeviceClient(launch.host, launch.port, launch.rank, launch.world_size,
@@ -76,7 +83,21 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                         optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
                         rdma_device=rdma_device, job=launch.job,
                         per_iteration_values=per_iteration_values,
-                        io_threads=io_threads_of(io_threads))
+                        io_threads=io_threads_of(io_threads), **wire_of(wire, wire_weights))
+
+
+def wire_of(wire: Optional[str], wire_weights: Optional[bool]) -> dict:
+    """wire and wire_weights as given, else PHUB_WIRE and PHUB_WIRE_WEIGHTS, else fp32 and
+    True (the C++ side checks the format's name)."""
+    if wire is None:
+        wire = os.environ.get("PHUB_WIRE", "").strip() or "fp32"
+    if wire_weights is None:
+        text = os.environ.get("PHUB_WIRE_WEIGHTS", "").strip() or "wire"
+        if text not in ("wire", "fp32"):
+            raise ValueError(f"PHUB_WIRE_WEIGHTS={text!r}: give wire (the weights come back "
+                             "in the compact wire too) or fp32")
+        wire_weights = text == "wire"
+    return {"wire": str(wire), "wire_weights": bool(wire_weights)}
 
 
 def io_threads_of(given: Optional[int]) -> int:

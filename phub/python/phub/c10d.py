@@ -87,6 +87,13 @@ class ProcessGroupPhub(dist.ProcessGroup):
 
     def __init__(self, store, rank: int, world_size: int, timeout: timedelta):
         super().__init__(rank, world_size)
+        wire = phub.wire_of(None, None)["wire"]
+        if wire != "fp32":
+            raise ValueError(
+                f"PHUB_WIRE={wire}: the phub backend carries float32 only (its slots carry a "
+                "different piece of a different tensor every call, and a compact wire's error "
+                "feedback would add one piece's rounding to another's); unset PHUB_WIRE, or use "
+                "phub.torch's comm hook or ServerOptimizer, which take it (docs/torch.md)")
         # DDP's set-up collectives and what phubd does not carry.
         self._gloo = dist.ProcessGroupGloo(store, rank, world_size, timeout)
         self._rank = rank
@@ -109,7 +116,8 @@ class ProcessGroupPhub(dist.ProcessGroup):
         self._summed = [np.zeros(self._slot_floats, np.float32) for _ in range(self._slots)]
         tensors = [(f"slot{i}", self._slot_floats) for i in range(self._slots)]
         self._client = phub.connect(tensors, self._summed, rank=self._rank,
-                                    world_size=self._world, optimizer={"kind": "average"})
+                                    world_size=self._world, optimizer={"kind": "average"},
+                                    wire="fp32")
         self._client.init()
         self._waiter = threading.Thread(target=self._wait_loop, name="phub-c10d-wait",
                                         daemon=True)

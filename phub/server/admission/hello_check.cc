@@ -237,7 +237,8 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
     return MakeError(proto::Error::BAD_REQUEST,
                      absl::StrCat("rank ", hello.rank(), " sends ", describe(hello), ", rank ",
                                   first->rank(), " ", describe(*first)),
-                     "give every worker the same --wire and --wire-weights");
+                     "give every worker the same --wire and --wire-weights (phub.torch: "
+                     "PHUB_WIRE and PHUB_WIRE_WEIGHTS)");
   }
   if (hello.per_iteration_values() != first->per_iteration_values()) {
     const auto says = [](const proto::Hello& h) {
