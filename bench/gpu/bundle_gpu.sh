@@ -51,4 +51,4 @@ rm -rf .gpu
 # Folders, not scripts: bundle.sh would ldd an executable script. deploy/local/demo.py imports
 # the rack's modules (bench/topo, bench/exchange/nets.py) even with --no-rack.
 ../shared/tools/gpu-bundle/bundle.sh .gpu "${files[@]}" "$data" bench/gpu bench/train \
-  bench/benchlib deploy/local bench/topo bench/exchange examples
+  bench/benchlib deploy/local bench/topo bench/exchange examples tests/python

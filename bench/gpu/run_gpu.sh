@@ -4,6 +4,7 @@
 #   bash .gpu/run.sh bash bench/gpu/run_gpu.sh [tests] [alone] [train] [bench] [r50] ...
 # exchange: the exchange before/after on one GPU and the staging pipeline's cost (issue 39).
 # torch, psrate: phub.torch against DDP + NCCL, and one worker's exchange rate (issue 39).
+# pytests: phub.torch's own tests (CPU tensors) under this machine's PyTorch 2.x.
 # tests: cuDNN ops and whole models vs oneDNN, NCCL vs float64, the exchange, and (where bundled)
 #        the same under ASan, whose CUDA driver needs protect_shadow_gap=0.
 # alone: Fashion-MNIST on the GPU, one worker. train: that, then 2 and 4 workers sharing GPU 0
@@ -120,6 +121,17 @@ phase_psrate() {
   cat "$out/logs/psrate/exchange.md" 2>/dev/null
 }
 
+# pytests: phub.torch's own tests (tests/python, CPU tensors: the hook, ServerOptimizer, the c10d
+# backend, elastic jobs) under this machine's Python and PyTorch 2.x, the only PyTorch 2 we can
+# reach (Debian 12's, where ctest runs them, is 1.13); the bundle's phubd and phub package.
+phase_pytests() {
+  local t
+  for t in test_ps_client test_torch_ddp test_torch_elastic; do
+    PHUBD=$B/phub/server/phubd PYTHONPATH=build-gpu/python312 PYTHONDONTWRITEBYTECODE=1 \
+      step "py-$t" timeout "${PHUB_PYTEST_TIMEOUT:-420}" "$py" tests/python/$t.py
+  done
+}
+
 bench() {  # bench NAME MODELS [run_train.py flags]
   local name=$1 models=$2; shift 2
   step "$name" timeout "${PHUB_BENCH_TIMEOUT:-480}" "$py" bench/train/run_train.py --device cuda \
@@ -138,6 +150,7 @@ for phase in "${phases[@]}"; do
     exchange) phase_exchange ;;
     torch) phase_torch ;;
     psrate) phase_psrate ;;
+    pytests) phase_pytests ;;
     alone) phase_alone ;;
     nccl1) phase_nccl1 ;;
     train) phase_train ;;
@@ -146,7 +159,7 @@ for phase in "${phases[@]}"; do
     hostbatch) bench bench-r50-hostbatch resnet50:64 --host-batch ;;
     tf32) bench bench-tf32 "$ALL" --tf32 ;;
     r50tf32) bench bench-r50-tf32 resnet50:64 --tf32 ;;
-    *) echo "run_gpu.sh: unknown phase '$phase' (tests exchange torch psrate alone nccl1 train bench r50 hostbatch tf32 r50tf32)" >&2
+    *) echo "run_gpu.sh: unknown phase '$phase' (tests exchange torch psrate pytests alone nccl1 train bench r50 hostbatch tf32 r50tf32)" >&2
        exit 2 ;;
   esac
 done
