@@ -11,7 +11,8 @@ fused optimizer steps, workers install the weights it returns), phub-optimizer-o
 same, each module's weights installed as the next forward reaches it: overlap_forward=True),
 phub-c10d (plain DDP over
 init_process_group("phub"): phub.c10d, no hook; phubd sums, the local optimizer steps), gloo
-(DDP's CPU allreduce),
+(DDP's CPU allreduce), gloo-fp16 (the same with DDP's fp16_compress_hook: half the bytes, the
+peer of PHUB_WIRE=fp16 for the phub backends),
 nccl (DDP's GPU allreduce; needs one GPU per rank). Every rank prints nothing but rank 0 prints
 time per mini-batch (median of the timed steps), images/s and, with Fashion-MNIST, the test
 accuracy per epoch; --results FILE writes them as JSON (bench/torch reads it), with every step's
@@ -38,6 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torchvision
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -123,7 +125,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", default="phub", choices=["phub", "phub-optimizer", "phub-optimizer-overlap", "phub-c10d", "gloo",
-                            "nccl"])
+                            "gloo-fp16", "nccl"])
     p.add_argument("--model", default="resnet18", choices=["alexnet", "resnet18", "resnet50"])
     p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--epochs", type=int, default=1)
@@ -162,7 +164,7 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     cuda = a.backend == "nccl" or (torch.cuda.is_available() and
-                                   a.backend not in ("gloo", "phub-c10d"))
+                                   a.backend not in ("gloo", "gloo-fp16", "phub-c10d"))
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -186,6 +188,8 @@ def main():
                                                world_size=world,
                                                overlap_forward=a.backend.endswith("-overlap"))
         state = optimizer.phub
+    elif a.backend == "gloo-fp16":  # DDP's own compression, the peer of PHUB_WIRE=fp16
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
 
     if a.data == "fashion-mnist":
         x, y = fashion_mnist(a.data_dir, "train", size)

@@ -6,7 +6,8 @@ each, synthetic data) train through: phub (DDP communication hook, phubd in summ
 local optimizer steps), phub-optimizer (phubd's fused optimizer steps, workers install weights),
 phub-optimizer-overlap (the same, each module's weights installed as the next forward reaches it),
 gloo (DDP's CPU allreduce: the reference, measured in the same run), and nccl with --device
-cuda. Reported: time per mini-batch (rank 0's median over the timed steps; the median over
+cuda; a phub backend with :bf16 or :fp16 (phub:bf16) sends its gradients and weights on that
+compact wire (PHUB_WIRE; docs/torch.md "Half the bytes"). Reported: time per mini-batch (rank 0's median over the timed steps; the median over
 --repeats runs), of which optimizer.step() (phub-optimizer's only installs weights), images/s,
 and the speed-up over gloo of the same topology, model and N.
 Topologies come from the exchange benchmark (bench/topo): loopback, pbox (the PS host has N x B),
@@ -44,10 +45,13 @@ def ps_host(topo):
     return "w0" if topo in ("colocated", "loopback") else "ps"
 
 
-def run_one(a, net, backend, model, batch, n, run_dir, repeat):
-    tag = f"{net.name}_{backend}_{model}_n{n}_r{repeat}"
+def run_one(a, net, system, model, batch, n, run_dir, repeat):
+    # SYSTEM is a backend, or a PHub one with its wire: phub:bf16 (PHUB_WIRE, docs/torch.md).
+    backend, _, wire = system.partition(":")
+    tag = f"{net.name}_{backend}_{wire or 'fp32'}_{model}_n{n}_r{repeat}"
     procs = []
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.join(a.build, "python"),
+           "PHUB_WIRE": wire or "fp32",
            "WORLD_SIZE": str(n), "MASTER_ADDR": net.ip("w0"), "MASTER_PORT": str(MASTER_PORT),
            # gloo binds where its hostname resolves unless told: the rack's data interface.
            "GLOO_SOCKET_IFNAME": "lo" if net.name == "loopback" else "eth0"}
@@ -83,7 +87,8 @@ def main():
     p = parser(__doc__, epilog=False)
     p.add_argument("--topologies", default="pbox")
     p.add_argument("--models", default="alexnet:8,resnet18:16", help="MODEL:BATCH per rank,...")
-    p.add_argument("--backends", default="phub,phub-optimizer,phub-optimizer-overlap,gloo")
+    p.add_argument("--backends", default="phub,phub-optimizer,phub-optimizer-overlap,gloo",
+                   help="phub's with :bf16 or :fp16 send on that wire (PHUB_WIRE): phub:bf16")
     add_rack_run_flags(p, ROOT, "torch", "cuda: adds nccl (one GPU per rank)")
     p.add_argument("--repeats", type=int, default=2, help="runs per row; the median is reported")
     p.add_argument("--quick", action="store_true", help="4 timed steps, 1 warm-up, 1 run")

@@ -2,11 +2,8 @@
 
 #include <cassert>
 
-#if defined(__F16C__) && defined(__AVX__)
-#include <immintrin.h>
-#endif
-
 #include "absl/strings/str_cat.h"
+#include "phub/kernels/wire_narrow_simd.h"
 
 namespace phub::kernels {
 
@@ -32,8 +29,8 @@ std::string WireFormatName(WireFormat format) {
   return absl::StrCat("wire format ", static_cast<int>(format));
 }
 
-// Plain indexed loops over __restrict pointers: GCC vectorizes the bf16 ones with integer
-// shifts and blends, the fp16 ones with vcvtps2ph/vcvtph2ps where F16C is enabled.
+// Plain indexed loops over __restrict pointers: GCC vectorizes the widenings and bf16's plain
+// narrowing; the other narrowings run their bulk in wire_narrow_simd where the CPU can.
 namespace {
 template <class From, class To, class Fn>
 void Map(const From* __restrict in, To* __restrict out, std::size_t n, Fn fn) {
@@ -53,19 +50,12 @@ void Convert(std::span<const Bf16> in, std::span<float> out) {
   Map(in.data(), out.data(), in.size(), [](Bf16 x) { return ToFloat(x); });
 }
 namespace {
-// float32 -> fp16 eight at a time with F16C's vcvtps2ph where the build targets it (rounding
-// to nearest even, as ToFp16), the rest one by one.
+// float32 -> fp16: the bulk eight at a time where the CPU can (wire_narrow_simd.h), the rest
+// one by one.
 void ConvertToFp16(const float* __restrict in, Fp16* __restrict out, std::size_t n, float scale) {
-  std::size_t i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-  const __m256 s = _mm256_set1_ps(scale);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(in + i), s);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (std::size_t i = simd::ScaleToFp16(in, out, n, scale); i < n; ++i) {
+    out[i] = ToFp16(in[i] * scale);
   }
-#endif
-  for (; i < n; ++i) out[i] = ToFp16(in[i] * scale);
 }
 }  // namespace
 
@@ -115,12 +105,18 @@ void NarrowWithFeedback(const float* __restrict in, float* __restrict residual,
 void ConvertToWireWithFeedback(WireFormat format, std::span<const float> in,
                                std::span<float> residual, std::byte* wire) {
   assert(format != WireFormat::kFp32 && residual.size() == in.size());
+  // The bulk in vectors where the CPU can (wire_narrow_simd.h), the rest here.
+  const std::size_t n = in.size();
   if (format == WireFormat::kBf16) {
-    NarrowWithFeedback(in.data(), residual.data(), reinterpret_cast<Bf16*>(wire), in.size(),
-                       kBf16Max, [](float x) { return ToBf16(x); });
+    auto* out = reinterpret_cast<Bf16*>(wire);
+    const std::size_t i = simd::FeedbackToBf16(in.data(), residual.data(), out, n, kBf16Max);
+    NarrowWithFeedback(in.data() + i, residual.data() + i, out + i, n - i, kBf16Max,
+                       [](float x) { return ToBf16(x); });
   } else {
-    NarrowWithFeedback(in.data(), residual.data(), reinterpret_cast<Fp16*>(wire), in.size(),
-                       kFp16Max, [](float x) { return ToFp16(x); });
+    auto* out = reinterpret_cast<Fp16*>(wire);
+    const std::size_t i = simd::FeedbackToFp16(in.data(), residual.data(), out, n, kFp16Max);
+    NarrowWithFeedback(in.data() + i, residual.data() + i, out + i, n - i, kFp16Max,
+                       [](float x) { return ToFp16(x); });
   }
 }
 
@@ -148,12 +144,21 @@ void ConvertChangeToWire(WireFormat format, std::span<const float> target,
                          std::byte* wire) {
   assert(format != WireFormat::kFp32 && target.size() == view_in.size() &&
          view_in.size() == view_out.size());
+  // The bulk in vectors where the CPU can (wire_narrow_simd.h), the rest here.
+  const std::size_t n = target.size();
+  const float* t = target.data();
+  const float* in = view_in.data();
+  float* out_view = view_out.data();
   if (format == WireFormat::kBf16) {
-    NarrowChange(target.data(), view_in.data(), view_out.data(), reinterpret_cast<Bf16*>(wire),
-                 target.size(), kBf16Max, [](float x) { return ToBf16(x); });
+    auto* out = reinterpret_cast<Bf16*>(wire);
+    const std::size_t i = simd::ChangeToBf16(t, in, out_view, out, n, kBf16Max);
+    NarrowChange(t + i, in + i, out_view + i, out + i, n - i, kBf16Max,
+                 [](float x) { return ToBf16(x); });
   } else {
-    NarrowChange(target.data(), view_in.data(), view_out.data(), reinterpret_cast<Fp16*>(wire),
-                 target.size(), kFp16Max, [](float x) { return ToFp16(x); });
+    auto* out = reinterpret_cast<Fp16*>(wire);
+    const std::size_t i = simd::ChangeToFp16(t, in, out_view, out, n, kFp16Max);
+    NarrowChange(t + i, in + i, out_view + i, out + i, n - i, kFp16Max,
+                 [](float x) { return ToFp16(x); });
   }
 }
 

@@ -329,6 +329,75 @@ TEST(WireFormatTest, ChangesKeepTheViewWithinOneRoundingOfOneChangeFp16) {
   CheckChangesTrackTheTarget<Fp16>(WireFormat::kFp16, 0x1p-11);
 }
 
+// The feedback and change kernels (vectorized where the CPU allows, wire_format.cc) equal their
+// one-element definitions, written out here with the scalar ToBf16/ToFp16, bit for bit on the
+// edge cases TestFloats gives (ties, subnormals, past the limit, infinities) and on NaN (wire
+// and residual NaN alike), at every offset within a vector and for the tail behind it. For
+// the changes also in place (view_in == view_out).
+template <class T>
+void CheckKernelsEqualTheirDefinitions(WireFormat format, const Format& f, float limit,
+                                       T (*narrow)(float)) {
+  const Nearest nearest(f);
+  std::vector<float> pool = TestFloats(nearest, 23);
+  pool.push_back(std::numeric_limits<float>::quiet_NaN());
+  pool.push_back(-std::numeric_limits<float>::quiet_NaN());
+  pool.push_back(std::bit_cast<float>(0x7f800001u));  // a signalling NaN
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<std::size_t> pick(0, pool.size() - 1);
+  std::normal_distribution<float> small(0.0f, 1e-3f);
+  const auto same = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) ||
+           std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+  };
+  const auto widen = [](T q) { return ToFloat(q); };
+  for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 1000u, 4099u}) {
+    for (int round = 0; round < 20; ++round) {
+      std::vector<float> in(n), residual(n), target(n), view(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        in[i] = pool[pick(rng)];
+        residual[i] = i % 3 == 0 ? 0.0f : (i % 3 == 1 ? small(rng) : pool[pick(rng)]);
+        target[i] = pool[pick(rng)];
+        view[i] = i % 2 ? pool[pick(rng)] : small(rng);
+      }
+      std::vector<T> wire(n), wire_change(n), wire_in_place(n);
+      std::vector<float> got_residual = residual, got_view(n), in_place = view;
+      ConvertToWireWithFeedback(format, in, got_residual,
+                                reinterpret_cast<std::byte*>(wire.data()));
+      ConvertChangeToWire(format, target, view, got_view,
+                          reinterpret_cast<std::byte*>(wire_change.data()));
+      ConvertChangeToWire(format, target, in_place, in_place,
+                          reinterpret_cast<std::byte*>(wire_in_place.data()));
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto clamp = [limit](float x) {
+          return x > limit ? limit : (x < -limit ? -limit : x);
+        };
+        const float v = in[i] + residual[i];
+        const T q = narrow(clamp(v));
+        ASSERT_TRUE(same(widen(wire[i]), widen(q)) &&
+                    (std::isnan(widen(q)) || wire[i].bits == q.bits))
+            << "feedback n " << n << " i " << i << " v " << v;
+        ASSERT_TRUE(same(got_residual[i], v - widen(q))) << "feedback n " << n << " i " << i;
+        const float d = target[i] - view[i];
+        const T c = narrow(clamp(d));
+        ASSERT_TRUE(same(widen(wire_change[i]), widen(c)) &&
+                    (std::isnan(widen(c)) || wire_change[i].bits == c.bits))
+            << "change n " << n << " i " << i << " d " << d;
+        ASSERT_TRUE(same(got_view[i], view[i] + widen(c))) << "change n " << n << " i " << i;
+        ASSERT_TRUE(same(in_place[i], got_view[i])) << "in place n " << n << " i " << i;
+        ASSERT_EQ(wire_in_place[i].bits, wire_change[i].bits) << "in place n " << n << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(WireFormatTest, FeedbackAndChangeKernelsEqualTheirDefinitionsBf16) {
+  CheckKernelsEqualTheirDefinitions<Bf16>(WireFormat::kBf16, kBf16Format,
+                                          std::bit_cast<float>(0x7f7f0000u), &ToBf16);
+}
+TEST(WireFormatTest, FeedbackAndChangeKernelsEqualTheirDefinitionsFp16) {
+  CheckKernelsEqualTheirDefinitions<Fp16>(WireFormat::kFp16, kFp16Format, 65504.0f, &ToFp16);
+}
+
 TEST(WireFormatTest, NamesParseAndUnknownOnesAreRefusedListingTheKnown) {
   for (WireFormat f : {WireFormat::kFp32, WireFormat::kBf16, WireFormat::kFp16}) {
     auto parsed = ParseWireFormat(WireFormatName(f));
