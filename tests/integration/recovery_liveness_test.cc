@@ -197,8 +197,10 @@ TEST(Recovery, FirstConnectToAStoppedPhubdFailsWithinTheAnswerTimeout) {
 // second worker) still forms, because phubd heartbeats its forming members.
 TEST(Recovery, AJobFormingLongerThanTheAnswerTimeoutStillForms) {
   // Not shorter: from the last Hello to the Welcomes phubd allocates and installs the job on
-  // its cores without a heartbeat, which took ~1 s under TSan on a loaded machine.
-  constexpr int kAnswerMs = 2500;
+  // its cores without a heartbeat (Job::Start runs on the control plane's thread), which took
+  // 2.0 s under TSan in CI (2026-11-30), after up to a quarter of the bound since the last
+  // heartbeat: 2500 ms failed there. (The default bound is 10 s.)
+  constexpr int kAnswerMs = 4000;
   TempDir dir;
   Phubd phubd = LaunchPhubd(dir, "phubd", 0, Flags(2));
   const std::vector<std::string> more = {"--iters", "3", "--hello-answer-timeout-ms",
@@ -208,7 +210,8 @@ TEST(Recovery, AJobFormingLongerThanTheAnswerTimeoutStillForms) {
   ASSERT_TRUE(WaitFor([&] { return phubd.Log().find("rank 0 joined") != std::string::npos; },
                       milliseconds(20000)))
       << phubd.Log();
-  std::this_thread::sleep_for(milliseconds(2 * kAnswerMs));  // the job forms meanwhile
+  // The job forms for longer than the bound meanwhile.
+  std::this_thread::sleep_for(milliseconds(kAnswerMs + 1000));
   workers.push_back(StartPhubWorker(dir, "w1", phubd.port, 1, 2, more));
   for (std::uint32_t r = 0; r < 2; ++r) {
     const std::optional<int> code = workers[r].Wait(milliseconds(60000));
