@@ -118,8 +118,7 @@ def main():
             rows.append(row)
             print("\t".join(row.values()), flush=True)
     keys = ["model", "batch", "system", "package", "ps_cores", "transport", "io_threads", "wire",
-            "ms",
-            "over_nccl", "rounds"]
+            "ms", "over_nccl", "rounds"]
     write_tsv(os.path.join(a.out, "torch_gpu.tsv"), rows, keys)
     table = "\n".join(md_table(keys, [[r[k] for k in keys] for r in rows]))
     with open(os.path.join(a.out, "torch_gpu.md"), "w") as f:

@@ -7,9 +7,10 @@ local optimizer steps), phub-optimizer (phubd's fused optimizer steps, workers i
 phub-optimizer-overlap (the same, each module's weights installed as the next forward reaches it),
 gloo (DDP's CPU allreduce: the reference, measured in the same run), and nccl with --device
 cuda; a phub backend with :bf16 or :fp16 (phub:bf16) sends its gradients and weights on that
-compact wire (PHUB_WIRE; docs/torch.md "Half the bytes"). Reported: time per mini-batch (rank 0's median over the timed steps; the median over
---repeats runs), of which optimizer.step() (phub-optimizer's only installs weights), images/s,
-and the speed-up over gloo of the same topology, model and N.
+compact wire (PHUB_WIRE; docs/torch.md "Half the bytes"). Reported: time per mini-batch (rank
+0's median over the timed steps; the median over --repeats runs), of which optimizer.step()
+(phub-optimizer's only installs weights), images/s, and the speed-up over gloo of the same
+topology, model and N.
 Topologies come from the exchange benchmark (bench/topo): loopback, pbox (the PS host has N x B),
 cloud (PS host B), colocated (no PS host: phubd runs on worker 0's host).
 
