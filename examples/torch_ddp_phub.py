@@ -142,6 +142,9 @@ def main():
     p.add_argument("--master", default=None, help="HOST:PORT of DDP's own rendezvous "
                    "(default: $MASTER_ADDR:$MASTER_PORT)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's choice)")
+    p.add_argument("--bucket-cap-mb", type=float, default=25,
+                   help="DDP's bucket_cap_mb (25, DDP's default): smaller buckets reach the hook, "
+                        "and phubd, sooner in backward")
     p.add_argument("--results", default=None, help="write rank 0's figures here (JSON)")
     p.add_argument("--seed", type=int, default=0,
                    help="the model's initial weights and the data's order (the same for every "
@@ -177,7 +180,8 @@ def main():
 
     torch.manual_seed(a.seed)
     model, size = make_model(a.model)
-    model = DDP(model.to(device), device_ids=[device.index] if cuda else None)
+    model = DDP(model.to(device), device_ids=[device.index] if cuda else None,
+                bucket_cap_mb=a.bucket_cap_mb)
     optimizer = make_optimizer(a.optimizer, model.parameters(), a.lr)
     state = None
     if a.backend == "phub":                                    # the two lines a user adds:
@@ -258,7 +262,8 @@ def main():
         if a.results:
             with open(a.results, "w") as f:
                 json.dump({"backend": a.backend, "model": a.model, "n": world,
-                           "batch": a.batch, "median_ms": ms, "steps": len(times),
+                           "batch": a.batch, "bucket_cap_mb": a.bucket_cap_mb,
+                           "median_ms": ms, "steps": len(times),
                            "optimizer_step_ms": 1000 * statistics.median(step_times)
                            if step_times else None,
                            "accuracy": accuracy, "losses": losses, "losses_mean": mean_losses,

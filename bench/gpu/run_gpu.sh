@@ -96,7 +96,8 @@ phase_exchange() {
 # ResNet-50, phubd with 8 cores on TCP and on shared memory (--transport shm), the worker with
 # 1 and 4 I/O threads (bench/gpu/torch_gpu.py; PHUB_TORCH_PS_CORES, PHUB_TORCH_TRANSPORTS,
 # PHUB_TORCH_IO_THREADS, PHUB_TORCH_BACKENDS; PHUB_TORCH_WIRES=fp32,bf16 adds the compact wire,
-# doubling the PS's runs); needs the Python 3.12
+# doubling the PS's runs; PHUB_TORCH_BUCKET_CAPS=25,5 adds smaller DDP buckets, which reach
+# phubd sooner in backward, doubling every run); needs the Python 3.12
 # package of bench/gpu/build_py312_module.sh in the bundle.
 phase_torch() {
   local pkgs=()
@@ -105,7 +106,7 @@ phase_torch() {
   step torch-gpu "$py" bench/gpu/torch_gpu.py --phubd $B/phub/server/phubd "${pkgs[@]}" \
     --rounds "${PHUB_TORCH_ROUNDS:-2}" --ps-cores "${PHUB_TORCH_PS_CORES:-8}" \
     --transports "${PHUB_TORCH_TRANSPORTS:-tcp,shm}" --io-threads "${PHUB_TORCH_IO_THREADS:-1,4}" \
-    --wires "${PHUB_TORCH_WIRES:-fp32}" \
+    --wires "${PHUB_TORCH_WIRES:-fp32}" --bucket-caps "${PHUB_TORCH_BUCKET_CAPS:-25}" \
     --backends "${PHUB_TORCH_BACKENDS:-phub,phub-optimizer-overlap}" \
     --out "$out/logs/torch-gpu"
   cat "$out/logs/torch-gpu/torch_gpu.md" 2>/dev/null
