@@ -123,6 +123,12 @@ void AddLimitFlags(CLI::App& group, ServerOptions& options, PhubdFlags& flags) {
                    "is lost (stopped, hung, link cut); workers apply it to phubd too. 0: off")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600000));
+  // For tests: a job's install as slow as a large model's, on a small one.
+  group.add_option("--test-install-delay-ms", options.jobs.test_install_delay_ms,
+                   "Tests only: each core's install of a job's shard waits this long first (as "
+                   "a large model's install takes seconds); 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 600000));
 }
 
 void AddCheckpointFlags(CLI::App& group, CheckpointOptions& checkpoint) {

@@ -221,6 +221,111 @@ TEST(Recovery, AJobFormingLongerThanTheAnswerTimeoutStillForms) {
   }
 }
 
+// A job's install (every chunk's memory allocated and touched on its core: seconds for a large
+// model) runs off the control plane's thread, so the forming workers keep getting Heartbeats:
+// here each core's install takes 3 s (--test-install-delay-ms, as a ~2 GB model did on the CI
+// VM) and the workers give up on a silent phubd after 1.5 s. Before, the install blocked the
+// control plane and the workers left ("nothing heard from phubd").
+TEST(Recovery, AnInstallLongerThanTheAnswerTimeoutStillStarts) {
+  constexpr int kAnswerMs = 1500, kInstallMs = 3000;
+  TempDir dir;
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
+                            Flags(2, {"--test-install-delay-ms", std::to_string(kInstallMs),
+                                      "--log-level", "debug"}));
+  const std::vector<std::string> more = {"--iters", "3", "--hello-answer-timeout-ms",
+                                         std::to_string(kAnswerMs), "--log-level", "debug"};
+  std::vector<Process> workers;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    workers.push_back(StartPhubWorker(dir, "w" + std::to_string(r), phubd.port, r, 2, more));
+  }
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const std::optional<int> code = workers[r].Wait(milliseconds(60000));
+    const std::string log = ReadFile(dir.File("w" + std::to_string(r) + ".log"));
+    ASSERT_TRUE(code.has_value()) << log;
+    EXPECT_EQ(*code, 0) << log << "\nphubd:\n" << phubd.Log();
+  }
+  EXPECT_THAT(phubd.Log(), HasSubstr("its shards are installed on 2 cores in"));
+}
+
+// While one job installs, phubd serves the others: a running job's workers, which take phubd
+// for gone after 1 s without a Heartbeat (--liveness-timeout-ms), go on through a second job's
+// 3 s install and finish.
+TEST(Recovery, ARunningJobIsServedWhileAnotherInstalls) {
+  constexpr int kLivenessMs = 1000, kInstallMs = 3000;
+  TempDir dir;
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
+                            Flags(2, {"--liveness-timeout-ms", std::to_string(kLivenessMs),
+                                      "--test-install-delay-ms", std::to_string(kInstallMs)}));
+  Job running(dir, "running", 2, 1000000);
+  running.extra = {"--job", "running", "--step-delay-ms", "10"};
+  running.StartAll(phubd.port);
+  ASSERT_TRUE(WaitFor([&] { return running.AllProgressed(3); }, milliseconds(30000)))
+      << phubd.Log();
+  Job late(dir, "late", 2, 3);
+  late.extra = {"--job", "late"};
+  late.StartAll(phubd.port);
+  ASSERT_TRUE(WaitFor([&] { return phubd.Log().find("job 'late' started") != std::string::npos; },
+                      milliseconds(30000)))
+      << phubd.Log();
+  EXPECT_EQ(late.WaitAllSucceed(milliseconds(30000)), "") << phubd.Log();
+  // The running job went on all along: no worker lost phubd, and it still steps.
+  const std::uint64_t now = running.MaxProgress();
+  EXPECT_TRUE(WaitFor([&] { return running.AllProgressed(now + 3); }, milliseconds(10000)))
+      << phubd.Log();
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    EXPECT_THAT(running.Log(r), ::testing::Not(HasSubstr("nothing heard from phubd")));
+    running.workers[r].Kill(SIGTERM);
+  }
+  EXPECT_THAT(phubd.Log(), ::testing::Not(HasSubstr("job 'running' stalled")));
+}
+
+// A worker that leaves while its job installs: the start fails once the install is in, every
+// other member is told which rank left (JOB_STALLED: not a rejoin), nothing stays installed,
+// and the job's name starts again.
+TEST(Recovery, AWorkerLeavingWhileItsJobInstallsFailsTheStartNamingIt) {
+  constexpr int kInstallMs = 2000;
+  TempDir dir;
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
+                            Flags(2, {"--test-install-delay-ms", std::to_string(kInstallMs)}));
+  Job job(dir, "left", 2, 3);
+  job.StartAll(phubd.port);
+  ASSERT_TRUE(WaitFor([&] { return phubd.Log().find("formed:") != std::string::npos; },
+                      milliseconds(30000)))
+      << phubd.Log();
+  job.workers[1].Kill(SIGKILL);
+  const std::optional<int> code = job.workers[0].Wait(milliseconds(30000));
+  ASSERT_TRUE(code.has_value()) << job.Log(0);
+  EXPECT_NE(*code, 0) << job.Log(0);
+  EXPECT_THAT(job.Log(0), HasSubstr("rank(s) 1 of job 'default' left while phubd installed it"));
+  EXPECT_THAT(phubd.Log(), HasSubstr("cannot start"));
+  // Its name and memory are free again: the same job runs.
+  job.StartAll(phubd.port);
+  EXPECT_EQ(job.WaitAllSucceed(milliseconds(60000)), "") << phubd.Log();
+}
+
+// phubd told to stop while a job installs: it waits for the install, removes it and exits
+// cleanly (the sanitizer builds check it frees what the install allocated).
+TEST(Recovery, PhubdStoppingWhileAJobInstallsExitsCleanly) {
+  constexpr int kInstallMs = 2000;
+  TempDir dir;
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
+                            Flags(2, {"--test-install-delay-ms", std::to_string(kInstallMs)}));
+  Job job(dir, "stop", 2, 3);
+  job.StartAll(phubd.port);
+  ASSERT_TRUE(WaitFor([&] { return phubd.Log().find("formed:") != std::string::npos; },
+                      milliseconds(30000)))
+      << phubd.Log();
+  phubd.process.Kill(SIGTERM);
+  const std::optional<int> code = phubd.process.Wait(milliseconds(30000));
+  ASSERT_TRUE(code.has_value()) << phubd.Log();
+  EXPECT_EQ(*code, 0) << phubd.Log();
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const std::optional<int> worker = job.workers[r].Wait(milliseconds(30000));
+    ASSERT_TRUE(worker.has_value()) << job.Log(r);
+    EXPECT_NE(*worker, 0) << job.Log(r);
+  }
+}
+
 // --reconnect-timeout-ms is the reconnect's whole limit: each attempt's connect and wait for
 // the Welcome get only what is left of it. Before the fix the wait for the Welcome of a stopped
 // phubd had no deadline (and each attempt's connect took the whole timeout: 119.7 s for 60 s).

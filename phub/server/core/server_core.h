@@ -6,8 +6,9 @@
 // on the lane's thread and wait; each names the job by its session. A job's shard memory is
 // registered with its lane's transport (verbs: with the NIC) for the job's life.
 //
-// Threading: InstallShard and RemoveShard from one thread (the control plane's); every other
-// call from any thread.
+// Threading: a job's InstallShard and RemoveShard from one thread at a time (its installer, then
+// the control plane's); different jobs' and different cores' at once; every other call from
+// any thread.
 #pragma once
 
 #include <boost/asio/steady_timer.hpp>

@@ -32,6 +32,7 @@ Job::Job(Host host, std::string name, JobRole role, std::uint64_t id, std::uint3
       elastic_timer_(host_.io) {}
 
 Job::~Job() {
+  AbandonInstall();
   *alive_ = false;
   if (uplink_) uplink_->Stop();
   // Shards outlive nothing: a job destroyed while running (phubd stopping) removes its own.
@@ -101,8 +102,9 @@ void Job::OnHello(const SessionPtr& session, const proto::Hello& hello) {
     spdlog::warn("{}: refusing a worker from {}: {}", log_name_, session->peer, error->message());
     Refuse(session, *error);
     // A job whose first Hello was refused has no member to end it: it ends here, so that its
-    // name, memory charge and --max-jobs place are not held by nobody.
-    if (joined_ == 0 && !started_) End();
+    // name, memory charge and --max-jobs place are not held by nobody. (A starting job ends
+    // once its install is in: Installed.)
+    if (joined_ == 0 && !started_ && !starting_) End();
     return;
   }
   Join(session, hello);
@@ -140,7 +142,9 @@ void Job::Join(const SessionPtr& session, const proto::Hello& hello) {
     });
   }
   host_.sessions.ReadNext(session);  // notices a worker that leaves, or misbehaves, meanwhile
-  if (ReadyToStart()) return Start();
+  // While the job starts, a Hello takes a rank given back meanwhile, or (elastic) joins.
+  if (ReadyToStart() && !starting_) Start();
+  // Until its Welcome, the install included (or nothing, if the start already failed).
   BeatWhileForming(session);
 }
 
@@ -177,7 +181,8 @@ void Job::MemberGone(const SessionPtr& session, SessionState was, const Status& 
   members_[rank].reset();
   if (was == SessionState::kJoined) {
     spdlog::warn("{}: rank {} left before the job started: {}", log_name_, rank, why.message());
-    if (--joined_ == 0 && !running_) End();  // nobody forms it any more: the name is free
+    // Nobody forms it any more: the name is free (a starting job's once its install is in).
+    if (--joined_ == 0 && !running_ && !starting_) End();
     return;
   }
   // In the running job.
@@ -343,6 +348,7 @@ void Job::EndIfRunning() {
 
 void Job::End() {
   if (ended_) return;
+  AbandonInstall();  // phubd stopping while the job starts: waits for its install, removes it
   ended_ = true;
   CancelDeadline();
   values_timer_.cancel();

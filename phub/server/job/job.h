@@ -19,9 +19,13 @@
 // into the running job at the iteration it must replay (shard.h). Checkpoints
 // (job_checkpoints.cc): every --checkpoint-every iterations the shards' copies are gathered here
 // and written on the job's writer thread, into --checkpoint-dir (the job named "default") or
-// --checkpoint-dir/NAME. Its start, from the last Hello to the Welcomes, is job_start.cc.
+// --checkpoint-dir/NAME. Its start, from the last Hello to the Welcomes, is job_start.cc:
+// its shards are built on every core at once, off the control plane's thread (by an installer
+// thread of the job's), so phubd goes on serving every job meanwhile and the forming
+// members get their Heartbeats.
 //
-// Every log line names the job. Threading: the control plane's thread only.
+// Every log line names the job. Threading: the control plane's thread only; the installer
+// thread touches only what InstallShards gives it (the spec, the cores, its Install).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -164,6 +168,7 @@ class Job : public std::enable_shared_from_this<Job> {
  private:
   enum class Deadline { kNone, kForming, kAttaching, kLeaving, kStalled, kRejoin };
   struct StartPlan;  // job_start.cc
+  struct Install;    // job_start.cc: the installer thread and what it reports
   const JobOptions& options() const { return host_.options; }
   const JobDeadlines& deadlines() const { return host_.options.deadlines; }
   void Send(const SessionPtr& session, const proto::ControlMessage& message) {
@@ -195,7 +200,15 @@ class Job : public std::enable_shared_from_this<Job> {
   std::uint32_t LrStartMembers() const;
   std::optional<proto::Error> MakeRelay(const proto::Hello& hello, StartPlan& plan);
   std::shared_ptr<JobSpec> MakeSpec(const proto::Hello& hello, StartPlan& plan) const;
-  std::optional<proto::Error> InstallShards(const std::shared_ptr<const JobSpec>& spec);
+  // Starts the installer: every core's shard built at once, off this thread; Installed()
+  // follows on this thread (posted), with the plan.
+  void InstallShards(std::unique_ptr<StartPlan> plan);
+  // The shards are in, or one core could not take its own (none is then installed): the start
+  // goes on (checkpoints, Welcomes), or every member is refused.
+  void Installed();
+  // Waits for the installer (phubd stopping: on the control plane's thread, blocking) and
+  // removes what it installed. Nothing if none runs.
+  void AbandonInstall();
   std::optional<proto::Error> OpenCheckpoints(const StartPlan& plan);
   void Run(StartPlan& plan, const proto::Hello& hello);  // the state, Welcomes, attach deadline
   void ArmLeaveDeadline(std::int64_t first_to_leave);
@@ -283,6 +296,8 @@ class Job : public std::enable_shared_from_this<Job> {
   std::string stall_reason_;
   bool ended_ = false;
   bool started_ = false;
+  bool starting_ = false;  // install_ runs
+  std::shared_ptr<Install> install_;  // shared: its type is job_start.cc's alone
   std::uint32_t live_members_ = 0;
   std::uint32_t missing_count_ = 0;
   std::uint32_t cores_attached_ = 0;  // cores every member has attached to (kAllAttached)

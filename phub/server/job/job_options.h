@@ -31,6 +31,9 @@ struct JobOptions {
   JobDeadlines deadlines;
   CheckpointOptions checkpoint;
   std::string initial_weights_path;  // --init-weights: raw float32; empty = rank 0 sends them
+  // --test-install-delay-ms (hidden; tests only): each core's install of a job's shard waits
+  // this long first, standing in for the seconds a large model's install takes.
+  int test_install_delay_ms = 0;
 };
 
 }  // namespace phub::server
