@@ -277,19 +277,27 @@ TEST(Recovery, ARunningJobIsServedWhileAnotherInstalls) {
   EXPECT_THAT(phubd.Log(), ::testing::Not(HasSubstr("job 'running' stalled")));
 }
 
+// A phubd whose every install of a job takes 2 s, with `job` started on it.
+Phubd InstallingSlowly(const TempDir& dir, Job& job) {
+  Phubd phubd = LaunchPhubd(dir, "phubd", 0, Flags(2, {"--test-install-delay-ms", "2000"}));
+  job.StartAll(phubd.port);
+  return phubd;
+}
+
+// The job has formed: its install has begun.
+bool Formed(const Phubd& phubd) {
+  return WaitFor([&] { return phubd.Log().find("formed:") != std::string::npos; },
+                 milliseconds(30000));
+}
+
 // A worker that leaves while its job installs: the start fails once the install is in, every
 // other member is told which rank left (JOB_STALLED: not a rejoin), nothing stays installed,
 // and the job's name starts again.
 TEST(Recovery, AWorkerLeavingWhileItsJobInstallsFailsTheStartNamingIt) {
-  constexpr int kInstallMs = 2000;
   TempDir dir;
-  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
-                            Flags(2, {"--test-install-delay-ms", std::to_string(kInstallMs)}));
   Job job(dir, "left", 2, 3);
-  job.StartAll(phubd.port);
-  ASSERT_TRUE(WaitFor([&] { return phubd.Log().find("formed:") != std::string::npos; },
-                      milliseconds(30000)))
-      << phubd.Log();
+  Phubd phubd = InstallingSlowly(dir, job);
+  ASSERT_TRUE(Formed(phubd)) << phubd.Log();
   job.workers[1].Kill(SIGKILL);
   const std::optional<int> code = job.workers[0].Wait(milliseconds(30000));
   ASSERT_TRUE(code.has_value()) << job.Log(0);
@@ -304,15 +312,10 @@ TEST(Recovery, AWorkerLeavingWhileItsJobInstallsFailsTheStartNamingIt) {
 // phubd told to stop while a job installs: it waits for the install, removes it and exits
 // cleanly (the sanitizer builds check it frees what the install allocated).
 TEST(Recovery, PhubdStoppingWhileAJobInstallsExitsCleanly) {
-  constexpr int kInstallMs = 2000;
   TempDir dir;
-  Phubd phubd = LaunchPhubd(dir, "phubd", 0,
-                            Flags(2, {"--test-install-delay-ms", std::to_string(kInstallMs)}));
   Job job(dir, "stop", 2, 3);
-  job.StartAll(phubd.port);
-  ASSERT_TRUE(WaitFor([&] { return phubd.Log().find("formed:") != std::string::npos; },
-                      milliseconds(30000)))
-      << phubd.Log();
+  Phubd phubd = InstallingSlowly(dir, job);
+  ASSERT_TRUE(Formed(phubd)) << phubd.Log();
   phubd.process.Kill(SIGTERM);
   const std::optional<int> code = phubd.process.Wait(milliseconds(30000));
   ASSERT_TRUE(code.has_value()) << phubd.Log();

@@ -4,22 +4,12 @@
 // (all or none), the checkpoint writer, then the running state, the Welcomes and the attach
 // deadline. A step that fails refuses every member (FailForming) and leaves nothing installed:
 // everything a job allocates is bounded by CheckJobLimits and its memory charge, and a failed
-// allocation is still the job's refusal (RESOURCE_EXHAUSTED), never the daemon's end.
-//
-// The install is the step that takes time: every chunk's slots, weights and optimizer state
-// allocated and first touched on its core (a 2 GB model on 2 cores took 11 s on the CI VM).
-// It runs on an installer thread, every core at once, while the control plane goes on: the
-// forming members keep getting their Heartbeats (a worker gives up on a silent phubd after
-// --hello-answer-timeout-ms, 10 s by default) and other jobs are served as before. Meanwhile
-// the job is starting: a Hello joins it as in forming (a rank given back meanwhile may be
-// taken again; an elastic job's extra ranks become joiners at the Welcome), and a member that
-// leaves fails the start once the install is in (JOB_STALLED, naming it).
+// allocation is still the job's refusal (RESOURCE_EXHAUSTED), never the daemon's end. The
+// install, the one step that takes time, runs off the control plane's thread (job_install.cc).
 #include <boost/asio/post.hpp>
-#include <chrono>
 #include <new>
 #include <optional>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "phub/common/bounded_text.h"
@@ -29,32 +19,12 @@
 #include "phub/server/checkpoint/snapshot_buffers.h"
 #include "phub/server/job/initial_weights.h"
 #include "phub/server/job/job.h"
+#include "phub/server/job/job_start_plan.h"
 #include "spdlog/spdlog.h"
 
 namespace phub::server {
 
 namespace asio = boost::asio;
-
-// What the steps build before anything is installed.
-struct Job::StartPlan {
-  // --resume's checkpoint, when this part resumes it (a rack's part resumes nothing).
-  std::shared_ptr<const JobSnapshot> resume;
-  kernels::OptimizerConfig optimizer;  // the job's (CheckHello: valid, every member's)
-  std::uint64_t session = 0;           // the job's secret on the data plane
-  bool checkpointing = false;          // --checkpoint-dir, and a part that steps
-  std::optional<keys::KeyTable> table{};
-  std::vector<float> initial_weights{};  // --init-weights; empty: rank 0 sends them
-  std::shared_ptr<Uplink> uplink{};    // a rack's part's relay, or null
-  std::shared_ptr<JobSpec> spec{};
-  proto::Hello hello{};  // the job's (rank 0's; CheckHello: every member's agrees)
-};
-
-struct Job::Install {
-  std::thread thread;
-  std::unique_ptr<StartPlan> plan;
-  Status status;  // the installer's: written before it posts Installed, read after the join
-  std::chrono::steady_clock::time_point began;
-};
 
 namespace {
 
@@ -68,36 +38,6 @@ std::vector<keys::TensorSpec> TensorsOf(const proto::Hello& hello) {
 // Only the job's members learn it (Welcome).
 std::uint64_t NewSessionSecret() {
   return std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32);
-}
-
-// Every core's shard at once, each built by its core's lane (ServerCore::InstallShard): all or
-// none. `delay_ms`: --test-install-delay-ms, each core's install that much slower.
-Status InstallOnEveryCore(std::vector<std::unique_ptr<ServerCore>>& cores,
-                          const std::shared_ptr<const JobSpec>& spec, const Shard::EventSink& sink,
-                          double weight, int delay_ms) {
-  std::vector<Status> status(cores.size(), absl::OkStatus());
-  {
-    std::vector<std::jthread> each;
-    each.reserve(cores.size());
-    for (std::size_t c = 0; c < cores.size(); ++c) {
-      try {
-        each.emplace_back([&, c] {
-          if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-          status[c] = cores[c]->InstallShard(spec, sink, weight);
-        });
-      } catch (const std::system_error& e) {
-        status[c] = absl::ResourceExhaustedError(
-            absl::StrCat("core ", c, ": no thread to install the job with: ", e.what()));
-      }
-    }
-  }  // every thread joined
-  for (const Status& s : status) {
-    if (s.ok()) continue;
-    // All or none: the cores that took theirs give them back.
-    for (auto& core : cores) core->RemoveShard(spec->session);
-    return s;
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -122,56 +62,6 @@ void Job::Start() {
   if (auto refusal = MakeRelay(hello, *plan)) return FailForming(*refusal);
   plan->spec = MakeSpec(hello, *plan);
   InstallShards(std::move(plan));
-}
-
-void Job::Installed() {
-  if (!install_) return;  // abandoned: phubd is stopping
-  install_->thread.join();
-  const Status status = install_->status;
-  std::unique_ptr<StartPlan> plan = std::move(install_->plan);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - install_->began).count();
-  install_.reset();
-  starting_ = false;
-  if (!status.ok()) {
-    const bool memory = absl::IsResourceExhausted(status);
-    return FailForming(MakeError(
-        memory ? proto::Error::RESOURCE_EXHAUSTED : proto::Error::BAD_REQUEST,
-        std::string(status.message()),
-        memory ? "a smaller model, or lower --memory-budget-bytes (or --max-model-bytes) so such "
-                 "jobs are refused up front"
-               : "see phubd's log; on verbs check the memlock limit (ulimit -l)"));
-  }
-  // An operator wants to know where a slow start went; a quick one is not news.
-  spdlog::log(seconds >= 1 ? spdlog::level::info : spdlog::level::debug,
-              "{}: its shards are installed on {} cores in {:.2f} s", log_name_,
-              host_.cores.size(), seconds);
-  // A member it starts with that left meanwhile (its rank not taken again since).
-  std::string gone;
-  const std::uint32_t needed = elastic_.enabled ? elastic_.start : world_size_;
-  for (std::uint32_t r = 0; r < needed; ++r) {
-    if (!members_[r]) absl::StrAppend(&gone, gone.empty() ? "" : ", ", r);
-  }
-  if (!gone.empty()) {
-    for (auto& core : host_.cores) core->RemoveShard(plan->spec->session);
-    if (joined_ == 0) return End();
-    return FailForming(MakeError(
-        proto::Error::JOB_STALLED,
-        absl::StrCat("rank(s) ", gone, " of ", log_name_, " left while phubd installed it"),
-        "start the job again, every worker"));
-  }
-  if (auto refusal = OpenCheckpoints(*plan)) return FailForming(*refusal);
-  Run(*plan, plan->hello);
-}
-
-void Job::AbandonInstall() {
-  if (!install_) return;
-  install_->thread.join();
-  if (install_->status.ok()) {
-    for (auto& core : host_.cores) core->RemoveShard(install_->plan->spec->session);
-  }
-  install_.reset();
-  starting_ = false;
 }
 
 std::optional<proto::Error> Job::BuildKeyTable(const proto::Hello& hello, StartPlan& plan) const {
@@ -358,38 +248,6 @@ std::shared_ptr<JobSpec> Job::MakeSpec(const proto::Hello& hello, StartPlan& pla
       .lr_start_members = LrStartMembers(),
       .batches_before = plan.resume && plan.resume->batches_before ? *plan.resume->batches_before
                                                                    : 0});
-}
-
-void Job::InstallShards(std::unique_ptr<StartPlan> plan) {
-  auto sink = [io = &host_.io, weak = weak_from_this()](ShardEvent event) {
-    asio::post(*io, [weak, event = std::move(event)] {
-      if (auto self = weak.lock(); self && !self->ended_) self->OnShardEvent(event);
-    });
-  };
-  const std::shared_ptr<const JobSpec> spec = plan->spec;
-  install_ = std::make_shared<Install>();
-  Install* install = install_.get();  // outlives the thread: ~Job and End join it first
-  install->plan = std::move(plan);
-  install->began = std::chrono::steady_clock::now();
-  starting_ = true;
-  try {
-    install->thread = std::thread([install, spec, sink = std::move(sink), cores = &host_.cores,
-                                   io = &host_.io, weight = weight_,
-                                   delay = options().test_install_delay_ms,
-                                   weak = weak_from_this()] {
-      install->status = InstallOnEveryCore(*cores, spec, sink, weight, delay);
-      asio::post(*io, [weak] {
-        if (auto self = weak.lock()) self->Installed();
-      });
-    });
-  } catch (const std::system_error& e) {
-    install_.reset();
-    starting_ = false;
-    FailForming(MakeError(proto::Error::RESOURCE_EXHAUSTED,
-                          absl::StrCat("phubd has no thread to install ", log_name_, ": ",
-                                       e.what()),
-                          "fewer jobs at once, or raise the process's thread limit"));
-  }
 }
 
 std::optional<proto::Error> Job::OpenCheckpoints(const StartPlan& plan) {
