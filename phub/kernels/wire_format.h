@@ -65,13 +65,14 @@ inline Bf16 ToBf16(float x) {
 // (exact: subnormal halves come out normal), infinity and NaN (all-ones exponent) given
 // float32's all-ones exponent. That choice is an integer mask, not an `if`: GCC vectorizes a
 // branch in this loop only where AVX-512 can mask it, so with an `if` a portable (SSE2) or
-// AVX2 build widened one element at a time, 4-6x slower (bench/aggregation, fp16).
+// AVX2 build widened one element at a time, 3.3-3.4x slower (docs/benchmarks.md, fp16).
 inline float ToFloat(Fp16 x) {
   const std::uint32_t em = x.bits & 0x7fffu;
   const float rebased_value = std::bit_cast<float>(em << 13) * 0x1p112f;
   const std::uint32_t rebased = std::bit_cast<std::uint32_t>(rebased_value);
   const std::uint32_t special = (em << 13) | 0x7f800000u;
-  const std::uint32_t is_special = 0u - static_cast<std::uint32_t>(em >= 0x7c00u);  // all ones or 0
+  // All ones for infinity and NaN, else 0.
+  const std::uint32_t is_special = 0u - static_cast<std::uint32_t>(em >= 0x7c00u);
   const std::uint32_t magnitude = (rebased & ~is_special) | (special & is_special);
   return std::bit_cast<float>(magnitude | (std::uint32_t{x.bits} & 0x8000u) << 16);
 }

@@ -1,7 +1,7 @@
 // A job's shards installed on every core (Job::InstallShards, Installed, AbandonInstall): the
 // step of its start (job_start.cc) that takes time, every chunk's slots, weights and optimizer
-// state allocated and first touched on its core (a 2 GB model on 2 cores took 11 s on the CI
-// VM). It runs on an installer thread, every core at once, while the control plane goes on:
+// state allocated and first touched on its core (a 2,000 MiB model on 2 cores took 11 s on the
+// 2-core VM). It runs on an installer thread, every core at once, while the control plane goes on:
 // the forming members keep getting their Heartbeats (a worker gives up on a silent phubd after
 // --hello-answer-timeout-ms, 10 s by default) and other jobs are served as before. Meanwhile
 // the job is starting: a Hello joins it as in forming (a rank given back meanwhile may be
