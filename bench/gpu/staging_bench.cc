@@ -2,7 +2,8 @@
 // against the physical limit of a staged path: the same bytes copied device -> pinned host and
 // back alone, measured in the same run.
 //
-//   staging_bench --model resnet50 [--engine cuda|host] [--rounds 5] [--iters 10] [--out DIR]
+//   staging_bench --model resnet50 [--engine cuda|host] [--segment-bytes 0,4194304]
+//                 [--rounds 5] [--iters 10] [--out DIR]
 //
 // The model's parameter tensors (sizes from worker/nn's zoo) live on the device (GPU 0, or with
 // --engine host a separate host buffer that the host engine copies for real). Four timings per
@@ -14,8 +15,10 @@
 //   exchange  a real exchange on host buffers (a one-rank ring: its copy and SGD step)
 //   staged    the same exchange fed from the device through the pipeline
 // pipeline / copy is the staging cost's figure (issue 39's bar: <= 1.3); staged / exchange
-// shows how much of it the exchange hides. Medians over rounds; a TSV and a Markdown table in
-// --out (default results/staging).
+// shows how much of it the exchange hides. pipeline and staged are timed for each
+// --segment-bytes (0: whole tensors; StagedExchangeOptions::segment_bytes), a row each, all in
+// the same rounds. Medians over rounds; a TSV and a Markdown table in --out (default
+// results/staging).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -91,7 +94,11 @@ int main(int argc, char** argv) {
   CLI::App app{"staging_bench: the staging pipeline's cost per step vs the bytes' D2H + H2D"};
   std::string model_name = "resnet50", engine_name = "cuda", out_dir = "results/staging";
   int rounds = 5, iters = 10;
+  std::vector<std::uint64_t> segment_sizes = {0, ex::kDefaultSegmentBytes};
   app.add_option("--model", model_name, "A model of the zoo (its parameter tensors)");
+  app.add_option("--segment-bytes", segment_sizes,
+                 "The staging's segment sizes to time (0: whole tensors), a row each")
+      ->delimiter(',');
   app.add_option("--engine", engine_name, "cuda (GPU 0, pinned staging) or host (memcpy)")
       ->check(CLI::IsMember({"cuda", "host"}));
   app.add_option("--rounds", rounds, "Rounds (medians over them)")->check(CLI::Range(1, 1000));
@@ -165,19 +172,30 @@ int main(int argc, char** argv) {
   options.ring.optimizer.lr = 1e-6f;
   auto alone = ex::MakeExchange(options, tensors, hw);
   if (!alone.ok()) return Fail(alone.status(), "exchange on host buffers");
-  auto staged = ex::MakeDeviceExchange(options, engine, tensors, dg, dw);
-  if (!staged.ok()) return Fail(staged.status(), "staged exchange");
-  std::vector<std::span<const float>> dg_const(dg.begin(), dg.end());
-  auto pipeline = ex::StagedExchange::Create(
-      engine, tensors, dg_const, dw,
-      [](std::vector<phub::keys::TensorSpec>,
-         std::vector<std::span<float>>) -> phub::StatusOr<std::unique_ptr<ex::GradientExchange>> {
-        return std::make_unique<AnswersAtOnce>();
-      });
-  if (!pipeline.ok()) return Fail(pipeline.status(), "pipeline");
   if (Status s = (*alone)->Init(); !s.ok()) return Fail(s, "init");
-  if (Status s = (*staged)->Init(nullptr); !s.ok()) return Fail(s, "staged init");
-  if (Status s = (*pipeline)->Init(nullptr); !s.ok()) return Fail(s, "pipeline init");
+  // Per segment size: the pipeline alone, and the staged exchange (its own one-rank ring).
+  std::vector<std::unique_ptr<ex::DeviceExchange>> staged, pipeline;
+  std::vector<std::span<const float>> dg_const(dg.begin(), dg.end());
+  for (std::size_t k = 0; k < segment_sizes.size(); ++k) {
+    const std::string dir = rdv + "/" + std::to_string(k);
+    std::filesystem::create_directories(dir);
+    options.ring.ring.rendezvous = dir;
+    options.segment_bytes = segment_sizes[k];
+    auto x = ex::MakeDeviceExchange(options, engine, tensors, dg, dw);
+    if (!x.ok()) return Fail(x.status(), "staged exchange");
+    auto p = ex::StagedExchange::Create(
+        engine, tensors, dg_const, dw,
+        [](std::vector<phub::keys::TensorSpec>, std::vector<std::span<float>>)
+            -> phub::StatusOr<std::unique_ptr<ex::GradientExchange>> {
+          return std::make_unique<AnswersAtOnce>();
+        },
+        {.segment_bytes = segment_sizes[k]});
+    if (!p.ok()) return Fail(p.status(), "pipeline");
+    if (Status s = (*x)->Init(nullptr); !s.ok()) return Fail(s, "staged init");
+    if (Status s = (*p)->Init(nullptr); !s.ok()) return Fail(s, "pipeline init");
+    staged.push_back(*std::move(x));
+    pipeline.push_back(*std::move(p));
+  }
   auto staging = engine->AllocateStaging(floats);
   if (!staging.ok()) return Fail(staging.status(), "staging");
 
@@ -229,49 +247,66 @@ int main(int argc, char** argv) {
     return ms(start) / iters;
   };
 
-  std::vector<double> copy, pipe, exch, stag;
-  (void)time_copy(), (void)time_alone(), (void)time_staged(**staged),
-      (void)time_staged(**pipeline);  // warm-up
+  const std::size_t sizes = segment_sizes.size();
+  std::vector<double> copy, exch;
+  std::vector<std::vector<double>> pipe(sizes), stag(sizes);
+  (void)time_copy(), (void)time_alone();  // warm-up
+  for (std::size_t k = 0; k < sizes; ++k) (void)time_staged(*staged[k]), (void)time_staged(*pipeline[k]);
   for (int r = 0; r < rounds; ++r) {
     auto c = time_copy();
     if (!c.ok()) return Fail(c.status(), "copy timing");
-    auto p = time_staged(**pipeline);
-    if (!p.ok()) return Fail(p.status(), "pipeline timing");
     auto a = time_alone();
     if (!a.ok()) return Fail(a.status(), "exchange timing");
-    auto s = time_staged(**staged);
-    if (!s.ok()) return Fail(s.status(), "staged timing");
     copy.push_back(*c);
-    pipe.push_back(*p);
     exch.push_back(*a);
-    stag.push_back(*s);
-    std::fprintf(stderr,
-                 "round %d: copy %.2f ms, pipeline %.2f ms, exchange %.2f ms, staged %.2f ms\n",
-                 r + 1, *c, *p, *a, *s);
+    std::fprintf(stderr, "round %d: copy %.2f ms, exchange %.2f ms", r + 1, *c, *a);
+    for (std::size_t k = 0; k < sizes; ++k) {
+      auto p = time_staged(*pipeline[k]);
+      if (!p.ok()) return Fail(p.status(), "pipeline timing");
+      auto s = time_staged(*staged[k]);
+      if (!s.ok()) return Fail(s.status(), "staged timing");
+      pipe[k].push_back(*p);
+      stag[k].push_back(*s);
+      std::fprintf(stderr, "; segments of %llu B: pipeline %.2f ms, staged %.2f ms",
+                   static_cast<unsigned long long>(segment_sizes[k]), *p, *s);
+    }
+    std::fprintf(stderr, "\n");
   }
-  (void)(*pipeline)->Close();
-  (void)(*staged)->Close();
+  for (std::size_t k = 0; k < sizes; ++k) {
+    (void)pipeline[k]->Close();
+    (void)staged[k]->Close();
+  }
   (void)(*alone)->Close();
   std::filesystem::remove_all(rdv);
 
-  const double c = Median(copy), p = Median(pipe), a = Median(exch), s = Median(stag);
+  const double c = Median(copy), a = Median(exch);
   const double mb = static_cast<double>(floats) * 4 / 1e6;
   std::filesystem::create_directories(out_dir);
   std::ofstream tsv(out_dir + "/staging.tsv");
-  tsv << "model\tengine\ttensors\tMB\tcopy_ms\tpipeline_ms\tpipeline_over_copy\texchange_ms"
-         "\tstaged_ms\tstaged_over_exchange\n"
-      << model_name << "\t" << engine->Describe() << "\t" << tensors.size() << "\t" << mb << "\t"
-      << c << "\t" << p << "\t" << p / c << "\t" << a << "\t" << s << "\t" << s / a << "\n";
-  char line[512];
-  std::snprintf(
-      line, sizeof line, "| %s | %s | %zu | %.1f | %.2f | %.2f | **%.2f** | %.2f | %.2f | %.2f |\n",
-      model_name.c_str(), engine->Describe().c_str(), tensors.size(), mb, c, p, p / c, a, s, s / a);
   std::ofstream md(out_dir + "/staging.md");
-  md << "| model | engine | tensors | MB | D2H+H2D alone ms | pipeline ms | pipeline / copy | "
-        "exchange on host ms | staged exchange ms | staged / host |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-     << line;
-  std::printf("%s", line);
+  tsv << "model\tengine\ttensors\tMB\tsegment_bytes\tcopy_ms\tpipeline_ms\tpipeline_over_copy"
+         "\texchange_ms\tstaged_ms\tstaged_over_exchange\n";
+  md << "| model | engine | tensors | MB | segment | D2H+H2D alone ms | pipeline ms | "
+        "pipeline / copy | exchange on host ms | staged exchange ms | staged / host |\n"
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
+  for (std::size_t k = 0; k < sizes; ++k) {
+    const double p = Median(pipe[k]), s = Median(stag[k]);
+    const std::uint64_t b = segment_sizes[k];
+    const std::string segment = b == 0                ? std::string("whole")
+                                : b % (1 << 20) == 0 ? std::to_string(b >> 20) + " MiB"
+                                : b % 1024 == 0      ? std::to_string(b >> 10) + " KiB"
+                                                     : std::to_string(b) + " B";
+    tsv << model_name << "\t" << engine->Describe() << "\t" << tensors.size() << "\t" << mb
+        << "\t" << segment_sizes[k] << "\t" << c << "\t" << p << "\t" << p / c << "\t" << a
+        << "\t" << s << "\t" << s / a << "\n";
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "| %s | %s | %zu | %.1f | %s | %.2f | %.2f | **%.2f** | %.2f | %.2f | %.2f |\n",
+                  model_name.c_str(), engine->Describe().c_str(), tensors.size(), mb,
+                  segment.c_str(), c, p, p / c, a, s, s / a);
+    md << line;
+    std::printf("%s", line);
+  }
   std::printf("(medians of %d rounds x %d steps)\n", rounds, iters);
   return 0;
 }

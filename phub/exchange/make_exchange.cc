@@ -92,6 +92,7 @@ StatusOr<std::unique_ptr<DeviceExchange>> MakeDeviceExchange(
   }
 #endif
   StagedExchangeOptions staged;
+  staged.segment_bytes = options.segment_bytes;
   if (!engine->DeviceIsHost()) {
     auto probe = [&]() -> Status {
       for (std::span<float> g : grads) {

@@ -14,6 +14,7 @@
 #include "phub/exchange/nccl_exchange.h"
 #include "phub/exchange/ps_exchange.h"
 #include "phub/exchange/ring_exchange.h"
+#include "phub/exchange/staged_exchange.h"
 #include "phub/staging/copy_engine.h"
 #include "phub/topology/topology.h"
 
@@ -36,6 +37,9 @@ struct ExchangeOptions {
   std::optional<topology::Placement> rack;
   // A GPU worker's PS exchange (MakeDeviceExchange): GPUDirect RDMA or staging (gpudirect.h).
   GpuDirectMode gpudirect = GpuDirectMode::kAuto;
+  // MakeDeviceExchange's staging: tensors longer than this travel in segments of it
+  // (staged_exchange.h); 0: whole. Every worker of a job must use the same.
+  std::uint64_t segment_bytes = kDefaultSegmentBytes;
 };
 
 // Racks of racks (docs/operations.md "Racks of racks"): `host`, as the topology file names it,

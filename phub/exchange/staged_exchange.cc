@@ -6,6 +6,32 @@
 
 namespace phub::exchange {
 
+StatusOr<std::vector<keys::TensorSpec>> SegmentTensors(const std::vector<keys::TensorSpec>& tensors,
+                                                       std::uint64_t segment_bytes) {
+  if (segment_bytes % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("staged exchange: segments of ", segment_bytes,
+                                                   " bytes; give a multiple of 4 (whole floats), "
+                                                   "or 0 for whole tensors"));
+  }
+  const std::uint64_t cut = segment_bytes / sizeof(float);
+  std::vector<keys::TensorSpec> out;
+  for (const keys::TensorSpec& t : tensors) {
+    if (cut == 0 || t.elements <= cut) {
+      out.push_back(t);
+    } else {
+      for (std::uint64_t k = 0, at = 0; at < t.elements; ++k, at += cut) {
+        out.push_back({absl::StrCat(t.name, "#", k), std::min(cut, t.elements - at)});
+      }
+    }
+    if (out.size() > UINT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "staged exchange: segments of ", segment_bytes, " bytes make more than 2^32-1 tensors; "
+          "give larger segments"));
+    }
+  }
+  return out;
+}
+
 StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
     std::shared_ptr<staging::CopyEngine> engine, std::vector<keys::TensorSpec> tensors,
     std::vector<std::span<const float>> grads, std::vector<std::span<float>> weights,
@@ -23,8 +49,8 @@ StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
   x->engine_ = std::move(engine);
   x->options_ = options;
   x->tensors_.resize(tensors.size());
-  std::vector<std::span<float>> landed;
-  std::vector<std::span<const float>> sent;
+  PHUB_ASSIGN_OR_RETURN(std::vector<keys::TensorSpec> below,
+                        SegmentTensors(tensors, options.segment_bytes));
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     Tensor& s = x->tensors_[t];
     if (grads[t].size() != tensors[t].elements || weights[t].size() != tensors[t].elements) {
@@ -44,10 +70,26 @@ StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
       s.sent = s.grads;
       s.landed = s.weights;
     }
-    sent.push_back(s.sent);
-    landed.push_back(s.landed);
   }
-  PHUB_ASSIGN_OR_RETURN(x->inner_, connect(std::move(tensors), std::move(landed)));
+  // The segments, in tensor order (as SegmentTensors cut them).
+  std::vector<std::span<float>> landed;
+  std::vector<std::span<const float>> sent;
+  for (std::uint32_t t = 0, next = 0; t < tensors.size(); ++t) {
+    Tensor& s = x->tensors_[t];
+    s.first_segment = next;
+    s.segments = 0;
+    std::uint64_t at = 0;
+    do {
+      const std::uint64_t n = below[next].elements;
+      x->segments_.push_back({t, at, n});
+      sent.push_back(x->SentOf(x->segments_.back()));
+      landed.push_back(x->LandedOf(x->segments_.back()));
+      at += n;
+      ++next;
+      ++s.segments;
+    } while (at < tensors[t].elements);
+  }
+  PHUB_ASSIGN_OR_RETURN(x->inner_, connect(std::move(below), std::move(landed)));
   // Fixed send buffers: verbs registers them once.
   PHUB_RETURN_IF_ERROR(x->inner_->DeclareGradients(sent));
   if (x->threaded()) {
@@ -58,6 +100,14 @@ StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
 }
 
 StagedExchange::~StagedExchange() { (void)Close(); }
+
+std::string StagedExchange::Where(std::uint32_t segment) const {
+  const Segment& k = segments_[segment];
+  const Tensor& s = tensors_[k.tensor];
+  if (s.segments == 1) return absl::StrCat("tensor ", k.tensor);
+  return absl::StrCat("tensor ", k.tensor, " (segment ", segment - s.first_segment, " of ",
+                      s.segments, ")");
+}
 
 void StagedExchange::Fail(const Status& status) {
   {
@@ -143,7 +193,14 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
     }
     ++s.pushed;  // in flight from here: a Push of it on another thread is refused
   }
-  Status pushed = threaded() ? PushThreaded(tensor, producer) : inner_->Push(tensor, s.sent);
+  Status pushed = absl::OkStatus();
+  if (threaded()) {
+    pushed = PushThreaded(tensor, producer);
+  } else {
+    for (std::uint32_t k = s.first_segment; pushed.ok() && k < s.first_segment + s.segments; ++k) {
+      pushed = inner_->Push(k, SentOf(segments_[k]));
+    }
+  }
   if (!pushed.ok()) {
     Fail(Status(pushed.code(), absl::StrCat("Push of tensor ", tensor, ": ", pushed.message())));
     std::lock_guard<std::mutex> lock(mu_);
@@ -156,28 +213,35 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
 Status StagedExchange::PushThreaded(std::uint32_t tensor, staging::Stream producer) {
   Tensor& s = tensors_[tensor];
   PHUB_ASSIGN_OR_RETURN(staging::Fence produced, engine_->Record(producer));
-  staging::Fence copied = produced;  // direct: the NIC reads the gradient where it was made
-  if (staged()) {
-    PHUB_ASSIGN_OR_RETURN(copied, engine_->ToHost(s.grads.data(), s.host_grads.span().data(),
-                                                  s.grads.size(), produced));
-  }
-  bool closed;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    s.to_host = copied;
-    closed = closed_;
-    if (!closed) {
-      to_push_.emplace_back(tensor, copied);
-      ++queued_;
+  // Each segment to the pusher as soon as its copy is enqueued: the pusher pushes the first
+  // while the engine still copies the next.
+  for (std::uint32_t k = s.first_segment; k < s.first_segment + s.segments; ++k) {
+    const Segment& segment = segments_[k];
+    staging::Fence copied = produced;  // direct: the NIC reads the gradient where it was made
+    if (staged()) {
+      PHUB_ASSIGN_OR_RETURN(
+          copied, engine_->ToHost(s.grads.data() + segment.offset,
+                                  s.host_grads.span().data() + segment.offset, segment.elements,
+                                  produced));
     }
+    bool closed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s.to_host = copied;
+      closed = closed_;
+      if (!closed) {
+        to_push_.emplace_back(k, copied);
+        ++queued_;
+      }
+    }
+    if (closed) {
+      // Close ran while the copy was enqueued and may have missed it: it ends before the
+      // staging it writes can go.
+      (void)engine_->HostWait(copied, options_.copy_timeout);
+      return absl::FailedPreconditionError("Push after Close");
+    }
+    cv_.notify_all();
   }
-  if (closed) {
-    // Close ran while the copy was enqueued and may have missed it: it ends before the
-    // staging it writes can go.
-    (void)engine_->HostWait(copied, options_.copy_timeout);
-    return absl::FailedPreconditionError("Push after Close");
-  }
-  cv_.notify_all();
   return absl::OkStatus();
 }
 
@@ -191,21 +255,21 @@ void StagedExchange::PushLoop() {
       next = std::move(to_push_.front());
       to_push_.pop_front();
     }
-    const std::uint32_t t = next.first;
+    const std::uint32_t k = next.first;
     Status s = engine_->HostWait(next.second, options_.copy_timeout);
-    if (s.ok()) s = inner_->Push(t, tensors_[t].sent);
+    if (s.ok()) s = inner_->Push(k, SentOf(segments_[k]));
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++handed_;
     }
     if (!s.ok()) {
-      Fail(Status(s.code(),
-                  absl::StrCat("tensor ", t, " (gradient to host, then pushed): ", s.message())));
+      Fail(Status(s.code(), absl::StrCat(Where(k), " (gradient to host, then pushed): ",
+                                         s.message())));
       return;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      to_land_.push_back(t);
+      to_land_.push_back(k);
     }
     cv_.notify_all();
   }
@@ -213,32 +277,38 @@ void StagedExchange::PushLoop() {
 
 void StagedExchange::LandLoop() {
   while (true) {
-    std::uint32_t t;
+    std::uint32_t k;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !to_land_.empty(); });
       if (stopping_) return;
-      t = to_land_.front();
+      k = to_land_.front();
       to_land_.pop_front();
     }
-    Tensor& s = tensors_[t];
-    Status status = inner_->Wait(t);
+    const Segment& segment = segments_[k];
+    Tensor& s = tensors_[segment.tensor];
+    Status status = inner_->Wait(k);
     // Direct: the NIC wrote the weights in place; its writes made visible, nothing to copy.
     if (status.ok() && !staged()) status = engine_->FlushRemoteWrites();
     StatusOr<staging::Fence> copied =
         !status.ok() ? StatusOr<staging::Fence>(status)
-        : staged()   ? engine_->ToDevice(s.landed.data(), s.weights.data(), s.weights.size(), {})
+        : staged()   ? engine_->ToDevice(LandedOf(segment).data(),
+                                         s.weights.data() + segment.offset, segment.elements, {})
                      : StatusOr<staging::Fence>(staging::Fence());
     if (!copied.ok()) {
-      Fail(Status(copied.status().code(),
-                  absl::StrCat("tensor ", t,
-                               " (weights, then to the device): ", copied.status().message())));
+      Fail(Status(copied.status().code(), absl::StrCat(Where(k), " (weights, then to the device): ",
+                                                       copied.status().message())));
       return;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
       s.on_device = *std::move(copied);
-      ++s.arrived;
+      // The tensor has arrived once its last segment's copy is enqueued (segments land in push
+      // order, and the copies to the device finish in that order).
+      if (++s.landed_segments == s.segments) {
+        s.landed_segments = 0;
+        ++s.arrived;
+      }
     }
     cv_.notify_all();
   }
@@ -257,7 +327,11 @@ Status StagedExchange::Wait(std::uint32_t tensor, staging::Stream consumer) {
       PHUB_RETURN_IF_ERROR(RefusalLocked("Wait"));
       pushed = s.pushed;
     }
-    if (Status waited = inner_->Wait(tensor); !waited.ok()) {
+    Status waited = absl::OkStatus();
+    for (std::uint32_t k = s.first_segment; waited.ok() && k < s.first_segment + s.segments; ++k) {
+      waited = inner_->Wait(k);
+    }
+    if (!waited.ok()) {
       Fail(Status(waited.code(), absl::StrCat("Wait of tensor ", tensor, ": ", waited.message())));
       std::lock_guard<std::mutex> lock(mu_);
       return error_.ok() ? waited : error_;

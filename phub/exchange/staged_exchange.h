@@ -8,6 +8,14 @@
 // starts its copy to the device as it lands, so copies overlap backward, the wire and the next
 // forward; Wait(t) blocks until t's copy is enqueued and makes the consumer wait for it.
 //
+// Segments: a tensor longer than `segment_bytes` travels as segments of that size (the last
+// shorter), each copied, pushed and landed on its own: a large tensor's push starts once its
+// first segment is on the host, and its first weights go to the device while the rest are still
+// on the wire (BytePS partitions its tensors the same way). The exchange below sees each
+// segment as a tensor of its own, named "<name>#<k>"; a tensor of one segment keeps its name.
+// The split depends on the tensors and `segment_bytes` only, never on the engine, so a GPU
+// worker and a CPU worker of one job present the same tensors to phubd.
+//
 // Staging is allocated once per tensor (gradients and weights apart: a weight may land while
 // the gradient is still being sent) and declared to the exchange, so verbs registers it once.
 // When the engine's "device" is host memory (the CPU worker) the device buffers are the
@@ -43,6 +51,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -57,12 +66,26 @@ namespace phub::exchange {
 using HostExchangeFactory = std::function<StatusOr<std::unique_ptr<GradientExchange>>(
     std::vector<keys::TensorSpec>, std::vector<std::span<float>>)>;
 
+// StagedExchangeOptions::segment_bytes's default (below: why this size).
+inline constexpr std::uint64_t kDefaultSegmentBytes = 4 << 20;
+
 struct StagedExchangeOptions {
   std::chrono::milliseconds copy_timeout{60000};
   // The factory's exchange sends from and lands into the device buffers (GPUDirect RDMA): no
   // staging. REQUIRES: the engine is a GPU's (not DeviceIsHost).
   bool direct = false;
+  // Tensors longer than this go through in segments of it (above); 0: each tensor whole.
+  // REQUIRES: a multiple of 4 (whole floats). 4 MiB: four of phubd's default 1 MiB chunks, so
+  // phubd cuts the segments into the chunks it would cut the tensor into; the pipeline's cost
+  // per segment (an event, a hand-off, a push) stays a few percent of its copy.
+  std::uint64_t segment_bytes = kDefaultSegmentBytes;
 };
+
+// The exchange below's tensors for `tensors` cut at `segment_bytes` (StagedExchange's
+// segments, in order; names as above). InvalidArgument for segment_bytes not a multiple of 4, or
+// more segments than a tensor index holds.
+StatusOr<std::vector<keys::TensorSpec>> SegmentTensors(const std::vector<keys::TensorSpec>& tensors,
+                                                       std::uint64_t segment_bytes);
 
 class StagedExchange final : public DeviceExchange {
  public:
@@ -103,8 +126,17 @@ class StagedExchange final : public DeviceExchange {
     std::uint64_t pushed = 0;   // Pushes accepted
     std::uint64_t arrived = 0;  // answers whose copy to the device is enqueued
     std::uint64_t waited = 0;   // the pushes a Wait has returned for
+    std::uint32_t first_segment = 0, segments = 1;  // its segments in segments_
+    std::uint32_t landed_segments = 0;  // guarded by mu_: of the last Push, copied to the device
+    // The last copy each way (a direction's copies finish in enqueue order, so the last one
+    // passing means the tensor's every segment has).
     staging::Fence on_device;   // the last copy to the device (direct: none)
     staging::Fence to_host;     // the last copy to host (direct: the producer's fence)
+  };
+  // One tensor of the exchange below: elements [offset, offset + elements) of a caller tensor.
+  struct Segment {
+    std::uint32_t tensor = 0;
+    std::uint64_t offset = 0, elements = 0;
   };
   StagedExchange() = default;
   // Copies through host staging (a GPU, not direct).
@@ -127,12 +159,23 @@ class StagedExchange final : public DeviceExchange {
   StagedExchangeOptions options_;
   std::unique_ptr<GradientExchange> inner_;
   std::vector<Tensor> tensors_;
+  std::vector<Segment> segments_;  // the exchange below's tensors
+  // For errors: "tensor 3", or "tensor 3 (segment 1 of 4)".
+  std::string Where(std::uint32_t segment) const;
+  // Segment k's part of its tensor's staging (or device buffers: not staged).
+  std::span<const float> SentOf(const Segment& k) const {
+    return tensors_[k.tensor].sent.subspan(k.offset, k.elements);
+  }
+  std::span<float> LandedOf(const Segment& k) const {
+    return tensors_[k.tensor].landed.subspan(k.offset, k.elements);
+  }
 
   std::mutex mu_;
   std::condition_variable cv_;
+  // Segments (indices into segments_):
   std::deque<std::pair<std::uint32_t, staging::Fence>> to_push_;  // copies to host queued
   std::deque<std::uint32_t> to_land_;                             // pushed, answer awaited
-  // Pushes queued for the pusher, and those it has handed to the exchange below (or given
+  // Segments queued for the pusher, and those it has handed to the exchange below (or given
   // up on): BeginIteration waits until they are equal.
   std::uint64_t queued_ = 0, handed_ = 0;
   Status error_;                                                  // the first failure

@@ -2,8 +2,8 @@
 // (the ring's links; a PS job follows phubd's --transport), --nics (a PS client's NICs) and the
 // RDMA device flags, written
 // into every exchange's options so ps, ps-colocated and ring use the same device; and the PS
-// client's --send-window-bytes (priority scheduling of its pushes) and --io-threads, and --wire
-// (PS, ring and NCCL).
+// client's --send-window-bytes (priority scheduling of its pushes) and --io-threads, --wire
+// (PS, ring and NCCL), and the staging's --segment-bytes.
 #pragma once
 
 #include "phub/client/io_threads_flag.h"
@@ -40,6 +40,12 @@ inline void AddTransportFlags(CLI::App& app, ExchangeOptions& options) {
          "verbs allow, else stages through pinned host memory, saying why; on: GPUDirect or an "
          "error; off: always stage")
       ->default_str("auto");
+  app.add_option("--segment-bytes", options.segment_bytes,
+                 "GPU workers (staged), and CPU workers alike so that both can share a job: a "
+                 "tensor longer than this is copied to host, pushed and copied back in segments "
+                 "of it, so its push starts once its first segment is on the host. A multiple "
+                 "of 4; 0: whole tensors. Every worker of a job must give the same")
+      ->default_val(options.segment_bytes);
   transport::AddSendWindowFlag(app, options.ps.client.send_window_bytes);
   client::AddIoThreadsFlag(app, options.ps.client.io_threads);
   client::AddWireFlags(app, options.ps.client.wire,

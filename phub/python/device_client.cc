@@ -38,7 +38,7 @@ class DeviceClient {
                int device, const std::string& token, const std::optional<py::dict>& optimizer,
                int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
                bool per_iteration_values, int io_threads, const std::string& wire,
-               bool wire_weights)
+               bool wire_weights, std::uint64_t segment_bytes)
       : rank_(rank) {
     if (grads.size() != tensors.size() || weights.size() != tensors.size()) {
       throw py::value_error(absl::StrCat("grads and weights: ", grads.size(), " and ",
@@ -88,13 +88,14 @@ class DeviceClient {
               PHUB_ASSIGN_OR_RETURN(auto ps, exchange::PsExchange::Connect(
                                                  options, seat, std::move(t), std::move(landed)));
               return std::unique_ptr<exchange::GradientExchange>(std::move(ps));
-            });
+            },
+            {.segment_bytes = segment_bytes});
       }
     }
     ThrowIfError(made.status(), "connect (CUDA tensors)");
     exchange_ = *std::move(made);
 #else
-    (void)device;
+    (void)device, (void)segment_bytes;
     ThrowIfError(absl::UnimplementedError(
                      "this build of phub has no CUDA toolkit: CUDA tensors cannot be staged; "
                      "rebuild with -DPHUB_WITH_CUDA=ON on a machine with the CUDA toolkit"),
@@ -153,6 +154,7 @@ void RegisterDeviceClient(py::module_& m) {
 A worker's connection to phubd for tensors in one GPU's memory. grads[t] and weights[t] are
 device pointers (tensor.data_ptr()) of tensor t's gradient and answer buffers, float32, kept
 alive by the caller for the client's life; streams are CUDA stream handles (stream.cuda_stream).
+A tensor longer than segment_bytes (0: none) is copied, pushed and landed in segments of it.
 push(t, s): tensor t's gradient is what stream s's work enqueued so far writes; returns once its
 copy is enqueued (GIL released: a full staging ring holds it back).
 wait(t, s): blocks on the network only (GIL released), then makes stream s wait on the device for
@@ -161,13 +163,14 @@ the answer in weights[t].)doc")
                     const std::vector<std::pair<std::string, std::uint64_t>>&,
                     const std::vector<std::uintptr_t>&, const std::vector<std::uintptr_t>&, int,
                     const std::string&, const std::optional<py::dict>&, int, const std::string&,
-                    const std::string&, bool, int, const std::string&, bool>(),
+                    const std::string&, bool, int, const std::string&, bool, std::uint64_t>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("grads"), py::arg("weights"), py::arg("device"),
            py::arg("token") = "", py::arg("optimizer") = py::none(),
            py::arg("connect_timeout_ms") = 30000, py::arg("rdma_device") = "", py::arg("job") = "",
            py::arg("per_iteration_values") = false, py::arg("io_threads") = 1,
-           py::arg("wire") = "fp32", py::arg("wire_weights") = true)
+           py::arg("wire") = "fp32", py::arg("wire_weights") = true,
+           py::arg("segment_bytes") = exchange::kDefaultSegmentBytes)
       .def("step_with", &DeviceClient::StepWith, py::arg("values"),
            "As PsClient.step_with: the next iteration's values, before its first push.")
       .def("init", &DeviceClient::Init, py::arg("stream"),

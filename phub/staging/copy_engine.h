@@ -13,6 +13,8 @@
 // Fences order the work without blocking the caller: Record(stream) marks what a producer has
 // enqueued so far; a copy starts after the fence it is given; StreamWait makes a consumer's
 // stream wait for a fence on the device; only HostWait blocks a thread, with a deadline.
+// Copies of one direction finish in the order they were enqueued (each engine runs a direction
+// on one stream or thread), so a direction's last fence passing means every earlier one has.
 //
 // REQUIRES: one engine per device; its methods may be called from several threads.
 #pragma once

@@ -69,12 +69,15 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                    rdma_device: str = "", job: Optional[str] = None,
                    per_iteration_values: bool = False,
                    io_threads: Optional[int] = None, wire: Optional[str] = None,
-                   wire_weights: Optional[bool] = None) -> DeviceClient:
+                   wire_weights: Optional[bool] = None,
+                   segment_bytes: Optional[int] = None) -> DeviceClient:
     """connect() for tensors in GPU `device`'s memory: grads and weights are device pointers
     (tensor.data_ptr()) the caller keeps alive; the client stages them through pinned memory on
     its own CUDA streams (phub/exchange/staged_exchange.h). PhubError in a build without CUDA
     or on a machine without a GPU. io_threads, wire, wire_weights: as connect's (a compact wire's
-    conversions run on the CPU, on the staged copies)."""
+    conversions run on the CPU, on the staged copies). segment_bytes (else PHUB_SEGMENT_BYTES,
+    else 4 MiB; 0: none): a longer tensor is copied, pushed and landed in segments of it, so
+    its push starts before all of it is on the host (every worker of a job must use the same)."""
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
     return DeviceClient(launch.host, launch.port, launch.rank, launch.world_size,
@@ -83,7 +86,25 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                         optimizer=optimizer, connect_timeout_ms=connect_timeout_ms,
                         rdma_device=rdma_device, job=launch.job,
                         per_iteration_values=per_iteration_values,
-                        io_threads=io_threads_of(io_threads), **wire_of(wire, wire_weights))
+                        io_threads=io_threads_of(io_threads), **wire_of(wire, wire_weights),
+                        **segment_bytes_of(segment_bytes))
+
+
+def segment_bytes_of(given: Optional[int]) -> dict:
+    """segment_bytes as given, else PHUB_SEGMENT_BYTES, else the client's default (none
+    given to it)."""
+    if given is None:
+        text = os.environ.get("PHUB_SEGMENT_BYTES", "").strip()
+        if not text:
+            return {}
+        try:
+            given = int(text)
+        except ValueError:
+            raise ValueError(f"PHUB_SEGMENT_BYTES={text!r}: give a whole number of bytes, a "
+                             "multiple of 4 (0: whole tensors)") from None
+    if given < 0:
+        raise ValueError(f"segment_bytes {given}: give 0 (whole tensors) or more")
+    return {"segment_bytes": int(given)}
 
 
 def wire_of(wire: Optional[str], wire_weights: Optional[bool]) -> dict:

@@ -9,7 +9,9 @@
 // and waits on another land every answer. On a GPU the same through the CUDA engine, and
 // `--comm nccl` in place on the device (skipped elsewhere, saying why), with fixed values and
 // with a schedule's. A schedule's values (BeginIteration) reach the exchange below after every
-// push made before them.
+// push made before them. A long tensor travels in segments: training in segments still follows
+// float64; its first segment is pushed while the others are still copying, and a segment's
+// weights go to the device as soon as they land.
 #include "phub/exchange/staged_exchange.h"
 
 #include <gmock/gmock.h>
@@ -126,6 +128,7 @@ class StagedExchangeTest : public ::testing::Test {
       c->momentum = kMomentum;
     }
     o.nccl.rendezvous = dir_;
+    o.segment_bytes = segment_bytes_;
     return o;
   }
 
@@ -153,15 +156,25 @@ class StagedExchangeTest : public ::testing::Test {
           auto x, StagedExchange::Create(
                       engine, kTensors, sent, weights,
                       [&](std::vector<keys::TensorSpec> t, std::vector<std::span<float>> w) {
+                        // Each (segment's) landing lies in a device buffer, not in staging.
+                        auto on_device = [&](std::span<float> landed) {
+                          for (std::span<float> d : weights) {
+                            if (landed.data() >= d.data() &&
+                                landed.data() + landed.size() <= d.data() + d.size()) {
+                              return true;
+                            }
+                          }
+                          return false;
+                        };
                         for (std::size_t i = 0; i < w.size(); ++i) {
-                          if (w[i].data() != weights[i].data()) {
+                          if (!on_device(w[i])) {
                             return StatusOr<std::unique_ptr<GradientExchange>>(
                                 absl::InternalError("direct: the exchange got a staging buffer"));
                           }
                         }
                         return MakeExchange(Options(rank, world, kind), std::move(t), std::move(w));
                       },
-                      {.direct = true}));
+                      {.direct = true, .segment_bytes = segment_bytes_}));
       return std::unique_ptr<DeviceExchange>(std::move(x));
     };
     auto run = [&]() -> Status {
@@ -213,6 +226,9 @@ class StagedExchangeTest : public ::testing::Test {
   }
 
   void TrainTwoRanks(const std::function<std::shared_ptr<staging::CopyEngine>()>& make_engine) {
+    // A fresh rendezvous: an earlier run's ring left its addresses there.
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
     std::vector<std::vector<float>> w0, w1;
     std::string e1;
     std::thread peer([&] {
@@ -230,6 +246,7 @@ class StagedExchangeTest : public ::testing::Test {
   std::string dir_;
   bool direct_ = false;
   bool scheduled_ = false;  // BeginIteration(ScheduledValues(s)) before each step's pushes
+  std::uint64_t segment_bytes_ = kDefaultSegmentBytes;
 };
 
 TEST_F(StagedExchangeTest, StagedThroughRealCopiesOneInFlightTrainsLikeFloat64) {
@@ -259,6 +276,45 @@ TEST_F(StagedExchangeTest, StagedThroughRealCopiesFollowsAScheduleLikeFloat64) {
     return std::shared_ptr<staging::CopyEngine>(
         *staging::MakeHostCopyEngine({.max_in_flight = 1, .separate_device = true}));
   });
+}
+
+// Segments of 4 KiB: "b" (70001 floats) travels as 69 segments and "d" (4097) as 5, each copied,
+// pushed and landed on its own; staged with one copy in flight, on the CPU worker's engine and
+// direct, training follows the float64 reference all the same.
+TEST_F(StagedExchangeTest, TensorsInSegmentsTrainLikeFloat64OnEveryPath) {
+  segment_bytes_ = 4096;
+  auto separate = [] {
+    return std::shared_ptr<staging::CopyEngine>(
+        *staging::MakeHostCopyEngine({.max_in_flight = 1, .separate_device = true}));
+  };
+  {
+    SCOPED_TRACE("staged, one copy in flight");
+    TrainTwoRanks(separate);
+  }
+  {
+    SCOPED_TRACE("the CPU worker's engine");
+    TrainTwoRanks(
+        [] { return std::shared_ptr<staging::CopyEngine>(*staging::MakeHostCopyEngine()); });
+  }
+  {
+    SCOPED_TRACE("direct");
+    direct_ = true;
+    TrainTwoRanks(separate);
+  }
+}
+
+TEST(SegmentTensorsTest, CutsLongTensorsAndKeepsTheOthersWhole) {
+  auto cut = SegmentTensors({{"a", 3}, {"b", 10}, {"c", 8}, {"e", 0}}, 16);  // 4 floats
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  const std::vector<keys::TensorSpec> want = {{"a", 3},   {"b#0", 4}, {"b#1", 4}, {"b#2", 2},
+                                              {"c#0", 4}, {"c#1", 4}, {"e", 0}};
+  EXPECT_EQ(*cut, want);
+  auto whole = SegmentTensors({{"b", 10}}, 0);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(*whole, (std::vector<keys::TensorSpec>{{"b", 10}}));
+  auto odd = SegmentTensors({{"b", 10}}, 6);
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(odd.status().message()), HasSubstr("multiple of 4"));
 }
 
 TEST_F(StagedExchangeTest, DirectOnAnEngineWhoseDeviceIsTheHostIsRefused) {
@@ -326,7 +382,8 @@ class LocalExchange final : public GradientExchange {
         answer_(answer),
         wait_limit_(wait_limit),
         pushed_(weights_.size()),
-        answered_(weights_.size()) {}
+        answered_(weights_.size()),
+        grads_(weights_.size()) {}
 
   Status Init() override { return absl::OkStatus(); }
   // Records the values with the number of pushes that reached this exchange before them;
@@ -344,6 +401,7 @@ class LocalExchange final : public GradientExchange {
       if (closed_) return absl::FailedPreconditionError("local exchange: Push after Close");
       ++pushed_[t];
       ++total_pushed_;
+      grads_[t] = grads;
       if (answer_) {
         for (std::size_t i = 0; i < grads.size(); ++i) weights_[t][i] = 2 * grads[i];
         ++answered_[t];
@@ -376,6 +434,15 @@ class LocalExchange final : public GradientExchange {
   }
   std::string name() const override { return "local"; }
 
+  // Answers tensor t's last push now (an exchange made with `answer` false: a slow peer).
+  void AnswerPushed(std::uint32_t t) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (std::size_t i = 0; i < grads_[t].size(); ++i) weights_[t][i] = 2 * grads_[t][i];
+      answered_[t] = pushed_[t];
+    }
+    cv_.notify_all();
+  }
   // Waits that ended unanswered: woken by Close, or at the wait's limit.
   int waits_ended_by_close() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -411,6 +478,7 @@ class LocalExchange final : public GradientExchange {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::uint64_t> pushed_, answered_;
+  std::vector<std::span<const float>> grads_;  // each tensor's last push
   std::deque<std::uint32_t> pushes_;
   std::uint64_t total_pushed_ = 0;
   std::vector<std::pair<kernels::StepValues, std::uint64_t>> begun_;
@@ -424,7 +492,8 @@ class LocalExchange final : public GradientExchange {
 StatusOr<std::unique_ptr<StagedExchange>> OverLocal(
     std::shared_ptr<staging::CopyEngine> engine, const std::vector<keys::TensorSpec>& tensors,
     std::vector<std::vector<float>>& grads, std::vector<std::vector<float>>& weights, bool answer,
-    std::chrono::milliseconds wait_limit, LocalExchange** local) {
+    std::chrono::milliseconds wait_limit, LocalExchange** local,
+    StagedExchangeOptions options = {}) {
   std::vector<std::span<const float>> g;
   std::vector<std::span<float>> w;
   grads.clear();
@@ -442,7 +511,8 @@ StatusOr<std::unique_ptr<StagedExchange>> OverLocal(
         auto x = std::make_unique<LocalExchange>(std::move(landed), answer, wait_limit);
         *local = x.get();
         return std::unique_ptr<GradientExchange>(std::move(x));
-      });
+      },
+      options);
 }
 
 std::shared_ptr<staging::CopyEngine> StagingHostEngine(std::size_t max_in_flight = 256) {
@@ -648,6 +718,145 @@ TEST(StagedExchangeScheduleTest, ValuesWaitForPushesThePusherStillHolds) {
   ASSERT_EQ(values.size(), 1u);
   EXPECT_EQ(values[0].second, kTensors.size()) << "the values overtook pushes made before them";
   EXPECT_TRUE(x.WaitAll(nullptr).ok());
+  EXPECT_TRUE(x.Close().ok());
+}
+
+// The host engine that, once told to, holds back every copy to host after the next one until
+// Release (as a GPU still copying the rest of a large tensor); it counts the copies to the
+// device enqueued.
+class SegmentGateEngine final : public staging::CopyEngine {
+ public:
+  void HoldAllButTheNextCopyToHost() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+    first_ = nullptr;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  // True once `n` copies to the device have been enqueued (within `limit`).
+  bool AwaitCopiesToDevice(int n, std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return to_device_ >= n; });
+  }
+  int copies_to_device() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return to_device_;
+  }
+
+  std::string Describe() const override { return "gated " + base_->Describe(); }
+  bool DeviceIsHost() const override { return base_->DeviceIsHost(); }
+  StatusOr<staging::StagingBuffer> AllocateStaging(std::size_t floats) override {
+    return base_->AllocateStaging(floats);
+  }
+  StatusOr<staging::Fence> Record(staging::Stream producer) override {
+    return base_->Record(producer);
+  }
+  StatusOr<staging::Fence> ToHost(const float* device, float* host, std::size_t n,
+                                  const staging::Fence& after) override {
+    PHUB_ASSIGN_OR_RETURN(staging::Fence copied, base_->ToHost(device, host, n, after));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (held_ && first_ == nullptr) first_ = copied.state();
+    return copied;
+  }
+  StatusOr<staging::Fence> ToDevice(const float* host, float* device, std::size_t n,
+                                    const staging::Fence& after) override {
+    PHUB_ASSIGN_OR_RETURN(staging::Fence copied, base_->ToDevice(host, device, n, after));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++to_device_;
+    }
+    cv_.notify_all();
+    return copied;
+  }
+  Status HostWait(const staging::Fence& fence, std::chrono::milliseconds timeout) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, timeout, [&] { return !held_ || fence.state() == first_; })) {
+        return absl::DeadlineExceededError("gated engine: held past the wait's limit");
+      }
+    }
+    return base_->HostWait(fence, timeout);
+  }
+  Status StreamWait(staging::Stream consumer, const staging::Fence& fence) override {
+    return base_->StreamWait(consumer, fence);
+  }
+
+ private:
+  std::shared_ptr<staging::CopyEngine> base_ = StagingHostEngine();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  void* first_ = nullptr;  // while held: the first copy to host's fence since
+  int to_device_ = 0;
+};
+
+// One tensor of 1,000 floats in segments of 256: its gradient, element i = i.
+constexpr std::uint64_t kSegmentBytes = 1024;
+const std::vector<keys::TensorSpec> kLong = {{"long", 1000}};
+void NumberGradients(std::vector<std::vector<float>>& g) {
+  for (std::size_t i = 0; i < g[0].size(); ++i) g[0][i] = static_cast<float>(i);
+}
+void ExpectTwiceTheGradients(const std::vector<std::vector<float>>& w) {
+  int wrong = 0;
+  for (std::size_t i = 0; i < w[0].size(); ++i) wrong += w[0][i] != 2.0f * static_cast<float>(i);
+  EXPECT_EQ(wrong, 0) << "elements of the weights that are not their gradient's answer";
+}
+
+// The first segment is pushed while the engine still holds the copies of the others: a large
+// tensor's push starts once its first segment is on the host. (Whole, with segment_bytes 0, the
+// tensor could not be pushed before all of it was copied.)
+TEST(StagedExchangeSegmentTest, TheFirstSegmentIsPushedWhileTheRestAreStillCopying) {
+  constexpr auto kLimit = std::chrono::seconds(20);
+  std::vector<std::vector<float>> g, w;
+  LocalExchange* local = nullptr;
+  auto engine = std::make_shared<SegmentGateEngine>();
+  auto made = OverLocal(engine, kLong, g, w, /*answer=*/true, kLimit, &local,
+                        {.segment_bytes = kSegmentBytes});
+  ASSERT_TRUE(made.ok()) << made.status();
+  StagedExchange& x = **made;
+  ASSERT_TRUE(x.Init(nullptr).ok());
+  NumberGradients(g);
+  engine->HoldAllButTheNextCopyToHost();
+  ASSERT_TRUE(x.Push(0, nullptr).ok());
+  EXPECT_EQ(local->NextPush(kLimit), std::optional<std::uint32_t>(0))
+      << "segment 0 was not pushed while the others were still copying";
+  EXPECT_EQ(local->NextPush(std::chrono::milliseconds(100)), std::nullopt)
+      << "a segment whose copy is held was pushed";
+  engine->Release();
+  for (std::uint32_t k = 1; k < 4; ++k) EXPECT_EQ(local->NextPush(kLimit), k);
+  ASSERT_TRUE(x.Wait(0, nullptr).ok());
+  ExpectTwiceTheGradients(w);
+  EXPECT_TRUE(x.Close().ok());
+}
+
+// The first segment's weights go to the device as soon as they land, while the exchange below
+// has not answered the other segments yet; the tensor's Wait returns once all four are there.
+TEST(StagedExchangeSegmentTest, ALandedSegmentGoesToTheDeviceBeforeTheRestOfItsTensorLands) {
+  constexpr auto kLimit = std::chrono::seconds(20);
+  std::vector<std::vector<float>> g, w;
+  LocalExchange* local = nullptr;
+  auto engine = std::make_shared<SegmentGateEngine>();  // never holds: counts
+  auto made = OverLocal(engine, kLong, g, w, /*answer=*/false, kLimit, &local,
+                        {.segment_bytes = kSegmentBytes});
+  ASSERT_TRUE(made.ok()) << made.status();
+  StagedExchange& x = **made;
+  ASSERT_TRUE(x.Init(nullptr).ok());
+  const int after_init = engine->copies_to_device();
+  NumberGradients(g);
+  ASSERT_TRUE(x.Push(0, nullptr).ok());
+  for (std::uint32_t k = 0; k < 4; ++k) ASSERT_EQ(local->NextPush(kLimit), k);
+  local->AnswerPushed(0);
+  EXPECT_TRUE(engine->AwaitCopiesToDevice(after_init + 1, kLimit))
+      << "segment 0's weights were not copied to the device once they landed";
+  for (std::uint32_t k = 1; k < 4; ++k) local->AnswerPushed(k);
+  ASSERT_TRUE(x.Wait(0, nullptr).ok());
+  EXPECT_EQ(engine->copies_to_device(), after_init + 4);
+  ExpectTwiceTheGradients(w);
   EXPECT_TRUE(x.Close().ok());
 }
 
