@@ -185,8 +185,8 @@ int main(int argc, char** argv) {
     if (!x.ok()) return Fail(x.status(), "staged exchange");
     auto p = ex::StagedExchange::Create(
         engine, tensors, dg_const, dw,
-        [](std::vector<phub::keys::TensorSpec>, std::vector<std::span<float>>)
-            -> phub::StatusOr<std::unique_ptr<ex::GradientExchange>> {
+        [](std::vector<phub::keys::TensorSpec>,
+           std::vector<std::span<float>>) -> phub::StatusOr<std::unique_ptr<ex::GradientExchange>> {
           return std::make_unique<AnswersAtOnce>();
         },
         {.segment_bytes = segment_sizes[k]});
@@ -251,7 +251,8 @@ int main(int argc, char** argv) {
   std::vector<double> copy, exch;
   std::vector<std::vector<double>> pipe(sizes), stag(sizes);
   (void)time_copy(), (void)time_alone();  // warm-up
-  for (std::size_t k = 0; k < sizes; ++k) (void)time_staged(*staged[k]), (void)time_staged(*pipeline[k]);
+  for (std::size_t k = 0; k < sizes; ++k)
+    (void)time_staged(*staged[k]), (void)time_staged(*pipeline[k]);
   for (int r = 0; r < rounds; ++r) {
     auto c = time_copy();
     if (!c.ok()) return Fail(c.status(), "copy timing");
@@ -292,13 +293,13 @@ int main(int argc, char** argv) {
   for (std::size_t k = 0; k < sizes; ++k) {
     const double p = Median(pipe[k]), s = Median(stag[k]);
     const std::uint64_t b = segment_sizes[k];
-    const std::string segment = b == 0                ? std::string("whole")
+    const std::string segment = b == 0               ? std::string("whole")
                                 : b % (1 << 20) == 0 ? std::to_string(b >> 20) + " MiB"
                                 : b % 1024 == 0      ? std::to_string(b >> 10) + " KiB"
                                                      : std::to_string(b) + " B";
-    tsv << model_name << "\t" << engine->Describe() << "\t" << tensors.size() << "\t" << mb
-        << "\t" << segment_sizes[k] << "\t" << c << "\t" << p << "\t" << p / c << "\t" << a
-        << "\t" << s << "\t" << s / a << "\n";
+    tsv << model_name << "\t" << engine->Describe() << "\t" << tensors.size() << "\t" << mb << "\t"
+        << segment_sizes[k] << "\t" << c << "\t" << p << "\t" << p / c << "\t" << a << "\t" << s
+        << "\t" << s / a << "\n";
     char line[512];
     std::snprintf(line, sizeof line,
                   "| %s | %s | %zu | %.1f | %s | %.2f | %.2f | **%.2f** | %.2f | %.2f | %.2f |\n",

@@ -24,9 +24,9 @@ StatusOr<std::vector<keys::TensorSpec>> SegmentTensors(const std::vector<keys::T
       }
     }
     if (out.size() > UINT32_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "staged exchange: segments of ", segment_bytes, " bytes make more than 2^32-1 tensors; "
-          "give larger segments"));
+      return absl::InvalidArgumentError(absl::StrCat("staged exchange: segments of ", segment_bytes,
+                                                     " bytes make more than 2^32-1 tensors; "
+                                                     "give larger segments"));
     }
   }
   return out;
@@ -219,10 +219,9 @@ Status StagedExchange::PushThreaded(std::uint32_t tensor, staging::Stream produc
     const Segment& segment = segments_[k];
     staging::Fence copied = produced;  // direct: the NIC reads the gradient where it was made
     if (staged()) {
-      PHUB_ASSIGN_OR_RETURN(
-          copied, engine_->ToHost(s.grads.data() + segment.offset,
-                                  s.host_grads.span().data() + segment.offset, segment.elements,
-                                  produced));
+      PHUB_ASSIGN_OR_RETURN(copied, engine_->ToHost(s.grads.data() + segment.offset,
+                                                    s.host_grads.span().data() + segment.offset,
+                                                    segment.elements, produced));
     }
     bool closed;
     {
@@ -263,8 +262,8 @@ void StagedExchange::PushLoop() {
       ++handed_;
     }
     if (!s.ok()) {
-      Fail(Status(s.code(), absl::StrCat(Where(k), " (gradient to host, then pushed): ",
-                                         s.message())));
+      Fail(Status(s.code(),
+                  absl::StrCat(Where(k), " (gradient to host, then pushed): ", s.message())));
       return;
     }
     {
@@ -292,9 +291,9 @@ void StagedExchange::LandLoop() {
     if (status.ok() && !staged()) status = engine_->FlushRemoteWrites();
     StatusOr<staging::Fence> copied =
         !status.ok() ? StatusOr<staging::Fence>(status)
-        : staged()   ? engine_->ToDevice(LandedOf(segment).data(),
-                                         s.weights.data() + segment.offset, segment.elements, {})
-                     : StatusOr<staging::Fence>(staging::Fence());
+        : staged() ? engine_->ToDevice(LandedOf(segment).data(), s.weights.data() + segment.offset,
+                                       segment.elements, {})
+                   : StatusOr<staging::Fence>(staging::Fence());
     if (!copied.ok()) {
       Fail(Status(copied.status().code(), absl::StrCat(Where(k), " (weights, then to the device): ",
                                                        copied.status().message())));

@@ -121,17 +121,18 @@ class StagedExchange final : public DeviceExchange {
     staging::StagingBuffer host_grads, host_weights;  // (empty when the device is the host)
     std::span<const float> sent;                      // what the exchange sends from
     std::span<float> landed;                          // where the exchange writes the weights
+    std::uint32_t first_segment = 0, segments = 1;    // its segments in segments_
+
     // Guarded by mu_. In flight while waited < pushed (Push counts before its copy starts, so
     // a second Push of the tensor is refused even while the first is copying).
-    std::uint64_t pushed = 0;   // Pushes accepted
-    std::uint64_t arrived = 0;  // answers whose copy to the device is enqueued
-    std::uint64_t waited = 0;   // the pushes a Wait has returned for
-    std::uint32_t first_segment = 0, segments = 1;  // its segments in segments_
-    std::uint32_t landed_segments = 0;  // guarded by mu_: of the last Push, copied to the device
+    std::uint64_t pushed = 0;           // Pushes accepted
+    std::uint64_t arrived = 0;          // answers whose copy to the device is enqueued
+    std::uint64_t waited = 0;           // the pushes a Wait has returned for
+    std::uint32_t landed_segments = 0;  // of the last Push: copies to the device enqueued
     // The last copy each way (a direction's copies finish in enqueue order, so the last one
-    // passing means the tensor's every segment has).
-    staging::Fence on_device;   // the last copy to the device (direct: none)
-    staging::Fence to_host;     // the last copy to host (direct: the producer's fence)
+    // passing means every segment's has).
+    staging::Fence on_device;  // the last copy to the device (direct: none)
+    staging::Fence to_host;    // the last copy to host (direct: the producer's fence)
   };
   // One tensor of the exchange below: elements [offset, offset + elements) of a caller tensor.
   struct Segment {

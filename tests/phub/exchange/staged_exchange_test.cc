@@ -542,13 +542,10 @@ TEST(StagedExchangeCloseTest, ReturnsAtOnceWhileTheLanderIsBlockedInTheExchanges
   EXPECT_EQ((*x)->Push(0, nullptr).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// The host engine, refusing the next copy to host once told to (as a CUDA engine refuses a
-// copy it cannot enqueue, or whose ring stays full).
-class RefusingEngine final : public staging::CopyEngine {
+// The host engine staging for real, every call forwarded: the engines below change one thing.
+class ForwardingEngine : public staging::CopyEngine {
  public:
-  void RefuseNextCopyToHost() { refusals_ = 1; }
-
-  std::string Describe() const override { return "refusing " + base_->Describe(); }
+  std::string Describe() const override { return base_->Describe(); }
   bool DeviceIsHost() const override { return base_->DeviceIsHost(); }
   StatusOr<staging::StagingBuffer> AllocateStaging(std::size_t floats) override {
     return base_->AllocateStaging(floats);
@@ -558,9 +555,6 @@ class RefusingEngine final : public staging::CopyEngine {
   }
   StatusOr<staging::Fence> ToHost(const float* device, float* host, std::size_t n,
                                   const staging::Fence& after) override {
-    if (refusals_.fetch_sub(1) > 0) {
-      return absl::ResourceExhaustedError("injected: the copy to host is refused");
-    }
     return base_->ToHost(device, host, n, after);
   }
   StatusOr<staging::Fence> ToDevice(const float* host, float* device, std::size_t n,
@@ -576,6 +570,23 @@ class RefusingEngine final : public staging::CopyEngine {
 
  private:
   std::shared_ptr<staging::CopyEngine> base_ = StagingHostEngine();
+};
+
+// The host engine, refusing the next copy to host once told to (as a CUDA engine refuses a
+// copy it cannot enqueue, or whose ring stays full).
+class RefusingEngine final : public ForwardingEngine {
+ public:
+  void RefuseNextCopyToHost() { refusals_ = 1; }
+
+  StatusOr<staging::Fence> ToHost(const float* device, float* host, std::size_t n,
+                                  const staging::Fence& after) override {
+    if (refusals_.fetch_sub(1) > 0) {
+      return absl::ResourceExhaustedError("injected: the copy to host is refused");
+    }
+    return ForwardingEngine::ToHost(device, host, n, after);
+  }
+
+ private:
   std::atomic<int> refusals_{0};
 };
 
@@ -642,7 +653,7 @@ TEST(StagedExchangeScheduleTest, ValuesReachTheExchangeBelowAfterEveryEarlierPus
 
 // The host engine whose copies to host can be held back: HostWait blocks while held (as a GPU
 // still busy with backward holds the copies a push waits for).
-class HoldingEngine final : public staging::CopyEngine {
+class HoldingEngine final : public ForwardingEngine {
  public:
   void Hold() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -656,22 +667,6 @@ class HoldingEngine final : public staging::CopyEngine {
     cv_.notify_all();
   }
 
-  std::string Describe() const override { return "holding " + base_->Describe(); }
-  bool DeviceIsHost() const override { return base_->DeviceIsHost(); }
-  StatusOr<staging::StagingBuffer> AllocateStaging(std::size_t floats) override {
-    return base_->AllocateStaging(floats);
-  }
-  StatusOr<staging::Fence> Record(staging::Stream producer) override {
-    return base_->Record(producer);
-  }
-  StatusOr<staging::Fence> ToHost(const float* device, float* host, std::size_t n,
-                                  const staging::Fence& after) override {
-    return base_->ToHost(device, host, n, after);
-  }
-  StatusOr<staging::Fence> ToDevice(const float* host, float* device, std::size_t n,
-                                    const staging::Fence& after) override {
-    return base_->ToDevice(host, device, n, after);
-  }
   Status HostWait(const staging::Fence& fence, std::chrono::milliseconds timeout) override {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -679,14 +674,10 @@ class HoldingEngine final : public staging::CopyEngine {
         return absl::DeadlineExceededError("holding engine: held past the wait's limit");
       }
     }
-    return base_->HostWait(fence, timeout);
-  }
-  Status StreamWait(staging::Stream consumer, const staging::Fence& fence) override {
-    return base_->StreamWait(consumer, fence);
+    return ForwardingEngine::HostWait(fence, timeout);
   }
 
  private:
-  std::shared_ptr<staging::CopyEngine> base_ = StagingHostEngine();
   std::mutex mu_;
   std::condition_variable cv_;
   bool held_ = false;
@@ -724,7 +715,7 @@ TEST(StagedExchangeScheduleTest, ValuesWaitForPushesThePusherStillHolds) {
 // The host engine that, once told to, holds back every copy to host after the next one until
 // Release (as a GPU still copying the rest of a large tensor); it counts the copies to the
 // device enqueued.
-class SegmentGateEngine final : public staging::CopyEngine {
+class SegmentGateEngine final : public ForwardingEngine {
  public:
   void HoldAllButTheNextCopyToHost() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -748,24 +739,17 @@ class SegmentGateEngine final : public staging::CopyEngine {
     return to_device_;
   }
 
-  std::string Describe() const override { return "gated " + base_->Describe(); }
-  bool DeviceIsHost() const override { return base_->DeviceIsHost(); }
-  StatusOr<staging::StagingBuffer> AllocateStaging(std::size_t floats) override {
-    return base_->AllocateStaging(floats);
-  }
-  StatusOr<staging::Fence> Record(staging::Stream producer) override {
-    return base_->Record(producer);
-  }
   StatusOr<staging::Fence> ToHost(const float* device, float* host, std::size_t n,
                                   const staging::Fence& after) override {
-    PHUB_ASSIGN_OR_RETURN(staging::Fence copied, base_->ToHost(device, host, n, after));
+    PHUB_ASSIGN_OR_RETURN(staging::Fence copied, ForwardingEngine::ToHost(device, host, n, after));
     std::lock_guard<std::mutex> lock(mu_);
     if (held_ && first_ == nullptr) first_ = copied.state();
     return copied;
   }
   StatusOr<staging::Fence> ToDevice(const float* host, float* device, std::size_t n,
                                     const staging::Fence& after) override {
-    PHUB_ASSIGN_OR_RETURN(staging::Fence copied, base_->ToDevice(host, device, n, after));
+    PHUB_ASSIGN_OR_RETURN(staging::Fence copied,
+                          ForwardingEngine::ToDevice(host, device, n, after));
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++to_device_;
@@ -780,14 +764,10 @@ class SegmentGateEngine final : public staging::CopyEngine {
         return absl::DeadlineExceededError("gated engine: held past the wait's limit");
       }
     }
-    return base_->HostWait(fence, timeout);
-  }
-  Status StreamWait(staging::Stream consumer, const staging::Fence& fence) override {
-    return base_->StreamWait(consumer, fence);
+    return ForwardingEngine::HostWait(fence, timeout);
   }
 
  private:
-  std::shared_ptr<staging::CopyEngine> base_ = StagingHostEngine();
   std::mutex mu_;
   std::condition_variable cv_;
   bool held_ = false;
