@@ -50,7 +50,9 @@ class DeviceClient {
     options.client.job = job;
     options.client.connect_timeout_ms = connect_timeout_ms;
     options.client.rdma.device = rdma_device;
-    if (io_threads < 1) throw py::value_error(absl::StrCat("io_threads ", io_threads, ": at least 1"));
+    if (io_threads < 1) {
+      throw py::value_error(absl::StrCat("io_threads ", io_threads, ": at least 1"));
+    }
     options.client.io_threads = io_threads;
     options.client.wire = ParseWire(wire, wire_weights);
     if (optimizer) {
@@ -130,6 +132,20 @@ class DeviceClient {
     exchange::DeviceExchange& x = Get();
     Blocking("wait", [&] { return x.Wait(tensor, AsStream(stream)); });
   }
+  // A bucket's tensors in one call: the GIL is released once for all of them, not once per
+  // tensor (the hook's thread and the waiter's would otherwise trade it at every parameter).
+  void PushMany(const std::vector<std::uint32_t>& tensors, std::uintptr_t stream) {
+    exchange::DeviceExchange& x = Get();
+    Blocking("push_many", [&] {
+      return ForEach(tensors, [&](std::uint32_t t) { return x.Push(t, AsStream(stream)); });
+    });
+  }
+  void WaitMany(const std::vector<std::uint32_t>& tensors, std::uintptr_t stream) {
+    exchange::DeviceExchange& x = Get();
+    Blocking("wait_many", [&] {
+      return ForEach(tensors, [&](std::uint32_t t) { return x.Wait(t, AsStream(stream)); });
+    });
+  }
   void Close() {
     if (!exchange_) return;
     Blocking("close", [this] { return exchange_->Close(); });
@@ -137,6 +153,11 @@ class DeviceClient {
   std::uint32_t rank() const { return rank_; }
 
  private:
+  template <typename Call>
+  static Status ForEach(const std::vector<std::uint32_t>& tensors, const Call& call) {
+    for (std::uint32_t t : tensors) PHUB_RETURN_IF_ERROR(call(t));
+    return absl::OkStatus();
+  }
   exchange::DeviceExchange& Get() {
     if (!exchange_) throw PhubError("the client is not connected");
     return *exchange_;
@@ -177,6 +198,10 @@ the answer in weights[t].)doc")
            "Rank 0's weights[] become everyone's; returns once they are on this device.")
       .def("push", &DeviceClient::Push, py::arg("tensor"), py::arg("stream"))
       .def("wait", &DeviceClient::Wait, py::arg("tensor"), py::arg("stream"))
+      .def("push_many", &DeviceClient::PushMany, py::arg("tensors"), py::arg("stream"),
+           "push(t, stream) for each t in order, the GIL released once for all.")
+      .def("wait_many", &DeviceClient::WaitMany, py::arg("tensors"), py::arg("stream"),
+           "wait(t, stream) for each t in order, the GIL released once for all.")
       .def("close", &DeviceClient::Close, "Leaves the job cleanly. Idempotent.")
       .def_property_readonly("rank", &DeviceClient::rank);
 }

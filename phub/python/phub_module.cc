@@ -208,6 +208,17 @@ class Client {
     in_flight_[tensor].reset();
   }
 
+  // wait(t) for each t in order, the GIL released once (a DDP bucket's parameters).
+  void WaitMany(const std::vector<std::uint32_t>& tensors) {
+    client::PsClient& c = Get();
+    for (std::uint32_t t : tensors) CheckTensor(t);
+    Blocking("wait_many", [&] {
+      for (std::uint32_t t : tensors) PHUB_RETURN_IF_ERROR(c.Wait(t));
+      return absl::OkStatus();
+    });
+    for (std::uint32_t t : tensors) in_flight_[t].reset();
+  }
+
   void WaitAll() {
     client::PsClient& c = Get();
     Blocking("wait_all", [&c] { return c.WaitAll(); });
@@ -344,6 +355,8 @@ weights, or in summation mode (optimizer kind "average") the mean gradient, land
            "ranks give []). Blocks until phubd has restored it.")
       .def("wait", &Client::Wait, py::arg("tensor"),
            "Blocks (GIL released) until the answer to the last push of tensor has landed.")
+      .def("wait_many", &Client::WaitMany, py::arg("tensors"),
+           "wait(t) for each t in order, the GIL released once for all.")
       .def("wait_all", &Client::WaitAll)
       .def("close", &Client::Close, "Leaves the job cleanly. Idempotent.")
       .def("abandon", &Client::Abandon,

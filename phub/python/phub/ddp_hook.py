@@ -6,9 +6,10 @@ parameters are stable, DDP's buckets are not (DDP rebuilds them after the first 
 the order backward produced the gradients). The hook reads which parameters a bucket holds,
 pushes each one's slice of the bucket (zero-copy on CPU: phubd's transport sends straight from
 the bucket's memory) and returns a future; a waiter thread completes it once every slice's
-answer has landed. Answers land in one flat buffer laid out in reverse parameter order, the
-order of DDP's rebuilt buckets, so a bucket's averaged gradient is a view of that buffer (no
-copy) whenever its parameters are consecutive there, and one torch.cat otherwise (iteration 0).
+answer has landed. Answers land in one flat buffer laid out in reverse parameter order, so a
+bucket's averaged gradient is a view of that buffer (no copy) whenever its parameters are
+consecutive there, and one torch.cat otherwise (phub/bucket_layout.py: DDP's rebuilt order is
+the gradients' readiness, which inside a layer need not be the reverse).
 
 CUDA tensors go through the staging pipeline phub-worker uses (phub.DeviceClient, in C++): the
 hook copies each gradient into a fixed device buffer on the current stream and pushes it with
@@ -33,6 +34,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 import phub
+from phub.bucket_layout import consecutive_span, reverse_offsets
 from phub.elastic import ElasticBatches, elastic_size
 
 __all__ = ["PhubState", "connect", "allreduce_hook"]
@@ -129,13 +131,9 @@ class PhubState:
         self._index = {p.data_ptr(): i for i, p in enumerate(self.params)}
         sizes = [p.numel() for p in self.params]
 
-        # Answers land here, reverse parameter order (DDP's rebuilt bucket order).
+        # Answers land here, reverse parameter order (bucket_layout.py).
         total = sum(sizes)
-        self._offset = [0] * len(sizes)
-        at = 0
-        for i in reversed(range(len(sizes))):
-            self._offset[i] = at
-            at += sizes[i]
+        self._offset = reverse_offsets(sizes)
         self._sizes = sizes
         if self.cuda:
             # Fixed device buffers for the pipeline: gradients staged from, answers landing in.
@@ -221,7 +219,7 @@ class PhubState:
                 stream = torch.cuda.current_stream(self.device)
                 for i, g in zip(ids, grads):
                     self._sent_views[i].copy_(g.detach().reshape(-1))
-                    self.client.push(i, stream.cuda_stream)
+                self.client.push_many(ids, stream.cuda_stream)  # the GIL released once
             else:
                 for i, g in zip(ids, grads):
                     self.client.push(i, g.detach().reshape(-1).numpy())
@@ -246,15 +244,13 @@ class PhubState:
             try:
                 if self.error is not None:
                     raise self.error
-                if self.cuda:
-                    for i in ids:  # blocks on the network; then this stream waits on the device
-                        self.client.wait(i, self._stream.cuda_stream)
+                if self.cuda:  # blocks on the network; then this stream waits on the device
+                    self.client.wait_many(ids, self._stream.cuda_stream)
                     with torch.cuda.stream(self._stream):
                         result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
                         self._finish(job, result, None)  # the event is on self._stream
                     continue
-                for i in ids:
-                    self.client.wait(i)
+                self.client.wait_many(ids)
                 result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
             except BaseException as e:  # noqa: B902
                 self._fail(e)
@@ -263,11 +259,9 @@ class PhubState:
             self._finish(job, result, None)
 
     def _averaged(self, ids, buffer):
-        first = self._offset[ids[0]]
-        consecutive = all(self._offset[a] + self._sizes[a] == self._offset[b]
-                          for a, b in zip(ids, ids[1:]))
-        if consecutive:
-            return self.received[first:first + buffer.numel()]
+        span = consecutive_span(self._offset, self._sizes, ids)
+        if span is not None:
+            return self.received[span]
         return torch.cat([self.received_views[i] for i in ids])  # on a GPU: on self._stream
 
     def _fail(self, error: BaseException):
