@@ -78,12 +78,16 @@ phase_train() {
 
 # exchange: issue 39's figures. The exchange before and after (bench/gpu/exchange_gpu.py; the
 # bundle's build-gpu-before/ holds the earlier phub-worker), then the staging pipeline's cost
-# against the same bytes' D2H + H2D alone (staging_bench), on ResNet-50 and fashion-cnn.
+# against the same bytes' D2H + H2D alone (staging_bench: whole tensors and 4 MiB segments), on
+# ResNet-50, fashion-cnn and FCN-5.
 phase_exchange() {
   step staging-r50 $B/bench/gpu/staging_bench --model resnet50 --out "$out/logs/staging-r50"
   cat "$out/logs/staging-r50/staging.md" 2>/dev/null
   step staging-fcnn $B/bench/gpu/staging_bench --model fashion-cnn --out "$out/logs/staging-fcnn"
   cat "$out/logs/staging-fcnn/staging.md" 2>/dev/null
+  # FCN-5: its largest tensor is pushed last, where 4 MiB segments paid most on the CPU.
+  step staging-fcn5 $B/bench/gpu/staging_bench --model fcn5 --out "$out/logs/staging-fcn5"
+  cat "$out/logs/staging-fcn5/staging.md" 2>/dev/null
   if [[ -x build-gpu-before/worker/phub-worker ]]; then
     step exchange-gpu "$py" bench/gpu/exchange_gpu.py --before build-gpu-before/worker/phub-worker \
       --after $B/worker/phub-worker --phubd $B/phub/server/phubd --out "$out/logs/exchange-gpu"
