@@ -5,7 +5,7 @@ parameter (wait, the reference) against one per bucket (wait_many), measured in 
 A client of phubd (--cores 2, loopback, summation) with a bucket of --tensors float32 tensors
 of --elements each: every step pushes all of them, then a waiter thread waits for their answers
 while this thread either sleeps ("idle": the training thread is in C++, the GIL free) or runs
-Python ("busy": the next forward's module code, as with ServerOptimizer(overlap_forward=True)).
+Python ("busy": any other thread of the process running Python meanwhile).
 A wait releases the GIL; taking it back from a thread running Python costs up to the
 interpreter's switch interval (5 ms), once per call. Reported: the waiter's time from the
 pushes to its last answer, the median over --rounds x --steps, and wait / wait_many.

@@ -18,7 +18,7 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(consecutive_span(offset, sizes, [2, 1, 0]), slice(0, 10))
         self.assertEqual(consecutive_span(offset, sizes, [1, 0]), slice(2, 10))
         self.assertEqual(consecutive_span(offset, sizes, [1]), slice(2, 7))
-        # DDP's rebuilt order puts a layer's bias before its weight: [1, 2] is not one slice.
+        # DDP's rebuilt order can put a layer's weight (1) before its bias (2): not one slice.
         self.assertIsNone(consecutive_span(offset, sizes, [0, 1]))
         self.assertIsNone(consecutive_span(offset, sizes, [1, 2]))
         self.assertIsNone(consecutive_span(offset, sizes, [2, 0]))  # a gap

@@ -3,7 +3,8 @@ the gradients' staging): parameter i at offset[i], sizes[i] elements, the last p
 A bucket whose parameters lie back to back there, in its order, is one slice of the buffers;
 else its answer is gathered (PhubState._averaged). DDP rebuilds its buckets after the first
 iteration in the order the gradients became ready, which is not always that layout: torch 1.13
-put a convolution's bias before its weight (seen with gloo, one rank)."""
+put a convolution's weight before its bias, where the layout has the bias first (seen with
+gloo, one rank)."""
 from typing import List, Optional, Sequence
 
 

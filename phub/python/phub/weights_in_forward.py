@@ -101,12 +101,9 @@ class WeightsInForward:
             raise state.error
         try:
             if state.cuda:  # the host waits for the network; the current stream for the copy
-                stream = torch.cuda.current_stream(state.device).cuda_stream
-                for i in due:
-                    state.client.wait(i, stream)
+                state.client.wait_many(due, torch.cuda.current_stream(state.device).cuda_stream)
             else:
-                for i in due:
-                    state.client.wait(i)
+                state.client.wait_many(due)
         except BaseException as e:  # noqa: B902 - every later call fails the same way
             state._fail(e)
             raise
