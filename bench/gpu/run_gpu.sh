@@ -4,7 +4,8 @@
 #   bash .gpu/run.sh bash bench/gpu/run_gpu.sh [tests] [alone] [train] [bench] [r50] ...
 # exchange: the exchange before/after on one GPU and the staging pipeline's cost (issue 39).
 # torch, psrate: phub.torch against DDP + NCCL, and one worker's exchange rate (issue 39).
-# pytests: phub.torch's own tests (CPU tensors) under this machine's PyTorch 2.x.
+# pytests: phub.torch's own tests (CPU tensors) under this machine's PyTorch 2.x; the hook and
+#          ServerOptimizer on CUDA models (test_torch_staged.py, PHUB_TEST_DEVICE=cuda).
 # tests: cuDNN ops and whole models vs oneDNN, NCCL vs float64, the exchange, and (where bundled)
 #        the same under ASan, whose CUDA driver needs protect_shadow_gap=0.
 # alone: Fashion-MNIST on the GPU, one worker. train: that, then 2 and 4 workers sharing GPU 0
@@ -135,6 +136,10 @@ phase_pytests() {
     PHUBD=$B/phub/server/phubd PYTHONPATH=build-gpu/python312 PYTHONDONTWRITEBYTECODE=1 \
       step "py-$t" timeout "${PHUB_PYTEST_TIMEOUT:-420}" "$py" tests/python/$t.py
   done
+  # The hook and ServerOptimizer on CUDA models (GPU 0, both ranks), against gloo.
+  PHUBD=$B/phub/server/phubd PYTHONPATH=build-gpu/python312 PYTHONDONTWRITEBYTECODE=1 \
+    PHUB_TEST_DEVICE=cuda step py-test_torch_staged-cuda timeout "${PHUB_PYTEST_TIMEOUT:-420}" \
+    "$py" tests/python/test_torch_staged.py
 }
 
 bench() {  # bench NAME MODELS [run_train.py flags]

@@ -4,7 +4,8 @@
 // the producer's stream reaches it, pushed the moment it is done, the answer copied back to
 // the device as it lands). Python hands device pointers and CUDA stream handles as integers
 // (tensor.data_ptr(), stream.cuda_stream) and keeps the tensors alive for the client's life;
-// no Python thread copies or waits on the device.
+// no Python thread copies or waits on the device. Device -1 runs the same pipeline on tensors in
+// host memory through the host engine (a CPU rank of a GPU job; CI, which has no GPU).
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "phub/exchange/ps_exchange.h"
 #include "phub/exchange/staged_exchange.h"
 #include "phub/python/module_support.h"
+#include "phub/staging/host_copy_engine.h"
 #ifdef PHUB_HAVE_CUDA_STAGING
 #include "phub/staging/cuda_copy_engine.h"
 #endif
@@ -27,6 +29,21 @@ namespace {
 
 staging::Stream AsStream(std::uintptr_t handle) {
   return reinterpret_cast<staging::Stream>(handle);
+}
+
+// The engine for `device`: a GPU's CUDA streams, or for -1 the host engine, whose "device" is
+// this process's memory (a CPU rank of a job with GPU ranks: the same pipeline, so the same
+// segments; and how CI runs this path without a GPU).
+StatusOr<std::unique_ptr<staging::CopyEngine>> MakeEngine(int device) {
+  if (device < 0) return staging::MakeHostCopyEngine();
+#ifdef PHUB_HAVE_CUDA_STAGING
+  return staging::MakeCudaCopyEngine({.device = device});
+#else
+  return absl::UnimplementedError(
+      "this build of phub has no CUDA toolkit: CUDA tensors cannot be staged; rebuild with "
+      "-DPHUB_WITH_CUDA=ON on a machine with the CUDA toolkit, or give device -1 for tensors "
+      "in host memory");
+#endif
 }
 
 class DeviceClient {
@@ -74,11 +91,10 @@ class DeviceClient {
       g.emplace_back(reinterpret_cast<const float*>(grads[t]), tensors[t].second);
       w.emplace_back(reinterpret_cast<float*>(weights[t]), tensors[t].second);
     }
-#ifdef PHUB_HAVE_CUDA_STAGING
     StatusOr<std::unique_ptr<exchange::StagedExchange>> made = absl::UnknownError("not made");
     {
       py::gil_scoped_release release;
-      auto engine = staging::MakeCudaCopyEngine({.device = device});
+      auto engine = MakeEngine(device);
       if (!engine.ok()) {
         made = engine.status();
       } else {
@@ -94,15 +110,9 @@ class DeviceClient {
             {.segment_bytes = segment_bytes});
       }
     }
-    ThrowIfError(made.status(), "connect (CUDA tensors)");
+    ThrowIfError(made.status(), device < 0 ? "connect (host tensors, staged)"
+                                           : "connect (CUDA tensors)");
     exchange_ = *std::move(made);
-#else
-    (void)device, (void)segment_bytes;
-    ThrowIfError(absl::UnimplementedError(
-                     "this build of phub has no CUDA toolkit: CUDA tensors cannot be staged; "
-                     "rebuild with -DPHUB_WITH_CUDA=ON on a machine with the CUDA toolkit"),
-                 "connect (CUDA tensors)");
-#endif
   }
 
   ~DeviceClient() {
@@ -151,6 +161,9 @@ class DeviceClient {
     Blocking("close", [this] { return exchange_->Close(); });
   }
   std::uint32_t rank() const { return rank_; }
+  // As PsClient.resume_iteration: the iteration init()'s weights are of (0 in a fresh job; a
+  // job phubd resumed from a checkpoint: its iteration).
+  std::uint64_t resume_iteration() { return Get().start_iteration(); }
 
  private:
   template <typename Call>
@@ -175,6 +188,8 @@ void RegisterDeviceClient(py::module_& m) {
 A worker's connection to phubd for tensors in one GPU's memory. grads[t] and weights[t] are
 device pointers (tensor.data_ptr()) of tensor t's gradient and answer buffers, float32, kept
 alive by the caller for the client's life; streams are CUDA stream handles (stream.cuda_stream).
+device -1: grads and weights are host memory (CPU tensors), streams 0; the same pipeline
+through the host engine.
 A tensor longer than segment_bytes (0: none) is copied, pushed and landed in segments of it.
 push(t, s): tensor t's gradient is what stream s's work enqueued so far writes; returns once its
 copy is enqueued (GIL released: a full staging ring holds it back).
@@ -203,7 +218,9 @@ the answer in weights[t].)doc")
       .def("wait_many", &DeviceClient::WaitMany, py::arg("tensors"), py::arg("stream"),
            "wait(t, stream) for each t in order, the GIL released once for all.")
       .def("close", &DeviceClient::Close, "Leaves the job cleanly. Idempotent.")
-      .def_property_readonly("rank", &DeviceClient::rank);
+      .def_property_readonly("rank", &DeviceClient::rank)
+      .def_property_readonly("resume_iteration", &DeviceClient::resume_iteration,
+                             "The iteration init()'s weights are of: 0 in a fresh job.");
 }
 
 }  // namespace phub::python

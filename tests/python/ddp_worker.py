@@ -4,6 +4,7 @@ WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT (gloo, which DDP itself needs) a
 in the environment. Runs one scenario and torch.save()s what the test compares to OUT_DIR/rank<RANK>.pt.
 
   ddp_worker.py SCENARIO OUT_DIR       (writes OUT_DIR/rank<RANK>.pt)
+  PHUB_TEST_DEVICE=cuda: the models on GPU 0 (the hook's and ServerOptimizer's CUDA path)
   grads        per-iteration averaged gradients: DDP's own gloo allreduce vs the phub hook,
                and the parameters each bucket held (DDP rebuilds its buckets after iteration 0)
   train        K steps of momentum SGD: DDP + gloo vs DDP + phub hook, final parameters
@@ -19,6 +20,7 @@ in the environment. Runs one scenario and torch.save()s what the test compares t
   overlap-misuse  a parameter used without its module's forward: the forward must raise
   c10d         plain DDP with init_process_group("phub") vs DDP over a gloo group
   kind-changed SGD's momentum set from 0 to 0.9 mid-job: the next backward must raise
+  connect-only joins the job in summation mode and leaves; saves the error if refused
   dead-phubd   trains until the test kills phubd; saves the error and how long it took
   dead-peer    rank 1 dies at step 3; the others save their error and how long it took
 """
@@ -37,17 +39,21 @@ import phub.c10d  # noqa: F401 - registers the "phub" backend
 import phub.torch
 
 STEPS = 5
+# PHUB_TEST_DEVICE=cuda (run_gpu.sh pytests): the models on GPU 0, every rank sharing it, so the
+# hook and ServerOptimizer run phub.torch's CUDA path; results come back to the CPU.
+DEVICE = torch.device("cuda:0" if os.environ.get("PHUB_TEST_DEVICE") == "cuda" else "cpu")
 
 
 def make_model():
     torch.manual_seed(1234)  # the same model on every rank
     return nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 26 * 26, 64),
-                         nn.ReLU(), nn.Linear(64, 10))
+                         nn.ReLU(), nn.Linear(64, 10)).to(DEVICE)
 
 
 def batch(rank, step):
     g = torch.Generator().manual_seed(1000 * rank + step)  # different data on every rank
-    return torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 10, (8,), generator=g)
+    x, y = torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 10, (8,), generator=g)
+    return x.to(DEVICE), y.to(DEVICE)
 
 
 def wrap(model):
@@ -81,7 +87,7 @@ def train_steps(model, opt, rank, steps):
 
 
 def params_of(model):
-    return [p.detach().clone() for p in model.parameters()]
+    return [p.detach().cpu().clone() for p in model.parameters()]
 
 
 def scenario_grads(rank):
@@ -100,7 +106,7 @@ def scenario_grads(rank):
         for model, key in ((reference, "gloo"), (ours, "phub")):
             model.zero_grad()
             loss_of(model, rank, step).backward()
-            out[key].append([p.grad.clone() for p in model.parameters()])
+            out[key].append([p.grad.detach().cpu().clone() for p in model.parameters()])
         out["buckets"].append(list(seen))
     state.close()
     return out
@@ -219,8 +225,8 @@ def scenario_overlap(rank, kind):
         out["unchanged_after_step"].append(
             all(torch.equal(a, b) for a, b in zip(before, params_of(lazy))))
         if step == 2:  # model.state_dict() installs what is pending
-            out["state_dict"] = [v.clone() for v in lazy.module.state_dict().values()]
-            out["state_dict_plain"] = [v.clone() for v in plain.module.state_dict().values()]
+            out["state_dict"] = [v.cpu().clone() for v in lazy.module.state_dict().values()]
+            out["state_dict_plain"] = [v.cpu().clone() for v in plain.module.state_dict().values()]
     sync.close()
     overlap.close()  # installs the last step's weights
     out.update({"plain": params_of(plain), "lazy": params_of(lazy)})
@@ -241,7 +247,7 @@ class HeadByHand(nn.Module):
 
 
 def scenario_overlap_misuse(rank):
-    model = wrap(HeadByHand())
+    model = wrap(HeadByHand().to(DEVICE))
     server = phub.torch.ServerOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.05),
                                         overlap_forward=True)
     return steps_until_an_error(model, server, rank)
@@ -291,6 +297,17 @@ def scenario_kind_changed(rank):
     return steps_until_an_error(model, server, rank, raise_momentum)
 
 
+def scenario_connect_only(rank):
+    """Joins the job in summation mode and leaves: the error, if the job refuses this rank."""
+    model = wrap(make_model())
+    try:
+        state = phub.torch.connect(model)
+    except Exception as e:  # noqa: B902 - the error is what the test checks
+        return {"error": f"{type(e).__name__}: {e}"}
+    state.close()
+    return {"error": None}
+
+
 def scenario_failure(rank, out_path, what):
     model = wrap(make_model())
     state = phub.torch.connect(model)
@@ -320,6 +337,9 @@ def main():
     rank = int(os.environ["RANK"])
     out_path = os.path.join(sys.argv[2], f"rank{rank}.pt")
     torch.set_num_threads(1)
+    if DEVICE.type == "cuda":  # bitwise comparisons of two models need repeatable kernels
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
     dist.init_process_group("phub" if scenario == "c10d" else "gloo")
     if scenario == "grads":
         out = scenario_grads(rank)
@@ -335,6 +355,10 @@ def main():
         out = scenario_kind_changed(rank)
         torch.save(out, out_path)
         os._exit(0)  # the job stalled: no orderly teardown
+    elif scenario == "connect-only":
+        out = scenario_connect_only(rank)
+        torch.save(out, out_path)
+        os._exit(0)  # a refused rank's peers: no orderly teardown
     elif scenario == "overlap-misuse":
         out = scenario_overlap_misuse(rank)
         torch.save(out, out_path)

@@ -103,14 +103,16 @@ class Phubd:
 
 
 def launch_ranks(script: str, args: list, world_size: int, phubd_address: str,
-                 extra_env: dict = None) -> list:
-    """world_size processes of `script args`, environment as torchrun sets it."""
+                 extra_env=None) -> list:
+    """world_size processes of `script args`, environment as torchrun sets it, and extra_env:
+    a dict for every rank, or a function of the rank giving each its own."""
     master_port = free_port()
     processes = []
     for rank in range(world_size):
+        extra = extra_env(rank) if callable(extra_env) else extra_env
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port),
-                   PHUB_ADDRESS=phubd_address, OMP_NUM_THREADS="1", **(extra_env or {}))
+                   PHUB_ADDRESS=phubd_address, OMP_NUM_THREADS="1", **(extra or {}))
         processes.append(subprocess.Popen([sys.executable, script, *args], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True))

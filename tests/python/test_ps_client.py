@@ -84,18 +84,60 @@ def averages(n, steps, seed, connect_args):
         return grads, run_ranks(n, phubd.address, rank_body)
 
 
+def assert_float64_mean(grads, results):
+    """Every rank's every step: the float64 mean of the ranks' gradients, to float32."""
+    for step, pushed in enumerate(grads):
+        for t in range(len(SIZES)):
+            reference = np.mean([g[t].astype(np.float64) for g in pushed], axis=0)
+            for rank, got in enumerate(results):
+                np.testing.assert_allclose(got[step][t], reference, rtol=1e-6, atol=1e-7,
+                                           err_msg=f"rank {rank} step {step} tensor {t}")
+
+
 class SummationTest(unittest.TestCase):
     def test_average_equals_float64_mean(self):
         # Rank r serves its connections to phubd's 2 cores on 1 + r % 2 threads (io_threads).
         n, steps = 3, 3
         grads, results = averages(n, steps, 7, lambda rank: {"io_threads": 1 + rank % 2})
-        for step in range(steps):
-            for t in range(len(SIZES)):
-                reference = np.mean([grads[step][r][t].astype(np.float64) for r in range(n)],
-                                    axis=0)
-                for rank in range(n):
-                    np.testing.assert_allclose(results[rank][step][t], reference, rtol=1e-6,
-                                               atol=1e-7, err_msg=f"step {step} tensor {t}")
+        assert_float64_mean(grads, results)
+
+    def test_the_staged_client_on_host_memory_equals_float64_mean(self):
+        # phub.DeviceClient with device -1 (phub.torch's CUDA path, through the host engine):
+        # fc.weight goes as 293 segments of 4 KiB; rank 0 a tensor at a time, rank 1 by
+        # push_many/wait_many.
+        n, steps = 2, 3
+        rng = np.random.default_rng(11)
+        grads = [[[rng.standard_normal(e).astype(np.float32) for _, e in SIZES]
+                  for _ in range(n)] for _ in range(steps)]
+        with Phubd(n) as phubd:
+            def rank_body(rank):
+                sent = [np.zeros(e, np.float32) for _, e in SIZES]
+                weights = [np.zeros(e, np.float32) for _, e in SIZES]
+                client = phub.connect_device(
+                    SIZES, [a.ctypes.data for a in sent], [a.ctypes.data for a in weights], -1,
+                    address=phubd.address, rank=rank, world_size=n,
+                    optimizer={"kind": "average"}, segment_bytes=4096)
+                client.init(0)
+                self.assertEqual(client.resume_iteration, 0)
+                got, ids = [], list(range(len(SIZES)))
+                for step in range(steps):
+                    for t in ids:
+                        sent[t][:] = grads[step][rank][t]
+                    if rank == 0:
+                        for t in ids:
+                            client.push(t, 0)
+                        for t in ids:
+                            client.wait(t, 0)
+                    else:
+                        client.push_many(ids, 0)
+                        client.wait_many(ids, 0)
+                    got.append([w.copy() for w in weights])
+                client.close()
+                return got
+
+            results = run_ranks(n, phubd.address, rank_body)
+            self.assertRegex(phubd.log(), r"started: 2 workers, 295 tensors")
+        assert_float64_mean(grads, results)
 
     def test_a_compact_wire_stays_within_its_rounding_of_the_float64_mean(self):
         # bf16 both ways (pushes with error feedback, the mean back as rounded changes), rank 0

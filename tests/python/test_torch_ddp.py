@@ -339,7 +339,7 @@ class ServerStepsTest(unittest.TestCase):
 
 
 class FailureTest(unittest.TestCase):
-    def check_phubd_lost(self, sig, expect):
+    def check_phubd_lost(self, sig, expect, env=None):
         def signal_when_ready(phubd, out_dir):
             deadline = time.monotonic() + RUN_TIMEOUT_S
             while not all(os.path.exists(os.path.join(out_dir, f"rank{r}.pt.ready"))
@@ -349,7 +349,7 @@ class FailureTest(unittest.TestCase):
             phubd.kill(sig)
 
         for rank, r in enumerate(run("dead-phubd", 2, "--liveness-timeout-ms", "2000",
-                                     during=signal_when_ready)):
+                                     during=signal_when_ready, env=env)):
             self.assertIsNotNone(r["error"], f"rank {rank} trained on without phubd")
             # DDP re-raises the hook's PhubError as a RuntimeError with its text first (not
             # "Unable to cast ... to Tensor", as a future failed by set_exception reads there).

@@ -11,7 +11,8 @@ bucket's averaged gradient is a view of that buffer (no copy) whenever its param
 consecutive there, and one torch.cat otherwise (phub/bucket_layout.py: DDP's rebuilt order is
 the gradients' readiness, which inside a layer need not be the reverse).
 
-CUDA tensors go through the staging pipeline phub-worker uses (phub.DeviceClient, in C++): the
+CUDA tensors go through the staging pipeline phub-worker uses (phub.DeviceClient, in C++; CPU
+tensors too with staged=True or PHUB_STAGED=1, through its host engine: device_streams.py): the
 hook copies each gradient into a fixed device buffer on the current stream and pushes it with
 that stream; the pipeline copies it to pinned memory on its own stream once the stream reaches
 it, pushes it the moment the copy is done, and copies the answer back to a fixed device buffer
@@ -35,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import phub
 from phub.bucket_layout import consecutive_span, reverse_offsets
+from phub.device_streams import DeviceStreams, staged_of
 from phub.elastic import ElasticBatches, elastic_size
 
 __all__ = ["PhubState", "connect", "allreduce_hook"]
@@ -71,6 +73,10 @@ class PhubState:
     job of its name joins it, and its parameters become the job's current weights. lr_scaling
     (or PHUB_LR_SCALING): "linear" or "sqrt" makes phubd scale each iteration's lr by its member
     count over min_workers (the lr given is the rate at min_workers members); default "none".
+
+    staged (or PHUB_STAGED=1): CPU tensors through the staged client, as a GPU rank's go, so a
+    CPU rank cuts long tensors into the same segments (a job mixing CPU and GPU ranks); not
+    elastic, no state_dict. GPU models are always staged.
     """
 
     def __init__(self, model: torch.nn.Module, mode: str = "average",
@@ -80,7 +86,7 @@ class PhubState:
                  rdma_device: str = "", job: Optional[str] = None,
                  values_of: Optional[Callable[[], dict]] = None,
                  min_workers: Optional[int] = None, max_workers: Optional[int] = None,
-                 lr_scaling: Optional[str] = None):
+                 lr_scaling: Optional[str] = None, staged: Optional[bool] = None):
         if mode not in ("average", "optimizer"):
             raise ValueError(f"mode {mode!r}: use 'average' or 'optimizer'")
         elastic = elastic_size(min_workers, max_workers)
@@ -117,10 +123,13 @@ class PhubState:
                              "serves a model on one device (one DDP process per GPU)")
         self.device = devices.pop()
         self.cuda = self.device.type == "cuda"
-        if elastic is not None and self.cuda:
+        self.staged = staged_of(staged, self.cuda)
+        if elastic is not None and self.staged:
             raise NotImplementedError(
-                "an elastic job on a GPU model: not yet (the staged client, phub.DeviceClient, "
-                "has no elastic membership); train it on CPU tensors, or as a fixed job")
+                "an elastic job on a GPU model (or staged CPU tensors): not yet (the staged "
+                "client, phub.DeviceClient, has no elastic membership); train it on CPU tensors "
+                "without PHUB_STAGED, or as a fixed job")
+        self.streams = DeviceStreams(self.device)
         # An elastic job's Hello: world size = its maximum, started by `min` workers; rank
         # (RANK) only asks for a slot (a joiner gets the lowest free one if it is taken).
         self.elastic = elastic
@@ -135,7 +144,7 @@ class PhubState:
         total = sum(sizes)
         self._offset = reverse_offsets(sizes)
         self._sizes = sizes
-        if self.cuda:
+        if self.staged:
             # Fixed device buffers for the pipeline: gradients staged from, answers landing in.
             self.received = torch.zeros(total, dtype=torch.float32, device=self.device)
             self._sent = torch.zeros(total, dtype=torch.float32, device=self.device)
@@ -150,15 +159,14 @@ class PhubState:
 
         spec = optimizer if mode == "optimizer" else {"kind": "average"}
         tensors = [(n, s) for n, s in zip(self.names, sizes)]
-        if self.cuda:
+        if self.staged:
             self.client = phub.connect_device(
                 tensors, [v.data_ptr() for v in self._sent_views],
-                [v.data_ptr() for v in self.received_views], self.device.index,
+                [v.data_ptr() for v in self.received_views], self.streams.index,
                 address=address, rank=rank, world_size=world_size, token=token, optimizer=spec,
                 connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job,
                 per_iteration_values=values_of is not None)
-            self._stream = torch.cuda.Stream(device=self.device)
-            self.client.init(torch.cuda.current_stream(self.device).cuda_stream)
+            self.client.init(self.streams.current())
         else:
             self.client = phub.connect(
                 tensors, [v.numpy() for v in self.received_views], address=address, rank=rank,
@@ -191,9 +199,7 @@ class PhubState:
 
     # ---- the hook's side (DDP's autograd thread) ----
     def submit(self, bucket) -> "torch.futures.Future[torch.Tensor]":
-        # On a GPU the result is a device tensor: the future records where the waiter's stream
-        # is when it completes, and DDP's stream waits for that.
-        future = torch.futures.Future(devices=[self.device]) if self.cuda else torch.futures.Future()
+        future = self.streams.future()
         if self.error is not None:
             future.set_exception(self.error)
             return future
@@ -215,11 +221,10 @@ class PhubState:
             if self._values_due:  # the iteration's first bucket: its values go first
                 self._values_due = False
                 self.client.step_with(self._values_of())
-            if self.cuda:
-                stream = torch.cuda.current_stream(self.device)
+            if self.staged:
                 for i, g in zip(ids, grads):
                     self._sent_views[i].copy_(g.detach().reshape(-1))
-                self.client.push_many(ids, stream.cuda_stream)  # the GIL released once
+                self.client.push_many(ids, self.streams.current())  # the GIL released once
             else:
                 for i, g in zip(ids, grads):
                     self.client.push(i, g.detach().reshape(-1).numpy())
@@ -244,9 +249,9 @@ class PhubState:
             try:
                 if self.error is not None:
                     raise self.error
-                if self.cuda:  # blocks on the network; then this stream waits on the device
-                    self.client.wait_many(ids, self._stream.cuda_stream)
-                    with torch.cuda.stream(self._stream):
+                if self.staged:  # blocks on the network; then this stream waits on the device
+                    self.client.wait_many(ids, self.streams.waiter())
+                    with self.streams.on_waiter():
                         result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
                         self._finish(job, result, None)  # the event is on self._stream
                     continue
@@ -305,8 +310,7 @@ class PhubState:
         the next iteration's first."""
         self.synchronize()
         self.next_iteration()
-        if self.cuda:  # the answers' copies were made on the waiter's stream
-            torch.cuda.current_stream(self.device).wait_stream(self._stream)
+        self.streams.join_waiter()  # the answers' copies were made on the waiter's stream
         with torch.no_grad():
             for p, v in zip(self.params, self.received_views):
                 p.copy_(v.view_as(p))
@@ -359,7 +363,7 @@ class PhubState:
         # with an error at once, rather than close() waiting out the network's deadlines for
         # the join. Buckets still queued then complete with that error.
         try:
-            if goodbye or self.cuda:  # the device client is never elastic
+            if goodbye or self.staged:  # the staged client is never elastic
                 self.client.close()
             else:
                 self.client.abandon()

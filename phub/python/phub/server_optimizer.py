@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from phub.device_streams import staged_of
 from phub.elastic import ElasticBatches, elastic_size
 from phub.ddp_hook import PhubState, allreduce_hook
 from phub.weights_in_forward import WeightsInForward
@@ -79,7 +80,8 @@ def refuse_overlap(model: DistributedDataParallel, kwargs: dict):
         raise ValueError("overlap_forward=True in an elastic job: not yet (a joiner's weights "
                          "are installed whole); leave overlap_forward off there")
     cpu = all(p.device.type == "cpu" for p in model.module.parameters())
-    if cpu and getattr(model, "gradient_as_bucket_view", False):
+    staged = cpu and staged_of(kwargs.get("staged"), cuda=False)  # copies the gradients first
+    if cpu and not staged and getattr(model, "gradient_as_bucket_view", False):
         raise ValueError("overlap_forward=True with gradient_as_bucket_view=True on CPU: "
                          "phubd's transport sends the gradients straight from DDP's buckets "
                          "while the script's zero_grad() would already clear them; leave "
@@ -221,10 +223,10 @@ class ServerOptimizer(torch.optim.Optimizer):
         Adam's step, exp_avg and exp_avg_sq, so the same torch optimizer could load it too; and
         "phub_steps", the optimizer's steps. Call between step() and the next backward (CPU
         tensors: a model on a GPU raises, naming the limit)."""
-        if self.phub.cuda:
-            raise NotImplementedError("ServerOptimizer.state_dict on a GPU model: not yet "
-                                      "(the staged client does not fetch state); checkpoint the "
-                                      "job with phubd's --checkpoint-dir")
+        if self.phub.staged:
+            raise NotImplementedError("ServerOptimizer.state_dict on a GPU model (or staged CPU "
+                                      "tensors): not yet (the staged client does not fetch "
+                                      "state); checkpoint the job with phubd's --checkpoint-dir")
         self.wait_for_weights()
         self.phub.synchronize()
         steps, arrays = self.phub.client.fetch_optimizer_state()
@@ -254,10 +256,10 @@ class ServerOptimizer(torch.optim.Optimizer):
         param_groups' values are taken too, as torch does. Then the job steps as if the saved
         steps came before: a job restarted from torch.save()/torch.load() of the model and this
         continues bitwise."""
-        if self.phub.cuda:
-            raise NotImplementedError("ServerOptimizer.load_state_dict on a GPU model: not yet "
-                                      "(the staged client does not restore state); resume the "
-                                      "job with phubd's --resume")
+        if self.phub.staged:
+            raise NotImplementedError("ServerOptimizer.load_state_dict on a GPU model (or staged "
+                                      "CPU tensors): not yet (the staged client does not restore "
+                                      "state); resume the job with phubd's --resume")
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups) or any(
                 len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups,

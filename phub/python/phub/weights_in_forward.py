@@ -100,8 +100,8 @@ class WeightsInForward:
         if state.error is not None:
             raise state.error
         try:
-            if state.cuda:  # the host waits for the network; the current stream for the copy
-                state.client.wait_many(due, torch.cuda.current_stream(state.device).cuda_stream)
+            if state.staged:  # the host waits for the network; the current stream for the copy
+                state.client.wait_many(due, state.streams.current())
             else:
                 state.client.wait_many(due)
         except BaseException as e:  # noqa: B902 - every later call fails the same way

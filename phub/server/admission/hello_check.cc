@@ -268,7 +268,8 @@ std::optional<proto::Error> CheckHello(const proto::Hello& hello, const Admissio
                                   " tensors, rank ", first->rank(), " has ", theirs.size()),
                      "run the same model on every worker, with the same --segment-bytes "
                      "(PHUB_SEGMENT_BYTES in phub.torch): a GPU worker sends a tensor longer "
-                     "than it as segments '<name>#<k>', a CPU phub.torch rank whole");
+                     "than it as segments '<name>#<k>', a CPU phub.torch rank whole unless "
+                     "staged (PHUB_STAGED=1)");
   }
   for (int i = 0; i < mine.size(); ++i) {
     if (mine[i].name() != theirs[i].name() || mine[i].elements() != theirs[i].elements()) {
