@@ -13,7 +13,8 @@ given (--package NAME=DIR: a `phub` package on PYTHONPATH; several compare phub.
 in the same run). Rounds alternate the order. Prints and writes OUT/torch_gpu.{tsv,md}: median
 ms per mini-batch (median over rounds) and the ratio to the reference's (DDP + NCCL at its
 fastest bucket cap; issue 39's bar: <= 1.2). `--reference gloo` runs the same comparison on
-a CPU box (DDP + gloo at N = 1 moves nothing either).
+a CPU box (DDP + gloo at N = 1 moves nothing either); with `--staged` its phub systems go
+through the CUDA path's client (PHUB_STAGED=1, the host copy engine): CI's smoke of this run.
 
     torch_gpu.py --phubd build-gpu/phub/server/phubd --package after=build-gpu/python312 \\
         --package before=build-gpu/python312-before --out DIR
@@ -38,7 +39,8 @@ EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
 def run(a, backend, package, cores, transport, io_threads, wire, bucket, model, batch, d, port):
     env = {"PYTHONPATH": package or "", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           "PHUB_IO_THREADS": str(io_threads or 1), "PHUB_WIRE": wire if wire != "-" else "fp32"}
+           "PHUB_IO_THREADS": str(io_threads or 1), "PHUB_WIRE": wire if wire != "-" else "fp32",
+           "PHUB_STAGED": "1" if a.staged else "0"}
     procs = []
     if backend.startswith("phub"):
         pf, log = os.path.join(d, "port"), os.path.join(d, "phubd.log")
@@ -78,6 +80,8 @@ def main():
                    help="DDP's bucket_cap_mb, a list: each a system (the reference's too)")
     p.add_argument("--reference", default="nccl", choices=["nccl", "gloo"],
                    help="DDP's backend to compare with (gloo: the same bar's shape on a CPU box)")
+    p.add_argument("--staged", action="store_true",
+                   help="CPU models through the staged client (PHUB_STAGED=1), as CUDA ones go")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
@@ -99,7 +103,7 @@ def main():
         for w in a.wires.split(",")
         for cap in caps
         for b in a.backends.split(",")]
-    rows, port = [], 29600
+    rows, port, failed = [], 29600, []
     for spec in a.models.split(","):
         model, batch = spec.split(":")
         ms = {s: [] for s in systems}
@@ -117,6 +121,7 @@ def main():
                                      model, int(batch), d, port))
                 except (BenchError, OSError, ValueError, KeyError) as e:
                     print(f"{model} {backend} {name} {transport}: FAILED: {e}", flush=True)
+                    failed.append(f"{model} {backend} {name or ''} {transport} round {r}")
         # The bar is against DDP as its users run it: the reference's fastest bucket cap.
         refs = [statistics.median(ms[s]) for s in systems[:len(caps)] if ms[s]]
         ref = min(refs) if refs else None
@@ -138,6 +143,9 @@ def main():
     with open(os.path.join(a.out, "torch_gpu.md"), "w") as f:
         f.write(table + "\n")
     print(table)
+    if failed:  # the table has "-" for them; the run is not a success
+        sys.exit(f"torch_gpu.py: {len(failed)} runs failed (their logs are under {work}): "
+                 + "; ".join(failed))
 
 
 if __name__ == "__main__":
