@@ -109,7 +109,8 @@ phase_torch() {
   [[ -d build-gpu/python312/phub ]] && pkgs+=(--package after=build-gpu/python312)
   [[ -d build-gpu/python312-before/phub ]] && pkgs+=(--package before=build-gpu/python312-before)
   step torch-gpu "$py" bench/gpu/torch_gpu.py --phubd $B/phub/server/phubd "${pkgs[@]}" \
-    --rounds "${PHUB_TORCH_ROUNDS:-2}" --ps-cores "${PHUB_TORCH_PS_CORES:-8}" \
+    --rounds "${PHUB_TORCH_ROUNDS:-2}" --budget-s "${PHUB_TORCH_BUDGET_S:-0}" \
+    --ps-cores "${PHUB_TORCH_PS_CORES:-8}" \
     --transports "${PHUB_TORCH_TRANSPORTS:-tcp,shm}" --io-threads "${PHUB_TORCH_IO_THREADS:-1,4}" \
     --wires "${PHUB_TORCH_WIRES:-fp32}" --bucket-caps "${PHUB_TORCH_BUCKET_CAPS:-25}" \
     --backends "${PHUB_TORCH_BACKENDS:-phub,phub-optimizer-overlap}" \

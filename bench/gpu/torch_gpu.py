@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -83,6 +84,9 @@ def main():
     p.add_argument("--staged", action="store_true",
                    help="CPU models through the staged client (PHUB_STAGED=1), as CUDA ones go")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--budget-s", type=float, default=0,
+                   help="start no run after this many seconds (0: no limit); the tables still "
+                        "come out, each system with the rounds it got")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--timeout", type=float, default=180)
@@ -104,11 +108,17 @@ def main():
         for cap in caps
         for b in a.backends.split(",")]
     rows, port, failed = [], 29600, []
-    for spec in a.models.split(","):
-        model, batch = spec.split(":")
-        ms = {s: [] for s in systems}
-        for r in range(a.rounds):
+    models = [spec.split(":") for spec in a.models.split(",")]
+    ms = {(model, s): [] for model, _ in models for s in systems}
+    began, skipped = time.monotonic(), 0
+    # Rounds outermost: a --budget-s that runs out leaves every model and system measured
+    # as many times as the budget allowed, not the last model unmeasured.
+    for r in range(a.rounds):
+        for model, batch in models:
             for s in (systems if r % 2 == 0 else systems[::-1]):
+                if a.budget_s and time.monotonic() - began > a.budget_s:
+                    skipped += 1
+                    continue
                 backend, name, cores, transport, threads, wire, cap = s
                 d = os.path.join(work, f"{model}_{backend}_{name}_c{cores}_{transport}"
                                        f"_t{threads}_{wire}_b{cap}_{r}")
@@ -117,23 +127,28 @@ def main():
                 # The example imports phub.torch whatever the backend: NCCL's run gets any package.
                 package = packages.get(name) or next(iter(packages.values()), None)
                 try:
-                    ms[s].append(run(a, backend, package, cores, transport, threads, wire, cap,
-                                     model, int(batch), d, port))
+                    ms[(model, s)].append(run(a, backend, package, cores, transport, threads,
+                                              wire, cap, model, int(batch), d, port))
                 except (BenchError, OSError, ValueError, KeyError) as e:
                     print(f"{model} {backend} {name} {transport}: FAILED: {e}", flush=True)
                     failed.append(f"{model} {backend} {name or ''} {transport} round {r}")
+    if skipped:
+        print(f"--budget-s {a.budget_s:g} spent: {skipped} runs not started (the rounds column "
+              "says how many each system got)", flush=True)
+    for model, batch in models:
         # The bar is against DDP as its users run it: the reference's fastest bucket cap.
-        refs = [statistics.median(ms[s]) for s in systems[:len(caps)] if ms[s]]
+        refs = [statistics.median(ms[(model, s)]) for s in systems[:len(caps)] if ms[(model, s)]]
         ref = min(refs) if refs else None
         for s in systems:
             backend, name, cores, transport, threads, wire, cap = s
-            m = statistics.median(ms[s]) if ms[s] else None
+            runs = ms[(model, s)]
+            m = statistics.median(runs) if runs else None
             row = {"model": model, "batch": batch, "system": backend, "package": name or "-",
                    "ps_cores": str(cores or "-"), "transport": transport,
                    "io_threads": str(threads or "-"), "wire": wire, "bucket_cap_mb": cap,
                    "ms": f"{m:.2f}" if m else "-",
                    "over_reference": f"{m / ref:.2f}" if m and ref else "-",
-                   "rounds": " / ".join(f"{x:.1f}" for x in ms[s])}
+                   "rounds": " / ".join(f"{x:.1f}" for x in runs)}
             rows.append(row)
             print("\t".join(row.values()), flush=True)
     keys = ["model", "batch", "system", "package", "ps_cores", "transport", "io_threads", "wire",
