@@ -77,6 +77,9 @@ class PsExchange final : public GradientExchange, public ElasticMembership {
   Status RequestLeave() override;
 
   std::size_t num_servers() const { return clients_.size(); }
+  // Server k's client, for what only a PS has (its optimizer's state). Its tensors are the
+  // caller's with one server; with several, each holds slices (pieces_).
+  client::PsClient& client(std::size_t server) { return *clients_[server]; }
 
  private:
   // Where one slice of a caller tensor lives: server, the server-side tensor index, the range.

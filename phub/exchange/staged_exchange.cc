@@ -59,6 +59,7 @@ StatusOr<std::unique_ptr<StagedExchange>> StagedExchange::Create(
                        tensors[t].elements, " elements but buffers of ", grads[t].size(),
                        " (gradient) and ", weights[t].size(), " (weights)"));
     }
+    s.name = tensors[t].name;
     s.grads = grads[t];
     s.weights = weights[t];
     if (x->staged()) {
@@ -202,7 +203,8 @@ Status StagedExchange::Push(std::uint32_t tensor, staging::Stream producer) {
     }
   }
   if (!pushed.ok()) {
-    Fail(Status(pushed.code(), absl::StrCat("Push of tensor ", tensor, ": ", pushed.message())));
+    Fail(Status(pushed.code(),
+                absl::StrCat("Push of tensor ", tensor, " (", s.name, "): ", pushed.message())));
     std::lock_guard<std::mutex> lock(mu_);
     return error_.ok() ? pushed : error_;
   }
@@ -331,7 +333,8 @@ Status StagedExchange::Wait(std::uint32_t tensor, staging::Stream consumer) {
       waited = inner_->Wait(k);
     }
     if (!waited.ok()) {
-      Fail(Status(waited.code(), absl::StrCat("Wait of tensor ", tensor, ": ", waited.message())));
+      Fail(Status(waited.code(),
+                  absl::StrCat("Wait of tensor ", tensor, " (", s.name, "): ", waited.message())));
       std::lock_guard<std::mutex> lock(mu_);
       return error_.ok() ? waited : error_;
     }

@@ -116,6 +116,7 @@ class StagedExchange final : public DeviceExchange {
 
  private:
   struct Tensor {
+    std::string name;                                 // for errors
     std::span<const float> grads;                     // device
     std::span<float> weights;                         // device
     staging::StagingBuffer host_grads, host_weights;  // (empty when the device is the host)

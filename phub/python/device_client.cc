@@ -19,6 +19,7 @@
 #include "phub/exchange/ps_exchange.h"
 #include "phub/exchange/staged_exchange.h"
 #include "phub/python/module_support.h"
+#include "phub/python/python_buffers.h"
 #include "phub/staging/host_copy_engine.h"
 #ifdef PHUB_HAVE_CUDA_STAGING
 #include "phub/staging/cuda_copy_engine.h"
@@ -90,7 +91,20 @@ class DeviceClient {
       specs.push_back({tensors[t].first, tensors[t].second});
       g.emplace_back(reinterpret_cast<const float*>(grads[t]), tensors[t].second);
       w.emplace_back(reinterpret_cast<float*>(weights[t]), tensors[t].second);
+      elements_.push_back(tensors[t].second);
     }
+    // phubd's tensors: the segments, consecutive per tensor (for the optimizer's state).
+    auto segments = exchange::SegmentTensors(specs, segment_bytes);
+    ThrowIfError(segments.status(), "connect");
+    std::size_t next = 0;
+    for (const keys::TensorSpec& tensor : specs) {
+      std::uint64_t covered = 0;
+      std::uint32_t count = 0;
+      for (; covered < tensor.elements; ++count) covered += (*segments)[next++].elements;
+      segments_.push_back(std::max<std::uint32_t>(count, 1));
+      if (tensor.elements == 0) ++next;
+    }
+    for (const keys::TensorSpec& segment : *segments) segment_lengths_.push_back(segment.elements);
     StatusOr<std::unique_ptr<exchange::StagedExchange>> made = absl::UnknownError("not made");
     {
       py::gil_scoped_release release;
@@ -105,13 +119,14 @@ class DeviceClient {
                 -> StatusOr<std::unique_ptr<exchange::GradientExchange>> {
               PHUB_ASSIGN_OR_RETURN(auto ps, exchange::PsExchange::Connect(
                                                  options, seat, std::move(t), std::move(landed)));
+              ps_ = ps.get();  // owned by the StagedExchange, which outlives every use
               return std::unique_ptr<exchange::GradientExchange>(std::move(ps));
             },
             {.segment_bytes = segment_bytes});
       }
     }
-    ThrowIfError(made.status(), device < 0 ? "connect (host tensors, staged)"
-                                           : "connect (CUDA tensors)");
+    ThrowIfError(made.status(),
+                 device < 0 ? "connect (host tensors, staged)" : "connect (CUDA tensors)");
     exchange_ = *std::move(made);
   }
 
@@ -156,6 +171,25 @@ class DeviceClient {
       return ForEach(tensors, [&](std::uint32_t t) { return x.Wait(t, AsStream(stream)); });
     });
   }
+  // As PsClient's: the state by tensor, though phubd holds it by segment. Between a step's
+  // last wait and the next push (the pipeline's threads are idle then).
+  py::tuple FetchOptimizerState() {
+    Get();
+    StatusOr<client::OptimizerState> state = absl::UnknownError("not fetched");
+    {
+      py::gil_scoped_release release;
+      state = ps_->client(0).FetchOptimizerState();
+    }
+    ThrowIfError(state.status(), "fetch_optimizer_state");
+    return StateToPython(JoinSegments(*std::move(state), segments_));
+  }
+  void RestoreOptimizerState(std::uint64_t steps, const py::list& arrays) {
+    Get();
+    const client::OptimizerState state =
+        SplitIntoSegments(StateFromPython(steps, arrays, elements_), segments_, segment_lengths_);
+    Blocking("restore_optimizer_state",
+             [&] { return ps_->client(0).RestoreOptimizerState(state); });
+  }
   void Close() {
     if (!exchange_) return;
     Blocking("close", [this] { return exchange_->Close(); });
@@ -179,6 +213,10 @@ class DeviceClient {
   std::uint32_t rank_;
   kernels::OptimizerConfig optimizer_;  // the connect's (step_with's defaults and kind)
   std::unique_ptr<exchange::DeviceExchange> exchange_;
+  exchange::PsExchange* ps_ = nullptr;          // the exchange below exchange_'s staging
+  std::vector<std::uint64_t> elements_;         // by tensor
+  std::vector<std::uint32_t> segments_;         // by tensor: how many segments phubd has of it
+  std::vector<std::uint64_t> segment_lengths_;  // by segment
 };
 
 }  // namespace
@@ -217,6 +255,10 @@ the answer in weights[t].)doc")
            "push(t, stream) for each t in order, the GIL released once for all.")
       .def("wait_many", &DeviceClient::WaitMany, py::arg("tensors"), py::arg("stream"),
            "wait(t, stream) for each t in order, the GIL released once for all.")
+      .def("fetch_optimizer_state", &DeviceClient::FetchOptimizerState,
+           "As PsClient.fetch_optimizer_state: (steps, arrays[a][t]), by tensor.")
+      .def("restore_optimizer_state", &DeviceClient::RestoreOptimizerState, py::arg("steps"),
+           py::arg("arrays"), "As PsClient.restore_optimizer_state (arrays by tensor).")
       .def("close", &DeviceClient::Close, "Leaves the job cleanly. Idempotent.")
       .def_property_readonly("rank", &DeviceClient::rank)
       .def_property_readonly("resume_iteration", &DeviceClient::resume_iteration,

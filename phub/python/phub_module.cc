@@ -29,41 +29,12 @@
 #include "phub/common/token_file.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/python/module_support.h"
+#include "phub/python/python_buffers.h"
 
 namespace py = pybind11;
 
 namespace phub::python {
 namespace {
-
-// The float32, C-contiguous buffer of `elements` floats behind `object` (what: for messages).
-py::buffer_info FloatBuffer(const py::object& object, std::uint64_t elements, bool writable,
-                            const std::string& what) {
-  py::buffer_info info;
-  try {
-    info = py::reinterpret_borrow<py::buffer>(object).request(writable);
-  } catch (const std::exception& e) {
-    throw py::type_error(absl::StrCat(what, ": not a ", writable ? "writable " : "",
-                                      "buffer (", e.what(),
-                                      "); pass a numpy array or tensor.numpy()"));
-  }
-  if (info.itemsize != 4 || (info.format != "f" && info.format != "<f" && info.format != "=f")) {
-    throw py::type_error(absl::StrCat(what, ": holds '", info.format, "' items of ",
-                                      info.itemsize, " bytes; PHub moves float32 ('f')"));
-  }
-  py::ssize_t expect = info.itemsize;
-  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
-    if (info.shape[d] > 1 && info.strides[d] != expect) {
-      throw py::value_error(absl::StrCat(what, ": not C-contiguous; pass a contiguous copy "
-                                               "(numpy.ascontiguousarray, tensor.contiguous())"));
-    }
-    expect *= info.shape[d];
-  }
-  if (static_cast<std::uint64_t>(info.size) != elements) {
-    throw py::value_error(absl::StrCat(what, ": holds ", info.size, " floats, the tensor has ",
-                                       elements));
-  }
-  return info;
-}
 
 class Client {
  public:
@@ -168,36 +139,12 @@ class Client {
       state = c.FetchOptimizerState();
     }
     ThrowIfError(state.status(), "fetch_optimizer_state");
-    py::list arrays;
-    for (const auto& by_tensor : state->arrays) {
-      py::list tensors;
-      for (const auto& values : by_tensor) {
-        py::array_t<float> out(static_cast<py::ssize_t>(values.size()));
-        std::copy(values.begin(), values.end(), out.mutable_data());
-        tensors.append(std::move(out));
-      }
-      arrays.append(std::move(tensors));
-    }
-    return py::make_tuple(state->steps, std::move(arrays));
+    return StateToPython(*state);
   }
 
   void RestoreOptimizerState(std::uint64_t steps, const py::list& arrays) {
     client::PsClient& c = Get();
-    client::OptimizerState state{.steps = steps, .arrays = {}};
-    for (std::size_t a = 0; a < static_cast<std::size_t>(py::len(arrays)); ++a) {
-      const py::list tensors = arrays[a];
-      if (static_cast<std::size_t>(py::len(tensors)) != elements_.size()) {
-        throw py::value_error(absl::StrCat("state array ", a, ": ", py::len(tensors),
-                                           " tensors; the job has ", elements_.size()));
-      }
-      auto& out = state.arrays.emplace_back();
-      for (std::size_t t = 0; t < elements_.size(); ++t) {
-        py::buffer_info info = FloatBuffer(tensors[t], elements_[t], /*writable=*/false,
-                                           absl::StrCat("state array ", a, " tensor ", t));
-        const auto* begin = static_cast<const float*>(info.ptr);
-        out.emplace_back(begin, begin + elements_[t]);
-      }
-    }
+    const client::OptimizerState state = StateFromPython(steps, arrays, elements_);
     Blocking("restore_optimizer_state", [&] { return c.RestoreOptimizerState(state); });
   }
 

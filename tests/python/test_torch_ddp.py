@@ -141,8 +141,8 @@ class ServerOptimizerTest(unittest.TestCase):
     def test_adam_follows_step_decay(self):
         self.check_scheduled("adam")
 
-    def check_state(self, kind):
-        results = run(f"state-{kind}", 2)
+    def check_state(self, kind, env=None):
+        results = run(f"state-{kind}", 2, env=env)
         for rank, r in enumerate(results):
             self.assertEqual(r["steps"], 3)
             # phubd's state is the local torch optimizer's after the same steps (sums in

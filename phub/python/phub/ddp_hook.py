@@ -76,7 +76,7 @@ class PhubState:
 
     staged (or PHUB_STAGED=1): CPU tensors through the staged client, as a GPU rank's go, so a
     CPU rank cuts long tensors into the same segments (a job mixing CPU and GPU ranks); not
-    elastic, no state_dict. GPU models are always staged.
+    elastic. GPU models are always staged.
     """
 
     def __init__(self, model: torch.nn.Module, mode: str = "average",

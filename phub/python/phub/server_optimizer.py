@@ -221,20 +221,16 @@ class ServerOptimizer(torch.optim.Optimizer):
     def state_dict(self):
         """torch's layout, with the state phubd holds (fetched now): SGD's momentum_buffer,
         Adam's step, exp_avg and exp_avg_sq, so the same torch optimizer could load it too; and
-        "phub_steps", the optimizer's steps. Call between step() and the next backward (CPU
-        tensors: a model on a GPU raises, naming the limit)."""
-        if self.phub.staged:
-            raise NotImplementedError("ServerOptimizer.state_dict on a GPU model (or staged CPU "
-                                      "tensors): not yet (the staged client does not fetch "
-                                      "state); checkpoint the job with phubd's --checkpoint-dir")
+        "phub_steps", the optimizer's steps. Call between step() and the next backward. The
+        tensors are on the parameters' device (a GPU model's on its GPU), as torch keeps them."""
         self.wait_for_weights()
         self.phub.synchronize()
         steps, arrays = self.phub.client.fetch_optimizer_state()
         kind = self.spec["kind"]
         state = {}
         for index, tensor, p in self._param_order():
-            def shaped(a):
-                return torch.from_numpy(arrays[a][tensor]).view_as(p).clone()
+            def shaped(a):  # on the parameter's device, as torch's own optimizer keeps it
+                return torch.from_numpy(arrays[a][tensor]).view_as(p).to(p.device, copy=True)
             if kind == "adam":
                 state[index] = {"step": torch.tensor(float(steps)), "exp_avg": shaped(0),
                                 "exp_avg_sq": shaped(1)}
@@ -256,10 +252,6 @@ class ServerOptimizer(torch.optim.Optimizer):
         param_groups' values are taken too, as torch does. Then the job steps as if the saved
         steps came before: a job restarted from torch.save()/torch.load() of the model and this
         continues bitwise."""
-        if self.phub.staged:
-            raise NotImplementedError("ServerOptimizer.load_state_dict on a GPU model (or staged "
-                                      "CPU tensors): not yet (the staged client does not restore "
-                                      "state); resume the job with phubd's --resume")
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups) or any(
                 len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups,

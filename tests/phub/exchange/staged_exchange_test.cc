@@ -634,7 +634,9 @@ TEST(StagedExchangeScheduleTest, ValuesReachTheExchangeBelowAfterEveryEarlierPus
       ASSERT_TRUE(x.BeginIteration({.lr = 0.01f * static_cast<float>(r + 1)}).ok());
       for (std::size_t t = kTensors.size(); t-- > 0;) {
         const auto tensor = static_cast<std::uint32_t>(t);
-        if (r > 0) ASSERT_TRUE(x.Wait(tensor, nullptr).ok());
+        if (r > 0) {
+          ASSERT_TRUE(x.Wait(tensor, nullptr).ok());
+        }
         ASSERT_TRUE(x.Push(tensor, nullptr).ok());
       }
     }
