@@ -18,6 +18,7 @@
 
 #include "phub/exchange/ps_exchange.h"
 #include "phub/exchange/staged_exchange.h"
+#include "phub/kernels/lr_scaling.h"
 #include "phub/python/module_support.h"
 #include "phub/python/python_buffers.h"
 #include "phub/staging/host_copy_engine.h"
@@ -56,7 +57,8 @@ class DeviceClient {
                int device, const std::string& token, const std::optional<py::dict>& optimizer,
                int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
                bool per_iteration_values, int io_threads, const std::string& wire,
-               bool wire_weights, std::uint64_t segment_bytes)
+               bool wire_weights, std::uint64_t segment_bytes, std::uint32_t min_workers,
+               std::uint32_t start_workers, const std::string& lr_scaling)
       : rank_(rank) {
     if (grads.size() != tensors.size() || weights.size() != tensors.size()) {
       throw py::value_error(absl::StrCat("grads and weights: ", grads.size(), " and ",
@@ -83,6 +85,11 @@ class DeviceClient {
       throw py::value_error("per_iteration_values needs the optimizer (its kind): give optimizer=");
     }
     options.client.per_iteration_values = per_iteration_values;
+    options.client.min_workers = min_workers;
+    options.client.start_workers = start_workers;
+    auto scaling = kernels::ParseLrScaling(lr_scaling);
+    if (!scaling.ok()) throw py::value_error(std::string(scaling.status().message()));
+    options.client.lr_scaling = *scaling;
     options.servers.push_back({host, port});
     std::vector<keys::TensorSpec> specs;
     std::vector<std::span<const float>> g;
@@ -190,11 +197,41 @@ class DeviceClient {
     Blocking("restore_optimizer_state",
              [&] { return ps_->client(0).RestoreOptimizerState(state); });
   }
+  // Closes without leaving the job (no Goodbye), as PsClient.abandon: phubd takes this worker
+  // as lost. The client first, so that closing the pipeline after it says nothing.
+  void Abandon() {
+    if (!exchange_) return;
+    Blocking("abandon", [this] {
+      PHUB_RETURN_IF_ERROR(ps_->client(0).Abandon());
+      return exchange_->Close();
+    });
+  }
+  // As PsClient.members_of (the exchange below answers: between steps its pushes are the
+  // caller's, and members_of is asked for the iteration about to start).
+  py::dict MembersOf(std::uint64_t iteration) {
+    Get();
+    IterationMembers m;
+    {
+      py::gil_scoped_release release;
+      m = ps_->MembersOf(iteration);
+    }
+    py::dict d;
+    d["member"] = m.member;
+    d["index"] = m.index;
+    d["world"] = m.world;
+    d["member_iterations_before"] = m.member_iterations_before;
+    return d;
+  }
+  void RequestLeave() {
+    Get();
+    ThrowIfError(ps_->RequestLeave(), "request_leave");
+  }
   void Close() {
     if (!exchange_) return;
     Blocking("close", [this] { return exchange_->Close(); });
   }
-  std::uint32_t rank() const { return rank_; }
+  // phubd's: a worker joining an elastic job whose rank is taken gets the lowest free one.
+  std::uint32_t rank() { return ps_ != nullptr ? ps_->client(0).rank() : rank_; }
   // As PsClient.resume_iteration: the iteration init()'s weights are of (0 in a fresh job; a
   // job phubd resumed from a checkpoint: its iteration).
   std::uint64_t resume_iteration() { return Get().start_iteration(); }
@@ -229,6 +266,7 @@ alive by the caller for the client's life; streams are CUDA stream handles (stre
 device -1: grads and weights are host memory (CPU tensors), streams 0; the same pipeline
 through the host engine.
 A tensor longer than segment_bytes (0: none) is copied, pushed and landed in segments of it.
+min_workers, start_workers, lr_scaling: an elastic job, as PsClient's.
 push(t, s): tensor t's gradient is what stream s's work enqueued so far writes; returns once its
 copy is enqueued (GIL released: a full staging ring holds it back).
 wait(t, s): blocks on the network only (GIL released), then makes stream s wait on the device for
@@ -237,14 +275,16 @@ the answer in weights[t].)doc")
                     const std::vector<std::pair<std::string, std::uint64_t>>&,
                     const std::vector<std::uintptr_t>&, const std::vector<std::uintptr_t>&, int,
                     const std::string&, const std::optional<py::dict>&, int, const std::string&,
-                    const std::string&, bool, int, const std::string&, bool, std::uint64_t>(),
+                    const std::string&, bool, int, const std::string&, bool, std::uint64_t,
+                    std::uint32_t, std::uint32_t, const std::string&>(),
            py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("world_size"),
            py::arg("tensors"), py::arg("grads"), py::arg("weights"), py::arg("device"),
            py::arg("token") = "", py::arg("optimizer") = py::none(),
            py::arg("connect_timeout_ms") = 30000, py::arg("rdma_device") = "", py::arg("job") = "",
            py::arg("per_iteration_values") = false, py::arg("io_threads") = 1,
            py::arg("wire") = "fp32", py::arg("wire_weights") = true,
-           py::arg("segment_bytes") = exchange::kDefaultSegmentBytes)
+           py::arg("segment_bytes") = exchange::kDefaultSegmentBytes, py::arg("min_workers") = 0,
+           py::arg("start_workers") = 0, py::arg("lr_scaling") = "none")
       .def("step_with", &DeviceClient::StepWith, py::arg("values"),
            "As PsClient.step_with: the next iteration's values, before its first push.")
       .def("init", &DeviceClient::Init, py::arg("stream"),
@@ -260,6 +300,12 @@ the answer in weights[t].)doc")
       .def("restore_optimizer_state", &DeviceClient::RestoreOptimizerState, py::arg("steps"),
            py::arg("arrays"), "As PsClient.restore_optimizer_state (arrays by tensor).")
       .def("close", &DeviceClient::Close, "Leaves the job cleanly. Idempotent.")
+      .def("abandon", &DeviceClient::Abandon,
+           "As PsClient.abandon: closes without leaving the job (no Goodbye). Idempotent.")
+      .def("members_of", &DeviceClient::MembersOf, py::arg("iteration"),
+           "As PsClient.members_of: {member, index, world, member_iterations_before}.")
+      .def("request_leave", &DeviceClient::RequestLeave,
+           "As PsClient.request_leave: leave the elastic job at the next iteration boundary.")
       .def_property_readonly("rank", &DeviceClient::rank)
       .def_property_readonly("resume_iteration", &DeviceClient::resume_iteration,
                              "The iteration init()'s weights are of: 0 in a fresh job.");

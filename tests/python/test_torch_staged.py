@@ -2,7 +2,7 @@
 """phub.torch's staged path (phub.DeviceClient: what a GPU model goes through) on CPU tensors,
 PHUB_STAGED=1, against DDP's own gloo: the hook, the server optimizer, its schedule, weights in
 the next forward, the optimizer's state saved and restored, a job mixing staged and unstaged
-ranks, and phubd lost. The same Python as on a GPU (device_streams.py holds what differs) and
+ranks, elastic jobs, and phubd lost. The same Python as on a GPU (device_streams.py holds what differs) and
 the same C++ pipeline, through the host engine. With PHUB_TEST_DEVICE=cuda (run_gpu.sh pytests) the models are on GPU 0 and the same
 tests run the CUDA path itself. Tensors are cut into 64 KiB segments, so the largest (64 x 5408
 floats) goes as 22. Exits 77 (ctest: skipped) without torch."""
@@ -18,7 +18,10 @@ except ImportError:
     print("SKIP: python3-torch is not installed (deploy/install-deps.sh --torch installs it)")
     sys.exit(77)
 
+import phub
 import test_torch_ddp as ddp
+import test_torch_elastic as elastic
+from phub_testing import Phubd
 from test_torch_ddp import assert_all_close, run
 
 SEGMENT = "65536"
@@ -110,6 +113,45 @@ class StagedFailureTest(unittest.TestCase):
 
     def test_silent_phubd_is_an_exception(self):
         self.check_phubd_lost(signal.SIGSTOP, "UNAVAILABLE", env=STAGED)
+
+
+class StagedElasticTest(unittest.TestCase):
+    """Elastic jobs through the staged client (PHUB_STAGED=1 for every ServerOptimizer the
+    elastic tests make, and for their child processes): a joiner's weights and iteration, lr
+    scaling, a planned leave, an exit before and after the data ran out."""
+
+    join_and_step = elastic.JoinTest.join_and_step
+    exit_then_join = elastic.ExitTest.exit_then_join
+
+    def setUp(self):
+        self._saved = os.environ.get("PHUB_STAGED")
+        os.environ["PHUB_STAGED"] = "1"
+
+    def tearDown(self):
+        if self._saved is None:
+            os.environ.pop("PHUB_STAGED", None)
+        else:
+            os.environ["PHUB_STAGED"] = self._saved
+
+    def test_the_elastic_optimizer_is_staged(self):
+        with Phubd(2) as phubd:
+            _, opt = elastic.elastic_optimizer(phubd.address, 1, 0)
+            self.assertTrue(opt.phub.staged)
+            self.assertIsInstance(opt.phub.client, phub.DeviceClient)
+            opt.close()
+
+    def test_a_joiner_gets_the_jobs_weights_and_iteration(self):
+        self.join_and_step({})
+
+    def test_linear_lr_scaling_doubles_the_step_at_two_members(self):
+        self.join_and_step({"lr_scaling": "linear", "momentum": 0.0}, scale=2.0)
+
+    def test_a_planned_leave_skips_no_batch(self):
+        elastic.LeaveTest.test_a_planned_leave_ends_the_leavers_batches_and_skips_none(self)
+
+    def test_an_exit_before_the_data_ran_out_is_a_loss_and_after_it_a_goodbye(self):
+        elastic.ExitTest.test_an_exit_before_the_data_ran_out_is_a_loss_and_after_it_a_goodbye(
+            self)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,8 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                    per_iteration_values: bool = False,
                    io_threads: Optional[int] = None, wire: Optional[str] = None,
                    wire_weights: Optional[bool] = None,
-                   segment_bytes: Optional[int] = None) -> DeviceClient:
+                   segment_bytes: Optional[int] = None, min_workers: int = 0,
+                   start_workers: int = 0, lr_scaling: str = "none") -> DeviceClient:
     """connect() for tensors in GPU `device`'s memory: grads and weights are device pointers
     (tensor.data_ptr()) the caller keeps alive; the client stages them through pinned memory on
     its own CUDA streams (phub/exchange/staged_exchange.h). PhubError in a build without CUDA
@@ -78,7 +79,8 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
     streams 0, and the same pipeline runs through the host engine. io_threads, wire, wire_weights: as connect's (a compact wire's
     conversions run on the CPU, on the staged copies). segment_bytes (else PHUB_SEGMENT_BYTES,
     else 4 MiB; 0: none): a longer tensor is copied, pushed and landed in segments of it, so
-    its push starts before all of it is on the host (every worker of a job must use the same)."""
+    its push starts before all of it is on the host (every worker of a job must use the same).
+    min_workers, start_workers, lr_scaling: an elastic job, as connect's."""
     launch = resolve(address, rank, world_size, token, job)
     set_up_logging(os.environ.get("PHUB_LOG_LEVEL", "warn"), f"phub rank {launch.rank}")
     return DeviceClient(launch.host, launch.port, launch.rank, launch.world_size,
@@ -88,7 +90,8 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
                         rdma_device=rdma_device, job=launch.job,
                         per_iteration_values=per_iteration_values,
                         io_threads=io_threads_of(io_threads), **wire_of(wire, wire_weights),
-                        **segment_bytes_of(segment_bytes))
+                        **segment_bytes_of(segment_bytes), min_workers=min_workers,
+                        start_workers=start_workers, lr_scaling=lr_scaling)
 
 
 def segment_bytes_of(given: Optional[int]) -> dict:

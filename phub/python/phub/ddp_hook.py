@@ -69,14 +69,14 @@ class PhubState:
 
     min_workers / max_workers (or PHUB_MIN_WORKERS / PHUB_MAX_WORKERS): an elastic job of that
     many workers (docs/torch.md "Elastic jobs and torchrun --nnodes=MIN:MAX"), optimizer mode
-    on CPU only. Its size is max_workers, never WORLD_SIZE; a worker connecting to a running
+    only. Its size is max_workers, never WORLD_SIZE; a worker connecting to a running
     job of its name joins it, and its parameters become the job's current weights. lr_scaling
     (or PHUB_LR_SCALING): "linear" or "sqrt" makes phubd scale each iteration's lr by its member
     count over min_workers (the lr given is the rate at min_workers members); default "none".
 
     staged (or PHUB_STAGED=1): CPU tensors through the staged client, as a GPU rank's go, so a
-    CPU rank cuts long tensors into the same segments (a job mixing CPU and GPU ranks); not
-    elastic. GPU models are always staged.
+    CPU rank cuts long tensors into the same segments (a job mixing CPU and GPU ranks). GPU
+    models are always staged.
     """
 
     def __init__(self, model: torch.nn.Module, mode: str = "average",
@@ -124,11 +124,6 @@ class PhubState:
         self.device = devices.pop()
         self.cuda = self.device.type == "cuda"
         self.staged = staged_of(staged, self.cuda)
-        if elastic is not None and self.staged:
-            raise NotImplementedError(
-                "an elastic job on a GPU model (or staged CPU tensors): not yet (the staged "
-                "client, phub.DeviceClient, has no elastic membership); train it on CPU tensors "
-                "without PHUB_STAGED, or as a fixed job")
         self.streams = DeviceStreams(self.device)
         # An elastic job's Hello: world size = its maximum, started by `min` workers; rank
         # (RANK) only asks for a slot (a joiner gets the lowest free one if it is taken).
@@ -159,24 +154,21 @@ class PhubState:
 
         spec = optimizer if mode == "optimizer" else {"kind": "average"}
         tensors = [(n, s) for n, s in zip(self.names, sizes)]
+        common = dict(address=address, rank=rank, world_size=world_size, token=token,
+                      optimizer=spec, connect_timeout_ms=connect_timeout_ms,
+                      rdma_device=rdma_device, job=job, per_iteration_values=values_of is not None,
+                      min_workers=elastic[0] if elastic else 0,
+                      start_workers=elastic[0] if elastic else 0, lr_scaling=lr_scaling)
+        # A joiner sends nothing at init: its buffers receive the job's weights of
+        # resume_iteration.
         if self.staged:
             self.client = phub.connect_device(
                 tensors, [v.data_ptr() for v in self._sent_views],
-                [v.data_ptr() for v in self.received_views], self.streams.index,
-                address=address, rank=rank, world_size=world_size, token=token, optimizer=spec,
-                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job,
-                per_iteration_values=values_of is not None)
+                [v.data_ptr() for v in self.received_views], self.streams.index, **common)
             self.client.init(self.streams.current())
         else:
-            self.client = phub.connect(
-                tensors, [v.numpy() for v in self.received_views], address=address, rank=rank,
-                world_size=world_size, token=token, optimizer=spec,
-                connect_timeout_ms=connect_timeout_ms, rdma_device=rdma_device, job=job,
-                per_iteration_values=values_of is not None,
-                min_workers=elastic[0] if elastic else 0,
-                start_workers=elastic[0] if elastic else 0,
-                **({"lr_scaling": lr_scaling} if lr_scaling != "none" else {}))
-            # A joiner sends nothing: its buffers receive the job's weights of resume_iteration.
+            self.client = phub.connect(tensors, [v.numpy() for v in self.received_views],
+                                       **common)
             self.client.init()
         self.rank = self.client.rank
         # The job iteration whose weights the buffers hold now (0 in a fresh job).
@@ -363,7 +355,7 @@ class PhubState:
         # with an error at once, rather than close() waiting out the network's deadlines for
         # the join. Buckets still queued then complete with that error.
         try:
-            if goodbye or self.staged:  # the staged client is never elastic
+            if goodbye:
                 self.client.close()
             else:
                 self.client.abandon()
