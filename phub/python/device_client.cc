@@ -215,12 +215,7 @@ class DeviceClient {
       py::gil_scoped_release release;
       m = ps_->MembersOf(iteration);
     }
-    py::dict d;
-    d["member"] = m.member;
-    d["index"] = m.index;
-    d["world"] = m.world;
-    d["member_iterations_before"] = m.member_iterations_before;
-    return d;
+    return MembersDict(m);
   }
   void RequestLeave() {
     Get();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "phub/common/member_schedule.h"
 #include "phub/common/status.h"
 #include "phub/kernels/aggregate_and_step.h"
 #include "phub/kernels/wire_options.h"
@@ -28,6 +29,17 @@ inline void ThrowIfError(const Status& status, const char* what) {
   // "phub" first: DDP re-raises a hook's error as a RuntimeError quoting only this text.
   throw PhubError(absl::StrCat("phub ", what, ": ", absl::StatusCodeToString(status.code()), ": ",
                                status.message()));
+}
+
+// An iteration's members as members_of returns them: {member, index, world,
+// member_iterations_before}.
+inline py::dict MembersDict(const IterationMembers& m) {
+  py::dict d;
+  d["member"] = m.member;
+  d["index"] = m.index;
+  d["world"] = m.world;
+  d["member_iterations_before"] = m.member_iterations_before;
+  return d;
 }
 
 // Runs `call`, a PsClient call that may block on the network, without the GIL; raises its error.

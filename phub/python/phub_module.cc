@@ -192,12 +192,7 @@ class Client {
       py::gil_scoped_release release;
       m = c.MembersOf(iteration);
     }
-    py::dict d;
-    d["member"] = m.member;
-    d["index"] = m.index;
-    d["world"] = m.world;
-    d["member_iterations_before"] = m.member_iterations_before;
-    return d;
+    return MembersDict(m);
   }
   void RequestLeave() { ThrowIfError(Get().RequestLeave(), "request_leave"); }
   bool weights_from_server() { return Get().weights_from_server(); }
