@@ -13,8 +13,9 @@ given (--package NAME=DIR: a `phub` package on PYTHONPATH; several compare phub.
 in the same run). Rounds alternate the order. Prints and writes OUT/torch_gpu.{tsv,md}: median
 ms per mini-batch (median over rounds) and the ratio to the reference's (DDP + NCCL at its
 fastest bucket cap; issue 39's bar: <= 1.2). `--reference gloo` runs the same comparison on
-a CPU box (DDP + gloo at N = 1 moves nothing either); with `--staged` its phub systems go
-through the CUDA path's client (PHUB_STAGED=1, the host copy engine): CI's smoke of this run.
+a CPU box (DDP + gloo at N = 1 moves nothing either); there `--staged 1` sends its phub
+systems through the CUDA path's client (PHUB_STAGED=1, the host copy engine: CI's smoke of this
+run), and `--staged 0,1` measures both.
 
     torch_gpu.py --phubd build-gpu/phub/server/phubd --package after=build-gpu/python312 \\
         --package before=build-gpu/python312-before --out DIR
@@ -37,11 +38,12 @@ from benchlib.tables import md_table, write_tsv  # noqa: E402
 EXAMPLE = os.path.join(ROOT, "examples", "torch_ddp_phub.py")
 
 
-def run(a, backend, package, cores, transport, io_threads, wire, bucket, model, batch, d, port):
+def run(a, backend, package, cores, transport, io_threads, wire, bucket, staged, model, batch, d,
+        port):
     env = {"PYTHONPATH": package or "", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            "PHUB_IO_THREADS": str(io_threads or 1), "PHUB_WIRE": wire if wire != "-" else "fp32",
-           "PHUB_STAGED": "1" if a.staged else "0"}
+           "PHUB_STAGED": staged if staged != "-" else "0"}
     procs = []
     if backend.startswith("phub"):
         pf, log = os.path.join(d, "port"), os.path.join(d, "phubd.log")
@@ -81,8 +83,9 @@ def main():
                    help="DDP's bucket_cap_mb, a list: each a system (the reference's too)")
     p.add_argument("--reference", default="nccl", choices=["nccl", "gloo"],
                    help="DDP's backend to compare with (gloo: the same bar's shape on a CPU box)")
-    p.add_argument("--staged", action="store_true",
-                   help="CPU models through the staged client (PHUB_STAGED=1), as CUDA ones go")
+    p.add_argument("--staged", default="0",
+                   help="PHUB_STAGED for the phub systems, a list of 0 and 1: CPU models through "
+                        "the staged client (1), as CUDA ones always go")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=0,
                    help="start no run after this many seconds (0: no limit); the tables still "
@@ -98,9 +101,10 @@ def main():
     caps = a.bucket_caps.split(",")
     # (backend, package, ps cores, transport, io threads, wire, bucket cap): the reference at
     # every bucket cap, then the PS's systems.
-    systems = [(a.reference, None, 0, "-", 0, "-", cap) for cap in caps] + [
-        (b, n, int(c), tr, int(t), w, cap)
+    systems = [(a.reference, None, 0, "-", 0, "-", cap, "-") for cap in caps] + [
+        (b, n, int(c), tr, int(t), w, cap, st)
         for n in packages
+        for st in a.staged.split(",")
         for c in a.ps_cores.split(",")
         for tr in a.transports.split(",")
         for t in a.io_threads.split(",")
@@ -119,16 +123,16 @@ def main():
                 if a.budget_s and time.monotonic() - began > a.budget_s:
                     skipped += 1
                     continue
-                backend, name, cores, transport, threads, wire, cap = s
+                backend, name, cores, transport, threads, wire, cap, staged = s
                 d = os.path.join(work, f"{model}_{backend}_{name}_c{cores}_{transport}"
-                                       f"_t{threads}_{wire}_b{cap}_{r}")
+                                       f"_t{threads}_{wire}_b{cap}_s{staged}_{r}")
                 os.makedirs(d)
                 port += 1
                 # The example imports phub.torch whatever the backend: NCCL's run gets any package.
                 package = packages.get(name) or next(iter(packages.values()), None)
                 try:
                     ms[(model, s)].append(run(a, backend, package, cores, transport, threads,
-                                              wire, cap, model, int(batch), d, port))
+                                              wire, cap, staged, model, int(batch), d, port))
                 except (BenchError, OSError, ValueError, KeyError) as e:
                     print(f"{model} {backend} {name} {transport}: FAILED: {e}", flush=True)
                     failed.append(f"{model} {backend} {name or ''} {transport} round {r}")
@@ -140,19 +144,20 @@ def main():
         refs = [statistics.median(ms[(model, s)]) for s in systems[:len(caps)] if ms[(model, s)]]
         ref = min(refs) if refs else None
         for s in systems:
-            backend, name, cores, transport, threads, wire, cap = s
+            backend, name, cores, transport, threads, wire, cap, staged = s
             runs = ms[(model, s)]
             m = statistics.median(runs) if runs else None
             row = {"model": model, "batch": batch, "system": backend, "package": name or "-",
                    "ps_cores": str(cores or "-"), "transport": transport,
                    "io_threads": str(threads or "-"), "wire": wire, "bucket_cap_mb": cap,
+                   "staged": staged,
                    "ms": f"{m:.2f}" if m else "-",
                    "over_reference": f"{m / ref:.2f}" if m and ref else "-",
                    "rounds": " / ".join(f"{x:.1f}" for x in runs)}
             rows.append(row)
             print("\t".join(row.values()), flush=True)
     keys = ["model", "batch", "system", "package", "ps_cores", "transport", "io_threads", "wire",
-            "bucket_cap_mb", "ms", "over_reference", "rounds"]
+            "bucket_cap_mb", "staged", "ms", "over_reference", "rounds"]
     write_tsv(os.path.join(a.out, "torch_gpu.tsv"), rows, keys)
     table = "\n".join(md_table(keys, [[r[k] for k in keys] for r in rows]))
     with open(os.path.join(a.out, "torch_gpu.md"), "w") as f:
