@@ -2,10 +2,11 @@
 """phub.torch's staged path (phub.DeviceClient: what a GPU model goes through) on CPU tensors,
 PHUB_STAGED=1, against DDP's own gloo: the hook, the server optimizer, its schedule, weights in
 the next forward, the optimizer's state saved and restored, a job mixing staged and unstaged
-ranks, elastic jobs, and phubd lost. The same Python as on a GPU (device_streams.py holds what differs) and
-the same C++ pipeline, through the host engine. With PHUB_TEST_DEVICE=cuda (run_gpu.sh pytests) the models are on GPU 0 and the same
-tests run the CUDA path itself. Tensors are cut into 64 KiB segments, so the largest (64 x 5408
-floats) goes as 22. Exits 77 (ctest: skipped) without torch."""
+ranks, elastic jobs, and phubd lost. The same Python as on a GPU (device_streams.py holds what
+differs) and the same C++ pipeline, through the host engine. With PHUB_TEST_DEVICE=cuda
+(run_gpu.sh pytests) the models are on GPU 0 and the same tests run the CUDA path itself.
+Tensors are cut into 64 KiB segments, so the largest (64 x 5408 floats) goes as 22. Exits 77
+(ctest: skipped) without torch."""
 import os
 import signal
 import sys

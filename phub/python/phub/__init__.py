@@ -76,8 +76,9 @@ def connect_device(tensors: Sequence, grads: Sequence[int], weights: Sequence[in
     (tensor.data_ptr()) the caller keeps alive; the client stages them through pinned memory on
     its own CUDA streams (phub/exchange/staged_exchange.h). PhubError in a build without CUDA
     or on a machine without a GPU. device -1: the pointers are host memory (CPU tensors), the
-    streams 0, and the same pipeline runs through the host engine. io_threads, wire, wire_weights: as connect's (a compact wire's
-    conversions run on the CPU, on the staged copies). segment_bytes (else PHUB_SEGMENT_BYTES,
+    streams 0, and the same pipeline runs through the host engine. io_threads, wire,
+    wire_weights: as connect's (a compact wire's conversions run on the CPU, on the staged
+    copies). segment_bytes (else PHUB_SEGMENT_BYTES,
     else 4 MiB; 0: none): a longer tensor is copied, pushed and landed in segments of it, so
     its push starts before all of it is on the host (every worker of a job must use the same).
     min_workers, start_workers, lr_scaling: an elastic job, as connect's."""

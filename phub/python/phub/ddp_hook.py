@@ -245,7 +245,7 @@ class PhubState:
                     self.client.wait_many(ids, self.streams.waiter())
                     with self.streams.on_waiter():
                         result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)
-                        self._finish(job, result, None)  # the event is on self._stream
+                        self._finish(job, result, None)  # the event: on the waiter's stream
                     continue
                 self.client.wait_many(ids)
                 result = buffer if self.mode == "optimizer" else self._averaged(ids, buffer)

@@ -19,7 +19,7 @@ __all__ = ["DeviceStreams", "staged_of"]
 def staged_of(given: Optional[bool], cuda: bool) -> bool:
     """Whether a model's tensors go through the staged client: always on a GPU; on the CPU as
     given, else PHUB_STAGED ("1"/"0"), else not (the CPU client sends from DDP's buckets with no
-    copy, and is the one that serves elastic jobs and fetches optimizer state)."""
+    copy; the staged one copies each gradient into its own buffer first)."""
     if cuda:
         if given is False:
             raise ValueError("staged=False on a GPU model: CUDA tensors always go through the "
