@@ -131,16 +131,19 @@ phase_psrate() {
 # pytests: phub.torch's own tests (tests/python, CPU tensors: the hook, ServerOptimizer, the c10d
 # backend, elastic jobs) under this machine's Python and PyTorch 2.x, the only PyTorch 2 we can
 # reach (Debian 12's, where ctest runs them, is 1.13); the bundle's phubd and phub package.
+# PHUB_PYTESTS: which, in this order (default: the CUDA models' first, then the CPU ones).
 phase_pytests() {
   local t
-  for t in test_ps_client test_torch_ddp test_torch_elastic; do
+  for t in ${PHUB_PYTESTS:-cuda test_ps_client test_torch_ddp test_torch_elastic}; do
+    if [[ $t == cuda ]]; then  # the hook and ServerOptimizer on CUDA models (GPU 0), vs gloo
+      PHUBD=$B/phub/server/phubd PYTHONPATH=build-gpu/python312 PYTHONDONTWRITEBYTECODE=1 \
+        PHUB_TEST_DEVICE=cuda step py-test_torch_staged-cuda \
+        timeout "${PHUB_PYTEST_TIMEOUT:-420}" "$py" tests/python/test_torch_staged.py
+      continue
+    fi
     PHUBD=$B/phub/server/phubd PYTHONPATH=build-gpu/python312 PYTHONDONTWRITEBYTECODE=1 \
       step "py-$t" timeout "${PHUB_PYTEST_TIMEOUT:-420}" "$py" tests/python/$t.py
   done
-  # The hook and ServerOptimizer on CUDA models (GPU 0, both ranks), against gloo.
-  PHUBD=$B/phub/server/phubd PYTHONPATH=build-gpu/python312 PYTHONDONTWRITEBYTECODE=1 \
-    PHUB_TEST_DEVICE=cuda step py-test_torch_staged-cuda timeout "${PHUB_PYTEST_TIMEOUT:-420}" \
-    "$py" tests/python/test_torch_staged.py
 }
 
 bench() {  # bench NAME MODELS [run_train.py flags]
