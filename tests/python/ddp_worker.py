@@ -283,6 +283,7 @@ def scenario_c10d(rank):
     except RuntimeError as e:
         refused = str(e)
     return {"gloo": params_of(reference), "phub": params_of(ours), "pieces": group.pieces,
+            "client": type(group._client).__name__,
             "backend": dist.get_backend(), "total": float(total), "refused": refused}
 
 

@@ -206,11 +206,16 @@ class C10dTest(unittest.TestCase):
     """init_process_group("phub"): plain DDP through phubd (phub/python/phub/c10d.py)."""
 
     def test_plain_ddp_through_the_phub_backend_equals_gloo(self):
+        self.check_c10d()
+
+    def check_c10d(self, env=None, client="PsClient"):
         # A ring of 4 slots of 16 KiB: every bucket (0.25 MB, the first iteration's larger) is
         # bigger than the whole ring, so allreduces take back their own slots as they go.
-        results = run("c10d", 2, env={"PHUB_C10D_SLOTS": "4", "PHUB_C10D_SLOT_BYTES": "16384"})
+        results = run("c10d", 2, env={"PHUB_C10D_SLOTS": "4", "PHUB_C10D_SLOT_BYTES": "16384",
+                                      **(env or {})})
         for rank, r in enumerate(results):
             self.assertEqual(r["backend"], "phub")
+            self.assertEqual(r["client"], client)
             # Every bucket of 5 iterations went through phubd, in 16 KiB pieces: the model's
             # 347 k floats of gradients are >= 85 pieces an iteration.
             self.assertGreaterEqual(r["pieces"], 5 * 85)

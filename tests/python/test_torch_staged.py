@@ -2,7 +2,7 @@
 """phub.torch's staged path (phub.DeviceClient: what a GPU model goes through) on CPU tensors,
 PHUB_STAGED=1, against DDP's own gloo: the hook, the server optimizer, its schedule, weights in
 the next forward, the optimizer's state saved and restored, a job mixing staged and unstaged
-ranks, elastic jobs, and phubd lost. The same Python as on a GPU (device_streams.py holds what
+ranks, elastic jobs, the c10d backend, and phubd lost. The same Python as on a GPU (device_streams.py holds what
 differs) and the same C++ pipeline, through the host engine. With PHUB_TEST_DEVICE=cuda
 (run_gpu.sh pytests) the models are on GPU 0 and the same tests run the CUDA path itself.
 Tensors are cut into 64 KiB segments, so the largest (64 x 5408 floats) goes as 22. Exits 77
@@ -81,6 +81,15 @@ class StagedServerOptimizerTest(unittest.TestCase):
         for rank, r in enumerate(run("overlap-momentum", 2, env=STAGED)):
             self.assertEqual(r["losses"]["lazy"], r["losses"]["plain"], f"rank {rank}")
             assert_all_close(r["lazy"], r["plain"], 0, 0, f"staged overlap, rank {rank}")
+
+
+class StagedC10dTest(unittest.TestCase):
+    """init_process_group("phub") with the slots in the staged client (a GPU's way)."""
+
+    check_c10d = ddp.C10dTest.check_c10d
+
+    def test_plain_ddp_through_the_phub_backend_equals_gloo(self):
+        self.check_c10d(env=STAGED, client="DeviceClient")
 
 
 @unittest.skipIf(os.environ.get("PHUB_TEST_DEVICE") == "cuda",

@@ -8,8 +8,11 @@ backend").
 Plain DDP, no hook: DDP's allreduce of each gradient bucket goes to phubd in summation mode,
 which sums it over the ranks. Everything else DDP needs at start (the broadcast of rank 0's
 parameters, an allgather of their shapes, barriers), and every allreduce that is not of float32
-CPU tensors with SUM or AVG (a loss's MAX, an int counter), runs over a gloo group on the same
-store: the calls are few and small. Collectives DDP does not use (reduce, scatter, gather,
+tensors with SUM or AVG on the group's device (a loss's MAX, an int counter), runs over a gloo
+group on the same store: the calls are few and small. The group's device is the first such
+allreduce's: CPU, or a GPU, whose tensors go through the staged client (phub.DeviceClient: the
+slots are device memory, copied to pinned memory and back on the client's streams; CPU tensors
+too with PHUB_STAGED=1, as phub.torch's hook). Collectives DDP does not use (reduce, scatter, gather,
 reduce_scatter, alltoall, send, recv) raise, naming the collective and the fix.
 
 How a bucket goes through phubd. A PS job's tensors are fixed when it forms, DDP's buckets are
@@ -39,6 +42,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
 import phub
+from phub.device_streams import DeviceStreams, staged_of
 
 __all__ = ["ProcessGroupPhub", "register"]
 
@@ -102,8 +106,10 @@ class ProcessGroupPhub(dist.ProcessGroup):
         self._slot_floats = _env_int("PHUB_C10D_SLOT_BYTES", DEFAULT_SLOT_BYTES, 4,
                                      1 << 30) // 4
         self._client = None
+        self._device = None  # the first allreduce through phubd decides
         self._lock = threading.Condition()
         self._busy = [False] * self._slots  # a slot whose sum is not back yet
+        self._used = [False] * self._slots  # a slot pushed before (staged: see allreduce)
         self._next = 0
         self._error = None
         self._waits = queue.Queue()
@@ -111,21 +117,38 @@ class ProcessGroupPhub(dist.ProcessGroup):
         self.pieces = 0  # pieces that went through phubd (for tests and logs)
 
     # ---- what goes through phubd ----
-    def _connect(self):
-        self._sent = [np.zeros(self._slot_floats, np.float32) for _ in range(self._slots)]
-        self._summed = [np.zeros(self._slot_floats, np.float32) for _ in range(self._slots)]
+    def _connect(self, device):
+        self._device = device
+        self._streams = DeviceStreams(device)
+        self._staged = staged_of(None, device.type == "cuda")
         tensors = [(f"slot{i}", self._slot_floats) for i in range(self._slots)]
-        self._client = phub.connect(tensors, self._summed, rank=self._rank,
-                                    world_size=self._world, optimizer={"kind": "average"},
-                                    wire="fp32")
-        self._client.init()
+        common = dict(rank=self._rank, world_size=self._world, optimizer={"kind": "average"},
+                      wire="fp32")
+        if self._staged:  # the slots in the device's memory, as the hook's buffers
+            f = self._slot_floats
+            sent = torch.zeros(self._slots * f, dtype=torch.float32, device=device)
+            summed = torch.zeros(self._slots * f, dtype=torch.float32, device=device)
+            self._sent = [sent[i * f:(i + 1) * f] for i in range(self._slots)]
+            self._summed = [summed[i * f:(i + 1) * f] for i in range(self._slots)]
+            self._client = phub.connect_device(
+                tensors, [v.data_ptr() for v in self._sent],
+                [v.data_ptr() for v in self._summed], self._streams.index, **common)
+            self._client.init(self._streams.current())
+        else:
+            self._sent = [np.zeros(self._slot_floats, np.float32) for _ in range(self._slots)]
+            self._summed = [np.zeros(self._slot_floats, np.float32) for _ in range(self._slots)]
+            self._client = phub.connect(tensors, self._summed, **common)
+            self._client.init()
         self._waiter = threading.Thread(target=self._wait_loop, name="phub-c10d-wait",
                                         daemon=True)
         self._waiter.start()
 
     def _through_phubd(self, tensors, opts):
+        if not tensors:
+            return False
+        device = self._device or tensors[0].device
         return (opts.reduceOp in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) and
-                all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+                all(t.dtype == torch.float32 and t.device == device and t.is_contiguous()
                     for t in tensors))
 
     def allreduce(self, tensors, opts=None):
@@ -133,13 +156,16 @@ class ProcessGroupPhub(dist.ProcessGroup):
             opts = c10d.AllreduceOptions()
         if not self._through_phubd(tensors, opts):
             return self._gloo.allreduce(tensors, opts)
-        future = torch.futures.Future()
+        if self._client is None and self._error is None:
+            try:
+                self._connect(tensors[0].device)
+            except BaseException as e:  # noqa: B902 - this call and every later one fail
+                self._fail(e)
+        future = self._streams.future() if self._client else torch.futures.Future()
         call = _Call(tensors, opts.reduceOp == dist.ReduceOp.SUM, future)
         try:
             if self._error is not None:
                 raise self._error
-            if self._client is None:
-                self._connect()
             pieces = [(tensor.view(-1), at) for tensor in tensors
                       for at in range(0, tensor.numel(), self._slot_floats)]
             if not pieces:
@@ -147,8 +173,18 @@ class ProcessGroupPhub(dist.ProcessGroup):
             for k, (flat, at) in enumerate(pieces):
                 n = min(self._slot_floats, flat.numel() - at)
                 slot = self._take_slot()
-                self._sent[slot][:n] = flat[at:at + n].numpy()
-                self._client.push(slot, self._sent[slot])
+                if self._staged:
+                    if self._used[slot]:
+                        # The slot's last sum was copied out on the waiter's stream: this
+                        # stream joins it before the push, which starts behind this stream's
+                        # work, so the next sum cannot land before that copy has read it.
+                        self._streams.join_waiter()
+                    self._used[slot] = True
+                    self._sent[slot][:n].copy_(flat[at:at + n])
+                    self._client.push(slot, self._streams.current())
+                else:
+                    self._sent[slot][:n] = flat[at:at + n].numpy()
+                    self._client.push(slot, self._sent[slot])
                 # Each piece to the waiter at once: an allreduce larger than the ring takes
                 # back its own first slots as the waiter frees them.
                 self._waits.put((call, slot, flat, at, n, k + 1 == len(pieces)))
@@ -176,15 +212,20 @@ class ProcessGroupPhub(dist.ProcessGroup):
             try:
                 if self._error is not None:
                     raise self._error
-                self._client.wait(slot)
-                values = torch.from_numpy(self._summed[slot][:n])
-                flat[at:at + n].copy_(values * self._world if call.summed else values)
-                with self._lock:
-                    self._busy[slot] = False
-                    self.pieces += 1
-                    self._lock.notify_all()
-                if last:
-                    call.finish()
+                if self._staged:  # blocks on the network; then the waiter's stream on the copy
+                    self._client.wait(slot, self._streams.waiter())
+                    values = self._summed[slot][:n]
+                else:
+                    self._client.wait(slot)
+                    values = torch.from_numpy(self._summed[slot][:n])
+                with self._streams.on_waiter():  # a GPU's copy and the future's event there
+                    flat[at:at + n].copy_(values * self._world if call.summed else values)
+                    with self._lock:
+                        self._busy[slot] = False
+                        self.pieces += 1
+                        self._lock.notify_all()
+                    if last:
+                        call.finish()
             except BaseException as e:  # noqa: B902
                 self._fail(e)
                 call.fail(e)
