@@ -79,7 +79,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="exchange-gpu-", dir=a.out)
     builds = {"before": a.before, "after": a.after}
-    rows = []
+    rows, failed = [], []
     for spec in a.models.split(";"):
         model, batch, systems = spec.split(":")
         for i, system in enumerate(systems.split(",")):
@@ -93,6 +93,7 @@ def main():
                     got[b] = run(a, builds[b], a.phubd, model, int(batch), system, d)
                 except (BenchError, OSError, ValueError, KeyError) as e:
                     print(f"{model} {system} {b}: FAILED: {e}", flush=True)
+                    failed.append(f"{model} {system} {b}")
                     got[b] = None
             row = {"model": model, "batch": batch, "system": system, "workers": SYSTEMS[system]}
             for b in ("before", "after"):
@@ -123,6 +124,9 @@ def main():
     with open(os.path.join(a.out, "exchange_gpu.md"), "w") as f:
         f.write(table + "\n")
     print(table)
+    if failed:  # the table has "-" for them; the run is not a success
+        sys.exit(f"exchange_gpu.py: {len(failed)} runs failed (their logs are under {work}): "
+                 + "; ".join(failed))
 
 
 if __name__ == "__main__":
