@@ -54,6 +54,12 @@ class StagedHookTest(unittest.TestCase):
         for rank, r in enumerate(run("train", 2, env=STAGED)):
             assert_all_close(r["phub"], r["gloo"], 1e-4, 1e-6, f"staged rank {rank}")
 
+    check_compact_wire = ddp.HookTest.check_compact_wire
+
+    def test_a_compact_wire_trains_within_its_rounding_of_gloo(self):
+        # The staged client converts its staged copies (segments) to bf16 on the CPU.
+        self.check_compact_wire(env=STAGED)
+
 
 class StagedServerOptimizerTest(unittest.TestCase):
     def test_momentum_and_adam(self):
