@@ -43,10 +43,10 @@ struct TrainingCase {
   bool tcp_rendezvous = false;    // ring: --rendezvous tcp://127.0.0.1:PORT (rank 0 serves it)
   std::uint32_t racks = 1;        // ps: > 1 = racks of racks, a phubd per rack (--topology)
   // ps: phubd's --nics and every worker's (two NICs each), and phubd logs each ATTACH.
-  std::vector<std::string> phubd_nics, worker_nics;
+  std::vector<std::string> phubd_nics{}, worker_nics{};
   // A schedule: iteration it steps with lr lrs[it - 1] (the workers' --lrs), the rest of
   // `config` as it is. Empty: `config` every iteration.
-  std::vector<std::string> lrs;
+  std::vector<std::string> lrs{};
 };
 
 // The case with an lr of its own for every iteration (one of them 0: a step that moves only
