@@ -845,13 +845,12 @@ TEST(StagedExchangeSegmentTest, ALandedSegmentGoesToTheDeviceBeforeTheRestOfItsT
 // phub.torch's shape: the hook's thread pushes, a waiter thread waits, each learning of the
 // other's progress on its own (here the waiter from the exchange below, as it would from the
 // network), with no lock of theirs between a Push and its Wait.
-TEST(StagedExchangePushTest, PushOnOneThreadAndWaitOnAnotherLandsEveryAnswer) {
+void PushOnOneThreadAndWaitOnAnother(std::shared_ptr<staging::CopyEngine> engine) {
   constexpr int kRounds = 30;
   constexpr auto kLimit = std::chrono::seconds(20);
   std::vector<std::vector<float>> g, w;
   LocalExchange* local = nullptr;
-  auto made = OverLocal(StagingHostEngine(/*max_in_flight=*/1), kTensors, g, w,
-                        /*answer=*/true, kLimit, &local);
+  auto made = OverLocal(std::move(engine), kTensors, g, w, /*answer=*/true, kLimit, &local);
   ASSERT_TRUE(made.ok()) << made.status();
   StagedExchange& x = **made;
   ASSERT_TRUE(x.Init(nullptr).ok());
@@ -909,6 +908,17 @@ TEST(StagedExchangePushTest, PushOnOneThreadAndWaitOnAnotherLandsEveryAnswer) {
   EXPECT_EQ(wrong, 0) << "elements whose answer did not land";
   EXPECT_THAT(push_errors, ::testing::IsEmpty());
   EXPECT_TRUE(x.Close().ok());
+}
+
+// Through the pusher and lander threads, one copy in flight (a GPU's way).
+TEST(StagedExchangePushTest, PushOnOneThreadAndWaitOnAnotherLandsEveryAnswer) {
+  PushOnOneThreadAndWaitOnAnother(StagingHostEngine(/*max_in_flight=*/1));
+}
+
+// Without threads, the device being the host (phub.torch's CPU tensors with PHUB_STAGED=1):
+// the caller's two threads meet in the exchange below directly.
+TEST(StagedExchangePushTest, PushOnOneThreadAndWaitOnAnotherWhenTheDeviceIsTheHost) {
+  PushOnOneThreadAndWaitOnAnother(*staging::MakeHostCopyEngine());
 }
 
 #ifdef PHUB_HAVE_CUDA_STAGING
