@@ -23,6 +23,10 @@ import phub.torch
 from phub.elastic import ElasticBatches, elastic_size
 from phub_testing import REPO, Phubd, free_port
 
+# PHUB_TEST_DEVICE=cuda (run_gpu.sh pytests, through test_torch_staged): elastic_optimizer's
+# models on GPU 0, and the data of train_step and the leave test with them.
+DEVICE = torch.device("cuda:0" if os.environ.get("PHUB_TEST_DEVICE") == "cuda" else "cpu")
+
 
 class FakeJob:
     """phubd's side of ElasticBatches, from a member schedule: members[t] = the slots of
@@ -185,7 +189,8 @@ class RefusalTest(unittest.TestCase):
 def elastic_optimizer(address, seed, rank, momentum=0.9, **kwargs):
     torch.manual_seed(seed)
     model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)),
+        torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(),
+                            torch.nn.Linear(5, 3)).to(DEVICE),
         process_group=phub.torch.local_process_group())
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum)
     return model, phub.torch.ServerOptimizer(model, sgd, address, rank=rank, min_workers=1,
@@ -195,13 +200,14 @@ def elastic_optimizer(address, seed, rank, momentum=0.9, **kwargs):
 def train_step(model, optimizer, seed):
     g = torch.Generator().manual_seed(seed)
     x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+    x, y = x.to(DEVICE), y.to(DEVICE)
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     optimizer.step()
 
 
 def weights(model):
-    return [p.detach().clone() for p in model.parameters()]
+    return [p.detach().cpu().clone() for p in model.parameters()]
 
 
 class JoinTest(unittest.TestCase):
@@ -256,7 +262,7 @@ class JoinTest(unittest.TestCase):
             if scale is not None:  # the joint step, from the weights B joined with
                 for before, after, pa, pb in zip(mine, weights(model_b), model_a.parameters(),
                                                  model_b.parameters()):
-                    mean = (pa.grad.double() + pb.grad.double()) / 2
+                    mean = (pa.grad.double().cpu() + pb.grad.double().cpu()) / 2
                     torch.testing.assert_close(after.double(),
                                                before.double() - 0.1 * scale * mean,
                                                rtol=1e-5, atol=1e-6)
@@ -270,7 +276,7 @@ class LeaveTest(unittest.TestCase):
         it is no longer a member); the other takes the job's batches from then on: every batch
         once, none skipped, the run's end the same for the job."""
         import threading
-        data_x, data_y = torch.randn(80, 6), torch.randint(0, 3, (80,))
+        data_x, data_y = torch.randn(80, 6).to(DEVICE), torch.randint(0, 3, (80,)).to(DEVICE)
         with Phubd(2) as phubd:
             model_a, opt_a = elastic_optimizer(phubd.address, 1, 0)
             batches_a = opt_a.batches(80, 2, epochs=2)

@@ -134,7 +134,8 @@ class StagedFailureTest(unittest.TestCase):
 class StagedElasticTest(unittest.TestCase):
     """Elastic jobs through the staged client (PHUB_STAGED=1 for every ServerOptimizer the
     elastic tests make, and for their child processes): a joiner's weights and iteration, lr
-    scaling, a planned leave, an exit before and after the data ran out."""
+    scaling, a planned leave, an exit before and after the data ran out. With
+    PHUB_TEST_DEVICE=cuda their models are on GPU 0 (test_torch_elastic.DEVICE)."""
 
     join_and_step = elastic.JoinTest.join_and_step
     exit_then_join = elastic.ExitTest.exit_then_join
