@@ -114,6 +114,14 @@ class StagedExchange final : public DeviceExchange {
   // The number of tensors pushed and not yet waited for.
   std::size_t InFlight();
 
+  // One tensor of the exchange below: elements [offset, offset + elements) of a caller tensor.
+  struct Segment {
+    std::uint32_t tensor = 0;
+    std::uint64_t offset = 0, elements = 0;
+  };
+  // The exchange below's tensors, in its order (a caller tensor's consecutive, in order).
+  const std::vector<Segment>& segments() const { return segments_; }
+
  private:
   struct Tensor {
     std::string name;                                 // for errors
@@ -134,11 +142,6 @@ class StagedExchange final : public DeviceExchange {
     // passing means every segment's has).
     staging::Fence on_device;  // the last copy to the device (direct: none)
     staging::Fence to_host;    // the last copy to host (direct: the producer's fence)
-  };
-  // One tensor of the exchange below: elements [offset, offset + elements) of a caller tensor.
-  struct Segment {
-    std::uint32_t tensor = 0;
-    std::uint64_t offset = 0, elements = 0;
   };
   StagedExchange() = default;
   // Copies through host staging (a GPU, not direct).

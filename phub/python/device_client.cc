@@ -58,8 +58,7 @@ class DeviceClient {
                int connect_timeout_ms, const std::string& rdma_device, const std::string& job,
                bool per_iteration_values, int io_threads, const std::string& wire,
                bool wire_weights, std::uint64_t segment_bytes, std::uint32_t min_workers,
-               std::uint32_t start_workers, const std::string& lr_scaling)
-      : rank_(rank) {
+               std::uint32_t start_workers, const std::string& lr_scaling) {
     if (grads.size() != tensors.size() || weights.size() != tensors.size()) {
       throw py::value_error(absl::StrCat("grads and weights: ", grads.size(), " and ",
                                          weights.size(), " device pointers for ", tensors.size(),
@@ -100,18 +99,6 @@ class DeviceClient {
       w.emplace_back(reinterpret_cast<float*>(weights[t]), tensors[t].second);
       elements_.push_back(tensors[t].second);
     }
-    // phubd's tensors: the segments, consecutive per tensor (for the optimizer's state).
-    auto segments = exchange::SegmentTensors(specs, segment_bytes);
-    ThrowIfError(segments.status(), "connect");
-    std::size_t next = 0;
-    for (const keys::TensorSpec& tensor : specs) {
-      std::uint64_t covered = 0;
-      std::uint32_t count = 0;
-      for (; covered < tensor.elements; ++count) covered += (*segments)[next++].elements;
-      segments_.push_back(std::max<std::uint32_t>(count, 1));
-      if (tensor.elements == 0) ++next;
-    }
-    for (const keys::TensorSpec& segment : *segments) segment_lengths_.push_back(segment.elements);
     StatusOr<std::unique_ptr<exchange::StagedExchange>> made = absl::UnknownError("not made");
     {
       py::gil_scoped_release release;
@@ -188,12 +175,12 @@ class DeviceClient {
       state = ps_->client(0).FetchOptimizerState();
     }
     ThrowIfError(state.status(), "fetch_optimizer_state");
-    return StateToPython(JoinSegments(*std::move(state), segments_));
+    return StateToPython(JoinSegments(*state, exchange_->segments(), elements_));
   }
   void RestoreOptimizerState(std::uint64_t steps, const py::list& arrays) {
     Get();
     const client::OptimizerState state =
-        SplitIntoSegments(StateFromPython(steps, arrays, elements_), segments_, segment_lengths_);
+        SplitIntoSegments(StateFromPython(steps, arrays, elements_), exchange_->segments());
     Blocking("restore_optimizer_state",
              [&] { return ps_->client(0).RestoreOptimizerState(state); });
   }
@@ -226,7 +213,10 @@ class DeviceClient {
     Blocking("close", [this] { return exchange_->Close(); });
   }
   // phubd's: a worker joining an elastic job whose rank is taken gets the lowest free one.
-  std::uint32_t rank() { return ps_ != nullptr ? ps_->client(0).rank() : rank_; }
+  std::uint32_t rank() {
+    Get();
+    return ps_->client(0).rank();
+  }
   // As PsClient.resume_iteration: the iteration init()'s weights are of (0 in a fresh job; a
   // job phubd resumed from a checkpoint: its iteration).
   std::uint64_t resume_iteration() { return Get().start_iteration(); }
@@ -242,13 +232,10 @@ class DeviceClient {
     return *exchange_;
   }
 
-  std::uint32_t rank_;
   kernels::OptimizerConfig optimizer_;  // the connect's (step_with's defaults and kind)
-  std::unique_ptr<exchange::DeviceExchange> exchange_;
-  exchange::PsExchange* ps_ = nullptr;          // the exchange below exchange_'s staging
-  std::vector<std::uint64_t> elements_;         // by tensor
-  std::vector<std::uint32_t> segments_;         // by tensor: how many segments phubd has of it
-  std::vector<std::uint64_t> segment_lengths_;  // by segment
+  std::unique_ptr<exchange::StagedExchange> exchange_;
+  exchange::PsExchange* ps_ = nullptr;   // the exchange below exchange_'s staging
+  std::vector<std::uint64_t> elements_;  // by tensor
 };
 
 }  // namespace

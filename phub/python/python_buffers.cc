@@ -73,36 +73,29 @@ client::OptimizerState StateFromPython(std::uint64_t steps, const py::list& arra
   return state;
 }
 
-client::OptimizerState JoinSegments(client::OptimizerState by_segment,
-                                    const std::vector<std::uint32_t>& segments) {
+client::OptimizerState JoinSegments(const client::OptimizerState& by_segment, Segments segments,
+                                    const std::vector<std::uint64_t>& elements) {
   client::OptimizerState out{.steps = by_segment.steps, .arrays = {}};
-  for (auto& pieces : by_segment.arrays) {
+  for (const auto& pieces : by_segment.arrays) {
     auto& joined = out.arrays.emplace_back();
-    std::size_t next = 0;
-    for (std::uint32_t count : segments) {
-      std::vector<float>& tensor = joined.emplace_back(std::move(pieces[next++]));
-      for (std::uint32_t k = 1; k < count; ++k, ++next) {
-        tensor.insert(tensor.end(), pieces[next].begin(), pieces[next].end());
-      }
+    for (std::uint64_t n : elements) joined.emplace_back(n);
+    for (std::size_t k = 0; k < segments.size(); ++k) {
+      std::copy(
+          pieces[k].begin(), pieces[k].end(),
+          joined[segments[k].tensor].begin() + static_cast<std::ptrdiff_t>(segments[k].offset));
     }
   }
   return out;
 }
 
 client::OptimizerState SplitIntoSegments(const client::OptimizerState& by_tensor,
-                                         const std::vector<std::uint32_t>& segments,
-                                         const std::vector<std::uint64_t>& lengths) {
+                                         Segments segments) {
   client::OptimizerState out{.steps = by_tensor.steps, .arrays = {}};
   for (const auto& tensors : by_tensor.arrays) {
     auto& cut = out.arrays.emplace_back();
-    std::size_t next = 0;
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      auto at = tensors[t].begin();
-      for (std::uint32_t k = 0; k < segments[t]; ++k, ++next) {
-        const auto length = static_cast<std::ptrdiff_t>(lengths[next]);
-        cut.emplace_back(at, at + length);
-        at += length;
-      }
+    for (const auto& k : segments) {
+      const auto begin = tensors[k.tensor].begin() + static_cast<std::ptrdiff_t>(k.offset);
+      cut.emplace_back(begin, begin + static_cast<std::ptrdiff_t>(k.elements));
     }
   }
   return out;

@@ -1,17 +1,19 @@
 // What phub._phub's classes share about Python's memory: a float32 buffer checked once, and
 // the optimizer's state as Python holds it — (steps, arrays[a][t]: tensor t's float32 numpy
 // array) — including its regrouping between a caller's tensors and the segments a staged
-// exchange cut them into (StagedExchange: segments consecutive, in order, per tensor).
+// exchange cut them into (StagedExchange::segments()).
 #pragma once
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "phub/client/ps_client.h"
+#include "phub/exchange/staged_exchange.h"
 
 namespace phub::python {
 
@@ -29,14 +31,13 @@ py::tuple StateToPython(const client::OptimizerState& state);
 client::OptimizerState StateFromPython(std::uint64_t steps, const py::list& arrays,
                                        const std::vector<std::uint64_t>& elements);
 
-// A state by segment as a state by tensor: tensor t's arrays are the next segments[t]
-// segments' joined. REQUIRES: segments sum to the state's tensors.
-client::OptimizerState JoinSegments(client::OptimizerState by_segment,
-                                    const std::vector<std::uint32_t>& segments);
-// The other way: tensor t's arrays cut into segments of the given lengths, in order
-// (lengths: every segment's elements; segments[t]: how many are tensor t's).
+using Segments = std::span<const exchange::StagedExchange::Segment>;
+// A state by segment (the exchange below's tensors) as a state by tensor (`elements[t]`
+// floats each). REQUIRES: the state has one array per segment, each of its length.
+client::OptimizerState JoinSegments(const client::OptimizerState& by_segment, Segments segments,
+                                    const std::vector<std::uint64_t>& elements);
+// The other way. REQUIRES: each tensor's arrays cover its segments.
 client::OptimizerState SplitIntoSegments(const client::OptimizerState& by_tensor,
-                                         const std::vector<std::uint32_t>& segments,
-                                         const std::vector<std::uint64_t>& lengths);
+                                         Segments segments);
 
 }  // namespace phub::python

@@ -12,8 +12,8 @@ tensors with SUM or AVG on the group's device (a loss's MAX, an int counter), ru
 group on the same store: the calls are few and small. The group's device is the first such
 allreduce's: CPU, or a GPU, whose tensors go through the staged client (phub.DeviceClient: the
 slots are device memory, copied to pinned memory and back on the client's streams; CPU tensors
-too with PHUB_STAGED=1, as phub.torch's hook). Collectives DDP does not use (reduce, scatter, gather,
-reduce_scatter, alltoall, send, recv) raise, naming the collective and the fix.
+too with PHUB_STAGED=1, as phub.torch's hook). Collectives DDP does not use (reduce, scatter,
+gather, reduce_scatter, alltoall, send, recv) raise, naming the collective and the fix.
 
 How a bucket goes through phubd. A PS job's tensors are fixed when it forms, DDP's buckets are
 not (it rebuilds them after the first iteration). So the job is a ring of `slots` tensors of
